@@ -1,0 +1,28 @@
+"""dpcore: run, profile and explain every data-parallel training variant.
+
+Public API (imports are lazy so ``import dpcore`` stays cheap for the CLI and the app):
+
+- ``dpcore.wrap(variant, module, *, bucket_mb=25.0, group=None)``: a DDP-like wrapper of a
+  multi-process variant around ``module`` (process group already initialised).
+- ``dpcore.load_run(path)``: open a run directory (see docs / DESIGN.md).
+- ``dpcore.VARIANTS``, ``dpcore.ALGOS``: the valid names.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["wrap", "load_run", "VARIANTS", "ALGOS", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("wrap", "VARIANTS"):
+        from . import variants
+        return getattr(variants, name)
+    if name == "ALGOS":
+        from .comm import ALGOS
+        return ALGOS
+    if name == "load_run":
+        from .analysis import load_run
+        return load_run
+    raise AttributeError(f"module 'dpcore' has no attribute {name!r}")

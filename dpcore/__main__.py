@@ -1,0 +1,4 @@
+"""``python -m dpcore <command>``."""
+from .cli import main
+
+raise SystemExit(main())

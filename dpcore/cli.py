@@ -1,0 +1,167 @@
+"""Command line: ``python -m dpcore {verify,profile,allreduce,analyze,summarize}``.
+
+Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one line>`` and
+exit status 2. The CLI computes nothing itself; it parses, validates and calls the modules
+the dashboard calls too, so both show the same numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .config import MODELS, SCALING, SIZES, TrainConfig, parse_choices, parse_int_list, parse_size
+from .errors import UsageError
+from .progress import MODES
+
+ALGO_NAMES = ("native", "ring", "naive", "central")
+VARIANT_NAMES = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
+                 "torch_ddp", "data_parallel")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing usage + exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _train_args(p: argparse.ArgumentParser, default_model: str) -> None:
+    p.add_argument("--model", default=default_model, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--size", default="tiny", help=f"transformer size: {', '.join(SIZES)}")
+    p.add_argument("--width", type=int, default=512, help="mlp hidden width")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="per-rank batch (weak scaling) or global batch (strong)")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="auto", help="auto (nccl if enough GPUs, else gloo), gloo, nccl")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds before a hung job is killed and reported (default 300)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m dpcore", description="Profile data-parallel training variants.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    v = sub.add_parser("verify", help="prove every variant trains exactly like single-process")
+    _train_args(v, "toy")
+    v.set_defaults(steps=5)
+    v.add_argument("--world-size", type=int, default=2)
+    v.add_argument("--variants", default="all")
+
+    p = sub.add_parser("profile", help="profile variants x world sizes into a run directory")
+    _train_args(p, "mlp")
+    p.add_argument("--variants", default="all")
+    p.add_argument("--world-sizes", default="1,2")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--scaling", default="weak", help="weak (fixed per-rank batch) or strong")
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--bucket-sweep", default="", help="e.g. 1,10,25,100")
+    p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--no-trace", action="store_true", help="skip the torch.profiler steps")
+    p.add_argument("--out", default="profiles")
+    p.add_argument("--name", default=None)
+    p.add_argument("--progress", default="bar", help=f"one of {', '.join(MODES)}")
+
+    a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)")
+    a.add_argument("--algos", default="native,ring,naive,central")
+    a.add_argument("--world-sizes", default="2,4")
+    a.add_argument("--sizes", default="1KB,64KB,1MB,16MB,64MB")
+    a.add_argument("--warmup", type=int, default=3)
+    a.add_argument("--repeats", type=int, default=0, help="0 = adaptive (more for small sizes)")
+    a.add_argument("--backend", default="auto")
+    a.add_argument("--timeout", type=float, default=300.0)
+    a.add_argument("--out", default="profiles")
+    a.add_argument("--name", default=None)
+    a.add_argument("--progress", default="bar", help=f"one of {', '.join(MODES)}")
+
+    z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
+    z.add_argument("path")
+    z.add_argument("--csv", action="store_true")
+
+    s = sub.add_parser("summarize", help="per-job table of a run")
+    s.add_argument("run")
+    return ap
+
+
+def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> None:
+    parse_choices(args.model, "model", MODELS + extra, all_ok=False)
+    if args.model == "transformer":
+        parse_choices(args.size, "size", SIZES, all_ok=False)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import format_table, run_verify
+
+    _check_model(args, ("toy",))
+    if args.world_size < 1:
+        raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
+    if args.steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    variants = parse_choices(args.variants, "variant", VARIANT_NAMES)
+    rows, ok = run_verify(args.world_size, model=args.model, steps=args.steps, variants=variants,
+                          backend=args.backend, timeout_s=args.timeout, size=args.size,
+                          width=args.width, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    print(format_table(rows))
+    return 0 if ok else 1
+
+
+def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
+    from .profiler import ProfileOptions, run_profile
+
+    _check_model(args)
+    parse_choices(args.scaling, "scaling mode", SCALING, all_ok=False)
+    parse_choices(args.progress, "progress mode", MODES, all_ok=False)
+    sweep = tuple(float(parse_size(s)) / 2**20 if s.strip().upper().endswith("B") else float(s)
+                  for s in args.bucket_sweep.split(",") if s.strip())
+    opts = ProfileOptions(
+        variants=tuple(parse_choices(args.variants, "variant", VARIANT_NAMES)),
+        world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")), bucket_sweep=sweep,
+        trace=not args.no_trace, out=args.out, name=args.name, backend=args.backend,
+        timeout_s=args.timeout, progress=args.progress)
+    cfg = TrainConfig(model=args.model, size=args.size, width=args.width,
+                      batch_size=args.batch_size, scaling=args.scaling, steps=args.steps,
+                      warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
+                      bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed)
+    return run_profile(opts, cfg, argv)
+
+
+def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
+    from .bench_allreduce import AllreduceOptions, run_allreduce
+
+    parse_choices(args.progress, "progress mode", MODES, all_ok=False)
+    opts = AllreduceOptions(
+        algos=tuple(parse_choices(args.algos, "algorithm", ALGO_NAMES)),
+        world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")),
+        sizes=tuple(parse_size(s) for s in args.sizes.split(",") if s.strip()),
+        warmup=max(0, args.warmup), repeats=max(0, args.repeats), out=args.out, name=args.name,
+        backend=args.backend, timeout_s=args.timeout, progress=args.progress)
+    if not opts.sizes:
+        raise UsageError("--sizes is empty; give sizes like 1KB,64KB,1MB")
+    return run_allreduce(opts, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "verify":
+            return _cmd_verify(args)
+        if args.command == "profile":
+            return _cmd_profile(args, ["python", "-m", "dpcore", *argv])
+        if args.command == "allreduce":
+            return _cmd_allreduce(args, ["python", "-m", "dpcore", *argv])
+        from .analysis import RunLoadError
+        from .analysis.commands import analyze, summarize
+        try:
+            print(analyze(args.path, csv=args.csv) if args.command == "analyze"
+                  else summarize(args.run))
+        except (RunLoadError, FileNotFoundError, ValueError) as exc:
+            raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        return 0
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,70 @@
+"""Central (parameter-server style) all-reduce: gather to rank 0, reduce, send back.
+
+Rank 0 receives N-1 whole tensors and sends N-1 whole tensors, so its link carries
+2(N-1)x the tensor while the others idle: the bottleneck that motivates the ring
+(Patarasuk & Yuan, JPDC 2009; Baidu ring all-reduce, 2017). Written with point-to-point
+messages only, so each message can be logged and drawn.
+
+Group rank 0 of ``group`` is the root. It sums in group-rank order.
+
+Recording: phases "gather" and "broadcast", ring_step 0, ``chunk`` = the group rank whose data
+the message carries (the sender in gather, 0 in broadcast).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ._common import check_op, copy_back, flat_buffer, group_ranks
+
+
+def central_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
+                       recorder: Any = None, call: int = 0) -> torch.Tensor:
+    """All-reduce ``tensor`` in place through group rank 0; returns it."""
+    check_op(op, tensor)
+    rank, n, glob = group_ranks(group)
+    if n == 1 or tensor.numel() == 0:
+        return tensor
+    work, flat = flat_buffer(tensor)
+    nbytes = flat.numel() * flat.element_size()
+    rec = recorder
+    if rank == 0:
+        pending = []
+        for peer in range(1, n):
+            buf = torch.empty_like(flat)
+            t_post = rec.now() if rec is not None else 0
+            pending.append((peer, buf, dist.irecv(buf, glob[peer], group=group), t_post))
+        # Add in rank order as the contributions arrive (overlaps adds with later receives).
+        for peer, buf, req, t_post in pending:
+            req.wait()
+            if rec is not None:
+                rec.message("central", call, "gather", 0, peer, 0, peer, nbytes, t_post,
+                            rec.now(), "recv")
+            flat.add_(buf)
+        if op == "mean":
+            flat.div_(n)
+        sends = []
+        for peer in range(1, n):
+            t_post = rec.now() if rec is not None else 0
+            sends.append((peer, dist.isend(flat, glob[peer], group=group), t_post))
+        for peer, req, t_post in sends:
+            req.wait()
+            if rec is not None:
+                rec.message("central", call, "broadcast", 0, 0, peer, 0, nbytes, t_post,
+                            rec.now(), "send")
+    else:
+        t_post = rec.now() if rec is not None else 0
+        req = dist.isend(flat, glob[0], group=group)
+        req.wait()  # the result lands in the same buffer: the send must be done first
+        if rec is not None:
+            rec.message("central", call, "gather", 0, rank, 0, rank, nbytes, t_post,
+                        rec.now(), "send")
+        t_post = rec.now() if rec is not None else 0
+        req = dist.irecv(flat, glob[0], group=group)
+        req.wait()
+        if rec is not None:
+            rec.message("central", call, "broadcast", 0, 0, rank, 0, nbytes, t_post,
+                        rec.now(), "recv")
+    return copy_back(tensor, work)

@@ -1,0 +1,66 @@
+"""Naive all-reduce: every rank sends its whole tensor to every other rank.
+
+N(N-1) messages of the full tensor, so each rank sends (N-1)x the tensor instead of the
+ring's 2(N-1)/N: the baseline that shows why bandwidth-optimal algorithms exist (Patarasuk &
+Yuan, JPDC 2009). It is still useful: one round of messages means the lowest latency for tiny
+tensors on small N.
+
+Every rank adds the N contributions in the same order (group rank 0, 1, ..., N-1), so all
+ranks end with bitwise identical results even though float addition is not associative.
+
+Recording: phase "exchange", ring_step 0, ``chunk`` = the group rank whose data the message
+carries (its src); one row per message and side.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ._common import check_op, copy_back, flat_buffer, group_ranks
+
+
+def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
+                     recorder: Any = None, call: int = 0) -> torch.Tensor:
+    """All-reduce ``tensor`` in place by all-to-all exchange of whole tensors; returns it."""
+    check_op(op, tensor)
+    rank, n, glob = group_ranks(group)
+    if n == 1 or tensor.numel() == 0:
+        return tensor
+    work, flat = flat_buffer(tensor)
+    nbytes = flat.numel() * flat.element_size()
+    rec = recorder
+    bufs: dict[int, torch.Tensor] = {}
+    recvs = []
+    for peer in range(n):
+        if peer == rank:
+            continue
+        bufs[peer] = buf = torch.empty_like(flat)
+        t_post = rec.now() if rec is not None else 0
+        recvs.append((peer, dist.irecv(buf, glob[peer], group=group), t_post))
+    sends = []
+    # Start with the next rank so that the N-1 senders do not all hit rank 0 first.
+    for i in range(1, n):
+        peer = (rank + i) % n
+        t_post = rec.now() if rec is not None else 0
+        sends.append((peer, dist.isend(flat, glob[peer], group=group), t_post))
+    for peer, req, t_post in recvs:
+        req.wait()
+        if rec is not None:
+            rec.message("naive", call, "exchange", 0, peer, rank, peer, nbytes, t_post,
+                        rec.now(), "recv")
+    for peer, req, t_post in sends:
+        req.wait()  # flat is read by these sends: finish them before writing the result
+        if rec is not None:
+            rec.message("naive", call, "exchange", 0, rank, peer, rank, nbytes, t_post,
+                        rec.now(), "send")
+    # Sum in group-rank order; accumulate into a buffer we own (rank 0's data, or ours).
+    acc = flat if rank == 0 else bufs[0]
+    for peer in range(1, n):
+        acc.add_(flat if peer == rank else bufs[peer])
+    if op == "mean":
+        acc.div_(n)
+    if acc is not flat:
+        flat.copy_(acc)
+    return copy_back(tensor, work)

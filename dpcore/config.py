@@ -1,0 +1,80 @@
+"""Frozen configuration objects (saved verbatim to run.json) and size parsing."""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+from .errors import UsageError
+
+MODELS = ("mlp", "transformer", "einsum")
+SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
+SCALING = ("weak", "strong")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How one training job runs. ``batch_size`` is per rank for weak scaling and global for
+    strong scaling (the global batch must then divide evenly by the world size)."""
+
+    model: str = "mlp"
+    size: str = "tiny"          # transformer size
+    width: int = 512            # mlp hidden width
+    batch_size: int = 32
+    scaling: str = "weak"
+    steps: int = 10
+    warmup: int = 3
+    profile_steps: int = 3      # 0 == no trace
+    bucket_mb: float = 25.0
+    lr: float = 0.01
+    seed: int = 0
+    dtype: str = "float32"
+
+    def global_batch(self, world_size: int) -> int:
+        return self.batch_size * world_size if self.scaling == "weak" else self.batch_size
+
+    def local_batch(self, world_size: int) -> int:
+        gb = self.global_batch(world_size)
+        if gb % world_size:
+            raise UsageError(f"global batch {gb} is not divisible by world size {world_size}; "
+                             "strong scaling splits the batch evenly: choose a batch size that "
+                             f"is a multiple of every world size")
+        return gb // world_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_UNITS = {"": 1, "B": 1, "KB": 1024, "K": 1024, "MB": 1024**2, "M": 1024**2,
+          "GB": 1024**3, "G": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """'64KB' -> 65536 bytes (binary units, as nccl-tests prints them)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?B?)\s*", text.upper())
+    if not m:
+        raise UsageError(f"bad size {text!r}; use a number with an optional unit B, KB, MB or GB "
+                         "(e.g. 1KB,64KB,1MB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def parse_int_list(text: str, what: str, minimum: int = 1) -> list[int]:
+    """'1,2,4' -> [1, 2, 4], with a clear error naming ``what``."""
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"bad {what} {text!r}; expected comma-separated integers like 1,2,4") from None
+    if not vals or min(vals) < minimum:
+        raise UsageError(f"{what} must be integers >= {minimum}, got {text!r}")
+    return vals
+
+
+def parse_choices(text: str, what: str, valid: tuple[str, ...], all_ok: bool = True) -> list[str]:
+    """'a,b' or 'all' -> list, rejecting unknown names with the valid choices."""
+    if all_ok and text.strip() == "all":
+        return list(valid)
+    vals = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in vals if v not in valid]
+    if bad or not vals:
+        raise UsageError(f"unknown {what} {', '.join(bad) or repr(text)}; valid choices: "
+                         f"{', '.join(valid)}" + (" or all" if all_ok else ""))
+    return vals

@@ -1,0 +1,44 @@
+"""Metric formulas exactly as DESIGN.md defines them, shown beside every number in the app.
+
+Why one table: the CLI, the README and the app must explain a number the same way; keeping the
+wording here makes the help texts consistent across views.
+"""
+from __future__ import annotations
+
+FORMULAS: dict[str, str] = {
+    "step_ms": "Step time T: wall time from the step's start to the optimizer step's end "
+               "(CUDA events on GPU, perf_counter on CPU). Median over timed steps and ranks.",
+    "compute_ms": "Compute: forward + backward + optimizer work on the main thread (CPU) or compute kernels (GPU).",
+    "comm_ms": "Comm time C = |union of the rank's collective intervals in the step|.",
+    "overlapped_ms": "Overlapped comm = |comm ∩ compute|: communication hidden under compute.",
+    "exposed_ms": "Exposed comm E = |comm \\ compute|: communication the step waits for.",
+    "other_ms": "Other = T − compute − E (idle, waits, Python overhead), ≥ 0.",
+    "overlap_pct": "Overlap % = |comm ∩ compute| / |comm| (Holistic Trace Analysis), per rank per step.",
+    "comm_fraction": "Comm fraction = E / T: what communication costs the step.",
+    "comm_ops": "Collective calls per step per rank.",
+    "comm_bytes": "Bytes all-reduced per step per rank.",
+    "throughput": "Throughput = global samples per step / T (samples/s).",
+    "speedup_weak": "Weak scaling (fixed batch per rank): S(N) = N·T(1)/T(N).",
+    "efficiency_weak": "Weak scaling efficiency = T(1)/T(N).",
+    "speedup_strong": "Strong scaling (fixed global batch): S(N) = T(1)/T(N).",
+    "efficiency_strong": "Strong scaling efficiency = S(N)/N.",
+    "algbw": "algbw = bytes / t (t = median time of one all-reduce).",
+    "busbw": "busbw = algbw · 2(N−1)/N for all-reduce (nccl-tests); (N−1)/N for reduce-scatter "
+             "and all-gather; 1 for broadcast.",
+    "ring_wait": "For each ring step: transfer = the shortest matching send→recv time across ranks; wait = the rest.",
+}
+
+BREAKDOWN_CAPTION = (
+    "Each bar is one step (median) of one job, split so the parts add up to the step time T: "
+    "compute with no communication in flight, communication **hidden** under compute (overlapped), "
+    "communication the step **waits** for (exposed, E = |comm \\ compute|), and other time. "
+    "Blocking variants (`naive`, `flat`, `central`, `ring`) wait for all their communication after backward; "
+    "`overlap`, `bucketed` and `torch_ddp` start all-reduces from gradient hooks during backward and hide most of it."
+)
+
+
+def scaling_caption(mode: str) -> str:
+    """Caption for the scaling view in the run's own scaling mode (weak or strong)."""
+    return (f"This run used **{mode} scaling**. {FORMULAS['speedup_' + mode]} {FORMULAS['efficiency_' + mode]} "
+            "The dashed line is perfect scaling. Points drawn as × were oversubscribed: more busy threads than "
+            "CPU cores, so their slowdown comes from the machine, not from the algorithm.")

@@ -1,0 +1,92 @@
+"""Run picker (sidebar), the Runs view and the environment box.
+
+Why the environment box is loud: numbers from an oversubscribed CPU job (more busy threads than
+cores) or from a run where a variant was skipped are easy to misread; the warning says so in
+plain words next to the numbers instead of in a log nobody reads.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+RUN_COLS = ["run_id", "created", "status", "model", "size", "variants", "world_sizes", "backend", "device", "kinds"]
+
+
+def default_run(runs: pd.DataFrame) -> str:
+    """Newest complete run, else the newest of any status."""
+    done = runs[runs["status"] == "complete"]
+    return str((done if not done.empty else runs)["run_id"].iloc[0])
+
+
+def pick_runs(runs: pd.DataFrame) -> list[str]:
+    """Sidebar: one run (default newest complete) and, in compare mode, a second one. Returns run ids."""
+    ids = [str(r) for r in runs["run_id"]]
+    status = dict(zip(ids, runs["status"].astype(str)))
+    if st.session_state.get("run_a") not in ids:
+        st.session_state["run_a"] = default_run(runs)
+    fmt = lambda r: f"{r} · {status.get(r, '?')}"  # noqa: E731
+    a = st.sidebar.selectbox("Run", ids, key="run_a", format_func=fmt, help="Runs under the profiles folder, newest first.")
+    chosen = [a]
+    if len(ids) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
+        others = [r for r in ids if r != a]
+        if st.session_state.get("run_b") not in others:
+            st.session_state["run_b"] = others[0]
+        chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt))
+    return chosen
+
+
+def _threads(env: dict) -> str:
+    t = env.get("threads_per_rank")
+    if isinstance(t, dict):
+        return ", ".join(f"{v} at N={k}" for k, v in t.items())
+    return "?" if t is None else str(t)
+
+
+def environment_box(run) -> None:
+    """Backend, devices, cores and threads per rank; plain warnings for oversubscription and skipped jobs."""
+    meta = run.meta if isinstance(run.meta, dict) else {}
+    env, cfg = meta.get("environment") or {}, meta.get("config") or {}
+    devices = env.get("devices")
+    devices = ", ".join(map(str, devices)) if isinstance(devices, list) else str(devices or env.get("device", "?"))
+    with st.container(border=True):
+        st.markdown(f"**{meta.get('run_id', run.path.name)}** · status **{meta.get('status', '?')}** · "
+                    f"created {meta.get('created', '?')}")
+        c = st.columns(5)
+        c[0].metric("backend", str(env.get("backend", "?")))
+        c[1].metric("device", str(env.get("device", "?")), help=devices)
+        c[2].metric("CPU cores", str(env.get("cpu_cores", "?")), help=f"logical CPUs: {env.get('logical_cpus', '?')}")
+        c[3].metric("GPUs", str(env.get("gpus", 0)))
+        c[4].metric("model", f"{cfg.get('model', '?')} {cfg.get('size', '') or ''}".strip())
+        st.caption(f"Devices: {devices} · threads per rank: {_threads(env)} · host {env.get('host', '?')} · "
+                   f"torch {env.get('torch', '?')} · batch/rank {cfg.get('batch_size', '?')} · "
+                   f"{cfg.get('scaling', '?')} scaling · {cfg.get('steps', '?')} steps")
+        jobs = run.jobs
+        over = jobs[jobs["oversubscribed"].fillna(False).astype(bool)] if "oversubscribed" in jobs else jobs.iloc[:0]
+        if len(over):
+            st.warning(f"**Oversubscribed:** {len(over)} job(s) ran more busy threads than this machine has CPU "
+                       f"cores ({env.get('cpu_cores', '?')}): {', '.join(map(str, over['job_id']))}. Their timings "
+                       "measure CPU contention, not the algorithm; compare them with care.")
+        elif env.get("oversubscribed"):
+            st.warning("**Oversubscribed:** this run put more busy threads on the machine than it has CPU cores.")
+        for _, j in jobs.iterrows():
+            reason = j.get("skip_reason")
+            if j.get("status") == "skipped" or (isinstance(reason, str) and reason):
+                st.warning(f"**Skipped** `{j['job_id']}`: {reason or 'no reason recorded'}")
+            elif j.get("status") in ("failed", "interrupted"):
+                st.error(f"**{j['status'].capitalize()}** `{j['job_id']}`: {j.get('error') or 'no error text'}")
+
+
+def runs_view(runs: pd.DataFrame, loaded: list) -> None:
+    """Table of every run, then the environment box and the job list of the chosen run(s)."""
+    st.subheader("Runs")
+    st.caption("Every run folder under the profiles directory, newest first. Pick one in the sidebar "
+               "(default: the newest complete run), or switch on *Compare* to put two side by side.")
+    cols = [c for c in RUN_COLS if c in runs.columns]
+    st.dataframe(runs[cols], hide_index=True, width="stretch")
+    for run in loaded:
+        environment_box(run)
+        jobs = run.jobs
+        with st.expander(f"Jobs of {run.path.name} ({len(jobs)})"):
+            show = [c for c in ["job_id", "kind", "variant", "algo", "world_size", "bucket_mb", "status",
+                                "oversubscribed", "skip_reason", "error"] if c in jobs.columns]
+            st.dataframe(jobs[show], hide_index=True, width="stretch")

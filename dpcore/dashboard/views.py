@@ -1,0 +1,105 @@
+"""Overview, Timeline and Scaling views: numbers from `dpcore.analysis`, pictures from `dpcore.plots`.
+
+Why every table column carries a help text: engineers want the number, students want to know
+what it means; the formula (DESIGN.md) is one hover away from the value.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dpcore.dashboard import data
+from dpcore.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS, scaling_caption
+from dpcore.plots.overview import breakdown_figure, comparison_figure
+from dpcore.plots.scaling import scaling_figure
+from dpcore.plots.timeline import timeline_figure
+
+NUM = st.column_config.NumberColumn
+SUMMARY_CONFIG = {
+    "step_ms": NUM("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
+    "compute_ms": NUM("compute (ms)", help=FORMULAS["compute_ms"], format="%.2f"),
+    "comm_ms": NUM("comm C (ms)", help=FORMULAS["comm_ms"], format="%.2f"),
+    "overlapped_ms": NUM("overlapped (ms)", help=FORMULAS["overlapped_ms"], format="%.2f"),
+    "exposed_ms": NUM("exposed E (ms)", help=FORMULAS["exposed_ms"], format="%.2f"),
+    "other_ms": NUM("other (ms)", help=FORMULAS["other_ms"], format="%.2f"),
+    "comm_fraction": NUM("comm fraction E/T", help=FORMULAS["comm_fraction"], format="percent"),
+    "overlap_pct": NUM("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%"),
+    "comm_ops": NUM("comm ops", help=FORMULAS["comm_ops"], format="%d"),
+    "comm_bytes": NUM("comm bytes", help=FORMULAS["comm_bytes"], format="compact"),
+    "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),
+}
+SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "step_ms", "comm_fraction", "overlap_pct", "comm_ops",
+                "comm_bytes", "compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "throughput", "status"]
+
+
+def overview_view(run) -> None:
+    """Stacked step breakdown per (variant, world size) and the summary table."""
+    summary = data.job_summary(run, data.key(run))
+    st.plotly_chart(breakdown_figure(summary, "Where a training step's time goes"), key=f"ov-{run.path}")
+    st.caption(BREAKDOWN_CAPTION)
+    if summary.empty:
+        return
+    cols = [c for c in SUMMARY_COLS if c in summary.columns]
+    st.dataframe(summary.sort_values(["variant", "world_size", "bucket_mb"])[cols], hide_index=True,
+                 column_config=SUMMARY_CONFIG, width="stretch")
+    st.caption(f"Medians over timed (unprofiled) steps and ranks. {FORMULAS['comm_fraction']} "
+               f"{FORMULAS['overlap_pct']} Hover a column header for its formula.")
+
+
+def compare_overview(runs: list) -> None:
+    """Step time of the same jobs in both runs, grouped bars."""
+    st.plotly_chart(comparison_figure({r.path.name: data.job_summary(r, data.key(r)) for r in runs}),
+                    key="ov-compare")
+
+
+def _default_job(jobs: pd.DataFrame) -> int:
+    """Prefer a multi-rank overlapping job: it is the one whose timeline teaches the most."""
+    for pref in ("bucketed", "overlap", "torch_ddp", "ring"):
+        hit = jobs.index[(jobs["variant"] == pref) & (jobs["world_size"] > 1)]
+        if len(hit):
+            return int(jobs.index.get_loc(hit[-1]))
+    return 0
+
+
+def timeline_view(run, root) -> None:
+    """Lane pair per rank for one job and step, from the trace when there is one."""
+    jobs = run.jobs[(run.jobs["kind"] == "train") & (run.jobs["status"] == "complete")].reset_index(drop=True)
+    if jobs.empty:
+        st.info("This run has no completed training job to draw.")
+        return
+    c1, c2 = st.columns([2, 1])
+    job = c1.selectbox("Job", list(jobs["job_id"]), index=_default_job(jobs), key=f"tl-job-{run.path}",
+                       help="One (variant, world size, bucket size) cell of the sweep.")
+    steps = run.steps[run.steps["job_id"] == job]
+    profiled = sorted(int(s) for s in steps.loc[steps["profiled"].astype(str).str.lower() == "true", "step"].unique())
+    all_steps = sorted(int(s) for s in steps["step"].unique()) or [0]
+    default = profiled[0] if profiled else all_steps[0]
+    step = c2.selectbox("Step", all_steps, index=all_steps.index(default), key=f"tl-step-{run.path}-{job}",
+                        format_func=lambda s: f"{s} (profiled, traced)" if s in profiled else str(s))
+    intervals = data.timeline(run, data.key(run), job, int(step))
+    st.plotly_chart(timeline_figure(intervals, f"{job} · step {step}"), key=f"tl-{run.path}-{job}-{step}")
+    traced = step in profiled and bool(data.trace_files(run, job, root))
+    source = ("the torch.profiler trace of each rank" if traced else
+              "steps.csv phases (compute) and collectives.csv intervals (comm)")
+    st.caption(
+        f"Each rank has two lanes on the shared clock: **compute** (forward, backward, optimizer) above, "
+        f"**comm** (all-reduce in flight) below. Where orange sits under blue, communication is hidden by "
+        f"compute (overlap); orange under an empty compute lane is exposed comm the step waits for. "
+        f"Drawn from {source}. Drag to zoom, double-click to reset; dense regions are merged into single bars "
+        f"(hover shows how many ops). {FORMULAS['overlap_pct']}")
+
+
+def scaling_view(run) -> None:
+    """Step time, throughput, speedup and efficiency against world size, in the run's scaling mode."""
+    cfg = run.meta.get("config") or {} if isinstance(run.meta, dict) else {}
+    mode = str(cfg.get("scaling") or "weak").lower()
+    mode = mode if mode in ("weak", "strong") else "weak"
+    df = data.scaling(run, data.key(run), mode)
+    st.plotly_chart(scaling_figure(df, mode), key=f"sc-{run.path}")
+    st.caption(scaling_caption(mode))
+    if not df.empty:
+        cfg_cols = {"step_ms": SUMMARY_CONFIG["step_ms"], "throughput": SUMMARY_CONFIG["throughput"],
+                    "speedup": NUM("speedup S(N)", help=FORMULAS["speedup_" + mode], format="%.2f"),
+                    "efficiency": NUM("efficiency", help=FORMULAS["efficiency_" + mode], format="percent"),
+                    "ideal_speedup": NUM("ideal S(N)", format="%.0f")}
+        st.dataframe(df, hide_index=True, column_config=cfg_cols, width="stretch")

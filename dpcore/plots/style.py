@@ -1,0 +1,56 @@
+"""Shared look of every dpcore figure: one color per variant/algorithm and per time component.
+
+Why: the same variant must have the same color in every view, so a student can follow `ring`
+from the overview to the scaling curve without reading legends twice.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+VARIANT_COLORS: dict[str, str] = {
+    "single": "#7f7f7f", "manual": "#bcbd22", "naive": "#d62728", "flat": "#ff7f0e", "central": "#8c564b",
+    "ring": "#1f77b4", "overlap": "#17becf", "bucketed": "#2ca02c", "torch_ddp": "#9467bd",
+    "data_parallel": "#e377c2", "native": "#9467bd",
+}
+COMPONENT_COLORS: dict[str, str] = {
+    "compute": "#4c78a8", "overlapped": "#72b7b2", "exposed": "#e45756", "other": "#bab0ac",
+}
+LANE_COLORS: dict[str, str] = {"compute": "#4c78a8", "comm": "#f58518"}
+PHASE_COLORS: dict[str, str] = {
+    "reduce_scatter": "#e45756", "all_gather": "#4c78a8", "gather": "#f58518", "broadcast": "#54a24b",
+    "exchange": "#b279a2",
+}
+FALLBACK = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+
+
+def color_for(name: str, table: dict[str, str] = VARIANT_COLORS) -> str:
+    """Stable color for a name: the table's entry, else a hash-picked fallback (stable across runs)."""
+    if name in table:
+        return table[name]
+    return FALLBACK[sum(map(ord, str(name))) % len(FALLBACK)]
+
+
+def base_layout(fig: go.Figure, title: str | None = None, height: int = 420) -> go.Figure:
+    """Common margins/legend so figures line up in the page and stay readable in screenshots."""
+    fig.update_layout(
+        title=title, height=height, template="plotly_white", margin=dict(l=60, r=20, t=60 if title else 30, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0), hovermode="closest",
+    )
+    return fig
+
+
+def empty_figure(message: str, height: int = 240) -> go.Figure:
+    """A figure that says why there is nothing to draw (instead of an empty axis box)."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=14))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return base_layout(fig, height=height)
+
+
+def job_label(variant: object, world_size: object, bucket_mb: object = None, show_bucket: bool = False) -> str:
+    """Short x-axis label of a job: 'ring ×4' or 'bucketed ×2 · 5 MB'."""
+    label = f"{variant} ×{int(world_size)}" if world_size == world_size and world_size is not None else str(variant)
+    if show_bucket and bucket_mb is not None and bucket_mb == bucket_mb:
+        label += f" · {float(bucket_mb):g} MB"
+    return label

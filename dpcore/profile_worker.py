@@ -1,0 +1,144 @@
+"""What each rank does for one profiling job: warm-up, timed steps, then profiled steps.
+
+Why timed steps run without the profiler: torch.profiler adds per-op overhead, so the step
+times the charts use come from plain ``perf_counter`` (CPU, after a barrier so all ranks start
+a step together) or CUDA events (GPU); only a few extra steps run under the profiler, for the
+traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up step is ``steps``
+(dropped), profiled steps are steps+1..steps+profile_steps.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .chrome import SYNC_MARKER
+from .clock import measure_offset
+from .config import TrainConfig
+from .instrument import PhaseTimer, Recorder
+from .launch import DistContext
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One cell of the sweep. ``world_size`` is the logical data-parallel degree (replicas);
+    ``processes`` is how many ranks are launched (1 for single-process variants)."""
+
+    job_id: str
+    variant: str
+    world_size: int
+    processes: int
+    bucket_mb: float
+    trace_dir: str | None  # None == --no-trace
+
+
+def _union_ms(spans: list[tuple[int, int]]) -> float:
+    """Length of the union of [start, end] ns intervals, in ms."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total / 1e6
+
+
+def _attach_comm(step_rows: list[dict], coll: list[dict]) -> None:
+    """comm_ms / comm_ops / comm_bytes per step from this rank's collective log."""
+    by_step: dict[int, list[dict]] = {}
+    for c in coll:
+        by_step.setdefault(c["step"], []).append(c)
+    for row in step_rows:
+        cs = by_step.get(row["step"], [])
+        spans = [(int(c["t_start_ns"] if c["t_start_ns"] != "" else c["t_launch_ns"]),
+                  int(c["t_end_ns"])) for c in cs if int(c["t_end_ns"]) >= 0]
+        row["comm_ms"] = round(_union_ms(spans), 6)
+        row["comm_ops"] = len(cs)
+        row["comm_bytes"] = sum(int(c["bytes"]) for c in cs)
+
+
+def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
+    """Run one job on this rank; return its rows for the run directory (parent writes them)."""
+    from .models import make_batch
+    from .train import make_trainer
+
+    offset, rtt = measure_offset(ctx)
+    rec = Recorder(spec.job_id, ctx.rank, offset)
+    cfg = replace(cfg, bucket_mb=spec.bucket_mb)
+    trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size)
+    if getattr(trainer, "skip_reason", None):
+        return {"skip_reason": trainer.skip_reason}
+    global_batch = cfg.global_batch(spec.world_size)
+    local = global_batch // ctx.world_size
+    lo, hi = ctx.rank * local, (ctx.rank + 1) * local
+    timer = PhaseTimer(ctx.device, offset)
+    profile_steps = cfg.profile_steps if spec.trace_dir else 0
+    total = cfg.warmup + cfg.steps + (profile_steps + 1 if profile_steps else 0)
+    rows: list[dict] = []
+    done = 0
+
+    def one_step(step: int, profiled: bool, keep: bool) -> None:
+        nonlocal done
+        x, y = make_batch(cfg, cfg.model, step + cfg.warmup, global_batch, cfg.seed)
+        x, y = x[lo:hi].to(ctx.device, non_blocking=True), y[lo:hi].to(ctx.device, non_blocking=True)
+        if ctx.world_size > 1:
+            dist.barrier(group=ctx.group)  # every rank starts the step together
+        rec.step = step
+        trainer.step(x, y, timer)
+        rec.step = -1
+        if keep:
+            t = timer.finish()
+            rows.append({"job_id": spec.job_id, "variant": spec.variant,
+                         "world_size": spec.world_size, "bucket_mb": spec.bucket_mb,
+                         "rank": ctx.rank, "step": step, "profiled": profiled,
+                         "t_start_ns": t["t_start_ns"], "step_ms": round(t["step_ms"], 6),
+                         **{k: round(t[k], 6) for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")},
+                         "samples": getattr(trainer, "samples_per_step", local)})
+        done += 1
+        ctx.report({"done": done, "phase": "warmup" if step < 0 else
+                    ("profiled" if profiled else "timed")})
+
+    for w in range(cfg.warmup):
+        one_step(w - cfg.warmup, False, False)
+    rec.clear()
+    for s in range(cfg.steps):
+        one_step(s, False, True)
+
+    trace_file, sync_ns = None, 0
+    if profile_steps:
+        trace_file = Path(spec.trace_dir) / f"rank{ctx.rank}.json.gz"
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if ctx.is_cuda:
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+
+        def export(prof: Any) -> None:
+            tmp = trace_file.with_name(f".rank{ctx.rank}.{os.getpid()}.tmp.json.gz")
+            prof.export_chrome_trace(str(tmp))
+            os.replace(tmp, trace_file)
+
+        sched = torch.profiler.schedule(wait=0, warmup=1, active=profile_steps, repeat=1)
+        with torch.profiler.profile(activities=acts, schedule=sched, on_trace_ready=export) as prof:
+            prof.add_metadata_json("dpcore", '{"job_id": "%s", "rank": %d, "offset_ns": %d}'
+                                   % (spec.job_id, ctx.rank, offset))
+            for j in range(profile_steps + 1):
+                if j == 1:
+                    sync_ns = rec.now()
+                    with torch.profiler.record_function(SYNC_MARKER):
+                        pass
+                one_step(cfg.steps + j, j > 0, j > 0)
+                prof.step()
+    keep = {r["step"] for r in rows}
+    coll = [c for c in rec.collective_rows() if c["step"] in keep]
+    _attach_comm(rows, coll)
+    msgs = [m for m in rec.message_rows() if m["step"] in keep]
+    return {"steps": rows, "collectives": coll, "messages": msgs, "offset_ns": offset,
+            "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None, "sync_ns": sync_ns,
+            "threads": ctx.threads}

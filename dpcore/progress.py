@@ -1,0 +1,65 @@
+"""Progress reporting for long commands: a terminal bar per job, or JSON lines.
+
+``--progress json`` prints one JSON object per line on stdout (events ``run_start``,
+``job_start``, ``step``, ``job_end``, ``run_end``) so the dashboard can follow a run it started
+without scraping a progress bar. ``bar`` draws a tqdm bar per job on stderr (stdout stays
+clean for tables).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+MODES = ("bar", "json", "none")
+
+
+class Progress:
+    def __init__(self, mode: str = "bar", jobs_total: int = 0) -> None:
+        self.mode = mode
+        self.jobs_total = jobs_total
+        self.job_index = 0
+        self._bar: Any = None
+        self._job_id = ""
+        self._steps_total = 0
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if self.mode == "json":
+            print(json.dumps({"event": event, **fields}, default=str), flush=True)
+
+    def run_start(self, run_dir: str) -> None:
+        self.emit("run_start", run_dir=run_dir, jobs_total=self.jobs_total)
+
+    def job_start(self, job_id: str, steps_total: int) -> None:
+        self.job_index += 1
+        self._job_id, self._steps_total = job_id, steps_total
+        self.emit("job_start", job_id=job_id, job_index=self.job_index,
+                  jobs_total=self.jobs_total, steps_total=steps_total)
+        if self.mode == "bar":
+            from tqdm import tqdm
+            self._bar = tqdm(total=steps_total, unit="step", leave=True, file=sys.stderr,
+                             desc=f"[{self.job_index}/{self.jobs_total}] {job_id}", ncols=90)
+
+    def step(self, event: dict) -> None:
+        """Called with the worker's ``{"step": i}`` events (rank 0 reports them)."""
+        done = int(event.get("done", 0))
+        self.emit("step", job_id=self._job_id, job_index=self.job_index,
+                  jobs_total=self.jobs_total, step=done, steps_total=self._steps_total,
+                  phase=event.get("phase", ""))
+        if self._bar is not None:
+            self._bar.n = min(done, self._steps_total)
+            self._bar.set_postfix_str(event.get("phase", ""), refresh=False)
+            self._bar.refresh()
+
+    def job_end(self, job_id: str, status: str, error: str = "") -> None:
+        self.emit("job_end", job_id=job_id, job_index=self.job_index,
+                  jobs_total=self.jobs_total, status=status, error=error)
+        if self._bar is not None:
+            if status == "complete":
+                self._bar.n = self._steps_total
+            self._bar.set_postfix_str(status)
+            self._bar.close()
+            self._bar = None
+
+    def run_end(self, run_dir: str, status: str) -> None:
+        self.emit("run_end", run_dir=run_dir, status=status)

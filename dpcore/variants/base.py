@@ -1,0 +1,137 @@
+"""The one interface every DP variant implements, plus helpers they share.
+
+A wrapper is a drop-in replacement for ``DistributedDataParallel`` (Li et al., "PyTorch
+Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020): an
+``nn.Module`` whose only child is ``.module`` (so ``parameters()`` is the wrapped model's, in
+its order), which makes all replicas start equal (broadcast from rank 0 at construction) and
+leaves every rank holding the AVERAGE gradient after ``finish_gradient_synchronization()``.
+``no_sync()`` follows DDP: the decision is taken at forward time, and gradients of
+un-synchronised backwards accumulate locally until the next synchronised one.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.profiler import record_function
+
+BROADCAST_CHUNK_BYTES = 64 * 1024 * 1024  # coalesce small tensors, bound the extra memory
+
+
+class DPWrapper(nn.Module):
+    """Base class: shared constructor, forward, no_sync and the hooks' bookkeeping.
+
+    Subclasses implement :meth:`_sync` (called by ``finish_gradient_synchronization`` when the
+    last forward ran with sync enabled) and may override :meth:`_prepare` (start of a
+    synchronised forward) and :meth:`on_train_batch_start`.
+    """
+
+    name = "base"
+    processes = "N"  # DESIGN.md: N processes, one per rank
+
+    def __init__(self, module: nn.Module, *, group: Any = None, recorder: Any = None,
+                 bucket_mb: float = 25.0, broadcast: bool = True) -> None:
+        super().__init__()
+        self.module = module
+        self.group = group
+        self.recorder = recorder
+        self.bucket_mb = float(bucket_mb)
+        self.world_size = dist.get_world_size(group) if dist.is_initialized() else 1
+        # parameters() de-duplicates, so a tied weight appears (and is reduced) once
+        self.trainable: list[nn.Parameter] = [p for p in module.parameters() if p.requires_grad]
+        self.require_backward_grad_sync = True
+        self._sync_pending = False  # did the last forward run with sync enabled?
+        self.calls = 0              # collectives issued (the ``call`` id of comm.all_reduce)
+        if broadcast and self.world_size > 1:
+            broadcast_module(module, group, recorder)
+
+    # -- DDP-compatible surface ------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._sync_pending = self.require_backward_grad_sync
+        if self._sync_pending:
+            self._prepare()
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backwards of forwards run inside accumulate gradients locally (no collectives)."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def finish_gradient_synchronization(self) -> None:
+        """Leave the averaged gradient in every ``param.grad`` (call after backward)."""
+        if self._sync_pending:
+            with record_function("grad_sync_" + self.name):
+                self._sync()
+            self._sync_pending = False
+
+    def on_train_batch_start(self) -> None:
+        """Reset per-batch state before the next batch (hook variants clear their handles)."""
+
+    # -- for subclasses --------------------------------------------------------------------
+    def _prepare(self) -> None:
+        """Called at the start of every synchronised forward."""
+
+    def _sync(self) -> None:
+        raise NotImplementedError
+
+    def _grads(self) -> list[torch.Tensor]:
+        """Every trainable gradient; an unused parameter gets zeros so ranks stay in step."""
+        for p in self.trainable:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        return [p.grad for p in self.trainable]
+
+
+def src_rank(group: Any) -> int:
+    """Global rank of the group's rank 0 (``dist.broadcast`` takes global ranks)."""
+    return 0 if group is None else dist.get_global_rank(group, 0)
+
+
+def broadcast_module(module: nn.Module, group: Any = None, recorder: Any = None) -> None:
+    """Make every rank's parameters (frozen too) and buffers equal to rank 0's.
+
+    Tensors are coalesced into flat chunks of at most 64 MiB per dtype/device, as DDP's
+    ``_sync_module_states`` does, so a model of many small tensors costs a few collectives
+    instead of hundreds, while a huge model never needs a second full copy.
+    """
+    tensors = [p.data for p in module.parameters()] + [b for b in module.buffers()]
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.dtype, t.device), []).append(t)
+    src = src_rank(group)
+    for ts in groups.values():
+        chunk: list[torch.Tensor] = []
+        size = 0
+        for t in ts + [None]:  # type: ignore[list-item]
+            if t is not None and (not chunk or size + t.numel() * t.element_size()
+                                  <= BROADCAST_CHUNK_BYTES):
+                chunk.append(t)
+                size += t.numel() * t.element_size()
+                continue
+            if chunk:
+                _broadcast_flat(chunk, src, group, recorder)
+            chunk, size = ([t], t.numel() * t.element_size()) if t is not None else ([], 0)
+
+
+def _broadcast_flat(chunk: list[torch.Tensor], src: int, group: Any, recorder: Any) -> None:
+    flat = torch.cat([t.reshape(-1) for t in chunk])
+    idx = recorder.launch("broadcast", "native", flat.numel() * flat.element_size()) \
+        if recorder is not None else -1
+    with record_function("broadcast_params"):
+        dist.broadcast(flat, src=src, group=group)
+    if recorder is not None:
+        recorder.done(idx)
+    off = 0
+    with torch.no_grad():
+        for t in chunk:
+            n = t.numel()
+            t.copy_(flat[off:off + n].view_as(t))
+            off += n
