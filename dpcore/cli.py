@@ -91,14 +91,14 @@ def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> None:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import format_table, run_verify
-
     _check_model(args, ("toy",))
     if args.world_size < 1:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     variants = parse_choices(args.variants, "variant", VARIANT_NAMES)
+    from .verify import format_table, run_verify
+
     rows, ok = run_verify(args.world_size, model=args.model, steps=args.steps, variants=variants,
                           backend=args.backend, timeout_s=args.timeout, size=args.size,
                           width=args.width, batch_size=args.batch_size, lr=args.lr, seed=args.seed)

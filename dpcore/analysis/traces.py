@@ -49,7 +49,7 @@ def _gpu_kind(name: str, cat: str) -> str:
 
 def _codes_to_cat(codes: np.ndarray, table: dict) -> pd.Categorical:
     cats = pd.Index(list(table.keys()), dtype=object)
-    return pd.Categorical.from_codes(codes, categories=cats) if len(cats) else pd.Categorical([] * 0)
+    return pd.Categorical.from_codes(codes, categories=cats)
 
 
 def _rank_of(meta: dict, path: Path) -> int:
@@ -108,8 +108,7 @@ def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
         keys, vals = corr[host][c_sorted], step[host][c_sorted]
         dev = (stream >= 0) & (corr > 0)
         pos = np.clip(np.searchsorted(keys, corr[dev]), 0, max(0, keys.size - 1))
-        hit = keys.size > 0 and True
-        if hit:
+        if keys.size:
             found = keys[pos] == corr[dev]
             dev_idx = np.flatnonzero(dev)
             step[dev_idx[found]] = vals[pos[found]]

@@ -39,6 +39,8 @@ from .schedule import chunk_bounds, rank_schedule
 
 #: Target size of one sub-message. Tuned with ``python -m dpcore.comm.bench_ring`` on gloo.
 DEFAULT_SUB_BYTES = 1 << 20
+#: Cap on sub-chunks per chunk (more messages cost per-message overhead).
+DEFAULT_MAX_SUBS = 1 << 30
 #: Receives kept posted ahead (<= sub-chunks per chunk); 0 = one whole step.
 DEFAULT_INFLIGHT = 0
 
@@ -62,7 +64,8 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     max_len = chunks[0][1] - chunks[0][0]
     sub_bytes = DEFAULT_SUB_BYTES if sub_bytes is None else sub_bytes
     inflight = DEFAULT_INFLIGHT if inflight is None else inflight
-    n_sub = max(1, math.ceil(max_len * flat.element_size() / max(1, sub_bytes)))
+    n_sub = max(1, min(DEFAULT_MAX_SUBS,
+                       math.ceil(max_len * flat.element_size() / max(1, sub_bytes))))
     # subs[c][j] = absolute (start, stop) of sub-chunk j of chunk c (maybe empty)
     subs = [[(a + s, a + e) for s, e in chunk_bounds(b - a, n_sub)] for a, b in chunks]
     plan = rank_schedule(n, rank)

@@ -123,7 +123,7 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
         c = st.columns(3)
         model = c[0].selectbox("Model", MODELS)
         size = c[1].selectbox("Size (transformer)", SIZES)
-        steps = c[2].number_input("Steps per job", 1, 10_000, 10)
+        steps = c[2].number_input("Steps per job", 3, 10_000, 10, help="At least 3: the last 3 steps are traced.")
         variants = st.multiselect("Variants", VARIANTS, default=QUICK["variants"])
         c = st.columns(3)
         world_sizes = c[0].multiselect("World sizes", [1, 2, 3, 4, 8, 16], default=[1, 2])

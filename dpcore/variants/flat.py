@@ -80,7 +80,7 @@ class FlatAlgoDP(FlatDP):
         idx = rec.launch("all_reduce", self.algo, flat.numel() * flat.element_size(), bucket) \
             if rec is not None else -1
         self._all_reduce(flat, algo=self.algo, op="mean", group=self.group, recorder=rec,
-                         call=self.calls)
+                         call=bucket)  # call = index of this all-reduce within the step
         if rec is not None:
             rec.done(idx)
         self.calls += 1

@@ -1,0 +1,107 @@
+"""dpcore dashboard: `streamlit run app.py`.
+
+Renders only: every number comes from `dpcore.analysis` (the same functions the CLI uses) and
+every figure from `dpcore.plots`; loads are cached with `st.cache_data` (dpcore.dashboard.data).
+Runs are read from `profiles/` next to this file, or from $DPCORE_PROFILES.
+"""
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+
+import streamlit as st
+
+from dpcore.dashboard import data, launcher
+from dpcore.dashboard.runs import pick_runs, runs_view
+from dpcore.dashboard.views import compare_overview, overview_view, scaling_view, timeline_view
+from dpcore.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
+
+VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Ring messages", "Bandwidth", "Buckets", "Traces", "New run"]
+INTRO = {
+    "Overview": "How long one training step takes per variant and world size, and how much of it is communication.",
+    "Timeline": "What every rank does during one step: compute above, communication below, on one clock.",
+    "Scaling": "What adding ranks buys: step time, throughput, speedup and efficiency against world size.",
+    "Ring messages": "Every point-to-point message of the from-scratch all-reduce algorithms.",
+    "Bandwidth": "All-reduce bandwidth against message size, measured like nccl-tests.",
+    "Buckets": "How the gradient bucket size trades launch overhead against overlap.",
+    "Traces": "The raw torch.profiler traces, for Perfetto or chrome://tracing.",
+}
+
+st.set_page_config(page_title="dpcore · data-parallel profiler", page_icon="⚡", layout="wide")
+root = data.profiles_root()
+APP_DIR = data.APP_DIR
+
+
+def safely(fn: Callable[[], None], where: str) -> None:
+    """Run one view; a bad run shows a readable error instead of taking the whole page down."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - hostile data must not crash the app
+        st.error(f"{where} could not be drawn: {type(exc).__name__}: {exc}")
+        with st.expander("Details"):
+            st.code(traceback.format_exc(), language=None)
+
+
+st.sidebar.title("⚡ dpcore")
+st.sidebar.caption("Profiler and dashboard for data-parallel training.")
+if "open_run" in st.session_state:  # a profile started from this page has finished: open it
+    st.session_state["run_a"] = st.session_state.pop("open_run")
+    st.session_state["view"] = "Overview"
+st.session_state.setdefault("view", "Overview")
+view = st.sidebar.radio("View", VIEWS, key="view")
+
+if st.session_state.get("launch") is not None:
+    launcher.follow()
+launcher.show_result()
+
+runs, warnings = data.list_runs(root)
+for w in warnings:
+    st.warning(f"Skipped an unreadable run: {w}")
+
+if runs.empty:
+    st.title("No profiling runs yet")
+    st.markdown(
+        f"dpcore looks for runs in `{root}` (set `DPCORE_PROFILES` to use another folder). A run is what "
+        "`python -m dpcore profile` writes: per-step timings, every collective and message, and Chrome traces.\n\n"
+        "Start with a quick CPU profile: a tiny MLP trained by `single`, `flat`, `ring`, `overlap` and `bucketed` "
+        "data parallelism on 1 and 2 processes (gloo). It takes about a minute.")
+    busy = st.session_state.get("launch") is not None
+    if st.button("Run a quick CPU profile", type="primary", disabled=busy, key="quick"):
+        launcher.quick_start(root, APP_DIR)
+        st.rerun()
+    if view == "New run":
+        launcher.new_run_form(root, APP_DIR)
+    st.stop()
+
+chosen = pick_runs(runs)
+loaded = []
+for run_id in chosen:
+    path = runs.loc[runs["run_id"] == run_id, "path"].iloc[0]
+    try:
+        loaded.append(data.load_run(path, root))
+    except Exception as exc:  # noqa: BLE001 - RunLoadError names the file; anything else is still a bad run
+        st.warning(f"Run `{run_id}` could not be loaded: {exc}")
+if not loaded and view not in ("Runs", "New run"):
+    st.info("Pick another run in the sidebar.")
+    st.stop()
+
+st.title(view)
+if view in INTRO:
+    st.caption(INTRO[view])
+if view == "Runs":
+    safely(lambda: runs_view(runs, loaded), "The run list")
+elif view == "New run":
+    st.caption(f"Starts `python -m dpcore profile … --progress json` in the background; the run is written to `{root}`.")
+    launcher.new_run_form(root, APP_DIR)
+else:
+    if view == "Overview" and len(loaded) > 1:
+        safely(lambda: compare_overview(loaded), "The comparison")
+    render = {
+        "Overview": overview_view, "Scaling": scaling_view, "Bandwidth": bandwidth_view, "Buckets": buckets_view,
+        "Ring messages": ring_view, "Timeline": lambda r: timeline_view(r, root),
+        "Traces": lambda r: traces_view(r, root),
+    }[view]
+    for run in loaded:
+        if len(loaded) > 1:
+            st.subheader(f"Run {run.path.name}")
+        safely(lambda: render(run), f"{view} of run {run.path.name}")

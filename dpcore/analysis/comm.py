@@ -1,0 +1,150 @@
+"""Collective bandwidth, ring message timing, ring chunk matrix and straggler skew.
+
+Bandwidth follows nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw · factor,
+factor 2(N−1)/N for all-reduce, (N−1)/N for reduce-scatter / all-gather / all-to-all, 1 for
+broadcast/reduce: busbw is comparable to the link speed whatever N is.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from .overlap import comm_start_ns
+
+_GROUP = ["job_id", "algo", "step", "call", "phase", "ring_step"]
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor for a collective over n ranks."""
+    if n <= 1:
+        return 0.0
+    if op in ("all_reduce", "allreduce"):
+        return 2.0 * (n - 1) / n
+    if op in ("reduce_scatter", "all_gather", "allgather", "all_to_all", "alltoall", "gather", "scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+def allreduce_bandwidth(allreduce: pd.DataFrame) -> pd.DataFrame:
+    """algbw/busbw per (allreduce job, size), recomputed from bytes and time_ms.
+
+    `consistent` says whether the recorded values agree with the recomputed ones (within 1%).
+    """
+    cols = ["job_id", "algo", "world_size", "bytes", "time_ms", "algbw_gbps", "busbw_gbps", "consistent"]
+    if allreduce is None or allreduce.empty:
+        return pd.DataFrame(columns=cols)
+    df = allreduce.copy()
+    t = pd.to_numeric(df["time_ms"], errors="coerce") / 1e3
+    algbw = (df["bytes"] / t / 1e9).where(t > 0)
+    busbw = algbw * df["world_size"].map(lambda n: bus_factor("all_reduce", int(n)))
+    rec_a = pd.to_numeric(df.get("algbw_gbps"), errors="coerce")
+    df["consistent"] = (rec_a.isna() | (np.abs(rec_a - algbw) <= 0.01 * algbw.abs() + 1e-12)).to_numpy()
+    df["algbw_gbps"], df["busbw_gbps"] = algbw, busbw
+    return df[cols].sort_values(["algo", "world_size", "bytes"]).reset_index(drop=True)
+
+
+def collective_bandwidth(collectives: pd.DataFrame, world_sizes: "Mapping[str, int] | pd.DataFrame | pd.Series"
+                         ) -> pd.DataFrame:
+    """Per collective call: duration (start..end) and algbw/busbw. world_sizes: job_id -> N
+    (a dict, a Series, or the run's jobs DataFrame)."""
+    cols = ["job_id", "rank", "step", "seq", "op", "bytes", "dur_ms", "algbw_gbps", "busbw_gbps"]
+    if collectives is None or collectives.empty:
+        return pd.DataFrame(columns=cols)
+    if isinstance(world_sizes, pd.DataFrame):
+        world_sizes = world_sizes.set_index("job_id")["world_size"]
+    ws = pd.Series(dict(world_sizes)) if not isinstance(world_sizes, pd.Series) else world_sizes
+    df = collectives.copy()
+    df["dur_ms"] = (df["t_end_ns"].to_numpy(np.float64) - comm_start_ns(df)) / 1e6
+    n = df["job_id"].map(ws).fillna(1).astype(int)
+    df["algbw_gbps"] = (df["bytes"] / (df["dur_ms"] / 1e3) / 1e9).where(df["dur_ms"] > 0)
+    df["busbw_gbps"] = df["algbw_gbps"] * [bus_factor(str(o), int(k)) for o, k in zip(df["op"], n)]
+    return df[cols].reset_index(drop=True)
+
+
+def ring_step_times(messages: pd.DataFrame) -> pd.DataFrame:
+    """Per (job, algo, step, call, phase, ring_step, rank): duration, transfer and wait (ms).
+
+    DESIGN.md: transfer = the shortest matching send→recv time across ranks in that ring step
+    (send posted at src .. receive completed at dst: the pure wire time when nobody waited),
+    wait = the rank's time in the ring step minus that transfer.
+    """
+    cols = _GROUP + ["rank", "duration_ms", "transfer_ms", "wait_ms"]
+    if messages is None or messages.empty:
+        return pd.DataFrame(columns=cols)
+    m = messages
+    keys = _GROUP + ["src", "dst", "chunk"]
+    sends = m[m["side"] == "send"][keys + ["t_post_ns"]]
+    recvs = m[m["side"] == "recv"][keys + ["t_done_ns"]]
+    pairs = sends.merge(recvs, on=keys, how="inner")
+    pairs["xfer"] = (pairs["t_done_ns"] - pairs["t_post_ns"]) / 1e6
+    transfer = pairs.groupby(_GROUP, dropna=False)["xfer"].min().rename("transfer_ms")
+    per = m.groupby(_GROUP + ["rank"], dropna=False).agg(t0=("t_post_ns", "min"), t1=("t_done_ns", "max"))
+    per["duration_ms"] = (per["t1"] - per["t0"]) / 1e6
+    out = per.reset_index().merge(transfer.reset_index(), on=_GROUP, how="left")
+    out["transfer_ms"] = np.minimum(out["transfer_ms"], out["duration_ms"])
+    out["wait_ms"] = (out["duration_ms"] - out["transfer_ms"]).clip(lower=0)
+    return out[cols].sort_values(_GROUP + ["rank"]).reset_index(drop=True)
+
+
+def chunk_matrix(world_size: int) -> pd.DataFrame:
+    """Which chunk each rank sends/receives and holds after each ring all-reduce step.
+
+    Ring all-reduce (Patarasuk & Yuan; Baidu): in reduce-scatter step k rank r sends chunk
+    (r−k) mod N to r+1 and adds chunk (r−k−1) mod N from r−1; after N−1 steps rank r owns the
+    fully reduced chunk (r+1) mod N. All-gather step k forwards chunk (r+1−k) mod N. `held[c]` is
+    how many ranks' contributions rank r's copy of chunk c contains; `complete` lists the chunks
+    that hold all N (comma-joined).
+    """
+    n = int(world_size)
+    if n < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    held = np.ones((n, n), dtype=int)  # held[rank, chunk]
+    rows = []
+    for phase, steps in (("reduce_scatter", n - 1), ("all_gather", n - 1)):
+        for k in range(steps):
+            sent = {r: ((r - k) % n if phase == "reduce_scatter" else (r + 1 - k) % n) for r in range(n)}
+            before = held.copy()
+            for r in range(n):
+                src, c = (r - 1) % n, sent[(r - 1) % n]
+                held[r, c] = before[r, c] + before[src, c] if phase == "reduce_scatter" else before[src, c]
+            for r in range(n):
+                rows.append({"phase": phase, "ring_step": k, "rank": r, "send_chunk": sent[r],
+                             "recv_chunk": sent[(r - 1) % n], "dst": (r + 1) % n, "src": (r - 1) % n,
+                             "held": held[r].tolist(),
+                             "complete": ",".join(str(c) for c in range(n) if held[r, c] == n)})
+    return pd.DataFrame(rows, columns=["phase", "ring_step", "rank", "send_chunk", "recv_chunk", "dst", "src",
+                                       "held", "complete"])
+
+
+def message_counts(messages: pd.DataFrame) -> pd.DataFrame:
+    """Per (job, algo): messages and bytes sent (each message counted once, at its sender),
+    the number of all-reduce calls and messages per call (ring: 2N(N−1), naive: N(N−1))."""
+    cols = ["job_id", "algo", "messages", "bytes", "calls", "messages_per_call"]
+    if messages is None or messages.empty:
+        return pd.DataFrame(columns=cols)
+    s = messages[messages["side"] == "send"]
+    g = s.groupby(["job_id", "algo"])
+    out = g.agg(messages=("src", "size"), bytes=("bytes", "sum")).reset_index()
+    calls = g.apply(lambda x: len(x[["step", "call"]].drop_duplicates()), include_groups=False)
+    out["calls"] = calls.to_numpy()
+    out["messages_per_call"] = out["messages"] / out["calls"]
+    return out[cols]
+
+
+def stragglers(collectives: pd.DataFrame) -> pd.DataFrame:
+    """Per collective (job, step, seq): launch skew between the first and last rank to launch it.
+
+    A large skew means the other ranks sat in the collective waiting for the late one.
+    """
+    cols = ["job_id", "step", "seq", "op", "bytes", "n_ranks", "skew_ms", "first_rank", "last_rank"]
+    if collectives is None or collectives.empty:
+        return pd.DataFrame(columns=cols)
+    c = collectives.sort_values(["job_id", "step", "seq", "t_launch_ns", "rank"])
+    g = c.groupby(["job_id", "step", "seq"], sort=True)
+    out = g.agg(op=("op", "first"), bytes=("bytes", "max"), n_ranks=("rank", "nunique"),
+                t0=("t_launch_ns", "first"), t1=("t_launch_ns", "last"),
+                first_rank=("rank", "first"), last_rank=("rank", "last")).reset_index()
+    out["skew_ms"] = (out["t1"] - out["t0"]) / 1e6
+    return out[cols]

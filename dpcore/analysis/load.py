@@ -1,0 +1,163 @@
+"""Run-directory loaders: the only analysis code that reads run files (traces: traces.py).
+
+Only JSON and CSV are read (never pickle): opening someone's run must not execute anything.
+Every problem is reported as RunLoadError naming the offending file, so the dashboard can warn
+about one bad run and still list the others.
+"""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+COLUMNS: dict[str, list[str]] = {
+    "steps": ["job_id", "variant", "world_size", "bucket_mb", "rank", "step", "profiled", "t_start_ns", "step_ms",
+              "fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "comm_ms", "comm_ops", "comm_bytes", "samples"],
+    "collectives": ["job_id", "rank", "step", "seq", "op", "algo", "bytes", "t_launch_ns", "t_start_ns",
+                    "t_end_ns", "bucket"],
+    "messages": ["job_id", "algo", "rank", "step", "call", "phase", "ring_step", "src", "dst", "chunk", "bytes",
+                 "t_post_ns", "t_done_ns", "side"],
+    "allreduce": ["job_id", "algo", "world_size", "bytes", "repeats", "time_ms", "algbw_gbps", "busbw_gbps"],
+}
+JOB_COLUMNS = ["job_id", "kind", "variant", "algo", "world_size", "bucket_mb", "status", "error", "oversubscribed",
+               "skip_reason"]
+RUN_COLUMNS = ["run_id", "path", "created", "finished", "status", "model", "size", "variants", "world_sizes",
+               "backend", "device", "kinds", "oversubscribed"]
+
+
+class RunLoadError(Exception):
+    """A run directory or one of its files is missing, truncated or not a dpcore run."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One loaded run directory (DESIGN.md 'The run directory')."""
+
+    path: Path
+    meta: dict
+    jobs: pd.DataFrame
+    steps: pd.DataFrame
+    collectives: pd.DataFrame
+    messages: pd.DataFrame
+    allreduce: pd.DataFrame
+
+    def trace_files(self, job_id: str) -> dict[str, Path]:
+        """{"rank0": path, ..., "merged": path} of the job's traces that exist on disk."""
+        d = self.path / "traces" / job_id
+        out: dict[str, Path] = {}
+        if not d.is_dir():
+            return out
+        for f in sorted(d.iterdir()):
+            for ext in (".json.gz", ".json"):
+                if f.name.endswith(ext) and f.is_file():
+                    out.setdefault(f.name[: -len(ext)], f)
+        return out
+
+
+def _read_meta(path: Path) -> dict:
+    f = path / "run.json"
+    if not f.is_file():
+        raise RunLoadError(f"not a run directory (no run.json): {path}")
+    try:
+        meta = json.loads(f.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunLoadError(f"truncated or invalid JSON in {f}: {exc}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("jobs", []), list) or \
+            not ({"run_id", "jobs", "config"} & meta.keys()):
+        raise RunLoadError(f"not a dpcore run.json (expected an object with run_id/config/jobs): {f}")
+    return meta
+
+
+def _read_csv(path: Path, table: str) -> pd.DataFrame:
+    f = path / f"{table}.csv"
+    cols = COLUMNS[table]
+    if not f.exists():
+        return pd.DataFrame(columns=cols)
+    data = f.read_bytes()
+    if not data.strip():
+        return pd.DataFrame(columns=cols)
+    if not data.endswith(b"\n"):
+        raise RunLoadError(f"truncated CSV (no final newline): {f}")
+    try:
+        df = pd.read_csv(io.BytesIO(data))
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise RunLoadError(f"truncated or malformed CSV {f}: {str(exc).splitlines()[0]}") from None
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise RunLoadError(f"not a dpcore {table}.csv (missing columns {', '.join(missing)}): {f}")
+    if "profiled" in df:
+        df["profiled"] = df["profiled"].astype(str).str.lower().isin(["true", "1"])
+    return df
+
+
+def _jobs_frame(meta: dict) -> pd.DataFrame:
+    env = meta.get("environment") or {}
+    rows = []
+    for j in meta.get("jobs", []):
+        if not isinstance(j, dict):
+            continue
+        row = dict(j)
+        row["job_id"] = row.pop("id", row.get("job_id"))
+        if row.get("oversubscribed") is None:
+            cores = env.get("cpu_cores")
+            row["oversubscribed"] = bool(env.get("oversubscribed")) and bool(
+                cores and (row.get("world_size") or 0) > cores)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for c in JOB_COLUMNS:
+        if c not in df:
+            df[c] = None
+    extra = [c for c in df.columns if c not in JOB_COLUMNS]
+    return df[JOB_COLUMNS + extra]
+
+
+def load_run(path: str | Path) -> Run:
+    """Load a run directory; raises RunLoadError naming the missing/truncated/foreign file."""
+    p = Path(path)
+    if not p.is_dir():
+        raise RunLoadError(f"run directory not found: {p}")
+    meta = _read_meta(p)
+    tables = {t: _read_csv(p, t) for t in COLUMNS}
+    return Run(path=p, meta=meta, jobs=_jobs_frame(meta), **tables)
+
+
+def _join(values: "pd.Series") -> str:
+    vals = sorted({v for v in values.dropna().tolist()}, key=lambda v: (str(type(v)), v))
+    return ",".join(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in vals)
+
+
+def run_row(run: Run) -> dict:
+    """The list_runs row of one loaded run."""
+    m, env, cfg = run.meta, run.meta.get("environment") or {}, run.meta.get("config") or {}
+    jobs = run.jobs
+    device = env.get("device") or ",".join(map(str, env.get("devices") or []))
+    return {"run_id": m.get("run_id", run.path.name), "path": str(run.path), "created": m.get("created"),
+            "finished": m.get("finished"), "status": m.get("status"), "model": cfg.get("model"),
+            "size": cfg.get("size"), "variants": _join(jobs["variant"]), "world_sizes": _join(jobs["world_size"]),
+            "backend": env.get("backend"), "device": device, "kinds": _join(jobs["kind"]),
+            "oversubscribed": bool(env.get("oversubscribed")) or bool(jobs["oversubscribed"].fillna(False).any())}
+
+
+def list_runs(root: str | Path = "profiles") -> tuple[pd.DataFrame, list[str]]:
+    """All loadable runs under root, newest first, plus one warning per unreadable run (names the file)."""
+    r = Path(root)
+    rows, warnings = [], []
+    if not r.is_dir():
+        return pd.DataFrame(columns=RUN_COLUMNS), [f"profiles folder not found: {r}"]
+    for d in sorted(r.iterdir()):
+        if not d.is_dir() or d.name.startswith((".", "_")):
+            continue
+        try:
+            rows.append(run_row(load_run(d)))
+        except RunLoadError as exc:
+            warnings.append(str(exc))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            warnings.append(f"cannot load run {d}: {exc}")
+    df = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    if not df.empty:
+        df = df.assign(_k=df["created"].fillna("").astype(str)).sort_values(
+            ["_k", "run_id"], ascending=False).drop(columns="_k").reset_index(drop=True)
+    return df, warnings

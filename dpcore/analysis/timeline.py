@@ -1,0 +1,70 @@
+"""Intervals for the per-step timeline view (compute and comm lanes per rank).
+
+From the job's traces when they contain the step (merged compute so a 250k-event trace stays a
+few hundred bars), else from steps.csv phases and collectives.csv rows. Times are ms relative to
+the step's earliest start across ranks on the shared clock.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .intervals import merge
+from .load import Run
+from .overlap import MS_NS, _trace_sets, comm_start_ns
+from .traces import TraceFormatError, read_trace
+
+COLUMNS = ["rank", "lane", "name", "start_ms", "end_ms"]
+
+
+def _from_trace(run: Run, job_id: str, step: int, t0_ns: float) -> pd.DataFrame | None:
+    files = {k: v for k, v in run.trace_files(job_id).items() if k.startswith("rank")}
+    if not files:
+        return None
+    job = run.jobs[run.jobs["job_id"] == job_id]
+    offsets = job["clock_offsets_ns"].iloc[0] if "clock_offsets_ns" in job and len(job) else None
+    rows = []
+    for f in files.values():
+        try:
+            ev = read_trace(f)
+        except TraceFormatError:
+            return None
+        ev = ev[ev["step"] == step]
+        if ev.empty:
+            return None
+        rank = int(ev["rank"].iloc[0])
+        off = float(offsets[rank]) if isinstance(offsets, list) and rank < len(offsets) else 0.0
+        to_ms = lambda us: (np.asarray(us) * 1e3 + off - t0_ns) / MS_NS  # noqa: E731
+        (c_s, c_e), (p_s, p_e) = _trace_sets(ev)
+        p_s, p_e = merge(p_s, p_e)
+        rows += [{"rank": rank, "lane": "compute", "name": "compute", "start_ms": a, "end_ms": b}
+                 for a, b in zip(to_ms(p_s), to_ms(p_e))]
+        comm = ev[ev["kind"] == "comm"]
+        rows += [{"rank": rank, "lane": "comm", "name": str(n), "start_ms": a, "end_ms": b}
+                 for n, a, b in zip(comm["name"], to_ms(comm["ts"]), to_ms(comm["ts"] + comm["dur"]))]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def timeline(run: Run, job_id: str, step: int) -> pd.DataFrame:
+    """rank, lane ('compute'|'comm'), name, start_ms, end_ms of one step of one job."""
+    st = run.steps[(run.steps["job_id"] == job_id) & (run.steps["step"] == step)]
+    t0 = float(st["t_start_ns"].min()) if not st.empty else 0.0
+    df = _from_trace(run, job_id, step, t0) if not st.empty else None
+    if df is not None and not df.empty:
+        return df.sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)
+    rows = []
+    for r in st.to_dict("records"):
+        s = float(r["t_start_ns"])
+        marks = [("forward", 0.0, r["fwd_ms"]), ("backward", r["fwd_ms"], r["fwd_ms"] + r["bwd_ms"])]
+        opt0 = r["fwd_ms"] + r["bwd_ms"] + r["sync_ms"]
+        marks.append(("optimizer", opt0, opt0 + r["opt_ms"]))
+        base = (s - t0) / MS_NS
+        rows += [{"rank": int(r["rank"]), "lane": "compute", "name": n, "start_ms": base + a, "end_ms": base + b}
+                 for n, a, b in marks]
+    c = run.collectives[(run.collectives["job_id"] == job_id) & (run.collectives["step"] == step)]
+    if not c.empty:
+        start = comm_start_ns(c)
+        rows += [{"rank": int(rk), "lane": "comm", "name": f"{op} #{sq}", "start_ms": (a - t0) / MS_NS,
+                  "end_ms": (b - t0) / MS_NS}
+                 for rk, op, sq, a, b in zip(c["rank"], c["op"], c["seq"], start, c["t_end_ns"])]
+    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)

@@ -1,0 +1,61 @@
+"""DP variants: one module per variant, one interface, one registry.
+
+``VARIANTS`` / ``MULTIPROCESS`` are DESIGN.md's names. ``PROCESSES[name]`` is the number of
+processes a job of that variant runs: ``1`` (single, manual, data_parallel: launch the job
+with world size 1 and pass the logical replica count N to
+``dpcore.train.make_trainer(..., replicas=N)``) or ``"N"`` (one process per rank).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn as nn
+
+from ..errors import UsageError, choices_error
+from .bucketed import BucketedDP, assign_buckets
+from .central import CentralDP
+from .data_parallel import DataParallelDP
+from .flat import FlatDP
+from .manual import ManualDP
+from .naive import NaiveDP
+from .overlap import OverlapDP
+from .ring import RingDP
+from .single import SingleDP
+from .torch_ddp import TorchDDP
+
+VARIANTS = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
+            "torch_ddp", "data_parallel")
+MULTIPROCESS = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp")
+SINGLE_PROCESS = ("single", "manual", "data_parallel")
+REGISTRY: dict[str, type[nn.Module]] = {
+    "single": SingleDP, "manual": ManualDP, "naive": NaiveDP, "flat": FlatDP,
+    "central": CentralDP, "ring": RingDP, "overlap": OverlapDP, "bucketed": BucketedDP,
+    "torch_ddp": TorchDDP, "data_parallel": DataParallelDP,
+}
+PROCESSES: dict[str, int | str] = {v: (1 if v in SINGLE_PROCESS else "N") for v in VARIANTS}
+
+
+def launch_world_size(variant: str, world_size: int) -> int:
+    """How many processes to launch for ``variant`` at logical world size ``world_size``."""
+    if variant not in REGISTRY:
+        raise choices_error("variant", variant, VARIANTS)
+    return 1 if PROCESSES[variant] == 1 else world_size
+
+
+def wrap(variant: str, module: nn.Module, *, bucket_mb: float = 25.0, group: Any = None,
+         recorder: Any = None) -> nn.Module:
+    """Wrap ``module`` (already on this rank's device) in a multi-process DP variant.
+
+    Needs an initialised process group. Every parameter and buffer is broadcast from rank 0
+    here, so replicas start equal whatever their initialisation.
+    """
+    if variant not in REGISTRY:
+        raise choices_error("variant", variant, VARIANTS)
+    if variant not in MULTIPROCESS:
+        raise UsageError(f"variant {variant!r} runs in one process and is not a wrapper for a "
+                         f"process group; multi-process variants: {', '.join(MULTIPROCESS)}")
+    return REGISTRY[variant](module, bucket_mb=bucket_mb, group=group, recorder=recorder)
+
+
+__all__ = ["VARIANTS", "MULTIPROCESS", "SINGLE_PROCESS", "PROCESSES", "REGISTRY", "wrap",
+           "launch_world_size", "assign_buckets"]

@@ -1,0 +1,112 @@
+"""One real-browser pass: `streamlit run app.py` on a free port, driven by Playwright + system Chromium.
+
+Why: AppTest never runs plotly.js; only a browser shows that the figures are actually drawn, that
+no exception box appears, and how long the first render and view switches take. Screenshots go
+to a tmp folder (and the Timeline one to docs/dashboard.png for the README).
+Skipped only when /usr/bin/chromium is absent. Every wait is bounded.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures_run import make_run
+
+CHROMIUM = "/usr/bin/chromium"
+REPO = Path(__file__).resolve().parents[1]
+CHART_VIEWS = ["Overview", "Timeline", "Scaling", "Ring messages", "Bandwidth", "Buckets"]
+OTHER_VIEWS = ["Runs", "Traces", "New run"]
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason=f"{CHROMIUM} not found: install Debian's chromium to run the browser test")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("profiles")
+    make_run(root, "20250101-120000-mlp", big_trace_events=250_000)
+    port = free_port()
+    env = {**os.environ, "DPCORE_PROFILES": str(root)}
+    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                             "--server.address", "127.0.0.1", "--server.headless", "true",
+                             "--browser.gatherUsageStats", "false"], cwd=REPO, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        proc.terminate()
+        log.seek(0)
+        pytest.fail("streamlit did not start within 40 s:\n" + log.read())
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def test_every_view_draws_in_chromium(server: str, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    shots, timings = tmp_path / "screenshots", {}
+    shots.mkdir()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1000})
+            page.set_default_timeout(30_000)
+            t0 = time.perf_counter()
+            page.goto(server, wait_until="domcontentloaded")
+            expect(page.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=45_000)
+            timings["first render (Overview)"] = time.perf_counter() - t0
+            for view in CHART_VIEWS + OTHER_VIEWS:
+                t0 = time.perf_counter()
+                page.locator("[data-testid=stSidebar] label").filter(has_text=view).first.click()
+                expect(page.locator("h1").filter(has_text=view).first).to_be_visible(timeout=20_000)
+                if view in CHART_VIEWS:
+                    expect(page.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=20_000)
+                page.wait_for_function(  # the script run has finished (no running indicator)
+                    "() => !document.querySelector('[data-testid=stStatusWidget] [data-testid=stStatusWidgetRunningIcon]')"
+                    " && document.querySelector('[data-testid=stApp]')", timeout=20_000)
+                timings[view] = time.perf_counter() - t0
+                page.wait_for_timeout(400)  # let plotly finish layout before the screenshot
+                assert page.locator("[data-testid=stException]").count() == 0, f"exception shown on {view}"
+                if view in CHART_VIEWS:
+                    assert page.locator(".js-plotly-plot").count() >= 1
+                page.screenshot(path=str(shots / f"{view.replace(' ', '_').lower()}.png"), full_page=True)
+            page.locator("[data-testid=stSidebar] label").filter(has_text="Timeline").first.click()
+            expect(page.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=20_000)
+            page.wait_for_timeout(800)
+            page.screenshot(path=str(shots / "readme.png"))
+        finally:
+            browser.close()
+    docs = REPO / "docs"
+    if docs.is_dir():
+        shutil.copy(shots / "readme.png", docs / "dashboard.png")
+    print("\nscreenshots in", shots)
+    for name, secs in timings.items():
+        print(f"  {name:>26}: {secs:.2f} s")

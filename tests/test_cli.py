@@ -1,0 +1,63 @@
+"""Bad input: one clear line naming the problem and the valid choices, exit 2, no traceback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dpcore.cli import main
+from dpcore.config import parse_size
+
+CASES = [
+    (["profile", "--variants", "nope"], "unknown variant nope; valid choices: single, manual"),
+    (["profile", "--model", "resnet"], "unknown model resnet; valid choices: mlp, transformer, einsum"),
+    (["profile", "--model", "transformer", "--size", "huge"], "valid choices: tiny, small, medium"),
+    (["profile", "--world-sizes", "0"], "world sizes must be integers >= 1"),
+    (["profile", "--world-sizes", "a,b"], "bad world sizes 'a,b'"),
+    (["profile", "--steps", "0"], "--steps must be >= 1"),
+    (["profile", "--steps", "2", "--profile-steps", "3"], "--profile-steps must be between 1 and --steps (2)"),
+    (["profile", "--scaling", "strong", "--batch-size", "7", "--world-sizes", "1,2"],
+     "global batch 7 is not divisible by world size 2"),
+    (["profile", "--scaling", "diagonal"], "unknown scaling mode diagonal; valid choices: weak, strong"),
+    (["profile", "--backend", "nccl", "--variants", "flat"], "backend nccl needs"),
+    (["profile", "--backend", "mpi", "--variants", "flat"], "valid choices: auto, gloo, nccl"),
+    (["allreduce", "--algos", "tree"], "unknown algorithm tree; valid choices: native, ring, naive, central"),
+    (["allreduce", "--sizes", "12XB"], "bad size '12XB'"),
+    (["verify", "--world-size", "0"], "--world-size must be >= 1"),
+    (["verify", "--variants", "ddp"], "unknown variant ddp"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", CASES)
+def test_bad_input_is_one_line_exit_2(argv, needle, capsys, tmp_path):
+    rc = main([*argv, *(["--out", str(tmp_path)] if argv[0] in ("profile", "allreduce") else [])])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("error: ") and needle in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not list(tmp_path.iterdir())  # refused before anything ran or was written
+
+
+def test_bad_input_through_the_real_entry_point(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "dpcore", "profile", "--variants", "bogus"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={"PYTHONPATH": str(__import__("pathlib").Path(__file__).parents[1]),
+                               "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: unknown variant bogus; valid choices: single, manual, naive, flat, central, ring, "
+        "overlap, bucketed, torch_ddp, data_parallel or all"]
+
+
+def test_analyze_missing_path_is_one_line(capsys, tmp_path):
+    rc = main(["analyze", str(tmp_path / "nowhere")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("text,value", [("1KB", 1024), ("64KB", 65536), ("1MB", 2**20),
+                                        ("16M", 16 * 2**20), ("100", 100), ("1.5KB", 1536)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value

@@ -1,0 +1,97 @@
+"""The launcher on real gloo process groups: results, failures, hangs, orphans, clocks."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from dpcore.errors import JobFailed, UsageError
+from dpcore.launch import launch, resolve_backend, threads_per_rank, physical_cores
+from tests import workers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); check its state
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_results_come_back_by_rank(n):
+    out = launch(workers.sum_ranks, n, args=(2.0,), timeout_s=60)
+    expected = 2.0 * n * (n + 1) / 2
+    assert [o["rank"] for o in out] == list(range(n))
+    assert all(o["value"] == expected and o["ws"] == n for o in out)
+    assert all(o["threads"] == threads_per_rank(n) for o in out)
+    assert len({o["pid"] for o in out}) == n
+
+
+def test_failing_rank_is_named_and_job_ends_fast():
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed) as info:
+        launch(workers.raise_on_rank1, 2, timeout_s=60)
+    assert info.value.rank == 1
+    assert "ValueError: boom from the test" in info.value.message
+    assert time.monotonic() - t0 < 20
+
+
+def test_hang_becomes_timeout_error_and_no_orphans(tmp_path):
+    before = {p.pid for p in __import__("multiprocessing").active_children()}
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed) as info:
+        launch(workers.hang_rank0, 2, timeout_s=3)
+    assert info.value.rank == -1 and "timed out after 3 s" in info.value.message
+    assert time.monotonic() - t0 < 15
+    time.sleep(0.5)
+    after = {p.pid for p in __import__("multiprocessing").active_children() if p.is_alive()}
+    assert after <= before
+
+
+def test_rank_dying_without_exception_is_reported():
+    with pytest.raises(JobFailed) as info:
+        launch(workers.exit_hard, 2, timeout_s=30)
+    assert info.value.rank == 1 and "exited with code 7" in info.value.message
+
+
+def test_clock_offsets_on_one_host_are_tiny():
+    out = launch(workers.clock_offset, 2, timeout_s=60)
+    assert out[0] == (0, 0)
+    offset, rtt = out[1]
+    assert abs(offset) < 100_000, offset  # < 100 us: same CLOCK_MONOTONIC on one host
+    assert rtt > 0
+
+
+def test_progress_events_reach_the_parent():
+    seen = []
+    launch(workers.report_progress, 2, timeout_s=60, on_progress=seen.append)
+    assert seen == [{"done": 1}, {"done": 2}, {"done": 3}]  # rank 0's only
+
+
+def test_two_launches_at_once_do_not_collide():
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as ex:
+        futs = [ex.submit(launch, workers.sum_ranks, 2, args=(1.0,), timeout_s=60) for _ in range(2)]
+        assert [f.result()[0]["value"] for f in futs] == [3.0, 3.0]
+
+
+def test_bad_backend_and_world_size():
+    with pytest.raises(UsageError, match="valid choices: auto, gloo, nccl"):
+        resolve_backend("mpi", 2)
+    with pytest.raises(UsageError, match="nccl"):
+        resolve_backend("nccl", 2)  # no GPUs here (skipped meaningfully on GPU hosts below)
+    with pytest.raises(UsageError, match=">= 1"):
+        launch(workers.sum_ranks, 0)
+
+
+def test_threads_per_rank_divides_physical_cores():
+    cores = physical_cores()
+    assert threads_per_rank(1) == cores
+    assert threads_per_rank(cores * 4) == 1
