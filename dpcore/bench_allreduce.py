@@ -37,6 +37,7 @@ class AllreduceOptions:
     backend: str = "auto"
     timeout_s: float = 300.0
     progress: str = "bar"
+    run_id: str | None = None
 
 
 def busbw_factor(op: str, n: int) -> float:
@@ -116,7 +117,8 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
               "sizes": list(opts.sizes), "warmup": opts.warmup, "repeats": opts.repeats,
               "dtype": "float32"}
     writer = RunWriter(opts.out, opts.name, command=argv, config=config,
-                       environment=environment(backend, list(opts.world_sizes)), kind="allreduce")
+                       environment=environment(backend, list(opts.world_sizes)), kind="allreduce",
+                       run_id=opts.run_id)
     cells = [(a, n) for n in opts.world_sizes for a in opts.algos]
     progress = Progress(opts.progress, len(cells))
     progress.run_start(str(writer.run_dir))

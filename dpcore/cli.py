@@ -7,6 +7,7 @@ the dashboard calls too, so both show the same numbers.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from .config import MODELS, SCALING, SIZES, TrainConfig, parse_choices, parse_int_list, parse_size
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-steps", type=int, default=3)
     p.add_argument("--no-trace", action="store_true", help="skip the torch.profiler steps")
     p.add_argument("--out", default="profiles")
-    p.add_argument("--name", default=None)
+    p.add_argument("--name", default=None, help="label added to the generated run id")
+    p.add_argument("--run-id", default=None, help="exact run directory name (must not exist)")
     p.add_argument("--progress", default="bar", help=f"one of {', '.join(MODES)}")
 
     a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)")
@@ -72,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--backend", default="auto")
     a.add_argument("--timeout", type=float, default=300.0)
     a.add_argument("--out", default="profiles")
-    a.add_argument("--name", default=None)
+    a.add_argument("--name", default=None, help="label added to the generated run id")
+    a.add_argument("--run-id", default=None, help="exact run directory name (must not exist)")
     a.add_argument("--progress", default="bar", help=f"one of {', '.join(MODES)}")
 
     z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
@@ -88,6 +91,14 @@ def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> None:
     parse_choices(args.model, "model", MODELS + extra, all_ok=False)
     if args.model == "transformer":
         parse_choices(args.size, "size", SIZES, all_ok=False)
+
+
+def _run_id(text: str | None) -> str | None:
+    """Run ids become folder names under --out: letters, digits, '-', '_' and '.' only."""
+    if text is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", text):
+        raise UsageError(f"bad --run-id {text!r}; use letters, digits, '-', '_' and '.' "
+                         "(no slashes), e.g. my-run-1")
+    return text
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -118,7 +129,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
         variants=tuple(parse_choices(args.variants, "variant", VARIANT_NAMES)),
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")), bucket_sweep=sweep,
         trace=not args.no_trace, out=args.out, name=args.name, backend=args.backend,
-        timeout_s=args.timeout, progress=args.progress)
+        timeout_s=args.timeout, progress=args.progress, run_id=_run_id(args.run_id))
     cfg = TrainConfig(model=args.model, size=args.size, width=args.width,
                       batch_size=args.batch_size, scaling=args.scaling, steps=args.steps,
                       warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
@@ -135,7 +146,8 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")),
         sizes=tuple(parse_size(s) for s in args.sizes.split(",") if s.strip()),
         warmup=max(0, args.warmup), repeats=max(0, args.repeats), out=args.out, name=args.name,
-        backend=args.backend, timeout_s=args.timeout, progress=args.progress)
+        backend=args.backend, timeout_s=args.timeout, progress=args.progress,
+        run_id=_run_id(args.run_id))
     if not opts.sizes:
         raise UsageError("--sizes is empty; give sizes like 1KB,64KB,1MB")
     return run_allreduce(opts, argv)

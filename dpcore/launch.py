@@ -144,7 +144,9 @@ def _mp_context() -> Any:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         _MP_CONTEXT = mp.get_context(method)
         if method == "forkserver":
-            _MP_CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "dpcore.launch"])
+            _MP_CONTEXT.set_forkserver_preload(
+                ["torch", "torch.distributed", "torch.profiler", "dpcore.launch", "dpcore.train",
+                 "dpcore.profile_worker", "dpcore.comm"])
     return _MP_CONTEXT
 
 

@@ -8,10 +8,12 @@ traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up ste
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -65,12 +67,31 @@ def _attach_comm(step_rows: list[dict], coll: list[dict]) -> None:
         row["comm_bytes"] = sum(int(c["bytes"]) for c in cs)
 
 
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Send this process's fd 2 to ``path`` (Kineto prints start/stop chatter straight to
+    stderr, which would shred the progress bars); restored afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
     """Run one job on this rank; return its rows for the run directory (parent writes them)."""
     from .models import make_batch
     from .train import make_trainer
 
     offset, rtt = measure_offset(ctx)
+    if os.environ.get("DPCORE_FAIL_JOB") == spec.job_id and ctx.rank == ctx.world_size - 1:
+        # fault injection for tests and demos: this job's last rank raises
+        raise RuntimeError(f"injected failure (DPCORE_FAIL_JOB={spec.job_id})")
     rec = Recorder(spec.job_id, ctx.rank, offset)
     cfg = replace(cfg, bucket_mb=spec.bucket_mb)
     trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size)
@@ -112,20 +133,28 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     for s in range(cfg.steps):
         one_step(s, False, True)
 
-    trace_file, sync_ns = None, 0
+    trace_file, sync_ns, trace_error = None, 0, ""
     if profile_steps:
+        Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
         trace_file = Path(spec.trace_dir) / f"rank{ctx.rank}.json.gz"
         acts = [torch.profiler.ProfilerActivity.CPU]
         if ctx.is_cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
 
         def export(prof: Any) -> None:
+            # A trace that cannot be written must not cost the timed steps already measured.
+            nonlocal trace_error
             tmp = trace_file.with_name(f".rank{ctx.rank}.{os.getpid()}.tmp.json.gz")
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, trace_file)
+            try:
+                prof.export_chrome_trace(str(tmp))
+                os.replace(tmp, trace_file)
+            except OSError as exc:
+                trace_error = f"trace export failed on rank {ctx.rank}: {exc}"
 
         sched = torch.profiler.schedule(wait=0, warmup=1, active=profile_steps, repeat=1)
-        with torch.profiler.profile(activities=acts, schedule=sched, on_trace_ready=export) as prof:
+        log = Path(spec.trace_dir) / f"rank{ctx.rank}.profiler.log"
+        with _stderr_to(log), torch.profiler.profile(activities=acts, schedule=sched,
+                                                     on_trace_ready=export) as prof:
             prof.add_metadata_json("dpcore", '{"job_id": "%s", "rank": %d, "offset_ns": %d}'
                                    % (spec.job_id, ctx.rank, offset))
             for j in range(profile_steps + 1):
@@ -140,5 +169,6 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     _attach_comm(rows, coll)
     msgs = [m for m in rec.message_rows() if m["step"] in keep]
     return {"steps": rows, "collectives": coll, "messages": msgs, "offset_ns": offset,
-            "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None, "sync_ns": sync_ns,
+            "rtt_ns": rtt, "trace": str(trace_file) if trace_file and not trace_error else None,
+            "trace_error": trace_error, "sync_ns": sync_ns,
             "threads": ctx.threads}

@@ -34,6 +34,7 @@ class ProfileOptions:
     backend: str = "auto"
     timeout_s: float = 300.0
     progress: str = "bar"
+    run_id: str | None = None
 
 
 def job_id(variant: str, world_size: int, bucket_mb: float) -> str:
@@ -99,6 +100,9 @@ def _record_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
         "clock_rtt_ns": {str(i): r["rtt_ns"] for i, r in enumerate(results)},
         "threads_per_rank": first.get("threads"),
     }
+    errors = [r["trace_error"] for r in results if r.get("trace_error")]
+    if errors:
+        extra["trace_error"] = errors[0]
     traces = {i: Path(r["trace"]) for i, r in enumerate(results) if r.get("trace")}
     if traces and all(p.exists() for p in traces.values()):
         merged = Path(spec.trace_dir) / "merged.json.gz"
@@ -121,7 +125,8 @@ def run_profile(opts: ProfileOptions, cfg: TrainConfig, argv: list[str]) -> int:
     config = {**cfg.to_dict(), "variants": list(opts.variants),
               "world_sizes": list(opts.world_sizes), "bucket_sweep": list(opts.bucket_sweep),
               "trace": opts.trace}
-    writer = RunWriter(opts.out, opts.name, command=argv, config=config, environment=env)
+    writer = RunWriter(opts.out, opts.name, command=argv, config=config, environment=env,
+                       run_id=opts.run_id)
     jobs = plan_jobs(opts, cfg, writer.run_dir)
     steps_total = cfg.warmup + cfg.steps + (cfg.profile_steps + 1 if opts.trace else 0)
     progress = Progress(opts.progress, len(jobs))
@@ -168,10 +173,20 @@ def summary_table(run_dir: Path) -> str:
     """The end-of-run table (same numbers as the dashboard: both call dpcore.analysis)."""
     from .analysis import job_summary, load_run
 
-    summary = job_summary(load_run(run_dir))
+    run = load_run(run_dir)
+    summary = job_summary(run)
+    lines = []
+    if "status" in summary.columns:
+        summary = summary[summary["status"] == "complete"]
     if summary.empty:
-        return "(no completed training jobs)"
-    cols = {"job_id": "job", "step_ms": "step ms (median)", "comm_fraction": "comm fraction",
-            "overlap_pct": "overlap %", "throughput": "samples/s"}
-    table = summary[[c for c in cols if c in summary.columns]].rename(columns=cols)
-    return table.to_string(index=False, float_format=lambda v: f"{v:,.3f}")
+        lines.append("(no completed training jobs)")
+    else:
+        cols = {"job_id": "job", "step_ms": "step ms (median)", "comm_fraction": "comm fraction",
+                "overlap_pct": "overlap %", "throughput": "samples/s"}
+        table = summary[[c for c in cols if c in summary.columns]].rename(columns=cols)
+        lines.append(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+    for job in run.meta.get("jobs", []):
+        if job.get("status") in ("failed", "skipped", "interrupted"):
+            why = (job.get("error") or job.get("skip_reason") or "").strip().splitlines()
+            lines.append(f"{job['id']}: {job['status']}" + (f" - {why[0]}" if why else ""))
+    return "\n".join(lines)

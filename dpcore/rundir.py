@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .errors import UsageError
 from .instrument import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS
 from .launch import is_oversubscribed, physical_cores, threads_per_rank
 
@@ -105,10 +106,17 @@ class RunWriter:
 
     def __init__(self, out_root: Path | str = "profiles", name: str | None = None, *,
                  command: list[str], config: dict, environment: dict,
-                 kind: str = "profile") -> None:
+                 kind: str = "profile", run_id: str | None = None) -> None:
         root = Path(out_root)
         root.mkdir(parents=True, exist_ok=True)
-        while True:  # two runs started in the same second get different ids
+        if run_id is not None:  # an exact id (e.g. the committed sample): never overwrite
+            self.run_id, self.run_dir = run_id, root / run_id
+            try:
+                self.run_dir.mkdir()
+            except FileExistsError:
+                raise UsageError(f"run directory {self.run_dir} already exists; "
+                                 "choose another --run-id or remove it") from None
+        while run_id is None:  # two runs started in the same second get different ids
             self.run_id = new_run_id(name)
             self.run_dir = root / self.run_id
             try:

@@ -38,7 +38,8 @@ def run_profile_torchrun(opts: Any, cfg: TrainConfig, argv: list[str], backend: 
                "nnodes": ws // max(local_ws, 1)}
         config = {**cfg.to_dict(), "variants": list(opts.variants), "world_sizes": [ws],
                   "bucket_sweep": list(opts.bucket_sweep), "trace": opts.trace}
-        writer = RunWriter(opts.out, opts.name, command=argv, config=config, environment=env)
+        writer = RunWriter(opts.out, opts.name, command=argv, config=config, environment=env,
+                           run_id=opts.run_id)
         box[0] = str(writer.run_dir)
     dist.broadcast_object_list(box, src=0)
     run_dir = Path(box[0])

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+import torch._dynamo  # noqa: F401  (see below)
 import torch.nn as nn
 from torch.profiler import record_function
 
@@ -31,6 +32,8 @@ from .models import build_model, loss_fn, make_batch, shard
 from .variants import MULTIPROCESS, REGISTRY, SINGLE_PROCESS, VARIANTS, wrap
 from .variants.bucketed import BucketedDP
 
+# ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
+# importing it here lets the launcher's forkserver preload it once instead of in every rank.
 ModelFn = Callable[..., nn.Module]
 
 

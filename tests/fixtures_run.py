@@ -79,6 +79,7 @@ def _train_job(variant: str, ws: int, bucket: float, steps: int, profiled: int, 
     t = t0
     for step in range(steps + profiled):
         is_prof = step >= steps
+        windows: list[tuple[int, int]] = []
         fwd, bwd, opt = 8.0 * slow, 16.0 * slow, 2.0 * slow
         end_of_step = t
         for r in range(ws):
@@ -109,7 +110,7 @@ def _train_job(variant: str, ws: int, bucket: float, steps: int, profiled: int, 
                               comm_ms=round(comm, 4), comm_ops=len(plan), comm_bytes=sum(p[0] for p in plan),
                               samples=32))
             if variant in ("ring", "central") and plan:
-                mrows += _messages(variant, r, ws, step, ivals[0], GRAD_BYTES)
+                windows.append(ivals[0])
             if is_prof:
                 sp = spans[r]
                 sp += [(f"ProfilerStep#{step}", "user_annotation", 1, ts, o_e), ("forward", "user_annotation", 1, ts, f_e),
@@ -121,6 +122,10 @@ def _train_job(variant: str, ws: int, bucket: float, steps: int, profiled: int, 
                     sp.append(("grad_sync", "user_annotation", 1, b_e, sync_end))
                 sp += [("gloo:all_reduce", "cpu_op", 2, s, e) for s, e in ivals]
             end_of_step = max(end_of_step, o_e)
+        if windows:  # a blocking ring/central all-reduce starts when the last rank arrives
+            win = (max(w[0] for w in windows), max(w[1] for w in windows))
+            for r in range(ws):
+                mrows += _messages(variant, r, ws, step, win, GRAD_BYTES)
         t = end_of_step + int(0.5 * MS)
     return srows, crows, mrows, spans, t
 

@@ -61,3 +61,10 @@ def test_analyze_missing_path_is_one_line(capsys, tmp_path):
                                         ("16M", 16 * 2**20), ("100", 100), ("1.5KB", 1536)])
 def test_parse_size(text, value):
     assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", ".hidden", ""])
+def test_run_id_cannot_leave_the_profiles_folder(bad, capsys, tmp_path):
+    rc = main(["profile", "--run-id", bad, "--out", str(tmp_path)])
+    assert rc == 2 and "bad --run-id" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

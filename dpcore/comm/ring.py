@@ -42,7 +42,7 @@ DEFAULT_SUB_BYTES = 1 << 20
 #: Cap on sub-chunks per chunk (more messages cost per-message overhead).
 DEFAULT_MAX_SUBS = 1 << 30
 #: Receives kept posted ahead (<= sub-chunks per chunk); 0 = one whole step.
-DEFAULT_INFLIGHT = 0
+DEFAULT_INFLIGHT = 4
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
@@ -70,7 +70,12 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     subs = [[(a + s, a + e) for s, e in chunk_bounds(b - a, n_sub)] for a, b in chunks]
     plan = rank_schedule(n, rank)
     n_steps = len(plan)
-    scratch = (flat.new_empty(max_len), flat.new_empty(max_len))
+    total = n_steps * n_sub
+    window = n_sub if inflight <= 0 else min(inflight, n_sub)
+    # One scratch slot per receive in flight: position q uses slot q % window, which is free
+    # again because position q + window is only posted after q has been consumed.
+    sub_len = -(-max_len // n_sub)
+    scratch = flat.new_empty(window * sub_len).view(window, sub_len)
     dst_g, src_g = glob[plan[0].dst], glob[plan[0].src]
     dst, src = plan[0].dst, plan[0].src  # group ranks, for the message log
     esize = flat.element_size()
@@ -79,15 +84,14 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     sends: list[Any] = [None] * n_sub   # (work, nbytes, t_post) of step t for sub j
     rec = recorder
 
-    def post_recv(t: int, j: int) -> None:
-        c = plan[t].recv_chunk
-        s, e = subs[c][j]
+    def post_recv(q: int) -> None:
+        t, j = divmod(q, n_sub)
+        s, e = subs[plan[t].recv_chunk][j]
         if e == s:
             recvs[j] = None
             return
         if t < n - 1:  # reduce-scatter: into scratch, added afterwards
-            a = chunks[c][0]
-            buf = scratch[t & 1][s - a:e - a]
+            buf = scratch[q % window][:e - s]
         else:          # all-gather: straight into the output
             buf = flat[s:e]
         t_post = rec.now() if rec is not None else 0
@@ -102,10 +106,8 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
         sends[j] = (dist.isend(flat[s:e], dst_g, group=group, tag=t * n_sub + j),
                     (e - s) * esize, t_post)
 
-    total = n_steps * n_sub
-    window = n_sub if inflight <= 0 else min(inflight, n_sub)
     for q in range(window):
-        post_recv(*divmod(q, n_sub))
+        post_recv(q)
     for j in range(n_sub):
         post_send(0, j)
     for p in range(total):
@@ -132,5 +134,5 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
                 rec.message("ring", call, st.phase, st.ring_step, rank, dst, st.send_chunk,
                             snd[1], snd[2], rec.now(), "send")
         if p + window < total:
-            post_recv(*divmod(p + window, n_sub))
+            post_recv(p + window)
     return copy_back(tensor, work)

@@ -96,12 +96,12 @@ def job_summary(_run: A.Run, run_key: tuple) -> pd.DataFrame:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def scaling(_run: A.Run, run_key: tuple, mode: str) -> pd.DataFrame:
-    return A.scaling(A.job_summary(_run), mode)
+    return A.scaling(job_summary(_run, run_key), mode)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def bucket_sweep(_run: A.Run, run_key: tuple) -> pd.DataFrame:
-    return A.bucket_sweep(A.job_summary(_run))
+    return A.bucket_sweep(job_summary(_run, run_key))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

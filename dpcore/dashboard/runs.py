@@ -78,7 +78,6 @@ def environment_box(run) -> None:
 
 def runs_view(runs: pd.DataFrame, loaded: list) -> None:
     """Table of every run, then the environment box and the job list of the chosen run(s)."""
-    st.subheader("Runs")
     st.caption("Every run folder under the profiles directory, newest first. Pick one in the sidebar "
                "(default: the newest complete run), or switch on *Compare* to put two side by side.")
     cols = [c for c in RUN_COLS if c in runs.columns]

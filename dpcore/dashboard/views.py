@@ -8,11 +8,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dpcore.dashboard import data
+from dpcore.dashboard import data, figures
 from dpcore.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS, scaling_caption
-from dpcore.plots.overview import breakdown_figure, comparison_figure
-from dpcore.plots.scaling import scaling_figure
-from dpcore.plots.timeline import timeline_figure
+from dpcore.plots.overview import comparison_figure
+from dpcore.plots.style import variant_rank
 
 NUM = st.column_config.NumberColumn
 SUMMARY_CONFIG = {
@@ -35,12 +34,13 @@ SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "step_ms", "comm_fraction"
 def overview_view(run) -> None:
     """Stacked step breakdown per (variant, world size) and the summary table."""
     summary = data.job_summary(run, data.key(run))
-    st.plotly_chart(breakdown_figure(summary, "Where a training step's time goes"), key=f"ov-{run.path}")
+    st.plotly_chart(figures.overview(run, data.key(run)), key=f"ov-{run.path}")
     st.caption(BREAKDOWN_CAPTION)
     if summary.empty:
         return
     cols = [c for c in SUMMARY_COLS if c in summary.columns]
-    st.dataframe(summary.sort_values(["variant", "world_size", "bucket_mb"])[cols], hide_index=True,
+    ordered = summary.assign(_o=variant_rank(summary["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
+    st.dataframe(ordered[cols], hide_index=True,
                  column_config=SUMMARY_CONFIG, width="stretch")
     st.caption(f"Medians over timed (unprofiled) steps and ranks. {FORMULAS['comm_fraction']} "
                f"{FORMULAS['overlap_pct']} Hover a column header for its formula.")
@@ -52,13 +52,14 @@ def compare_overview(runs: list) -> None:
                     key="ov-compare")
 
 
-def _default_job(jobs: pd.DataFrame) -> int:
-    """Prefer a multi-rank overlapping job: it is the one whose timeline teaches the most."""
-    for pref in ("bucketed", "overlap", "torch_ddp", "ring"):
-        hit = jobs.index[(jobs["variant"] == pref) & (jobs["world_size"] > 1)]
-        if len(hit):
-            return int(jobs.index.get_loc(hit[-1]))
-    return 0
+def _default_job(jobs: pd.DataFrame, summary: pd.DataFrame) -> int:
+    """The multi-rank job with the highest overlap %: its timeline teaches the most."""
+    ids = list(jobs["job_id"])
+    if summary.empty or "overlap_pct" not in summary:
+        return 0
+    multi = summary[(summary["world_size"] > 1) & summary["job_id"].isin(ids)]
+    best = multi.sort_values("overlap_pct", ascending=False, na_position="last")["job_id"]
+    return ids.index(best.iloc[0]) if len(best) else 0
 
 
 def timeline_view(run, root) -> None:
@@ -68,7 +69,8 @@ def timeline_view(run, root) -> None:
         st.info("This run has no completed training job to draw.")
         return
     c1, c2 = st.columns([2, 1])
-    job = c1.selectbox("Job", list(jobs["job_id"]), index=_default_job(jobs), key=f"tl-job-{run.path}",
+    summary = data.job_summary(run, data.key(run))
+    job = c1.selectbox("Job", list(jobs["job_id"]), index=_default_job(jobs, summary), key=f"tl-job-{run.path}",
                        help="One (variant, world size, bucket size) cell of the sweep.")
     steps = run.steps[run.steps["job_id"] == job]
     profiled = sorted(int(s) for s in steps.loc[steps["profiled"].astype(str).str.lower() == "true", "step"].unique())
@@ -76,8 +78,9 @@ def timeline_view(run, root) -> None:
     default = profiled[0] if profiled else all_steps[0]
     step = c2.selectbox("Step", all_steps, index=all_steps.index(default), key=f"tl-step-{run.path}-{job}",
                         format_func=lambda s: f"{s} (profiled, traced)" if s in profiled else str(s))
-    intervals = data.timeline(run, data.key(run), job, int(step))
-    st.plotly_chart(timeline_figure(intervals, f"{job} · step {step}"), key=f"tl-{run.path}-{job}-{step}")
+    with st.spinner("Reading the traces of this job…"):
+        fig = figures.timeline(run, data.key(run), job, int(step))
+    st.plotly_chart(fig, key=f"tl-{run.path}-{job}-{step}")
     traced = step in profiled and bool(data.trace_files(run, job, root))
     source = ("the torch.profiler trace of each rank" if traced else
               "steps.csv phases (compute) and collectives.csv intervals (comm)")
@@ -95,7 +98,7 @@ def scaling_view(run) -> None:
     mode = str(cfg.get("scaling") or "weak").lower()
     mode = mode if mode in ("weak", "strong") else "weak"
     df = data.scaling(run, data.key(run), mode)
-    st.plotly_chart(scaling_figure(df, mode), key=f"sc-{run.path}")
+    st.plotly_chart(figures.scaling(run, data.key(run), mode), key=f"sc-{run.path}")
     st.caption(scaling_caption(mode))
     if not df.empty:
         cfg_cols = {"step_ms": SUMMARY_CONFIG["step_ms"], "throughput": SUMMARY_CONFIG["throughput"],

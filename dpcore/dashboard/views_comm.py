@@ -11,12 +11,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dpcore.dashboard import data
-from dpcore.dashboard.chunks import chunk_cells
+from dpcore.dashboard import data, figures
 from dpcore.dashboard.formulas import FORMULAS
-from dpcore.plots.bandwidth import bandwidth_figure
-from dpcore.plots.buckets import bucket_figure
-from dpcore.plots.ring import chunk_figure, message_count_figure, message_figure, wait_transfer_figure
 
 ALGO_NOTES = {
     "ring": "Ring: 2(N−1) steps, each rank sends one 1/N chunk per step to its right neighbour "
@@ -53,35 +49,32 @@ def ring_view(run) -> None:
     sel = jm[jm["call"] == call]
     algo = str(sel["algo"].iloc[0]) if not sel.empty else "?"
     ws = int(max(sel["src"].max(), sel["dst"].max()) + 1) if not sel.empty else 1
-    st.plotly_chart(message_figure(sel, f"{job} · {algo} · {len(sel) // 2} messages"), key=f"rg-{run.path}-{job}")
+    st.plotly_chart(figures.messages(run, data.key(run), job, step, call, f"{job} · {algo} · {len(sel) // 2} messages"),
+                    key=f"rg-{run.path}-{job}")
     st.caption("Each rank is a lane. A message is a bar on the sender (above the lane centre: isend posted → "
                "done) and on the receiver (below, faded: irecv posted → done), joined by an arrow. "
                + ALGO_NOTES.get(algo, ""))
-    times = data.ring_step_times(run, data.key(run))
-    if algo == "ring" and not times.empty:
-        t = times[(times["job_id"] == job) & (times["call"] == call)]
-        if "step" in t.columns:
-            t = t[t["step"] == step]
+    if algo == "ring":
         left, right = st.columns(2)
         with left:
             st.markdown("**Wait vs transfer per ring step**")
-            st.plotly_chart(wait_transfer_figure(t), key=f"rg-wt-{run.path}-{job}")
+            st.plotly_chart(figures.wait_transfer(run, data.key(run), job, step, call), key=f"rg-wt-{run.path}-{job}")
             st.caption(FORMULAS["ring_wait"])
         with right:
             st.markdown(f"**Which chunk each rank holds (N = {ws})**")
-            st.plotly_chart(chunk_figure(chunk_cells(data.chunk_matrix(ws), ws), ws), key=f"rg-ch-{run.path}-{ws}")
+            st.plotly_chart(figures.chunks(ws), key=f"rg-ch-{run.path}-{ws}")
             st.caption("Move the slider through the steps. A cell counts how many ranks' gradients the rank's copy "
                        "of that chunk already sums; after reduce-scatter each rank owns one complete chunk (N), "
                        "all-gather then copies the complete chunks around the ring.")
     st.markdown("**Messages per algorithm** (all ranks, all calls)")
-    st.plotly_chart(message_count_figure(counts), key=f"rg-cnt-{run.path}")
+    st.plotly_chart(figures.counts(run, data.key(run)), key=f"rg-cnt-{run.path}")
     st.caption(" ".join(ALGO_NOTES.values()))
 
 
 def bandwidth_view(run) -> None:
     """algbw/busbw against message size, log axes, per algorithm and world size."""
     df = data.bandwidth(run, data.key(run))
-    st.plotly_chart(bandwidth_figure(df), key=f"bw-{run.path}")
+    st.plotly_chart(figures.bandwidth(run, data.key(run)), key=f"bw-{run.path}")
     st.caption(f"{FORMULAS['algbw']} {FORMULAS['busbw']} busbw makes different N comparable: for a "
                "bandwidth-optimal all-reduce it approaches the link speed. Small messages are latency-bound.")
     if not df.empty:
@@ -93,8 +86,7 @@ def bandwidth_view(run) -> None:
 
 def buckets_view(run) -> None:
     """Step time and exposed comm against bucket size, when the run swept bucket sizes."""
-    df = data.bucket_sweep(run, data.key(run))
-    st.plotly_chart(bucket_figure(df), key=f"bk-{run.path}")
+    st.plotly_chart(figures.buckets(run, data.key(run)), key=f"bk-{run.path}")
     st.caption("Small buckets start communicating early but pay a launch per bucket; one huge bucket can only "
                f"start after the whole backward and hides nothing. {FORMULAS['exposed_ms']} {FORMULAS['step_ms']}")
 

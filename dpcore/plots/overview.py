@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.plots.style import COMPONENT_COLORS, base_layout, empty_figure, job_label
+from dpcore.plots.style import COMPONENT_COLORS, base_layout, empty_figure, job_label, variant_rank
 
 PARTS: list[tuple[str, str, str]] = [
     ("compute_only", "compute (no comm in flight)", COMPONENT_COLORS["compute"]),
@@ -31,7 +31,10 @@ def breakdown_figure(summary: pd.DataFrame, title: str | None = None) -> go.Figu
     """Stacked bars per (variant, world size): compute-only + overlapped + exposed + other = step time."""
     if summary is None or summary.empty:
         return empty_figure("No completed training jobs in this run.")
-    df = summary.sort_values(["variant", "world_size", "bucket_mb"]).copy()
+    df = summary.dropna(subset=["step_ms"])
+    if df.empty:
+        return empty_figure("No completed training jobs in this run.")
+    df = df.assign(_o=variant_rank(df["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
     df["label"] = label_jobs(df)
     df["compute_only"] = (df["compute_ms"] - df["overlapped_ms"]).clip(lower=0)
     fig = go.Figure()
@@ -51,7 +54,8 @@ def comparison_figure(summaries: dict[str, pd.DataFrame]) -> go.Figure:
     frames = [s.assign(run=name) for name, s in summaries.items() if s is not None and not s.empty]
     if not frames:
         return empty_figure("Nothing to compare: neither run has completed training jobs.")
-    df = pd.concat(frames, ignore_index=True)
+    df = pd.concat(frames, ignore_index=True).dropna(subset=["step_ms"])
+    df = df.assign(_o=variant_rank(df["variant"])).sort_values(["_o", "world_size", "bucket_mb"], kind="stable")
     df["label"] = label_jobs(df)
     fig = go.Figure()
     for run, part in df.groupby("run", sort=False):

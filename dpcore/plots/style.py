@@ -5,6 +5,7 @@ from the overview to the scaling curve without reading legends twice.
 """
 from __future__ import annotations
 
+import pandas as pd
 import plotly.graph_objects as go
 
 VARIANT_COLORS: dict[str, str] = {
@@ -20,6 +21,8 @@ PHASE_COLORS: dict[str, str] = {
     "reduce_scatter": "#e45756", "all_gather": "#4c78a8", "gather": "#f58518", "broadcast": "#54a24b",
     "exchange": "#b279a2",
 }
+VARIANT_ORDER = ["single", "manual", "data_parallel", "naive", "flat", "central", "ring", "overlap", "bucketed",
+                 "torch_ddp"]
 FALLBACK = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
@@ -33,8 +36,10 @@ def color_for(name: str, table: dict[str, str] = VARIANT_COLORS) -> str:
 def base_layout(fig: go.Figure, title: str | None = None, height: int = 420) -> go.Figure:
     """Common margins/legend so figures line up in the page and stay readable in screenshots."""
     fig.update_layout(
-        title=title, height=height, template="plotly_white", margin=dict(l=60, r=20, t=60 if title else 30, b=50),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0), hovermode="closest",
+        title=dict(text=title, x=0.01, xanchor="left", y=0.99, yref="container", yanchor="top") if title else None,
+        height=height, template="plotly_white", margin=dict(l=60, r=20, t=95 if title else 60, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"),
+        hovermode="closest",
     )
     return fig
 
@@ -46,6 +51,11 @@ def empty_figure(message: str, height: int = 240) -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return base_layout(fig, height=height)
+
+
+def variant_rank(variants: pd.Series) -> pd.Series:
+    """Sort key in DESIGN.md's teaching order: baseline first, then blocking, then overlapping variants."""
+    return variants.map({v: i for i, v in enumerate(VARIANT_ORDER)}).fillna(len(VARIANT_ORDER))
 
 
 def job_label(variant: object, world_size: object, bucket_mb: object = None, show_bucket: bool = False) -> str:

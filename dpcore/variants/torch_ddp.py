@@ -12,11 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import inspect
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
+
+
+# newer torch renamed the switch (and still syncs buffers at init, which we want)
+_NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
+                           if "forward_sync_buffers" in inspect.signature(
+                               DistributedDataParallel.__init__).parameters
+                           else {"broadcast_buffers": False})
 
 
 class TorchDDP(DistributedDataParallel):
@@ -29,8 +38,7 @@ class TorchDDP(DistributedDataParallel):
                  bucket_mb: float = 25.0) -> None:
         dev = next(module.parameters()).device
         super().__init__(module, device_ids=[dev] if dev.type == "cuda" else None,
-                         process_group=group, bucket_cap_mb=bucket_mb,
-                         broadcast_buffers=False)
+                         process_group=group, bucket_cap_mb=bucket_mb, **_NO_FORWARD_BUFFER_SYNC)
         self.recorder = recorder
         self.bucket_mb = float(bucket_mb)
         if recorder is not None:

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerate the sample runs committed under profiles/ (CPU, gloo, 2 ranks; a few minutes).
+# They give every dashboard view data on a fresh clone:
+#   profiles/sample-train      every variant at world sizes 1 and 2, plus a short bucket sweep
+#   profiles/sample-allreduce  the all-reduce bandwidth benchmark at 2 ranks
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf profiles/sample-train profiles/sample-allreduce
+python -m dpcore profile --run-id sample-train --model mlp --width 256 --variants all \
+  --world-sizes 1,2 --steps 10 --warmup 3 --profile-steps 2 --bucket-sweep 1,4 --out profiles
+python -m dpcore allreduce --run-id sample-allreduce --algos native,ring,naive,central \
+  --world-sizes 2 --sizes 1KB,16KB,256KB,1MB,4MB,16MB --out profiles
+du -sh profiles/sample-train profiles/sample-allreduce

@@ -1,0 +1,117 @@
+"""Metrics on hand-made steps/collectives/messages with exactly known answers."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore.analysis import (allreduce_bandwidth, bucket_sweep, chunk_matrix, collective_bandwidth,
+                             message_counts, ring_step_times, scaling, step_breakdown, stragglers)
+
+MS = 1_000_000
+
+
+def _step(rank=0, step=0, t0=0, fwd=10.0, bwd=20.0, sync=5.0, opt=5.0, profiled=False):
+    return dict(job_id="j", variant="overlap", world_size=2, bucket_mb=25.0, rank=rank, step=step,
+                profiled=profiled, t_start_ns=t0, step_ms=fwd + bwd + sync + opt, fwd_ms=fwd, bwd_ms=bwd,
+                sync_ms=sync, opt_ms=opt, comm_ms=0.0, comm_ops=1, comm_bytes=100, samples=8)
+
+
+def _coll(start_ms, end_ms, rank=0, step=0, seq=0, launch_ms=None, nbytes=1000):
+    return dict(job_id="j", rank=rank, step=step, seq=seq, op="all_reduce", algo="native", bytes=nbytes,
+                t_launch_ns=(launch_ms if launch_ms is not None else start_ms) * MS,
+                t_start_ns=start_ms * MS if launch_ms is None or start_ms is not None else np.nan,
+                t_end_ns=end_ms * MS, bucket=-1)
+
+
+def test_step_breakdown_exact():
+    # compute: [0,10] fwd, [10,30] bwd, sync [30,35], opt [35,40]
+    steps = pd.DataFrame([_step(), _step(step=1, profiled=True)])
+    coll = pd.DataFrame([_coll(20, 34), _coll(25, 28, seq=1), _coll(38, 45, seq=2)])  # last one clipped at 40
+    bd = step_breakdown(steps, coll)
+    assert len(bd) == 1  # profiled steps are excluded
+    r = bd.iloc[0]
+    assert r.comm_ms == pytest.approx(14 + 2)          # [20,34] ∪ [38,40]
+    assert r.overlapped_ms == pytest.approx(10 + 2)    # [20,30] ∩ bwd, [38,40] ∩ opt
+    assert r.exposed_ms == pytest.approx(4)
+    assert r.compute_ms == pytest.approx(35) and r.step_ms == pytest.approx(40)
+    assert r.other_ms == pytest.approx(1)               # 40 - 35 - 4
+    assert r.overlap_pct == pytest.approx(75.0)
+    assert r.comm_fraction == pytest.approx(0.1)
+
+
+def test_step_breakdown_launch_when_no_start_and_no_comm():
+    steps = pd.DataFrame([_step(sync=0.0)])
+    coll = pd.DataFrame([_coll(None, 40, launch_ms=25)])  # t_start unknown: launch -> [25,40], clipped at 35
+    r = step_breakdown(steps, coll).iloc[0]
+    assert r.comm_ms == pytest.approx(10) and r.overlapped_ms == pytest.approx(10)
+    r0 = step_breakdown(steps, coll.iloc[:0]).iloc[0]
+    assert r0.comm_ms == 0 and np.isnan(r0.overlap_pct) and r0.other_ms == pytest.approx(0)
+
+
+def _summary(rows):
+    return pd.DataFrame([dict(variant=v, world_size=n, bucket_mb=b, step_ms=t, throughput=1.0, exposed_ms=0.0,
+                              overlap_pct=0.0, comm_ops=1, oversubscribed=n > 2) for v, n, b, t in rows])
+
+
+def test_scaling_weak_and_strong():
+    s = _summary([("single", 1, 0.0, 100.0), ("flat", 2, 25.0, 125.0), ("flat", 4, 25.0, 200.0),
+                  ("ring", 1, 25.0, 80.0), ("ring", 2, 25.0, 100.0)])
+    w = scaling(s, "weak").set_index(["variant", "world_size"])
+    assert w.loc[("flat", 2), "speedup"] == pytest.approx(2 * 100 / 125)   # N·T1/TN with T1 from `single`
+    assert w.loc[("flat", 2), "efficiency"] == pytest.approx(0.8)
+    assert w.loc[("ring", 2), "efficiency"] == pytest.approx(0.8)          # own 1-rank job: 80/100
+    assert bool(w.loc[("flat", 4), "oversubscribed"]) and w.loc[("flat", 4), "ideal_speedup"] == 4
+    st = scaling(s, "strong").set_index(["variant", "world_size"])
+    assert st.loc[("flat", 4), "speedup"] == pytest.approx(0.5)
+    assert st.loc[("flat", 4), "efficiency"] == pytest.approx(0.125)
+    with pytest.raises(ValueError):
+        scaling(s, "sideways")
+
+
+def test_bucket_sweep_rows():
+    s = _summary([("bucketed", 2, 1.0, 10.0), ("bucketed", 2, 25.0, 9.0), ("flat", 2, 25.0, 8.0)])
+    b = bucket_sweep(s)
+    assert b["bucket_mb"].tolist() == [1.0, 25.0] and set(b["variant"]) == {"bucketed"}
+
+
+def test_bandwidth_nccl_tests_convention():
+    ar = pd.DataFrame([dict(job_id="a", algo="ring", world_size=4, bytes=1_000_000_000, repeats=5, time_ms=500.0,
+                            algbw_gbps=2.0, busbw_gbps=3.0)])
+    r = allreduce_bandwidth(ar).iloc[0]
+    assert r.algbw_gbps == pytest.approx(2.0) and r.busbw_gbps == pytest.approx(3.0) and r.consistent
+    coll = pd.DataFrame([_coll(0, 1000, nbytes=2_000_000_000)])
+    c = collective_bandwidth(coll, {"j": 2}).iloc[0]
+    assert c.dur_ms == pytest.approx(1000) and c.algbw_gbps == pytest.approx(2.0) and c.busbw_gbps == pytest.approx(2.0)
+
+
+def test_ring_step_times_transfer_and_wait():
+    rows = []
+    # ring step 0, 2 ranks: 0->1 takes 2 ms, 1->0 posted 3 ms late (rank 0 waits 3 ms)
+    for src, dst, post, done in ((0, 1, 0, 2), (1, 0, 3, 5)):
+        for side, rank in (("send", src), ("recv", dst)):
+            rows.append(dict(job_id="j", algo="ring", rank=rank, step=0, call=0, phase="reduce_scatter", ring_step=0,
+                             src=src, dst=dst, chunk=src, bytes=10, t_post_ns=post * MS if side == "send" else 0,
+                             t_done_ns=done * MS, side=side))
+    t = ring_step_times(pd.DataFrame(rows)).set_index("rank")
+    assert t.loc[0, "transfer_ms"] == pytest.approx(2.0)
+    assert t.loc[0, "duration_ms"] == pytest.approx(5.0) and t.loc[0, "wait_ms"] == pytest.approx(3.0)
+    mc = message_counts(pd.DataFrame(rows)).iloc[0]
+    assert mc.messages == 2 and mc.bytes == 20 and mc.messages_per_call == 2
+
+
+def test_chunk_matrix_ring_invariants():
+    for n in (1, 2, 3, 5):
+        m = chunk_matrix(n)
+        assert len(m) == 2 * (n - 1) * n
+        if n == 1:
+            continue
+        rs_end = m[(m.phase == "reduce_scatter") & (m.ring_step == n - 2)]
+        for r, comp in zip(rs_end["rank"], rs_end["complete"]):
+            assert comp == str((r + 1) % n)              # rank r owns reduced chunk r+1
+        last = m[(m.phase == "all_gather") & (m.ring_step == n - 2)]
+        assert all(h == [n] * n for h in last["held"])   # everyone holds every complete chunk
+
+
+def test_stragglers_skew():
+    coll = pd.DataFrame([_coll(5, 9, rank=0), _coll(1, 9, rank=1), _coll(3, 9, rank=2)])
+    s = stragglers(coll).iloc[0]
+    assert s.skew_ms == pytest.approx(4.0) and s.first_rank == 1 and s.last_rank == 0 and s.n_ranks == 3
