@@ -89,7 +89,7 @@ def test_real_gloo_trace_classification():
         assert len(comm) and comm["name"].astype(str).str.startswith("gloo:").all()
         main = ev[ev["name"] == "forward"]["tid"].iloc[0]
         assert (comm["tid"] != main).all()
-        assert set(ev[ev["name"] == "c10d::allreduce_"]["kind"]) == {"sync"}
+        assert set(ev[ev["name"] == "c10d::allreduce_"]["kind"]) == {"other"}
         assert set(ev[ev["name"] == "grad_sync"]["kind"]) == {"sync"}
         assert set(ev[ev["name"] == "aten::addmm"]["kind"]) == {"compute"}
         assert sorted(s for s in ev["step"].unique() if s >= 0) == [1, 2, 3]

@@ -104,6 +104,17 @@ def test_corrupt_runs_warn_and_the_good_one_loads(tmp_path: Path, monkeypatch: p
         assert not problems(at), problems(at)
 
 
+def test_symlink_out_of_the_profiles_folder_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, outside = tmp_path / "profiles", tmp_path / "elsewhere"
+    make_run(root, "20230101-000000-good")
+    make_run(outside, "20990101-000000-outside")
+    (root / "20990101-000000-outside").symlink_to(outside / "20990101-000000-outside")
+    at = start(root, monkeypatch)
+    assert not at.exception
+    assert [o.split(" · ")[0] for o in at.sidebar.selectbox(key="run_a").options] == ["20230101-000000-good"]
+    assert any("outside the profiles folder" in w.value for w in at.warning)
+
+
 def test_quick_profile_progress_and_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One click starts the profiler; its JSON progress lines are followed and the run is opened.
 

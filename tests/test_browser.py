@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -67,11 +68,13 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     log.close()
 
 
-def test_every_view_draws_in_chromium(server: str, tmp_path: Path) -> None:
+def test_every_view_draws_in_chromium(server: str) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    shots, timings = tmp_path / "screenshots", {}
-    shots.mkdir()
+    # a fixed folder outside pytest's basetemp rotation, overwritten on every run ($DPCORE_SCREENSHOTS overrides)
+    shots = Path(os.environ.get("DPCORE_SCREENSHOTS") or Path(tempfile.gettempdir()) / "dpcore-dashboard-screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -10,8 +10,10 @@ Classification (what the overlap numbers count):
   ``gloo:<op>`` span on a ``pt_gloo_runloop`` worker thread -> comm. The main thread (the one
   carrying ``forward``/``backward``/``optimizer``/``ProfilerStep#N`` ranges) runs the operators;
   those inside forward/backward/optimizer are compute. ``grad_sync`` is the main thread waiting
-  for gradients, and collective launches/waits on the main thread (``c10d::*``,
-  ``record_param_comms``, ``*wait*``) are sync: neither compute nor comm.
+  for gradients and ``*wait*`` ops are the main thread waiting: kind sync, and they are cut out
+  of compute. Collective launches (``c10d::*``, ``record_param_comms``) are kind other; a launch
+  from a gradient hook stays inside its backward node's interval, as in the steps.csv phase
+  intervals (so trace-based and interval-based overlap agree).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ EVENT_COLUMNS = ["ts", "dur", "name", "category", "pid", "tid", "stream", "rank"
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _PHASES = ("forward", "backward", "optimizer")
-_CPU_HOLE_RE = re.compile(r"^(c10d::|record_param_comms|nccl:|gloo:)|wait|synchronize", re.IGNORECASE)
+_CPU_WAIT_RE = re.compile(r"wait|synchronize", re.IGNORECASE)
+_CPU_LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms|nccl:)")
 
 
 def _gpu_kind(name: str, cat: str) -> str:
@@ -131,7 +134,8 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     kind = np.full(ts.size, KINDS.index("other"), dtype=np.int8)
     is_gloo = np.asarray([n.startswith("gloo:") for n in names], dtype=bool)
     phase_code = np.asarray([n in _PHASES for n in names], dtype=bool)
-    hole = np.asarray([bool(_CPU_HOLE_RE.search(n)) for n in names], dtype=bool)
+    hole = np.asarray([bool(_CPU_WAIT_RE.search(n)) for n in names], dtype=bool)
+    launch = np.asarray([bool(_CPU_LAUNCH_RE.match(n)) for n in names], dtype=bool)
     marker = np.asarray([n in _PHASES or n == "grad_sync" or bool(_STEP_RE.match(n)) for n in names], dtype=bool)
     thread = pid_c.astype(np.int64) * (int(tid_c.max(initial=0)) + 1) + tid_c
     # main thread: the one with the phase / ProfilerStep ranges, else the busiest cpu_op thread
@@ -154,7 +158,7 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
         inside = idx >= 0
         inside[inside] &= ts[inside] < p_e[idx[inside]]
         ops &= inside
-    kind[ops] = KINDS.index("compute")
+    kind[ops & ~launch[name_c]] = KINDS.index("compute")
     kind[on_main & hole[name_c] & ~is_gloo[name_c]] = KINDS.index("sync")
     kind[on_main & (np.asarray([n == "grad_sync" for n in names], dtype=bool)[name_c])] = KINDS.index("sync")
     kind[is_gloo[name_c] & on_main] = KINDS.index("sync")

@@ -38,11 +38,11 @@ from ._common import check_op, copy_back, flat_buffer, group_ranks
 from .schedule import chunk_bounds, rank_schedule
 
 #: Target size of one sub-message. Tuned with ``python -m dpcore.comm.bench_ring`` on gloo.
-DEFAULT_SUB_BYTES = 1 << 20
+DEFAULT_SUB_BYTES = 2 << 20
 #: Cap on sub-chunks per chunk (more messages cost per-message overhead).
 DEFAULT_MAX_SUBS = 1 << 30
 #: Receives kept posted ahead (<= sub-chunks per chunk); 0 = one whole step.
-DEFAULT_INFLIGHT = 4
+DEFAULT_INFLIGHT = 3
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,

@@ -67,9 +67,12 @@ def list_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
     if not root.is_dir():
         return pd.DataFrame(), []
     runs, warnings = _list_runs(str(root), root_stamp(root))
+    warnings = list(warnings)
     if not runs.empty:
-        runs = runs[[inside(p, root) for p in runs["path"]]].reset_index(drop=True)
-    return runs, list(warnings)
+        ok = [inside(p, root) for p in runs["path"]]
+        warnings += [f"{p} resolves outside the profiles folder {root}; ignored" for p, k in zip(runs["path"], ok) if not k]
+        runs = runs[ok].reset_index(drop=True)
+    return runs, warnings
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

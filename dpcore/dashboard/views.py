@@ -81,6 +81,14 @@ def timeline_view(run, root) -> None:
     with st.spinner("Reading the traces of this job…"):
         fig = figures.timeline(run, data.key(run), job, int(step))
     st.plotly_chart(fig, key=f"tl-{run.path}-{job}-{step}")
+    row = summary[summary["job_id"] == job] if "job_id" in summary else summary.iloc[:0]
+    if len(row):
+        r, m = row.iloc[0], st.columns(4)
+        m[0].metric("step T (median)", f"{r['step_ms']:.2f} ms", help=FORMULAS["step_ms"])
+        m[1].metric("comm C", f"{r['comm_ms']:.2f} ms", help=FORMULAS["comm_ms"])
+        m[2].metric("exposed E", f"{r['exposed_ms']:.2f} ms", help=FORMULAS["exposed_ms"])
+        m[3].metric("overlap", "n/a" if pd.isna(r["overlap_pct"]) else f"{r['overlap_pct']:.0f} %",
+                    help=FORMULAS["overlap_pct"])
     traced = step in profiled and bool(data.trace_files(run, job, root))
     source = ("the torch.profiler trace of each rank" if traced else
               "steps.csv phases (compute) and collectives.csv intervals (comm)")

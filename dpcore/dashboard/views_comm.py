@@ -87,6 +87,12 @@ def bandwidth_view(run) -> None:
 def buckets_view(run) -> None:
     """Step time and exposed comm against bucket size, when the run swept bucket sizes."""
     st.plotly_chart(figures.buckets(run, data.key(run)), key=f"bk-{run.path}")
+    df = data.bucket_sweep(run, data.key(run))
+    if not df.empty:
+        st.dataframe(df, hide_index=True, width="stretch", column_config={
+            "step_ms": st.column_config.NumberColumn("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
+            "exposed_ms": st.column_config.NumberColumn("exposed E (ms)", help=FORMULAS["exposed_ms"], format="%.2f"),
+            "overlap_pct": st.column_config.NumberColumn("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%")})
     st.caption("Small buckets start communicating early but pay a launch per bucket; one huge bucket can only "
                f"start after the whole backward and hides nothing. {FORMULAS['exposed_ms']} {FORMULAS['step_ms']}")
 

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpcore.plots.style import base_layout, color_for, empty_figure
+from dpcore.plots.style import base_layout, color_for, empty_figure, legend_right
 
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
 
@@ -31,5 +31,5 @@ def bandwidth_figure(df: pd.DataFrame) -> go.Figure:
                 hovertemplate=name + "<br>%{x:.3s}B in %{customdata:.3f} ms<br>%{y:.3g} GB/s<extra></extra>",
                 row=1, col=c)
     fig.update_xaxes(type="log", title="message size (bytes)")
-    fig.update_yaxes(type="log", title="GB/s")
-    return base_layout(fig, None, height=420)
+    fig.update_yaxes(type="log", title="GB/s", dtick=1)
+    return legend_right(base_layout(fig, None, height=420))

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpcore.plots.style import base_layout, color_for, empty_figure
+from dpcore.plots.style import base_layout, color_for, empty_figure, legend_right
 
 
 def bucket_figure(df: pd.DataFrame) -> go.Figure:
@@ -24,6 +24,7 @@ def bucket_figure(df: pd.DataFrame) -> go.Figure:
             fig.add_scatter(x=part["bucket_mb"], y=part[col], mode="lines+markers", name=name, legendgroup=name,
                             showlegend=c == 1, line=dict(color=color_for(str(variant))),
                             hovertemplate=name + "<br>bucket %{x:g} MB<br>%{y:.2f} ms<extra></extra>", row=1, col=c)
-    fig.update_xaxes(type="log", title="bucket size (MB)")
+    sizes = sorted(float(b) for b in df["bucket_mb"].unique())
+    fig.update_xaxes(type="log", title="bucket size (MB)", tickvals=sizes, ticktext=[f"{b:g}" for b in sizes])
     fig.update_yaxes(rangemode="tozero")
-    return base_layout(fig, None, height=380)
+    return legend_right(base_layout(fig, None, height=380))

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpcore.plots.style import base_layout, color_for, empty_figure
+from dpcore.plots.style import base_layout, color_for, empty_figure, legend_right
 
 PANELS: list[tuple[str, str]] = [
     ("step_ms", "step time T (ms)"), ("throughput", "throughput (samples/s)"),
@@ -50,4 +50,4 @@ def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None =
                         marker=dict(symbol="x-open", color="black", size=9), row=1, col=1)
     fig.update_xaxes(title="world size N", tickvals=ns)
     title = f"{mode} scaling" + (f" · {run_label}" if run_label else "")
-    return base_layout(fig, title, height=620)
+    return legend_right(base_layout(fig, title, height=620))

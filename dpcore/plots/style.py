@@ -37,10 +37,17 @@ def base_layout(fig: go.Figure, title: str | None = None, height: int = 420) -> 
     """Common margins/legend so figures line up in the page and stay readable in screenshots."""
     fig.update_layout(
         title=dict(text=title, x=0.01, xanchor="left", y=0.99, yref="container", yanchor="top") if title else None,
-        height=height, template="plotly_white", margin=dict(l=60, r=20, t=95 if title else 60, b=50),
+        height=height, template="plotly_white", margin=dict(l=60, r=20, t=85 if title else 60, b=50),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"),
         hovermode="closest",
     )
+    return fig
+
+
+def legend_right(fig: go.Figure) -> go.Figure:
+    """Vertical legend right of the plot: subplot titles own the space above the panels."""
+    fig.update_layout(legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
+                      margin=dict(r=170, t=fig.layout.margin.t or 60))
     return fig
 
 

@@ -8,7 +8,7 @@ would be a collective no variant issues. With a recorder, a communication hook (
 built-in ``allreduce_hook`` does (divide by N, async all-reduce, future), and records it, so
 DDP's buckets appear in collectives.csv; without a recorder DDP keeps its C++ default path.
 """
-from __future__ import annotations
+# no `from __future__ import annotations`: DDP checks the comm hook's annotations at runtime
 
 from typing import Any
 
