@@ -1,10 +1,10 @@
 """Merged Chrome trace of a job: every rank as one process on the shared clock, with each
 point-to-point message drawn as a flow arrow from its send to its receive.
 
-Why a marker event: torch.profiler's timestamps are on the profiler's own clock, not ours. Each
-rank opens a zero-length ``record_function`` named ``dpcore_clock_sync`` at a shared-clock
-time it remembers; finding that event in the rank's trace gives the exact shift from trace
-time to the shared clock, whatever clock the profiler used.
+Why marker events: torch.profiler's timestamps are on the profiler's own clock, not ours. Each
+rank opens empty ``record_function`` ranges named ``dpcore_clock_sync#k`` between two reads of
+the shared clock (see :mod:`dpcore.clocksync`); finding them in the rank's trace gives the
+shift from trace time to the shared clock, whatever clock the profiler used.
 
 Output is the JSON Object Format of the Trace Event Format (``traceEvents`` + metadata events,
 ``ts``/``dur`` in microseconds), which Perfetto and chrome://tracing both open.
@@ -17,9 +17,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from .clocksync import SYNC_MARKER, markers_from, shift_us
 from .rundir import atomic_write_bytes
-
-SYNC_MARKER = "dpcore_clock_sync"
 _MSG_TID_BASE = 900_000_000  # message lanes get tids far from OS thread ids and GPU streams
 _GPU_TID_BASE = 800_000_000
 
@@ -32,12 +31,14 @@ def read_json_trace(path: Path | str) -> dict:
         return json.load(f)
 
 
-def _sync_shift_us(events: list[dict], sync_ns: int) -> float:
+def _sync_shift_us(events: list[dict], samples: list) -> float:
     """Microseconds to add to this trace's ``ts`` to land on the shared clock."""
-    for ev in events:
-        if ev.get("name") == SYNC_MARKER and "ts" in ev:
-            return sync_ns / 1000.0 - float(ev["ts"])
-    raise ValueError(f"trace has no {SYNC_MARKER} event; cannot place it on the shared clock")
+    marks = markers_from((e.get("name", "") for e in events if "ts" in e),
+                         (e["ts"] for e in events if "ts" in e))
+    shift = shift_us(marks, samples)
+    if shift is None:
+        raise ValueError(f"trace has no {SYNC_MARKER}#k event; cannot place it on the shared clock")
+    return shift
 
 
 def _lanes(intervals: list[tuple[float, float]]) -> list[int]:
@@ -106,7 +107,7 @@ def _message_events(messages: list[dict], t_lo_ns: int, t_hi_ns: int) -> list[di
     return out
 
 
-def merge_job_traces(rank_traces: dict[int, Path], sync_ns: dict[int, int],
+def merge_job_traces(rank_traces: dict[int, Path], sync: dict[int, list],
                      messages: Iterable[dict], out_path: Path) -> dict:
     """Write ``merged.json.gz``: all ranks on the shared clock, one process named "rank r" each.
 
@@ -117,7 +118,7 @@ def merge_job_traces(rank_traces: dict[int, Path], sync_ns: dict[int, int],
     for rank in sorted(rank_traces):
         trace = read_json_trace(rank_traces[rank])
         src = trace.get("traceEvents", [])
-        shift = _sync_shift_us(src, sync_ns[rank])
+        shift = _sync_shift_us(src, sync[rank])
         cpu_pids = {ev.get("pid") for ev in src if ev.get("cat") in ("cpu_op", "user_annotation",
                                                                      "python_function")}
         seen_threads: dict[Any, int] = {}

@@ -4,7 +4,8 @@ Why timed steps run without the profiler: torch.profiler adds per-op overhead, s
 times the charts use come from plain ``perf_counter`` (CPU, after a barrier so all ranks start
 a step together) or CUDA events (GPU); only a few extra steps run under the profiler, for the
 traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up step is ``steps``
-(dropped), profiled steps are steps+1..steps+profile_steps.
+(dropped), profiled steps are steps+1..steps+profile_steps, and the trace's
+``ProfilerStep#N`` markers carry the same N.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from .chrome import SYNC_MARKER
+from .clocksync import marker_name
 from .clock import measure_offset
 from .config import TrainConfig
 from .instrument import PhaseTimer, Recorder
@@ -133,7 +134,8 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     for s in range(cfg.steps):
         one_step(s, False, True)
 
-    trace_file, sync_ns, trace_error = None, 0, ""
+    trace_file, trace_error = None, ""
+    sync: list[tuple[int, int]] = []  # (t_a, t_b) around each dpcore_clock_sync#k marker
     if profile_steps:
         Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
         trace_file = Path(spec.trace_dir) / f"rank{ctx.rank}.json.gz"
@@ -151,18 +153,32 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
             except OSError as exc:
                 trace_error = f"trace export failed on rank {ctx.rank}: {exc}"
 
-        sched = torch.profiler.schedule(wait=0, warmup=1, active=profile_steps, repeat=1)
+        first = cfg.steps  # the profiler's warm-up step; ProfilerStep#N == our step index N
+        last = cfg.steps + profile_steps
+        A = torch.profiler.ProfilerAction
+
+        def sched(n: int) -> Any:
+            if n == first:
+                return A.WARMUP
+            if first < n < last:
+                return A.RECORD
+            return A.RECORD_AND_SAVE if n == last else A.NONE
+
         log = Path(spec.trace_dir) / f"rank{ctx.rank}.profiler.log"
-        with _stderr_to(log), torch.profiler.profile(activities=acts, schedule=sched,
-                                                     on_trace_ready=export) as prof:
+        prof = torch.profiler.profile(activities=acts, schedule=sched, on_trace_ready=export)
+        # Start numbering at `first` so trace steps and steps.csv rows share one index.
+        prof.step_num, prof.current_action = first, sched(first)
+        with _stderr_to(log), prof:
             prof.add_metadata_json("dpcore", '{"job_id": "%s", "rank": %d, "offset_ns": %d}'
                                    % (spec.job_id, ctx.rank, offset))
-            for j in range(profile_steps + 1):
-                if j == 1:
-                    sync_ns = rec.now()
-                    with torch.profiler.record_function(SYNC_MARKER):
-                        pass
-                one_step(cfg.steps + j, j > 0, j > 0)
+            for step in range(first, last + 1):
+                if step > first:
+                    for _ in range(3):
+                        t_a = rec.now()
+                        with torch.profiler.record_function(marker_name(len(sync))):
+                            t_b = rec.now()
+                        sync.append((t_a, t_b))
+                one_step(step, step > first, step > first)
                 prof.step()
     keep = {r["step"] for r in rows}
     coll = [c for c in rec.collective_rows() if c["step"] in keep]
@@ -170,5 +186,5 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     msgs = [m for m in rec.message_rows() if m["step"] in keep]
     return {"steps": rows, "collectives": coll, "messages": msgs, "offset_ns": offset,
             "rtt_ns": rtt, "trace": str(trace_file) if trace_file and not trace_error else None,
-            "trace_error": trace_error, "sync_ns": sync_ns,
+            "trace_error": trace_error, "sync": sync,
             "threads": ctx.threads}

@@ -98,6 +98,8 @@ def _record_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     extra: dict[str, Any] = {
         "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(results)},
         "clock_rtt_ns": {str(i): r["rtt_ns"] for i, r in enumerate(results)},
+        # (t_a, t_b) shared-clock brackets of each rank's dpcore_clock_sync#k markers
+        "clock_sync_ns": {str(i): r["sync"] for i, r in enumerate(results) if r.get("trace")},
         "threads_per_rank": first.get("threads"),
     }
     errors = [r["trace_error"] for r in results if r.get("trace_error")]
@@ -107,7 +109,7 @@ def _record_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     if traces and all(p.exists() for p in traces.values()):
         merged = Path(spec.trace_dir) / "merged.json.gz"
         msgs = [m for r in results for m in r["messages"]]
-        extra["merged_trace"] = merge_job_traces(traces, {i: results[i]["sync_ns"] for i in traces},
+        extra["merged_trace"] = merge_job_traces(traces, {i: results[i]["sync"] for i in traces},
                                                  msgs, merged)
         extra["traces"] = sorted(p.name for p in Path(spec.trace_dir).glob("*.json.gz"))
     return {"status": "complete", **extra}

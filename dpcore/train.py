@@ -30,7 +30,6 @@ from .instrument import PhaseTimer
 from .launch import DistContext
 from .models import build_model, loss_fn, make_batch, shard
 from .variants import MULTIPROCESS, REGISTRY, SINGLE_PROCESS, VARIANTS, wrap
-from .variants.bucketed import BucketedDP
 
 # ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
 # importing it here lets the launcher's forkserver preload it once instead of in every rank.
@@ -64,7 +63,6 @@ class Trainer:
         self.opt = torch.optim.SGD(params, lr=cfg.lr)
         self._forward_loss = getattr(self.model, "forward_loss", None)
         self._loss_terms = getattr(self.model, "loss_terms", 1)
-        self._views = isinstance(self.model, BucketedDP)  # grads are bucket views: zero in place
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
                                              else ctx.world_size)
         self.samples_per_step = (self.global_batch if self.single_process
@@ -112,10 +110,7 @@ class Trainer:
         timer.mark("sync")
         with record_function("optimizer"):
             self.opt.step()
-            if self._views:
-                m.zero_grad()
-            else:
-                self.opt.zero_grad(set_to_none=True)
+            self.opt.zero_grad(set_to_none=True)
         timer.mark("opt")
         return float(loss.detach()) / self._loss_terms
 

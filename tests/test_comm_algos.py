@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 
 from dpcore.comm import ALGOS, all_reduce
 from dpcore.comm import primitives as P
+from dpcore.comm.ring import ring_all_reduce
 from dpcore.comm.schedule import chunk_bounds, rank_schedule
 
 SPAWN_TIMEOUT_S = 150.0
@@ -166,9 +167,7 @@ def _check_messages(n: int, rank: int) -> None:
         ref = _reference(x, "sum")
         all_reduce(x, algo=algo, op="sum", recorder=rec, call=17)
         assert torch.equal(x, ref), algo
-        rows = rec.message_rows() if hasattr(rec, "message_rows") else [
-            dict(zip(("step", "algo", "call", "phase", "ring_step", "src", "dst", "chunk",
-                      "bytes", "t_post_ns", "t_done_ns", "side"), m)) for m in rec.messages]
+        rows = _rows(rec)
         sends = [r for r in rows if r["side"] == "send"]
         recvs = [r for r in rows if r["side"] == "recv"]
         assert all(r["algo"] == algo and r["call"] == 17 for r in rows)
@@ -205,6 +204,48 @@ def _check_messages(n: int, rank: int) -> None:
             for s in plan:  # chunk column follows the schedule
                 assert {r["chunk"] for r in sends if (r["phase"], r["ring_step"]) ==
                         (s.phase, s.ring_step)} == {s.send_chunk}
+
+
+def _check_ring_pipelining(n: int, rank: int) -> None:
+    """Tiny sub-messages and every window size: the hazards of the pipelined ring."""
+    for sub_bytes in (4, 60, 1000):
+        for inflight in (1, 2, 3, 8):
+            for numel in sorted({1, max(n - 1, 1), 13, 1001, 4099}):
+                for op in ("sum", "mean"):
+                    x = _data(rank, numel, torch.float32, numel + inflight, integer=True)
+                    ref = _reference(x, op)
+                    ring_all_reduce(x, op=op, sub_bytes=sub_bytes, inflight=inflight)
+                    where = f"sub_bytes={sub_bytes} inflight={inflight} numel={numel} {op}"
+                    torch.testing.assert_close(x, ref, rtol=0, atol=1e-6, msg=where)
+    # per-sub-message rows add up to the schedule's chunks
+    rec = comm_make_recorder(rank)
+    numel = 100003
+    x = _data(rank, numel, torch.float64, 1, integer=True)
+    ref = _reference(x, "sum")
+    ring_all_reduce(x, recorder=rec, sub_bytes=4096, inflight=3)
+    assert torch.equal(x, ref)
+    rows = _rows(rec)
+    bounds = chunk_bounds(numel, n)
+    for side in ("send", "recv"):
+        per_step: dict[tuple, int] = {}
+        for r in rows:
+            if r["side"] == side:
+                key = (r["phase"], r["ring_step"], r["chunk"])
+                per_step[key] = per_step.get(key, 0) + r["bytes"]
+        want = {(s.phase, s.ring_step, s.send_chunk if side == "send" else s.recv_chunk):
+                (lambda c: (bounds[c][1] - bounds[c][0]) * 8)(
+                    s.send_chunk if side == "send" else s.recv_chunk)
+                for s in rank_schedule(n, rank)}
+        assert per_step == want, side
+    if n > 1:
+        assert len(rows) > 4 * (n - 1)  # really split into sub-messages
+
+
+def _rows(rec: Any) -> list[dict]:
+    if hasattr(rec, "message_rows"):
+        return rec.message_rows()
+    return [dict(zip(("step", "algo", "call", "phase", "ring_step", "src", "dst", "chunk",
+                      "bytes", "t_post_ns", "t_done_ns", "side"), m)) for m in rec.messages]
 
 
 def _check_subgroup(n: int, rank: int) -> None:
@@ -261,7 +302,7 @@ def _check_errors(n: int, rank: int) -> None:
 
 
 CHECKS = [_check_errors, _check_values, _check_identical_across_ranks, _check_noncontiguous,
-          _check_messages, _check_subgroup, _check_primitives, _check_large_ring]
+          _check_messages, _check_ring_pipelining, _check_subgroup, _check_primitives, _check_large_ring]
 
 
 def comm_worker(rank: int, world_size: int, tmp_dir: str) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.chrome import SYNC_MARKER, _lanes, merge_job_traces
+from dpcore.chrome import _lanes, merge_job_traces
+from dpcore.clocksync import marker_name, shift_us
 from dpcore.rundir import STEP_COLUMNS, TABLES, RunWriter, atomic_write_text
 
 
@@ -58,8 +59,8 @@ def test_lanes_separate_overlapping_slices():
 
 
 def _rank_trace(path: Path, marker_ts: float, rank: int) -> None:
-    ev = [{"ph": "X", "name": SYNC_MARKER, "ts": marker_ts, "dur": 0, "pid": 100 + rank, "tid": 7,
-           "cat": "user_annotation"},
+    ev = [{"ph": "X", "name": marker_name(0), "ts": marker_ts, "dur": 0, "pid": 100 + rank,
+           "tid": 7, "cat": "user_annotation"},
           {"ph": "X", "name": "forward", "ts": marker_ts + 10, "dur": 50, "pid": 100 + rank,
            "tid": 7, "cat": "user_annotation"},
           {"ph": "M", "name": "thread_name", "pid": 100 + rank, "tid": 7, "args": {"name": "main"}}]
@@ -82,7 +83,7 @@ def test_merged_trace_aligns_ranks_and_draws_flows(tmp_path):
     ]
     out = tmp_path / "merged.json.gz"
     info = merge_job_traces({0: tmp_path / "rank0.json.gz", 1: tmp_path / "rank1.json.gz"},
-                            {0: 1_000_000, 1: 1_000_000}, msgs, out)
+                            {0: [(999_000, 1_001_000)], 1: [(999_500, 1_000_500)]}, msgs, out)
     doc = json.loads(gzip.decompress(out.read_bytes()))
     evs = doc["traceEvents"]
     fwd = sorted((e["pid"], e["ts"]) for e in evs if e.get("name") == "forward")
@@ -94,3 +95,12 @@ def test_merged_trace_aligns_ranks_and_draws_flows(tmp_path):
     assert len(s) == len(f) == 1 and s[0]["id"] == f[0]["id"]
     assert s[0]["pid"] == 0 and f[0]["pid"] == 1 and s[0]["ts"] == 1012.0
     assert info["message_events"] == 2
+
+
+def test_clock_shift_uses_the_tightest_bracket():
+    # sample 0 was descheduled between its reads (wide bracket, marker 4 ms late); sample 1 is
+    # tight. The trace clock runs 500 us behind: marker k at shared (t_a+t_b)/2 - 500 us.
+    samples = [(1_000_000, 5_000_000), (10_000_000, 10_002_000)]
+    markers = {0: 4_900.0, 1: 10_001.0 - 500.0}
+    assert shift_us(markers, samples) == 500.0
+    assert shift_us({}, samples) is None

@@ -13,8 +13,21 @@ from .intervals import merge
 from .load import Run
 from .overlap import MS_NS, _trace_sets, comm_start_ns
 from .traces import TraceFormatError, read_trace
+from ..clocksync import SYNC_MARKER, markers_from, shift_us
 
 COLUMNS = ["rank", "lane", "name", "start_ms", "end_ms"]
+
+
+def _sync_shift_us(events: pd.DataFrame, sync: object, rank: int) -> float | None:
+    """µs to add to a rank's trace ``ts`` to land on the shared clock.
+
+    The profiler's clock is not ours; dpcore's worker brackets ``dpcore_clock_sync#k`` ranges
+    with shared-clock reads saved in run.json (``clock_sync_ns``); see dpcore.clocksync.
+    """
+    if not isinstance(sync, dict) or not isinstance(sync.get(str(rank)), list):
+        return None
+    marks = events[events["name"].astype(str).str.startswith(SYNC_MARKER)]
+    return shift_us(markers_from(marks["name"], marks["ts"]), sync[str(rank)])
 
 
 def _from_trace(run: Run, job_id: str, step: int, t0_ns: float) -> pd.DataFrame | None:
@@ -22,19 +35,21 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float) -> pd.DataFrame 
     if not files:
         return None
     job = run.jobs[run.jobs["job_id"] == job_id]
-    offsets = job["clock_offsets_ns"].iloc[0] if "clock_offsets_ns" in job and len(job) else None
+    sync = job["clock_sync_ns"].iloc[0] if "clock_sync_ns" in job and len(job) else None
     rows = []
     for f in files.values():
         try:
             ev = read_trace(f)
         except TraceFormatError:
             return None
-        ev = ev[ev["step"] == step]
+        all_ev, ev = ev, ev[ev["step"] == step]
         if ev.empty:
             return None
         rank = int(ev["rank"].iloc[0])
-        off = float(offsets[rank]) if isinstance(offsets, list) and rank < len(offsets) else 0.0
-        to_ms = lambda us: (np.asarray(us) * 1e3 + off - t0_ns) / MS_NS  # noqa: E731
+        shift_us = _sync_shift_us(all_ev, sync, rank)
+        if shift_us is None:
+            return None
+        to_ms = lambda us: ((np.asarray(us) + shift_us) * 1e3 - t0_ns) / MS_NS  # noqa: E731
         (c_s, c_e), (p_s, p_e) = _trace_sets(ev)
         p_s, p_e = merge(p_s, p_e)
         rows += [{"rank": rank, "lane": "compute", "name": "compute", "start_ms": a, "end_ms": b}

@@ -7,7 +7,8 @@ Classification (what the overlap numbers count):
   sync = ``*Sync*`` kernels and cuda*Synchronize runtime calls; compute = every other kernel.
   This mirrors Holistic Trace Analysis' kernel typing so our overlap % matches HTA's.
 * CPU traces (gloo), checked against real torch 2.x traces: gloo runs each collective as a
-  ``gloo:<op>`` span on a ``pt_gloo_runloop`` worker thread -> comm. The main thread (the one
+  ``gloo:<op>`` span on a ``pt_gloo_runloop`` worker thread -> comm (``gloo:barrier`` -> sync:
+  it moves no data, and dpcore aligns step starts with one). The main thread (the one
   carrying ``forward``/``backward``/``optimizer``/``ProfilerStep#N`` ranges) runs the operators;
   those inside forward/backward/optimizer are compute. ``grad_sync`` is the main thread waiting
   for gradients and ``*wait*`` ops are the main thread waiting: kind sync, and they are cut out
@@ -147,7 +148,9 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     else:
         main = -1
     on_main = thread == main
-    kind[is_gloo[name_c] & ~on_main] = KINDS.index("comm")
+    # barriers move no data: dpcore aligns step starts with one, and a user's barrier is waiting
+    is_barrier = np.asarray(["barrier" in n for n in names], dtype=bool)[name_c]
+    kind[is_gloo[name_c] & ~on_main & ~is_barrier] = KINDS.index("comm")
     ops = on_main & op_cat[cat_c]
     ph = on_main & phase_code[name_c]
     if ph.any():
@@ -161,7 +164,7 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     kind[ops & ~launch[name_c]] = KINDS.index("compute")
     kind[on_main & hole[name_c] & ~is_gloo[name_c]] = KINDS.index("sync")
     kind[on_main & (np.asarray([n == "grad_sync" for n in names], dtype=bool)[name_c])] = KINDS.index("sync")
-    kind[is_gloo[name_c] & on_main] = KINDS.index("sync")
+    kind[is_gloo[name_c] & (on_main | is_barrier)] = KINDS.index("sync")
     return kind
 
 

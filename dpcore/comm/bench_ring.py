@@ -30,7 +30,6 @@ def _worker(rank: int, world: int, store_path: str, sizes: list[int], repeats: i
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     ring_mod.DEFAULT_SUB_BYTES = sub_bytes
     ring_mod.DEFAULT_INFLIGHT = inflight
-    ring_mod.DEFAULT_MAX_SUBS = int(os.environ.get('DPCORE_RING_MAX_SUBS', ring_mod.DEFAULT_MAX_SUBS))
     try:
         for nbytes in sizes:
             x = torch.ones(nbytes // 4, dtype=torch.float32)

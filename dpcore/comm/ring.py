@@ -7,21 +7,24 @@ i.e. 2(N-1)/N of the tensor, whatever N is.
 
 Why pipelined: an unpipelined ring alternates "transfer a whole chunk" and "add a whole
 chunk", so the link idles while the CPU adds and vice versa; measured at 0.84x of gloo's own
-all-reduce here. Every chunk is therefore split into ``S`` sub-chunks (about ``sub_bytes``
-each) that flow through the steps independently: as soon as sub-chunk j of step t has
-arrived (and, in reduce-scatter, been added) it is forwarded as sub-chunk j of step t+1,
-while the other sub-chunks of step t are still on the wire. Each rank keeps up to S receives
-and S sends in flight, which is the same trick gloo and NCCL use (segmented rings).
+all-reduce here. Every chunk is therefore split into S sub-chunks (about ``sub_bytes`` each)
+that flow through the steps independently: as soon as sub-chunk j of step t has arrived (and,
+in reduce-scatter, been added) it is forwarded as sub-chunk j of step t+1 while the next
+sub-chunks are still on the wire (a segmented ring, as in gloo, NCCL and Open MPI).
+Messages are numbered by position q = step * S + j and handled in that order.
 
-Buffers: reduce-scatter receives land in two preallocated scratch buffers of one chunk each
-(alternating by step, so step t+1 can be posted while step t is still being added);
+Why *few, large* sub-messages and a small window: on this gloo/TCP setup each message costs
+about 0.1 ms of CPU (rendezvous, thread wake-ups) and every freshly allocated page a fault,
+so 2 MB sub-messages with ``inflight`` = 3 receives posted ahead beat finer pipelining.
+
+Buffers: reduce-scatter receives land in ``inflight`` preallocated scratch slots of one
+sub-chunk each (slot q % inflight, free again by the time position q + inflight is posted);
 all-gather receives land directly in the output tensor; sends read from it. No other copies.
 
-Hazards, and why the order inside the loop is safe: the region an all-gather step receives
-into was last *sent* at a reduce-scatter step that used the same chunk and sub-chunk index;
-we wait for send (t, j) before posting receive (t+1, j), so that send is finished before the
-region is overwritten. Every wait depends only on neighbours having reached an earlier
-(step, sub-chunk) position, so the ring cannot deadlock.
+Hazards: an all-gather receive overwrites the region that the reduce-scatter send at
+position q - (N-1)S read, so that send is waited for first. Other sends are waited for with
+a lag of ``inflight`` positions so the main thread rarely blocks on them. Every wait depends
+only on neighbours reaching an *earlier* position, so the ring cannot deadlock.
 
 Recording: one ``messages`` row per *sub-message* (the dashboard draws each row as a bar), with
 ``chunk`` = the ring chunk index the sub-message belongs to.
@@ -29,6 +32,7 @@ Recording: one ``messages`` row per *sub-message* (the dashboard draws each row 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import torch
@@ -37,22 +41,22 @@ import torch.distributed as dist
 from ._common import check_op, copy_back, flat_buffer, group_ranks
 from .schedule import chunk_bounds, rank_schedule
 
-#: Target size of one sub-message. Tuned with ``python -m dpcore.comm.bench_ring`` on gloo.
+#: Target size of one sub-message. Every message costs ~0.1 ms of CPU in gloo (handshake,
+#: thread wake-ups), so sub-messages must stay large; tuned with ``bench_ring`` on gloo.
 DEFAULT_SUB_BYTES = 2 << 20
-#: Cap on sub-chunks per chunk (more messages cost per-message overhead).
-DEFAULT_MAX_SUBS = 1 << 30
-#: Receives kept posted ahead (<= sub-chunks per chunk); 0 = one whole step.
+#: Receives posted ahead of the one being consumed (also the number of scratch slots).
 DEFAULT_INFLIGHT = 3
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
-                    recorder: Any = None, call: int = 0,
-                    sub_bytes: int | None = None, inflight: int | None = None) -> torch.Tensor:
+                    recorder: Any = None, call: int = 0, sub_bytes: int | None = None,
+                    inflight: int | None = None) -> torch.Tensor:
     """All-reduce ``tensor`` in place with the pipelined ring; returns ``tensor``.
 
     ``op`` is "sum" or "mean" (mean divides each rank's owned chunk once, before all-gather,
     so every rank ends with bitwise identical values). Works for any world size and numel;
-    empty sub-messages (numel < N) are skipped on both sides.
+    empty sub-messages (numel < N) are skipped on both sides. ``sub_bytes``/``inflight``
+    override the pipelining defaults above.
     """
     check_op(op, tensor)
     rank, n, glob = group_ranks(group)
@@ -60,79 +64,83 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     if n == 1 or numel == 0:
         return tensor
     work, flat = flat_buffer(tensor)
+    esize = flat.element_size()
     chunks = chunk_bounds(numel, n)
     max_len = chunks[0][1] - chunks[0][0]
-    sub_bytes = DEFAULT_SUB_BYTES if sub_bytes is None else sub_bytes
-    inflight = DEFAULT_INFLIGHT if inflight is None else inflight
-    n_sub = max(1, min(DEFAULT_MAX_SUBS,
-                       math.ceil(max_len * flat.element_size() / max(1, sub_bytes))))
-    # subs[c][j] = absolute (start, stop) of sub-chunk j of chunk c (maybe empty)
+    sub_bytes = DEFAULT_SUB_BYTES if sub_bytes is None else max(1, sub_bytes)
+    n_sub = max(1, math.ceil(max_len * esize / sub_bytes))
+    # subs[c][j] = absolute (start, stop) of sub-chunk j of chunk c (maybe empty). A message
+    # is identified by its position q = step * n_sub + j, processed in increasing order.
     subs = [[(a + s, a + e) for s, e in chunk_bounds(b - a, n_sub)] for a, b in chunks]
     plan = rank_schedule(n, rank)
-    n_steps = len(plan)
-    total = n_steps * n_sub
-    window = n_sub if inflight <= 0 else min(inflight, n_sub)
-    # One scratch slot per receive in flight: position q uses slot q % window, which is free
-    # again because position q + window is only posted after q has been consumed.
-    sub_len = -(-max_len // n_sub)
-    scratch = flat.new_empty(window * sub_len).view(window, sub_len)
+    total = len(plan) * n_sub
+    window = max(1, min(DEFAULT_INFLIGHT if inflight is None else inflight, n_sub))
+    # Scratch slot q % window receives position q; it is free again when q + window is
+    # posted, because that happens only after q has been consumed.
+    scratch = flat.new_empty(window * -(-max_len // n_sub)).view(window, -1)
     dst_g, src_g = glob[plan[0].dst], glob[plan[0].src]
     dst, src = plan[0].dst, plan[0].src  # group ranks, for the message log
-    esize = flat.element_size()
+    rs_len = (n - 1) * n_sub             # positions of the reduce-scatter phase
     mean_step = n - 2 if op == "mean" else -1
-    recvs: list[Any] = [None] * n_sub   # (work, buffer, t_post) of step t for sub j
-    sends: list[Any] = [None] * n_sub   # (work, nbytes, t_post) of step t for sub j
+    recvs: list[Any] = [None] * window   # slot -> (work, buffer, t_post) or None if empty
+    sends: deque = deque()               # (position, work, nbytes, t_post), in position order
     rec = recorder
 
     def post_recv(q: int) -> None:
         t, j = divmod(q, n_sub)
         s, e = subs[plan[t].recv_chunk][j]
         if e == s:
-            recvs[j] = None
+            recvs[q % window] = None
             return
-        if t < n - 1:  # reduce-scatter: into scratch, added afterwards
+        if q < rs_len:  # reduce-scatter: into scratch, added afterwards
             buf = scratch[q % window][:e - s]
-        else:          # all-gather: straight into the output
+        else:           # all-gather: straight into the output, once the send that read
+            wait_sends(q - rs_len)  # this region in reduce-scatter has finished
             buf = flat[s:e]
         t_post = rec.now() if rec is not None else 0
-        recvs[j] = (dist.irecv(buf, src_g, group=group, tag=t * n_sub + j), buf, t_post)
+        recvs[q % window] = (dist.irecv(buf, src_g, group=group, tag=q), buf, t_post)
 
-    def post_send(t: int, j: int) -> None:
+    def post_send(q: int) -> None:
+        t, j = divmod(q, n_sub)
         s, e = subs[plan[t].send_chunk][j]
-        if e == s:
-            sends[j] = None
-            return
-        t_post = rec.now() if rec is not None else 0
-        sends[j] = (dist.isend(flat[s:e], dst_g, group=group, tag=t * n_sub + j),
-                    (e - s) * esize, t_post)
+        if e > s:
+            t_post = rec.now() if rec is not None else 0
+            sends.append((q, dist.isend(flat[s:e], dst_g, group=group, tag=q),
+                          (e - s) * esize, t_post))
+
+    def wait_sends(upto: int) -> None:
+        """Wait for the sends up to position ``upto`` (lagging, so they rarely block)."""
+        while sends and sends[0][0] <= upto:
+            q, req, nbytes, t_post = sends.popleft()
+            req.wait()
+            if rec is not None:
+                st = plan[q // n_sub]
+                rec.message("ring", call, st.phase, st.ring_step, rank, dst, st.send_chunk,
+                            nbytes, t_post, rec.now(), "send")
 
     for q in range(window):
         post_recv(q)
-    for j in range(n_sub):
-        post_send(0, j)
+    for q in range(n_sub):
+        post_send(q)
     for p in range(total):
-        t, j = divmod(p, n_sub)
-        st = plan[t]
-        r = recvs[j]
+        r = recvs[p % window]
         if r is not None:
             r[0].wait()
+            t, j = divmod(p, n_sub)
+            st = plan[t]
             if rec is not None:
                 rec.message("ring", call, st.phase, st.ring_step, src, rank, st.recv_chunk,
                             r[1].numel() * esize, r[2], rec.now(), "recv")
-            if t < n - 1:
+            if p < rs_len:
                 s, e = subs[st.recv_chunk][j]
                 region = flat[s:e]
                 region.add_(r[1])
                 if t == mean_step:
                     region.div_(n)
-        snd = sends[j]
-        if t + 1 < n_steps:
-            post_send(t + 1, j)  # forward what just arrived while the rest is in flight
-        if snd is not None:
-            snd[0].wait()
-            if rec is not None:
-                rec.message("ring", call, st.phase, st.ring_step, rank, dst, st.send_chunk,
-                            snd[1], snd[2], rec.now(), "send")
+        if p + n_sub < total:
+            post_send(p + n_sub)  # forward what just arrived while the rest is in flight
+        wait_sends(p - window)
         if p + window < total:
             post_recv(p + window)
+    wait_sends(total)
     return copy_back(tensor, work)

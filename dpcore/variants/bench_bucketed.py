@@ -29,6 +29,7 @@ def _bench_rank(ctx: DistContext, cfg: TrainConfig, repeats: int, steps: int, wa
                 for v in PAIR}
     batches = [trainers[PAIR[0]].batch(s) for s in range(4)]
     blocks: dict[str, list[float]] = {v: [] for v in PAIR}
+    phases: dict[str, list[dict[str, float]]] = {v: [] for v in PAIR}
     for r in range(repeats):
         for v in (PAIR if r % 2 == 0 else PAIR[::-1]):
             tr = trainers[v]
@@ -38,9 +39,13 @@ def _bench_rank(ctx: DistContext, cfg: TrainConfig, repeats: int, steps: int, wa
                 timer = PhaseTimer(ctx.device)
                 tr.step(*batches[s % len(batches)], timer)
                 if s >= warmup:
-                    times.append(timer.finish()["step_ms"])
+                    ph = timer.finish()
+                    times.append(ph["step_ms"])
+                    phases[v].append(ph)
             blocks[v].append(statistics.median(times))
-    return blocks
+    phase_med = {v: {k: statistics.median(p[k] for p in phases[v])
+                     for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")} for v in PAIR}
+    return {"blocks": blocks, "phases": phase_med}
 
 
 def run(world_size: int = 2, width: int = 512, batch: int = 32, bucket_mb: float = 25.0,
@@ -48,11 +53,12 @@ def run(world_size: int = 2, width: int = 512, batch: int = 32, bucket_mb: float
         backend: str = "auto") -> dict[str, Any]:
     """Benchmark both variants; returns per-block medians, overall medians and the ratio."""
     cfg = TrainConfig(model="mlp", width=width, batch_size=batch, bucket_mb=bucket_mb)
-    blocks = launch(_bench_rank, world_size, backend=backend,
-                    args=(cfg, repeats, steps, warmup, record), timeout_s=600)[0]
+    out = launch(_bench_rank, world_size, backend=backend,
+                 args=(cfg, repeats, steps, warmup, record), timeout_s=600)[0]
+    blocks = out["blocks"]
     med = {v: statistics.median(b) for v, b in blocks.items()}
     ratios = [a / b for a, b in zip(blocks["bucketed"], blocks["torch_ddp"])]
-    return {"blocks_ms": blocks, "median_ms": med, "ratio": med["bucketed"] / med["torch_ddp"],
+    return {"blocks_ms": blocks, "median_ms": med, "phases_ms": out["phases"], "ratio": med["bucketed"] / med["torch_ddp"],
             "median_block_ratio": statistics.median(ratios)}
 
 
@@ -72,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
               backend=a.backend)
     for v in PAIR:
         blocks = " ".join(f"{x:.1f}" for x in res["blocks_ms"][v])
-        print(f"{v:10s} median {res['median_ms'][v]:8.2f} ms   blocks: {blocks}")
+        ph = " ".join(f"{k[:-3]} {x:.1f}" for k, x in res["phases_ms"][v].items())
+        print(f"{v:10s} median {res['median_ms'][v]:8.2f} ms  ({ph})  blocks: {blocks}")
     print(f"ratio bucketed/torch_ddp = {res['ratio']:.3f} (median of per-block ratios "
           f"{res['median_block_ratio']:.3f}); mlp width {a.width}, batch {a.batch}/rank, "
           f"bucket {a.bucket_mb} MB, {a.world_size} ranks, {time.perf_counter() - t0:.0f} s")

@@ -5,11 +5,13 @@ is latency bound, so DDP packs gradients into ~25 MB buckets in REVERSE registra
 (roughly the order backward produces them) and launches a bucket's async all-reduce as soon
 as its last gradient is ready, overlapping communication with the rest of backward.
 
-Speed: like DDP's ``gradient_as_bucket_view=True``, every ``param.grad`` is a view into its
-bucket's preallocated flat buffer, so autograd accumulates straight into the buffer: no
-per-step allocation, no copy in, no copy out. ``zero_grad()`` zeroes the buffers in place.
-If something replaces ``param.grad`` (e.g. ``optimizer.zero_grad(set_to_none=True)``) the hook
-copies it into the bucket and re-binds the view (DDP's fallback), so results stay correct.
+Speed: bucket buffers are preallocated once, and after a synchronised backward every
+``param.grad`` is a view into its bucket (like DDP's ``gradient_as_bucket_view=True``), so
+there is no copy back. With ``zero_grad(set_to_none=True)`` autograd hands each new gradient
+over without a copy and the hook writes it into the bucket already divided by N (one fused
+pass); DDP's default path copies in, divides, and copies out. If gradients were kept (zeroed
+in place, or accumulated), autograd adds straight into the bucket view and the hook only
+divides. Measured with ``python -m dpcore.variants.bench_bucketed``.
 Buckets launch strictly in index order (as DDP's reducer does) so every rank issues the same
 collective sequence even if gradients become ready in a different order.
 """
@@ -48,7 +50,7 @@ def assign_buckets(sizes: Sequence[int], cap_bytes: float,
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "views", "buffer", "pending", "ready", "work")
+    __slots__ = ("index", "params", "views", "buffer", "pending", "ready", "work", "staged")
 
     def __init__(self, index: int, params: list[nn.Parameter]) -> None:
         self.index = index
@@ -66,6 +68,7 @@ class _Bucket:
             self.views.append(view)
             off += p.numel()
         self.pending = len(params)
+        self.staged = [False] * len(params)
         self.ready = False
         self.work: Any = None
 
@@ -82,22 +85,37 @@ class BucketedDP(DPWrapper):
         self._next = 0
         self._hooks = []
         for b in self.buckets:
-            for p, view in zip(b.params, b.views):
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(b, view)))
+            for k, (p, view) in enumerate(zip(b.params, b.views)):
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(b, k, view)))
 
-    def _make_hook(self, bucket: _Bucket, view: torch.Tensor) -> Any:
+    def _make_hook(self, bucket: _Bucket, k: int, view: torch.Tensor) -> Any:
         def hook(p: nn.Parameter) -> None:
             if not self._sync_pending:
-                return  # no_sync: accumulate in the bucket view, no collective
-            g = p.grad
-            if g.data_ptr() != view.data_ptr():  # grad was replaced: copy in, re-bind
-                view.copy_(g)
-                p.grad = view
+                return  # no_sync: the gradient accumulates locally, no collective
+            self._stage(p, view)
+            bucket.staged[k] = True
             bucket.pending -= 1
             if bucket.pending == 0:
                 bucket.ready = True
                 self._launch_ready()
         return hook
+
+    def _stage(self, p: nn.Parameter, view: torch.Tensor) -> None:
+        """Put p's gradient, pre-divided by N, into its bucket slot and make p.grad that slot.
+
+        Fusing the copy with the division (as DDP's default hook divides before its
+        all-reduce) costs one pass over the gradient; a gradient unused in this backward
+        contributes zeros so that every rank reduces the same buckets.
+        """
+        g = p.grad
+        if g is None:
+            view.zero_()
+        elif g.data_ptr() != view.data_ptr():
+            torch.div(g, self.world_size, out=view)
+        else:  # accumulated in place (grads were not set to None since the last sync)
+            view.div_(self.world_size)
+        if g is None or g.data_ptr() != view.data_ptr():
+            p.grad = view
 
     def _launch_ready(self) -> None:
         buckets = self.buckets
@@ -118,6 +136,7 @@ class BucketedDP(DPWrapper):
     def _prepare(self) -> None:
         for b in self.buckets:
             b.pending = len(b.params)
+            b.staged = [False] * len(b.params)
             b.ready = False
             b.work = None
         self._next = 0
@@ -126,29 +145,14 @@ class BucketedDP(DPWrapper):
         self._prepare()
 
     def _sync(self) -> None:
-        for b in self.buckets:  # buckets whose params got no gradient this backward
+        for b in self.buckets:  # buckets holding parameters that got no gradient
             if not b.ready:
-                for p, view in zip(b.params, b.views):
-                    if p.grad is None or p.grad.data_ptr() != view.data_ptr():
-                        if p.grad is not None:
-                            view.copy_(p.grad)
-                        p.grad = view
+                for p, view, done in zip(b.params, b.views, b.staged):
+                    if not done:
+                        self._stage(p, view)
                 b.ready = True
         self._launch_ready()
-        ws = self.world_size
         for b in self.buckets:
             with record_function(f"wait_bucket{b.index}"):
                 b.work.wait()
-                b.buffer.div_(ws)
         self._prepare()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Zero the bucket buffers in place (keeps ``param.grad`` a view; no reallocation)."""
-        for b in self.buckets:
-            b.buffer.zero_()
-            for p, view in zip(b.params, b.views):
-                if p.grad is None or p.grad.data_ptr() != view.data_ptr():
-                    p.grad = view
-        for p in self.module.parameters():
-            if not p.requires_grad and p.grad is not None:
-                p.grad = None
