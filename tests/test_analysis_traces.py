@@ -68,16 +68,42 @@ def test_plain_json_rank_from_name_and_errors(tmp_path):
         read_trace(tmp_path / "nope.json")
 
 
+_HTA_SCRIPT = """
+import json, sys
+from hta.trace_analysis import TraceAnalysis
+df = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)
+print(json.dumps({int(r): float(p) for r, p in zip(df["rank"], df["comp_comm_overlap_pctg"])}))
+"""
+
+
+def _hta_overlap(trace_dir: Path) -> dict[int, float]:
+    """HTA's per-rank overlap %, in-process if HTA is importable, else from the interpreter named
+    by DPCORE_HTA_PYTHON (CI keeps HTA and its Jupyter stack in a separate venv)."""
+    import importlib.util
+    import os
+    import subprocess
+    if importlib.util.find_spec("hta") is not None:
+        from hta.trace_analysis import TraceAnalysis
+        df = TraceAnalysis(trace_dir=str(trace_dir)).get_comm_comp_overlap(visualize=False)
+        return {int(r): float(p) for r, p in zip(df["rank"], df["comp_comm_overlap_pctg"])}
+    py = os.environ.get("DPCORE_HTA_PYTHON")
+    if not py:
+        pytest.skip("HolisticTraceAnalysis not installed (set DPCORE_HTA_PYTHON to a venv's python)")
+    out = subprocess.run([py, "-c", _HTA_SCRIPT, str(trace_dir)], capture_output=True, text=True,
+                         timeout=600, check=True)
+    return {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+
+
 def test_hta_agreement(gpu_dir, tmp_path):
     """Per-rank overlap % agrees with HTA's get_comm_comp_overlap within 1 percentage point."""
-    pytest.importorskip("psutil")
-    ta_mod = pytest.importorskip("hta.trace_analysis")
     d = tmp_path / "hta"
     shutil.copytree(gpu_dir, d)
-    hta = ta_mod.TraceAnalysis(trace_dir=str(d)).get_comm_comp_overlap(visualize=False)
+    hta = _hta_overlap(d)
     ours = overlap_by_rank(read_trace_dir(gpu_dir)).set_index("rank")["overlap_pct"]
-    for rank, pct in zip(hta["rank"], hta["comp_comm_overlap_pctg"]):
-        assert abs(ours[int(rank)] - pct) < 1.0
+    assert set(hta) == {0, 1}
+    for rank, pct in hta.items():
+        assert 5.0 < pct < 100.0  # a real, partial overlap: the comparison can fail
+        assert abs(ours[rank] - pct) < 1.0
 
 
 def test_real_gloo_trace_classification():
