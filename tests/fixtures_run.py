@@ -64,10 +64,23 @@ def _comm_plan(variant: str, ws: int, bucket: float) -> list[tuple[int, float]]:
     return [(GRAD_BYTES // n, ring_ms(GRAD_BYTES // n))] * n
 
 
-def _chrome_events(rank: int, pid: int, spans: list[tuple[str, str, int, int, int]]) -> list[dict]:
-    """spans: (name, cat, tid, start_ns, end_ns) -> Chrome 'X' events in µs (torch.profiler style)."""
-    return [{"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": s / 1e3, "dur": (e - s) / 1e3,
-             "args": {"rank": rank}} for name, cat, tid, s, e in spans]
+def _chrome_events(rank: int, pid: int, spans: list[tuple[str, str, int, int, int]],
+                   shift_us: float = 0.0) -> tuple[list[dict], list[list[int]]]:
+    """spans: (name, cat, tid, start_ns, end_ns) on the shared clock -> Chrome 'X' events in µs on the
+    profiler's own clock (shared − shift_us), plus `dpcore_clock_sync#k` markers and their bracketing
+    shared-clock samples (t_a, t_b) as the profiler worker records them (see dpcore.clocksync)."""
+    ev = [{"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": s / 1e3 - shift_us,
+           "dur": (e - s) / 1e3, "args": {"rank": rank}} for name, cat, tid, s, e in spans]
+    samples: list[list[int]] = []
+    if spans:
+        first = min(s for _, _, _, s, _ in spans)
+        for k in range(3):
+            shared_ns = first - (3 - k) * 200_000
+            ev.append({"ph": "X", "cat": "user_annotation", "name": f"dpcore_clock_sync#{k}", "pid": pid, "tid": 1,
+                       "ts": shared_ns / 1e3 - shift_us, "dur": 1.0, "args": {}})
+            half = 2_000 * (k + 1)
+            samples.append([shared_ns - half, shared_ns + half])
+    return ev, samples
 
 
 def _train_job(variant: str, ws: int, bucket: float, steps: int, profiled: int, t0: int, rng: random.Random,
@@ -205,19 +218,23 @@ def make_run(root: Path, run_id: str = "20250101-120000-mlp", *, steps: int = 5,
             dst += rows
         tdir = run / "traces" / jid
         tdir.mkdir(exist_ok=True)
-        merged = []
+        merged, sync = [], {}
         for r, sp in spans.items():
-            ev = _chrome_events(r, r, sp)
+            shift = rng.uniform(-5e5, 5e5)  # the profiler's clock is not the shared one
+            ev, sync[str(r)] = _chrome_events(r, r, sp, shift)
             if big_trace_events and jid == "ring-ws2" and r == 0 and sp:
-                t0 = min(x[3] for x in sp)
+                step5 = [x for x in sp if x[0] == f"ProfilerStep#{steps}"][0]
+                t0, t1 = step5[3] / 1e3 - shift, step5[4] / 1e3 - shift
+                gap = (t1 - t0) / big_trace_events
                 ev += [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 50}", "pid": 0, "tid": 1,
-                        "ts": t0 / 1e3 + i * 0.2, "dur": 0.1, "args": {}} for i in range(big_trace_events)]
+                        "ts": t0 + i * gap, "dur": gap / 2, "args": {}} for i in range(big_trace_events)]
             _write_trace(tdir / f"rank{r}.json.gz", r, ev)
             merged += ev
         _write_trace(tdir / "merged.json.gz", -1, merged)
         jobs.append(dict(id=jid, kind="train", variant=variant, algo=None, world_size=ws, bucket_mb=bucket,
                          status="complete", error=None, oversubscribed=oversub, skip_reason=None,
-                         clock_offsets_ns=[0] + [rng.randint(-5000, 5000) for _ in range(ws - 1)]))
+                         clock_offsets_ns=[0] + [rng.randint(-5000, 5000) for _ in range(ws - 1)],
+                         clock_sync_ns={k: v for k, v in sync.items() if v}))
     jobs.append(dict(id="data_parallel-ws2", kind="train", variant="data_parallel", algo=None, world_size=2,
                      bucket_mb=25.0, status="skipped", error=None, oversubscribed=False,
                      skip_reason="data_parallel needs 2 or more GPUs; found 0", clock_offsets_ns=[]))

@@ -79,8 +79,12 @@ def main(argv: list[str] | None = None) -> None:
         med = {k: statistics.median(v) for k, v in results[nbytes].items()}
         bus = {k: nbytes / t * factor / 1e9 for k, t in med.items()}
         line = "  ".join(f"{k}: {med[k] * 1e3:7.2f} ms {bus[k]:6.2f} GB/s" for k in a.algos)
-        ratio = (f"  ring/native = {bus['ring'] / bus['native']:.3f}"
-                 if "ring" in bus and "native" in bus else "")
+        ratio = ""
+        if "ring" in bus and "native" in bus:  # paired: each ring call vs its neighbour
+            t = results[nbytes]
+            paired = statistics.median(a / b for a, b in zip(t["native"], t["ring"]))
+            ratio = (f"  ring/native busbw = {bus['ring'] / bus['native']:.3f}"
+                     f" (paired median {paired:.3f})")
         print(f"{nbytes / (1 << 20):6.1f} MB  {line}{ratio}")
 
 

@@ -46,6 +46,7 @@ from .schedule import chunk_bounds, rank_schedule
 DEFAULT_SUB_BYTES = 2 << 20
 #: Receives posted ahead of the one being consumed (also the number of scratch slots).
 DEFAULT_INFLIGHT = 3
+AG_AHEAD = True
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
@@ -82,7 +83,10 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     dst, src = plan[0].dst, plan[0].src  # group ranks, for the message log
     rs_len = (n - 1) * n_sub             # positions of the reduce-scatter phase
     mean_step = n - 2 if op == "mean" else -1
-    recvs: list[Any] = [None] * window   # slot -> (work, buffer, t_post) or None if empty
+    recvs: dict[int, Any] = {}           # position -> (work, buffer, t_post); empty ones absent
+    # All-gather receives need no scratch, so they may be posted a whole step ahead.
+    ag_ahead = max(window, n_sub) if AG_AHEAD else window
+    next_q = 0                           # next position whose receive is not yet posted
     sends: deque = deque()               # (position, work, nbytes, t_post), in position order
     rec = recorder
 
@@ -90,7 +94,6 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
         t, j = divmod(q, n_sub)
         s, e = subs[plan[t].recv_chunk][j]
         if e == s:
-            recvs[q % window] = None
             return
         if q < rs_len:  # reduce-scatter: into scratch, added afterwards
             buf = scratch[q % window][:e - s]
@@ -98,7 +101,7 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
             wait_sends(q - rs_len)  # this region in reduce-scatter has finished
             buf = flat[s:e]
         t_post = rec.now() if rec is not None else 0
-        recvs[q % window] = (dist.irecv(buf, src_g, group=group, tag=q), buf, t_post)
+        recvs[q] = (dist.irecv(buf, src_g, group=group, tag=q), buf, t_post)
 
     def post_send(q: int) -> None:
         t, j = divmod(q, n_sub)
@@ -118,12 +121,18 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
                 rec.message("ring", call, st.phase, st.ring_step, rank, dst, st.send_chunk,
                             nbytes, t_post, rec.now(), "send")
 
-    for q in range(window):
-        post_recv(q)
+    def post_recvs(p: int) -> None:
+        """Post receives allowed once position ``p`` has been consumed."""
+        nonlocal next_q
+        while next_q < total and next_q <= p + (window if next_q < rs_len else ag_ahead):
+            post_recv(next_q)
+            next_q += 1
+
+    post_recvs(-1)
     for q in range(n_sub):
         post_send(q)
     for p in range(total):
-        r = recvs[p % window]
+        r = recvs.pop(p, None)
         if r is not None:
             r[0].wait()
             t, j = divmod(p, n_sub)
@@ -140,7 +149,6 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
         if p + n_sub < total:
             post_send(p + n_sub)  # forward what just arrived while the rest is in flight
         wait_sends(p - window)
-        if p + window < total:
-            post_recv(p + window)
+        post_recvs(p)
     wait_sends(total)
     return copy_back(tensor, work)

@@ -90,8 +90,9 @@ def timeline_view(run, root) -> None:
         m[3].metric("overlap", "n/a" if pd.isna(r["overlap_pct"]) else f"{r['overlap_pct']:.0f} %",
                     help=FORMULAS["overlap_pct"])
     traced = step in profiled and bool(data.trace_files(run, job, root))
-    source = ("the torch.profiler trace of each rank" if traced else
-              "steps.csv phases (compute) and collectives.csv intervals (comm)")
+    source = ("each rank's torch.profiler trace (placed on the shared clock by its clock-sync markers; "
+              "if they are missing, from steps.csv and collectives.csv)" if traced else
+              "steps.csv phases (compute) and collectives.csv intervals (comm): this step was not traced")
     st.caption(
         f"Each rank has two lanes on the shared clock: **compute** (forward, backward, optimizer) above, "
         f"**comm** (all-reduce in flight) below. Where orange sits under blue, communication is hidden by "

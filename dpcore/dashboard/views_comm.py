@@ -66,7 +66,7 @@ def ring_view(run) -> None:
             st.caption("Move the slider through the steps. A cell counts how many ranks' gradients the rank's copy "
                        "of that chunk already sums; after reduce-scatter each rank owns one complete chunk (N), "
                        "all-gather then copies the complete chunks around the ring.")
-    st.markdown("**Messages per algorithm** (all ranks, all calls)")
+    st.markdown("**Messages per all-reduce call, per job**")
     st.plotly_chart(figures.counts(run, data.key(run)), key=f"rg-cnt-{run.path}")
     st.caption(" ".join(ALGO_NOTES.values()))
 

@@ -87,15 +87,22 @@ def wait_transfer_figure(times: pd.DataFrame) -> go.Figure:
 
 
 def message_count_figure(counts: pd.DataFrame) -> go.Figure:
-    """Messages and bytes per algorithm: the N(N−1) of `naive` against the 2N(N−1) chunk messages of the ring."""
+    """Messages per all-reduce call per job: the N(N−1) of `naive` against the 2N(N−1) chunk messages of the ring.
+
+    Per call (not in total) so that a training job with many steps compares fairly with a one-shot benchmark.
+    """
     if counts is None or counts.empty:
         return empty_figure("No from-scratch algorithm messages in this run.")
     df = counts.sort_values(["algo", "job_id"])
+    per_call = "messages_per_call" in df and df["messages_per_call"].notna().all()
+    y = df["messages_per_call"] if per_call else df["messages"]
     fig = go.Figure()
-    fig.add_bar(x=df["job_id"], y=df["messages"], marker_color=[color_for(str(a)) for a in df["algo"]],
-                customdata=df["bytes"], name="messages",
-                hovertemplate="%{x}<br>%{y} messages<br>%{customdata:,} bytes<extra></extra>")
-    fig.update_layout(xaxis_title="job", yaxis_title="messages (all ranks, all calls)", showlegend=False)
+    fig.add_bar(x=df["job_id"], y=y, marker_color=[color_for(str(a)) for a in df["algo"]],
+                customdata=np.column_stack([df["messages"], df["bytes"]]), name="messages",
+                hovertemplate="%{x}<br>%{y:.0f} per call<br>%{customdata[0]} messages, %{customdata[1]:,} bytes in all"
+                              "<extra></extra>")
+    fig.update_layout(xaxis_title="job", yaxis_title="messages per all-reduce call" if per_call
+                      else "messages (all ranks, all calls)", showlegend=False)
     return base_layout(fig, None, height=320)
 
 

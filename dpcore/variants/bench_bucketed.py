@@ -49,7 +49,7 @@ def _bench_rank(ctx: DistContext, cfg: TrainConfig, repeats: int, steps: int, wa
 
 
 def run(world_size: int = 2, width: int = 512, batch: int = 32, bucket_mb: float = 25.0,
-        repeats: int = 7, steps: int = 10, warmup: int = 2, record: bool = False,
+        repeats: int = 20, steps: int = 5, warmup: int = 1, record: bool = False,
         backend: str = "auto") -> dict[str, Any]:
     """Benchmark both variants; returns per-block medians, overall medians and the ratio."""
     cfg = TrainConfig(model="mlp", width=width, batch_size=batch, bucket_mb=bucket_mb)
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--batch", type=int, default=32, help="per-rank batch")
     ap.add_argument("--bucket-mb", type=float, default=25.0)
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per block")
     ap.add_argument("--record", action="store_true", help="attach Recorders (comm hook on DDP)")
     ap.add_argument("--backend", default="auto")
     a = ap.parse_args(argv)
