@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="prove every variant trains exactly like single-process")
     _train_args(v, "toy")
-    v.set_defaults(steps=5)
+    v.set_defaults(steps=5, batch_size=None, lr=None)  # None: the model's verify defaults
     v.add_argument("--world-size", type=int, default=2)
     v.add_argument("--variants", default="all")
 
@@ -108,11 +108,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     variants = parse_choices(args.variants, "variant", VARIANT_NAMES)
-    from .verify import format_table, run_verify
+    from .verify import format_table, run_verify, verify_config
 
+    given = {k: getattr(args, k) for k in ("batch_size", "lr") if getattr(args, k) is not None}
+    cfg = verify_config(args.model, args.steps, size=args.size, width=args.width, seed=args.seed,
+                        **given)
     rows, ok = run_verify(args.world_size, model=args.model, steps=args.steps, variants=variants,
-                          backend=args.backend, timeout_s=args.timeout, size=args.size,
-                          width=args.width, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+                          backend=args.backend, timeout_s=args.timeout, cfg=cfg)
     print(format_table(rows))
     return 0 if ok else 1
 

@@ -151,6 +151,29 @@ def test_quick_profile_progress_and_open(tmp_path: Path, monkeypatch: pytest.Mon
     assert real_build(tmp_path, "mlp", "tiny", ["ring"], [1, 2], 5, 25.0, [1.0, 5.0])[-2:] == ["--bucket-sweep", "1,5"]
 
 
+def test_failed_profile_shows_its_errors_verbatim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpcore.dashboard import launcher
+
+    script = ("import json,sys\n"
+              "print(json.dumps(dict(event='job_end', job_id='ring-ws2', job_index=1, jobs_total=1, status='failed',"
+              " error='rank 1: RuntimeError: Connection reset by peer')))\n"
+              "sys.stderr.write('dpcore: error: --steps must be >= 1, got 0\\n'); sys.exit(2)\n")
+    monkeypatch.setattr(launcher, "build_command", lambda *a, **k: [sys.executable, "-c", script])
+    at = start(tmp_path, monkeypatch)
+    at.button(key="quick").click().run()
+    launch = at.session_state["launch"]
+    launch.proc.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while not launch.err and time.monotonic() < deadline:
+        time.sleep(0.05)
+    at.run()
+    at.run()
+    assert not at.exception
+    errors = " ".join(e.value for e in at.error)
+    assert "exited with code 2" in errors and "rank 1: RuntimeError: Connection reset by peer" in errors
+    assert "--steps must be >= 1, got 0" in " ".join(c.value for c in at.code)
+
+
 def test_progress_parsing_is_defensive() -> None:
     from dpcore.dashboard.launcher import parse_event, progress_of
 

@@ -78,12 +78,12 @@ class Columns:
             self._add_generic(xs)
             return
         corr = [a.get("correlation", -1) for a in args]
-        dev = set(dict.fromkeys(cats)) & _DEVICE_CATS
+        dev = set(cats) & _DEVICE_CATS
         stream = [a.get("stream", -1) if c in dev else -1 for a, c in zip(args, cats)] if dev else [-1] * len(xs)
         if not (_types(corr) <= _INT and _types(stream) <= _INT):
             corr, stream = [_int(v) for v in corr], [_int(v) for v in stream]  # null, float, "12": as _int
-        self.ts.extend(array("d", ts) if _types(ts) <= _FLOAT else array("d", map(float, ts)))
-        self.dur.extend(array("d", dur) if _types(dur) <= _FLOAT else array("d", map(float, dur)))
+        self.ts.extend(_floats(ts))
+        self.dur.extend(_floats(dur))
         for field, values in (("name", names), ("cat", cats), ("pid", pids), ("tid", tids)):
             self._code(field, values)
         self.stream.extend(stream)
@@ -111,6 +111,11 @@ _KEY_T = frozenset({int, str, float})
 
 def _types(values: list[Any]) -> set[type]:
     return set(map(type, values))
+
+
+def _floats(values: list[Any]) -> array:
+    """float(v) of each int/float value; array('d', ...) of an all-float list skips the calls."""
+    return array("d", values) if _types(values) <= _FLOAT else array("d", map(float, values))
 
 
 def _hashable(v: Any) -> Any:

@@ -81,11 +81,12 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     scratch = flat.new_empty(window * -(-max_len // n_sub)).view(window, -1)
     dst_g, src_g = glob[plan[0].dst], glob[plan[0].src]
     dst, src = plan[0].dst, plan[0].src  # group ranks, for the message log
-    rs_len = (n - 1) * n_sub             # positions of the reduce-scatter phase
     mean_step = n - 2 if op == "mean" else -1
+    rs_len = (n - 1) * n_sub             # positions of the reduce-scatter phase
     recvs: dict[int, Any] = {}           # position -> (work, buffer, t_post); empty ones absent
-    # All-gather receives need no scratch, so they may be posted a whole step ahead.
-    ag_ahead = max(window, n_sub) if AG_AHEAD else window
+    # All-gather receives need no scratch, so they may be posted further ahead: up to a
+    # step, but not past the reduce-scatter sends already waited for (see wait_sends).
+    ag_ahead = max(window, min(n_sub, rs_len - window)) if AG_AHEAD else window
     next_q = 0                           # next position whose receive is not yet posted
     sends: deque = deque()               # (position, work, nbytes, t_post), in position order
     rec = recorder

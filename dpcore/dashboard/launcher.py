@@ -181,7 +181,9 @@ def show_result() -> None:
         return
     if res["rc"] == 0:
         st.success(f"Profile finished: opened run `{Path(res['run_dir'] or '?').name}`.")
-    else:
+    if res.get("errors"):
+        st.error("Jobs that failed (the other jobs' results are kept):\n\n" + "\n\n".join(res["errors"]))
+    if res["rc"] != 0:
         st.error(f"The profile command exited with code {res['rc']}. Its error output:")
         st.code(res["err"] or "(no output on stderr)", language=None)
     if st.button("Dismiss", key="launch-dismiss"):
