@@ -49,7 +49,7 @@ def _only_run(out: Path) -> Path:
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("profiles")
-    proc = _run(["--variants", "all", "--world-sizes", "1,2", "--bucket-sweep", "1,25"] + SMALL, out)
+    proc = _run(["--variants", "all", "--world-sizes", "1,2", "--bucket-sweep", "0.1,25"] + SMALL, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _only_run(out)
 
@@ -66,7 +66,7 @@ def test_run_json_has_every_job(full_run):
     for v in MULTI:
         for ws in (1, 2):
             if v in ("bucketed", "torch_ddp"):
-                expected |= {f"{v}-ws{ws}-b1", f"{v}-ws{ws}-b25"}
+                expected |= {f"{v}-ws{ws}-b0.1", f"{v}-ws{ws}-b25"}
             else:
                 expected.add(f"{v}-ws{ws}")
     assert set(jobs) == expected
@@ -104,8 +104,8 @@ def test_collectives_and_messages(full_run):
     assert cols == COLLECTIVE_COLUMNS
     for r in coll:
         assert int(r["t_end_ns"]) >= int(r["t_launch_ns"]) > 0
-    ddp = [r for r in coll if r["job_id"] == "torch_ddp-ws2-b1"]
-    assert ddp and len({r["bucket"] for r in ddp}) > 1  # 1 MB buckets: several per step
+    ddp = [r for r in coll if r["job_id"] == "torch_ddp-ws2-b0.1"]
+    assert ddp and len({r["bucket"] for r in ddp}) > 1  # 0.1 MB buckets: several per step
     cols, msgs = _read_csv(full_run / "messages.csv")
     assert cols == MESSAGE_COLUMNS
     ring = [m for m in msgs if m["job_id"] == "ring-ws2"]

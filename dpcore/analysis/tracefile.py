@@ -60,34 +60,42 @@ class Columns:
     def _code(self, field: str, values: list[Any]) -> None:
         """Intern values: new ones get the next code in order of first appearance."""
         table = self.tables[field]
-        for v in dict.fromkeys(values):  # the batch's distinct values, first appearance first
-            if v not in table:
-                table[v] = len(table)
-        self.codes[field].extend(list(map(table.__getitem__, values)))
+        self.codes[field].extend([table.setdefault(v, len(table)) for v in values])
 
     def add_batch(self, batch: list[Any]) -> None:
         """Append the complete ('X') events of one parsed batch; other events are only counted."""
         xs = [e for e in batch if type(e) is dict and e.get("ph") == "X"]
         self.n_other += len(batch) - len(xs)
-        ts, dur = [e.get("ts", 0.0) for e in xs], [e.get("dur", 0.0) for e in xs]
-        names, cats = [e.get("name", "") for e in xs], [e.get("cat", "") for e in xs]
-        pids, tids = [e.get("pid", -1) for e in xs], [e.get("tid", -1) for e in xs]
-        args = [e.get("args") or _NO_ARGS for e in xs]
-        if not (_types(ts) <= _NUM and _types(dur) <= _NUM and _types(names) <= _STR and _types(cats) <= _STR
-                and _types(pids) <= _KEY_T and _types(tids) <= _KEY_T and _types(args) <= _DICT):
+        try:
+            cols = self._fast_columns(xs)
+        except (TypeError, AttributeError):  # an odd value type somewhere in the batch
             self._add_generic(xs)
             return
-        corr = [a.get("correlation", -1) for a in args]
+        for arr, new in zip((self.ts, self.dur, self.stream, self.corr, *self.codes.values()), cols):
+            arr.extend(new)
+
+    def _fast_columns(self, xs: list[dict[Any, Any]]) -> tuple[array, ...]:
+        """New columns of a batch of well-typed events (same values as ``_add_generic``).
+
+        Raises TypeError/AttributeError on any value ``_add_generic`` would convert; tables gain
+        only entries that ``_add_generic`` would add in the same order, so a retry there is exact.
+        """
+        ts = array("d", [e.get("ts", 0.0) for e in xs])  # ints convert as float() does; str/None raise
+        dur = array("d", [e.get("dur", 0.0) for e in xs])
+        cats = [e.get("cat", "") for e in xs]
+        codes = {"name": _intern(self.tables["name"], [e.get("name", "") for e in xs], str),
+                 "cat": _intern(self.tables["cat"], cats, str),
+                 "pid": _intern(self.tables["pid"], [e.get("pid", -1) for e in xs], (int, str, float)),
+                 "tid": _intern(self.tables["tid"], [e.get("tid", -1) for e in xs], (int, str, float))}
+        args = [e.get("args") or _NO_ARGS for e in xs]
+        corr_v = [a.get("correlation", -1) for a in args]  # AttributeError if args is not an object
         dev = set(cats) & _DEVICE_CATS
-        stream = [a.get("stream", -1) if c in dev else -1 for a, c in zip(args, cats)] if dev else [-1] * len(xs)
-        if not (_types(corr) <= _INT and _types(stream) <= _INT):
-            corr, stream = [_int(v) for v in corr], [_int(v) for v in stream]  # null, float, "12": as _int
-        self.ts.extend(_floats(ts))
-        self.dur.extend(_floats(dur))
-        for field, values in (("name", names), ("cat", cats), ("pid", pids), ("tid", tids)):
-            self._code(field, values)
-        self.stream.extend(stream)
-        self.corr.extend(corr)
+        stream_v = [a.get("stream", -1) if c in dev else -1 for a, c in zip(args, cats)] if dev else [-1] * len(xs)
+        try:
+            corr, stream = array("q", corr_v), array("q", stream_v)
+        except TypeError:  # null, float or string ids: convert one by one like _add_generic
+            corr, stream = array("q", map(_int, corr_v)), array("q", map(_int, stream_v))
+        return (ts, dur, stream, corr, *(codes[k] for k in self.codes))
 
     def _add_generic(self, xs: list[dict[Any, Any]]) -> None:
         """Per-event conversions for batches with unusual value types (the reference semantics)."""
@@ -104,18 +112,22 @@ class Columns:
 
 
 _NO_ARGS: dict[str, Any] = {}
-_FLOAT, _INT, _STR, _DICT = frozenset({float}), frozenset({int}), frozenset({str}), frozenset({dict})
-_NUM = frozenset({float, int})
-_KEY_T = frozenset({int, str, float})
 
 
-def _types(values: list[Any]) -> set[type]:
-    return set(map(type, values))
+def _intern(table: dict[Any, int], values: list[Any], ok: type | tuple[type, ...]) -> array:
+    """Codes of values in table, new values appended in order of first appearance.
 
-
-def _floats(values: list[Any]) -> array:
-    """float(v) of each int/float value; array('d', ...) of an all-float list skips the calls."""
-    return array("d", values) if _types(values) <= _FLOAT else array("d", map(float, values))
+    Checks only the batch's distinct values (a value ``_add_generic`` would convert with str()
+    is None or unhashable, never equal to an accepted one); raises TypeError before touching
+    table if one is not of type ``ok``.
+    """
+    distinct = dict.fromkeys(values)
+    if not all(isinstance(v, ok) for v in distinct):
+        raise TypeError("value needs conversion")
+    for v in distinct:
+        if v not in table:
+            table[v] = len(table)
+    return array("i", map(table.__getitem__, values))
 
 
 def _hashable(v: Any) -> Any:

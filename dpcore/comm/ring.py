@@ -19,7 +19,8 @@ so 2 MB sub-messages with ``inflight`` = 3 receives posted ahead beat finer pipe
 
 Buffers: reduce-scatter receives land in ``inflight`` preallocated scratch slots of one
 sub-chunk each (slot q % inflight, free again by the time position q + inflight is posted);
-all-gather receives land directly in the output tensor; sends read from it. No other copies.
+all-gather receives land directly in the output tensor (so they can be posted up to a step
+ahead); sends read from it. No other copies.
 
 Hazards: an all-gather receive overwrites the region that the reduce-scatter send at
 position q - (N-1)S read, so that send is waited for first. Other sends are waited for with
@@ -46,7 +47,6 @@ from .schedule import chunk_bounds, rank_schedule
 DEFAULT_SUB_BYTES = 2 << 20
 #: Receives posted ahead of the one being consumed (also the number of scratch slots).
 DEFAULT_INFLIGHT = 3
-AG_AHEAD = True
 
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
@@ -86,7 +86,7 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     recvs: dict[int, Any] = {}           # position -> (work, buffer, t_post); empty ones absent
     # All-gather receives need no scratch, so they may be posted further ahead: up to a
     # step, but not past the reduce-scatter sends already waited for (see wait_sends).
-    ag_ahead = max(window, min(n_sub, rs_len - window)) if AG_AHEAD else window
+    ag_ahead = max(window, min(n_sub, rs_len - window))
     next_q = 0                           # next position whose receive is not yet posted
     sends: deque = deque()               # (position, work, nbytes, t_post), in position order
     rec = recorder
