@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import threading
 
 from .config import MODELS, SCALING, SIZES, TrainConfig, parse_choices, parse_int_list, parse_size
 from .errors import UsageError
@@ -155,8 +157,16 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     return run_allreduce(opts, argv)
 
 
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (the dashboard's Stop button, a job scheduler) ends a run like Ctrl-C does:
+    finished jobs are kept, the run is marked interrupted and no rank is left behind."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         args = build_parser().parse_args(argv)
         if args.command == "verify":

@@ -16,6 +16,7 @@ import multiprocessing as mp
 import os
 import queue as _queue
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -112,8 +113,9 @@ def _device_for(backend: str, local_rank: int) -> torch.device:
 
 
 def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, timeout_s: float,
-            fn: Callable[..., Any], args: tuple, results: Any) -> None:
+            fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int) -> None:
     """Body of a spawned rank: join the group, run ``fn``, report result or error."""
+    _die_with_launcher(launcher_pid)
     try:
         torch.set_num_threads(threads)
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
@@ -133,6 +135,25 @@ def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, t
                 dist.destroy_process_group()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _die_with_launcher(launcher_pid: int) -> None:
+    """Exit if the launching process disappears (even by ``kill -9``, which runs no cleanup).
+
+    A rank's parent is the forkserver, which can outlive the launcher, so parent-death signals
+    don't help; a daemon thread polling the launcher's pid does, and costs nothing measurable.
+    """
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(launcher_pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+            except PermissionError:  # pid reused by another user's process: launcher is gone
+                os._exit(3)
+
+    threading.Thread(target=watch, name="dpcore-launcher-watch", daemon=True).start()
 
 
 _MP_CONTEXT: Any = None
@@ -193,7 +214,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     results = ctx.Queue()
     procs = [ctx.Process(target=_worker, daemon=True, name=f"dpcore-rank{r}",
                          args=(r, world_size, backend, store.port, threads, timeout_s, fn, args,
-                               results))
+                               results, os.getpid()))
              for r in range(world_size)]
     out: list[Any] = [None] * world_size
     got: set[int] = set()

@@ -215,3 +215,41 @@ def test_allreduce_command_writes_run(tmp_path):
     assert len(naive3) == 3 * 2  # N(N-1) messages for one call
     meta = json.loads((run / "run.json").read_text())
     assert {j["kind"] for j in meta["jobs"]} == {"allreduce"}
+
+
+def test_sigterm_interrupts_cleanly_without_orphans(tmp_path):
+    args = [sys.executable, "-m", "dpcore", "profile", "--variants", "flat", "--world-sizes", "2",
+            *SMALL[:-2], "--steps", "200", "--progress", "json", "--out", str(tmp_path)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+    for line in proc.stdout:
+        if json.loads(line)["event"] == "step":
+            break
+    os.kill(proc.pid, signal.SIGTERM)  # only the CLI process, as the dashboard's Stop does
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    meta = json.loads((_only_run(tmp_path) / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    time.sleep(1.0)
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    assert "dpcore-rank" not in ps and str(tmp_path) not in ps
+
+
+def test_kill_9_of_the_launcher_leaves_no_ranks(tmp_path):
+    args = [sys.executable, "-m", "dpcore", "profile", "--variants", "flat", "--world-sizes", "2",
+            *SMALL[:-2], "--steps", "100000", "--progress", "json", "--out", str(tmp_path)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+    for line in proc.stdout:
+        if json.loads(line)["event"] == "step":
+            break
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        if "forkserver" not in ps or str(ROOT) not in ps:
+            break
+        time.sleep(0.5)
+    ranks = [ln for ln in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
+                                         text=True).stdout.splitlines()
+             if "multiprocessing.forkserver" in ln and "dpcore.launch" in ln]
+    assert ranks == []
