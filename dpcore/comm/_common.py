@@ -32,6 +32,8 @@ def group_ranks(group: Any) -> tuple[int, int, list[int]]:
     ``global_ranks[group_rank]`` table.
     """
     rank = dist.get_rank(group)
+    if rank < 0:
+        raise ValueError("this process is not a member of the given process group")
     size = dist.get_world_size(group)
     if group is None or group is dist.GroupMember.WORLD:
         return rank, size, list(range(size))

@@ -22,8 +22,14 @@ from ._common import check_op, copy_back, flat_buffer, group_ranks
 
 
 def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
-                     recorder: Any = None, call: int = 0) -> torch.Tensor:
-    """All-reduce ``tensor`` in place by all-to-all exchange of whole tensors; returns it."""
+                     recorder: Any = None, call: int = 0,
+                     batched: bool | None = None) -> torch.Tensor:
+    """All-reduce ``tensor`` in place by all-to-all exchange of whole tensors; returns it.
+
+    ``batched`` (default: only on NCCL) posts all messages as one ``batch_isend_irecv``:
+    NCCL serialises the ops between two ranks on one stream, so receives posted before
+    sends on both sides would deadlock. Rows then share the batch's host timestamps.
+    """
     check_op(op, tensor)
     rank, n, glob = group_ranks(group)
     if n == 1 or tensor.numel() == 0:
@@ -32,6 +38,24 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     nbytes = flat.numel() * flat.element_size()
     rec = recorder
     bufs: dict[int, torch.Tensor] = {}
+    if batched if batched is not None else dist.get_backend(group) == "nccl":
+        ops = []
+        for i in range(1, n):
+            peer = (rank + i) % n
+            bufs[peer] = torch.empty_like(flat)
+            ops += [dist.P2POp(dist.isend, flat, glob[peer], group),
+                    dist.P2POp(dist.irecv, bufs[peer], glob[peer], group)]
+        t_post = rec.now() if rec is not None else 0
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        if rec is not None:
+            t_done = rec.now()
+            for peer in bufs:
+                rec.message("naive", call, "exchange", 0, rank, peer, rank, nbytes, t_post,
+                            t_done, "send")
+                rec.message("naive", call, "exchange", 0, peer, rank, peer, nbytes, t_post,
+                            t_done, "recv")
+        return _sum_in_rank_order(tensor, work, flat, bufs, rank, n, op)
     recvs = []
     for peer in range(n):
         if peer == rank:
@@ -55,7 +79,13 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
         if rec is not None:
             rec.message("naive", call, "exchange", 0, rank, peer, rank, nbytes, t_post,
                         rec.now(), "send")
-    # Sum in group-rank order; accumulate into a buffer we own (rank 0's data, or ours).
+    return _sum_in_rank_order(tensor, work, flat, bufs, rank, n, op)
+
+
+def _sum_in_rank_order(tensor: torch.Tensor, work: torch.Tensor, flat: torch.Tensor,
+                       bufs: dict[int, torch.Tensor], rank: int, n: int,
+                       op: str) -> torch.Tensor:
+    """Sum in group-rank order, into a buffer we own (ours if rank 0, else rank 0's copy)."""
     acc = flat if rank == 0 else bufs[0]
     for peer in range(1, n):
         acc.add_(flat if peer == rank else bufs[peer])

@@ -43,7 +43,9 @@ from ._common import check_op, copy_back, flat_buffer, group_ranks
 from .schedule import chunk_bounds, rank_schedule
 
 #: Target size of one sub-message. Every message costs ~0.1 ms of CPU in gloo (handshake,
-#: thread wake-ups), so sub-messages must stay large; tuned with ``bench_ring`` on gloo.
+#: thread wake-ups), so sub-messages must stay large. Tuned with ``bench_ring`` (2 ranks,
+#: gloo, 2 shared cores): 0.5-4 MB x 2-6 in flight were within noise; a whole-step window
+#: of 1 MB (32 MB scratch at 64 MB) fell to ~0.5x native.
 DEFAULT_SUB_BYTES = 2 << 20
 #: Receives posted ahead of the one being consumed (also the number of scratch slots).
 DEFAULT_INFLIGHT = 3
@@ -51,13 +53,14 @@ DEFAULT_INFLIGHT = 3
 
 def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
                     recorder: Any = None, call: int = 0, sub_bytes: int | None = None,
-                    inflight: int | None = None) -> torch.Tensor:
+                    inflight: int | None = None, batched: bool | None = None) -> torch.Tensor:
     """All-reduce ``tensor`` in place with the pipelined ring; returns ``tensor``.
 
     ``op`` is "sum" or "mean" (mean divides each rank's owned chunk once, before all-gather,
     so every rank ends with bitwise identical values). Works for any world size and numel;
     empty sub-messages (numel < N) are skipped on both sides. ``sub_bytes``/``inflight``
-    override the pipelining defaults above.
+    override the pipelining defaults above. ``batched`` (default: only on NCCL) runs the
+    step-by-step variant, see :func:`_ring_batched`.
     """
     check_op(op, tensor)
     rank, n, glob = group_ranks(group)
@@ -68,12 +71,15 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     esize = flat.element_size()
     chunks = chunk_bounds(numel, n)
     max_len = chunks[0][1] - chunks[0][0]
+    plan = rank_schedule(n, rank)
+    if batched if batched is not None else dist.get_backend(group) == "nccl":
+        _ring_batched(flat, chunks, plan, glob, group, op, recorder, call)
+        return copy_back(tensor, work)
     sub_bytes = DEFAULT_SUB_BYTES if sub_bytes is None else max(1, sub_bytes)
     n_sub = max(1, math.ceil(max_len * esize / sub_bytes))
     # subs[c][j] = absolute (start, stop) of sub-chunk j of chunk c (maybe empty). A message
     # is identified by its position q = step * n_sub + j, processed in increasing order.
     subs = [[(a + s, a + e) for s, e in chunk_bounds(b - a, n_sub)] for a, b in chunks]
-    plan = rank_schedule(n, rank)
     total = len(plan) * n_sub
     window = max(1, min(DEFAULT_INFLIGHT if inflight is None else inflight, n_sub))
     # Scratch slot q % window receives position q; it is free again when q + window is
@@ -153,3 +159,44 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
         post_recvs(p)
     wait_sends(total)
     return copy_back(tensor, work)
+
+
+def _ring_batched(flat: torch.Tensor, chunks: list[tuple[int, int]], plan: list, glob: list[int],
+                  group: Any, op: str, rec: Any, call: int) -> None:
+    """One ``batch_isend_irecv`` per ring step, whole chunks (one message row per chunk).
+
+    Why a second variant: NCCL runs all point-to-point ops between two ranks on one stream, so
+    an ``irecv`` posted before the matching ``isend`` (as the pipelined loop does on both
+    ranks) would block that stream forever; a batch (ncclGroupStart/End) makes the pair
+    concurrent. On GPU the pipelining is the stream's business anyway. Timestamps are host
+    times around the batch.
+    """
+    n = len(plan) // 2 + 1
+    rank = plan[0].rank
+    esize = flat.element_size()
+    scratch = flat.new_empty(chunks[0][1] - chunks[0][0])
+    for t, st in enumerate(plan):
+        (ss, se), (rs, re_) = chunks[st.send_chunk], chunks[st.recv_chunk]
+        in_rs = t < n - 1
+        rbuf = scratch[:re_ - rs] if in_rs else flat[rs:re_]
+        ops = []
+        if se > ss:
+            ops.append(dist.P2POp(dist.isend, flat[ss:se], glob[st.dst], group))
+        if re_ > rs:
+            ops.append(dist.P2POp(dist.irecv, rbuf, glob[st.src], group))
+        t_post = rec.now() if rec is not None else 0
+        for req in (dist.batch_isend_irecv(ops) if ops else []):
+            req.wait()
+        if rec is not None:
+            t_done = rec.now()
+            if se > ss:
+                rec.message("ring", call, st.phase, st.ring_step, rank, st.dst, st.send_chunk,
+                            (se - ss) * esize, t_post, t_done, "send")
+            if re_ > rs:
+                rec.message("ring", call, st.phase, st.ring_step, st.src, rank, st.recv_chunk,
+                            (re_ - rs) * esize, t_post, t_done, "recv")
+        if in_rs and re_ > rs:
+            region = flat[rs:re_]
+            region.add_(rbuf)
+            if op == "mean" and t == n - 2:
+                region.div_(n)
