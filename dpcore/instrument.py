@@ -147,14 +147,15 @@ class PhaseTimer:
             ev.record()
             self._marks.append(("start", ev))
 
-    def mark(self, phase: str) -> None:
-        """End of ``phase`` (one of PHASES), i.e. start of the next one."""
+    def mark(self, phase: str, at_ns: int | None = None) -> None:
+        """End of ``phase`` (one of PHASES), i.e. start of the next one. ``at_ns`` (CPU only):
+        a ``perf_counter_ns`` reading taken earlier, when the phase really ended."""
         if self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
             self._marks.append((phase, ev))
         else:
-            self._marks.append((phase, _perf_ns()))
+            self._marks.append((phase, at_ns if at_ns else _perf_ns()))
 
     def finish(self) -> dict[str, float]:
         """Phase durations in ms plus ``step_ms`` and ``t_start_ns``."""

@@ -86,7 +86,6 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
     """Run one job on this rank; return its rows for the run directory (parent writes them)."""
-    from .models import make_batch
     from .train import make_trainer
 
     offset, rtt = measure_offset(ctx)
@@ -98,9 +97,7 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size)
     if getattr(trainer, "skip_reason", None):
         return {"skip_reason": trainer.skip_reason}
-    global_batch = cfg.global_batch(spec.world_size)
-    local = global_batch // ctx.world_size
-    lo, hi = ctx.rank * local, (ctx.rank + 1) * local
+    local = cfg.global_batch(spec.world_size) // ctx.world_size
     timer = PhaseTimer(ctx.device, offset)
     profile_steps = cfg.profile_steps if spec.trace_dir else 0
     total = cfg.warmup + cfg.steps + (profile_steps + 1 if profile_steps else 0)
@@ -109,8 +106,7 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
 
     def one_step(step: int, profiled: bool, keep: bool) -> None:
         nonlocal done
-        x, y = make_batch(cfg, cfg.model, step + cfg.warmup, global_batch, cfg.seed)
-        x, y = x[lo:hi].to(ctx.device, non_blocking=True), y[lo:hi].to(ctx.device, non_blocking=True)
+        x, y = trainer.batch(step + cfg.warmup)  # this rank's shard, on its device
         if ctx.world_size > 1:
             dist.barrier(group=ctx.group)  # every rank starts the step together
         rec.step = step

@@ -17,6 +17,7 @@ Multi-process variants consume ``cfg.local_batch(world_size)`` samples per rank 
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import torch
@@ -67,6 +68,18 @@ class Trainer:
                                              else ctx.world_size)
         self.samples_per_step = (self.global_batch if self.single_process
                                  else cfg.local_batch(ctx.world_size))
+        # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
+        # callback), so "backward" would swallow the wait. On CPU, stamp the last gradient's
+        # accumulation and end the bwd phase there: the rest of backward() is grad sync.
+        self._last_grad_ns = 0
+        self._split_backward = variant == "torch_ddp" and ctx.device.type == "cpu"
+        if self._split_backward:
+            for p in self.module.parameters():
+                if p.requires_grad:
+                    p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _grad_ready(self, _param: torch.Tensor) -> None:
+        self._last_grad_ns = time.perf_counter_ns()
 
     @property
     def module(self) -> nn.Module:
@@ -104,7 +117,7 @@ class Trainer:
         timer.mark("fwd")
         with record_function("backward"):
             loss.backward()
-        timer.mark("bwd")
+        timer.mark("bwd", at_ns=self._last_grad_ns if self._split_backward else None)
         with record_function("grad_sync"):
             m.finish_gradient_synchronization()
         timer.mark("sync")
