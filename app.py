@@ -12,7 +12,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from dpcore.dashboard import data, launcher
-from dpcore.dashboard.runs import pick_runs, runs_view
+from dpcore.dashboard.runs import offer_other_run, pick_runs, runs_view
 from dpcore.dashboard.views import compare_overview, overview_view, scaling_view, timeline_view
 from dpcore.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
 
@@ -47,6 +47,8 @@ st.sidebar.caption("Profiler and dashboard for data-parallel training.")
 if "open_run" in st.session_state:  # a profile started from this page has finished: open it
     st.session_state["run_a"] = st.session_state.pop("open_run")
     st.session_state["view"] = "Overview"
+if "open_run_keep_view" in st.session_state:  # "Open <run>" from a view the run had no data for
+    st.session_state["run_a"] = st.session_state.pop("open_run_keep_view")
 st.session_state.setdefault("view", "Overview")
 view = st.sidebar.radio("View", VIEWS, key="view")
 
@@ -104,4 +106,5 @@ else:
     for run in loaded:
         if len(loaded) > 1:
             st.subheader(f"Run {run.path.name}")
+        offer_other_run(runs, view, run.path.name)
         safely(lambda: render(run), f"{view} of run {run.path.name}")

@@ -82,6 +82,8 @@ def _stderr_to(path: Path) -> Iterator[None]:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+    if path.exists() and path.stat().st_size == 0:
+        path.unlink()  # nothing was said: leave no empty file in the run
 
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -38,8 +39,8 @@ _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _PHASES = ("forward", "backward", "optimizer")
 _CPU_WAIT_RE = re.compile(r"wait|synchronize", re.IGNORECASE)
 _CPU_LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms|nccl:)")
-# Parse ranks in worker processes only when it pays: a worker costs ~0.05 s to fork (~0.5 s to
-# spawn), a rank of 250k events ~1.5 s of CPU to parse (about 40 MB of JSON).
+# Parse ranks in worker processes only when it pays: a worker costs ~0.05 s to fork, a rank of
+# 250k events (~45 MB of JSON) ~1.5 s of CPU to parse.
 PARALLEL_MIN_BYTES = 32 << 20
 MAX_WORKERS = 4
 
@@ -215,16 +216,14 @@ def _json_bytes(path: Path) -> int:
         return 0
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
-    """fork when this process has no other threads (cheap: workers inherit pandas), else forkserver.
+def _can_fork() -> bool:
+    """Worker processes only by fork, only on Linux, only from a single-threaded process.
 
-    Forking a multi-threaded process (the Streamlit app) can deadlock the child on a lock another
-    thread held, so there we pay the fresh interpreter's imports instead.
+    fork is cheap (workers inherit the imports); forking a multi-threaded process (the Streamlit
+    app) can deadlock the child on a lock another thread held, and spawn/forkserver re-import the
+    caller's ``__main__`` (a script without a main guard would re-run), so those read serially.
     """
-    methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
 def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
@@ -234,13 +233,14 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
     returns its compact events frame (codes and float columns, ~50 bytes per event), never the
     parsed JSON. Errors surface in file order, as in a serial read.
     """
-    workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS)
-    if workers < 2 or sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = min(len(files), cpus, MAX_WORKERS)
+    if workers < 2 or not _can_fork() or sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
         yield from map(read_trace, files)
         return
     ex = None
     try:
-        ex = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
+        ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
         results = ex.map(read_trace, files)  # submits every file: starts the workers
     except (OSError, NotImplementedError):  # no usable worker processes here (no sem_open, ...)
         if ex is not None:

@@ -12,10 +12,45 @@ import streamlit as st
 RUN_COLS = ["run_id", "created", "status", "model", "size", "variants", "world_sizes", "backend", "device", "kinds"]
 
 
+#: What kind of job each view draws; a run without one is pointed to a run that has it.
+VIEW_NEEDS = {"Overview": "train", "Timeline": "train", "Scaling": "train", "Buckets": "train",
+              "Traces": "train", "Ring messages": None, "Bandwidth": "allreduce"}
+
+
+def _has_kind(runs: pd.DataFrame, kind: str) -> pd.Series:
+    return runs["kinds"].fillna("").astype(str).str.split(",").apply(lambda ks: kind in ks)
+
+
 def default_run(runs: pd.DataFrame) -> str:
-    """Newest complete run, else the newest of any status."""
+    """Newest complete run with training jobs (the views most people open first), else the
+    newest complete run, else the newest of any status."""
     done = runs[runs["status"] == "complete"]
-    return str((done if not done.empty else runs)["run_id"].iloc[0])
+    train = done[_has_kind(done, "train")]
+    pick = train if not train.empty else done if not done.empty else runs
+    return str(pick["run_id"].iloc[0])
+
+
+def run_with(runs: pd.DataFrame, view: str, run_id: str) -> str | None:
+    """For a view the chosen run has no data for, the newest run that has it (else None)."""
+    kind = VIEW_NEEDS.get(view)
+    if kind is None:
+        return None
+    have = runs[_has_kind(runs, kind)]
+    if have.empty or run_id in set(have["run_id"].astype(str)):
+        return None
+    return str(have["run_id"].iloc[0])
+
+
+def offer_other_run(runs: pd.DataFrame, view: str, run_id: str) -> None:
+    """Say plainly that this run has nothing for the view, with a one-click switch."""
+    other = run_with(runs, view, run_id)
+    if other is None:
+        return
+    kind = "all-reduce benchmark" if VIEW_NEEDS[view] == "allreduce" else "training jobs"
+    st.info(f"Run `{run_id}` has no {kind}; `{other}` has.")
+    if st.button(f"Open {other}", key=f"open-{view}-{other}"):
+        st.session_state["open_run_keep_view"] = other
+        st.rerun()
 
 
 def pick_runs(runs: pd.DataFrame) -> list[str]:

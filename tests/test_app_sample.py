@@ -1,0 +1,50 @@
+"""The committed sample runs (profiles/sample-*) in the app: what a fresh clone shows first."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dpcore.analysis import job_summary, load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "profiles"
+VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Ring messages", "Bandwidth", "Buckets", "Traces"]
+
+pytestmark = pytest.mark.skipif(not (SAMPLE / "sample-train" / "run.json").exists(),
+                                reason="sample runs not present (bash scripts/make_sample.sh)")
+
+
+def test_sample_runs_are_complete_and_cover_every_view():
+    train, bench = load_run(SAMPLE / "sample-train"), load_run(SAMPLE / "sample-allreduce")
+    assert train.meta["status"] == bench.meta["status"] == "complete"
+    summary = job_summary(train)
+    assert set(summary["variant"]) >= {"single", "manual", "naive", "flat", "central", "ring",
+                                       "overlap", "bucketed", "torch_ddp"}
+    assert set(summary["world_size"]) == {1, 2}
+    assert len(set(summary.loc[summary["variant"] == "bucketed", "bucket_mb"])) >= 2
+    assert {"ring", "central"} <= set(train.messages["algo"])
+    assert set(bench.allreduce["algo"]) == {"native", "ring", "naive", "central"}
+    done = summary[summary["status"] == "complete"]
+    assert len(done) == len(summary) - 1  # all but data_parallel (needs GPUs)
+    for j, v, ws in zip(done["job_id"], done["variant"], done["world_size"]):
+        procs = 1 if v in ("single", "manual") else ws
+        assert set(train.trace_files(j)) == {f"rank{r}" for r in range(procs)} | {"merged"}, j
+
+
+def test_every_view_renders_on_the_sample(monkeypatch):
+    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert at.sidebar.selectbox(key="run_a").value == "sample-train"  # training run first
+    for view in VIEWS:
+        at.sidebar.radio(key="view").set_value(view).run()
+        assert not at.exception and not at.error, (view, [e.value for e in at.exception])
+        if view not in ("Runs", "Traces", "Bandwidth"):
+            assert at.get("plotly_chart"), f"{view} drew no chart"
+    # the training run has no all-reduce benchmark: the Bandwidth view offers the run that does
+    at.sidebar.radio(key="view").set_value("Bandwidth").run()
+    assert any("sample-allreduce" in i.value for i in at.info)
+    at.button(key="open-Bandwidth-sample-allreduce").click().run()
+    assert at.sidebar.selectbox(key="run_a").value == "sample-allreduce"
+    assert at.sidebar.radio(key="view").value == "Bandwidth" and at.get("plotly_chart")
