@@ -82,8 +82,9 @@ def _stderr_to(path: Path) -> Iterator[None]:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
-    if path.exists() and path.stat().st_size == 0:
-        path.unlink()  # nothing was said: leave no empty file in the run
+    if path.exists() and all(ln.startswith("USDT:") for ln in path.read_text(errors="replace")
+                             .splitlines()):
+        path.unlink()  # only Kineto's start/stop chatter: leave no noise file in the run
 
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
