@@ -33,7 +33,9 @@ BREAKDOWN_CAPTION = (
     "compute with no communication in flight, communication **hidden** under compute (overlapped), "
     "communication the step **waits** for (exposed, E = |comm \\ compute|), and other time. "
     "Blocking variants (`naive`, `flat`, `central`, `ring`) wait for all their communication after backward; "
-    "`overlap`, `bucketed` and `torch_ddp` start all-reduces from gradient hooks during backward and hide most of it."
+    "`overlap`, `bucketed` and `torch_ddp` start all-reduces from gradient hooks during backward, "
+    "so they can hide it under the rest of backward: how much depends on how early the first "
+    "bucket is ready (one bucket holding every gradient hides almost nothing)."
 )
 
 
