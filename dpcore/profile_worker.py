@@ -103,7 +103,6 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     local = cfg.global_batch(spec.world_size) // ctx.world_size
     timer = PhaseTimer(ctx.device, offset)
     profile_steps = cfg.profile_steps if spec.trace_dir else 0
-    total = cfg.warmup + cfg.steps + (profile_steps + 1 if profile_steps else 0)
     rows: list[dict] = []
     done = 0
 

@@ -115,3 +115,30 @@ def test_stragglers_skew():
     coll = pd.DataFrame([_coll(5, 9, rank=0), _coll(1, 9, rank=1), _coll(3, 9, rank=2)])
     s = stragglers(coll).iloc[0]
     assert s.skew_ms == pytest.approx(4.0) and s.first_rank == 1 and s.last_rank == 0 and s.n_ranks == 3
+
+
+def test_pipelined_sub_messages_pair_nth_send_with_nth_recv():
+    """Two sub-messages of one chunk share a key; the n-th send must meet the n-th receive,
+    and the step's transfer is the union of their in-flight intervals (known answer)."""
+    from dpcore.analysis import message_pairs, ring_step_times
+    base = dict(job_id="j", algo="ring", step=0, call=0, phase="reduce_scatter", ring_step=0,
+                chunk=0, bytes=8)
+    ms = 1_000_000
+    rows = [
+        # 0 -> 1, two pieces: in flight [0, 3] ms and [2, 5] ms -> union 5 ms
+        {**base, "rank": 0, "src": 0, "dst": 1, "side": "send", "t_post_ns": 0, "t_done_ns": 1 * ms},
+        {**base, "rank": 0, "src": 0, "dst": 1, "side": "send", "t_post_ns": 2 * ms, "t_done_ns": 3 * ms},
+        {**base, "rank": 1, "src": 0, "dst": 1, "side": "recv", "t_post_ns": 0, "t_done_ns": 3 * ms},
+        {**base, "rank": 1, "src": 0, "dst": 1, "side": "recv", "t_post_ns": 1 * ms, "t_done_ns": 5 * ms},
+        # 1 -> 0, one slow piece: [0, 8] ms
+        {**base, "chunk": 1, "rank": 1, "src": 1, "dst": 0, "side": "send", "t_post_ns": 0, "t_done_ns": 8 * ms},
+        {**base, "chunk": 1, "rank": 0, "src": 1, "dst": 0, "side": "recv", "t_post_ns": 0, "t_done_ns": 8 * ms},
+    ]
+    pairs = message_pairs(pd.DataFrame(rows))
+    assert len(pairs) == 3  # not 2x2 + 1
+    a = pairs[pairs["src"] == 0].sort_values("piece")
+    assert list(a["t_post_ns_send"]) == [0, 2 * ms] and list(a["t_done_ns_recv"]) == [3 * ms, 5 * ms]
+    t = ring_step_times(pd.DataFrame(rows)).set_index("rank")
+    assert t.loc[0, "transfer_ms"] == pytest.approx(5.0)  # fastest link: 0 -> 1
+    assert t.loc[0, "duration_ms"] == pytest.approx(8.0) and t.loc[0, "wait_ms"] == pytest.approx(3.0)
+    assert t.loc[1, "duration_ms"] == pytest.approx(8.0) and t.loc[1, "wait_ms"] == pytest.approx(3.0)

@@ -4,7 +4,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from dpcore.analysis import (RunLoadError, TraceFormatError, list_runs, load_run, overlap_by_rank,

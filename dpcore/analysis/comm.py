@@ -11,6 +11,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from .intervals import union_length
 from .overlap import comm_start_ns
 
 _GROUP = ["job_id", "algo", "step", "call", "phase", "ring_step"]
@@ -63,23 +64,54 @@ def collective_bandwidth(collectives: pd.DataFrame, world_sizes: "Mapping[str, i
     return df[cols].reset_index(drop=True)
 
 
+MESSAGE_KEY = ["job_id", "algo", "step", "call", "phase", "ring_step", "src", "dst", "chunk"]
+
+
+def number_pieces(messages: pd.DataFrame) -> pd.DataFrame:
+    """Add ``piece``: the n-th message with the same key on the same side, in posting order.
+
+    The pipelined ring splits a chunk into several sub-messages that share one key (same
+    phase, step, src, dst, chunk); the n-th send of a key is received by the n-th receive
+    (p2p between two ranks is FIFO per tag order here), so (key, piece) identifies one
+    message on both sides. Without it a merge would pair every send with every receive.
+    """
+    if messages is None or messages.empty:
+        return messages.assign(piece=pd.Series(dtype="int64")) if messages is not None else messages
+    keys = [k for k in MESSAGE_KEY if k in messages.columns]
+    m = messages.sort_values("t_post_ns", kind="stable")
+    m = m.assign(piece=m.groupby(keys + ["side"], dropna=False).cumcount())
+    return m.sort_index()
+
+
+def message_pairs(messages: pd.DataFrame) -> pd.DataFrame:
+    """One row per message seen on both sides: key columns + piece, the send's post/done and
+    the receive's post/done times (``*_send`` / ``*_recv``)."""
+    keys = [k for k in MESSAGE_KEY if k in messages.columns] + ["piece"]
+    m = number_pieces(messages)
+    sends = m[m["side"] == "send"][keys + ["t_post_ns", "t_done_ns"]]
+    recvs = m[m["side"] == "recv"][keys + ["t_post_ns", "t_done_ns"]]
+    return sends.merge(recvs, on=keys, how="inner", suffixes=("_send", "_recv"))
+
+
 def ring_step_times(messages: pd.DataFrame) -> pd.DataFrame:
     """Per (job, algo, step, call, phase, ring_step, rank): duration, transfer and wait (ms).
 
     DESIGN.md: transfer = the shortest matching send→recv time across ranks in that ring step
-    (send posted at src .. receive completed at dst: the pure wire time when nobody waited),
-    wait = the rank's time in the ring step minus that transfer.
+    (send posted at src .. receive completed at dst: the pure wire time when nobody waited;
+    for a chunk sent as several pipelined sub-messages, the union of their intervals on that
+    link), wait = the rank's time in the ring step minus that transfer.
     """
     cols = _GROUP + ["rank", "duration_ms", "transfer_ms", "wait_ms"]
     if messages is None or messages.empty:
         return pd.DataFrame(columns=cols)
     m = messages
-    keys = _GROUP + ["src", "dst", "chunk"]
-    sends = m[m["side"] == "send"][keys + ["t_post_ns"]]
-    recvs = m[m["side"] == "recv"][keys + ["t_done_ns"]]
-    pairs = sends.merge(recvs, on=keys, how="inner")
-    pairs["xfer"] = (pairs["t_done_ns"] - pairs["t_post_ns"]) / 1e6
-    transfer = pairs.groupby(_GROUP, dropna=False)["xfer"].min().rename("transfer_ms")
+    pairs = message_pairs(m)
+    # A link's transfer time in a step is the union of its messages' send-posted -> received
+    # intervals (a pipelined chunk's sub-messages overlap in flight); the step's transfer is
+    # the fastest link's.
+    link = pairs.groupby(_GROUP + ["src", "dst"], dropna=False).apply(
+        lambda g: union_length(g["t_post_ns_send"], g["t_done_ns_recv"]) / 1e6, include_groups=False)
+    transfer = link.groupby(level=list(range(len(_GROUP))), dropna=False).min().rename("transfer_ms")
     per = m.groupby(_GROUP + ["rank"], dropna=False).agg(t0=("t_post_ns", "min"), t1=("t_done_ns", "max"))
     per["duration_ms"] = (per["t1"] - per["t0"]) / 1e6
     out = per.reset_index().merge(transfer.reset_index(), on=_GROUP, how="left")
@@ -120,7 +152,8 @@ def chunk_matrix(world_size: int) -> pd.DataFrame:
 
 def message_counts(messages: pd.DataFrame) -> pd.DataFrame:
     """Per (job, algo): messages and bytes sent (each message counted once, at its sender),
-    the number of all-reduce calls and messages per call (ring: 2N(N−1), naive: N(N−1))."""
+    the number of all-reduce calls and messages per call (ring: 2N(N−1)·S with S pieces per
+    chunk, S = 1 below the pipelining sub-message size; naive: N(N−1); central: 2(N−1))."""
     cols = ["job_id", "algo", "messages", "bytes", "calls", "messages_per_call"]
     if messages is None or messages.empty:
         return pd.DataFrame(columns=cols)

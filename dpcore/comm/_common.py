@@ -50,6 +50,20 @@ def flat_buffer(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return work, work.view(-1)
 
 
+def prepare(tensor: torch.Tensor, op: str, group: Any
+            ) -> tuple[int, int, list[int], torch.Tensor, torch.Tensor] | None:
+    """The prologue every p2p algorithm shares: validate ``op``, find this rank in ``group``,
+    and get a contiguous 1-D buffer. ``None`` when there is nothing to exchange (one rank or
+    an empty tensor), in which case the input already is the result.
+    Returns ``(rank, size, global_ranks, work, flat)``."""
+    check_op(op, tensor)
+    rank, n, glob = group_ranks(group)
+    if n == 1 or tensor.numel() == 0:
+        return None
+    work, flat = flat_buffer(tensor)
+    return rank, n, glob, work, flat
+
+
 def copy_back(tensor: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
     """Write ``work`` into ``tensor`` if it was a copy; return ``tensor``."""
     if work is not tensor:

@@ -17,17 +17,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._common import check_op, copy_back, flat_buffer, group_ranks
+from ._common import copy_back, prepare
 
 
 def central_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
                        recorder: Any = None, call: int = 0) -> torch.Tensor:
     """All-reduce ``tensor`` in place through group rank 0; returns it."""
-    check_op(op, tensor)
-    rank, n, glob = group_ranks(group)
-    if n == 1 or tensor.numel() == 0:
+    prep = prepare(tensor, op, group)
+    if prep is None:
         return tensor
-    work, flat = flat_buffer(tensor)
+    rank, n, glob, work, flat = prep
     nbytes = flat.numel() * flat.element_size()
     rec = recorder
     if rank == 0:

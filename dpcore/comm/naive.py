@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._common import check_op, copy_back, flat_buffer, group_ranks
+from ._common import copy_back, prepare
 
 
 def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
@@ -30,11 +30,10 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     NCCL serialises the ops between two ranks on one stream, so receives posted before
     sends on both sides would deadlock. Rows then share the batch's host timestamps.
     """
-    check_op(op, tensor)
-    rank, n, glob = group_ranks(group)
-    if n == 1 or tensor.numel() == 0:
+    prep = prepare(tensor, op, group)
+    if prep is None:
         return tensor
-    work, flat = flat_buffer(tensor)
+    rank, n, glob, work, flat = prep
     nbytes = flat.numel() * flat.element_size()
     rec = recorder
     bufs: dict[int, torch.Tensor] = {}

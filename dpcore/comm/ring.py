@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._common import check_op, copy_back, flat_buffer, group_ranks
+from ._common import copy_back, prepare
 from .schedule import chunk_bounds, rank_schedule
 
 #: Target size of one sub-message. Every message costs ~0.1 ms of CPU in gloo (handshake,
@@ -62,12 +62,11 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
     override the pipelining defaults above. ``batched`` (default: only on NCCL) runs the
     step-by-step variant, see :func:`_ring_batched`.
     """
-    check_op(op, tensor)
-    rank, n, glob = group_ranks(group)
-    numel = tensor.numel()
-    if n == 1 or numel == 0:
+    prep = prepare(tensor, op, group)
+    if prep is None:
         return tensor
-    work, flat = flat_buffer(tensor)
+    rank, n, glob, work, flat = prep
+    numel = flat.numel()
     esize = flat.element_size()
     chunks = chunk_bounds(numel, n)
     max_len = chunks[0][1] - chunks[0][0]

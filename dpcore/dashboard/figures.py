@@ -16,6 +16,7 @@ from dpcore.dashboard.chunks import chunk_cells
 from dpcore.plots.bandwidth import bandwidth_figure
 from dpcore.plots.buckets import bucket_figure
 from dpcore.plots.overview import breakdown_figure
+from dpcore.analysis import number_pieces
 from dpcore.plots.ring import chunk_figure, message_count_figure, message_figure, wait_transfer_figure
 from dpcore.plots.scaling import scaling_figure
 from dpcore.plots.timeline import timeline_figure
@@ -50,7 +51,7 @@ def timeline(_run, run_key: tuple, job_id: str, step: int) -> go.Figure:
 def messages(_run, run_key: tuple, job_id: str, step: int, call: int, title: str) -> go.Figure:
     m = _run.messages
     sel = m[(m["job_id"] == job_id) & (m["step"] == step) & (m["call"] == call)]
-    return message_figure(sel, title)
+    return message_figure(number_pieces(sel), title)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)

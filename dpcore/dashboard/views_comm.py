@@ -16,7 +16,7 @@ from dpcore.dashboard.formulas import FORMULAS
 
 ALGO_NOTES = {
     "ring": "Ring: 2(N−1) steps, each rank sends one 1/N chunk per step to its right neighbour "
-            "(reduce-scatter adds, all-gather copies): 2N(N−1) chunk messages in all, bandwidth-optimal.",
+            "(reduce-scatter adds, all-gather copies): 2N(N−1) chunk messages in all (each split into sub-messages when a chunk is large, to pipeline), bandwidth-optimal.",
     "naive": "Naive: every rank sends its whole tensor to every other rank: N(N−1) full-size messages.",
     "central": "Central: everything is gathered to rank 0, reduced there and broadcast back: rank 0 is the "
                "bottleneck, its link carries 2(N−1) full tensors.",

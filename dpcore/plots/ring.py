@@ -56,7 +56,9 @@ def _add_arrows(fig: go.Figure, part: pd.DataFrame, color: str, phase: str) -> N
     sends, recvs = part[part["side"] == "send"], part[part["side"] == "recv"]
     if sends.empty or recvs.empty:
         return
-    m = sends.merge(recvs, on=KEY, suffixes=("_s", "_r"))
+    # ``piece`` (dpcore.analysis.number_pieces) tells a pipelined chunk's sub-messages apart
+    key = KEY + (["piece"] if "piece" in part.columns else [])
+    m = sends.merge(recvs, on=key, suffixes=("_s", "_r"))
     if m.empty:
         return
     xs = np.column_stack([m["start_s"], m["end_r"], np.full(len(m), np.nan)]).ravel()
@@ -87,7 +89,8 @@ def wait_transfer_figure(times: pd.DataFrame) -> go.Figure:
 
 
 def message_count_figure(counts: pd.DataFrame) -> go.Figure:
-    """Messages per all-reduce call per job: the N(N−1) of `naive` against the 2N(N−1) chunk messages of the ring.
+    """Messages per all-reduce call per job: the N(N−1) of `naive` against the ring's 2N(N−1) chunk
+    messages (times S sub-messages per chunk when a chunk is large enough to be pipelined).
 
     Per call (not in total) so that a training job with many steps compares fairly with a one-shot benchmark.
     """
