@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .analysis.comm import bus_factor
 from .clock import measure_offset
 from .errors import JobFailed
 from .instrument import Recorder
@@ -40,14 +41,6 @@ class AllreduceOptions:
     run_id: str | None = None
 
 
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor: all_reduce 2(n-1)/n, reduce_scatter/all_gather (n-1)/n."""
-    if n <= 1:
-        return 1.0 if op == "broadcast" else 0.0
-    return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "all_gather": (n - 1) / n}.get(op, 1.0)
-
-
 def repeats_for(nbytes: int, requested: int) -> int:
     if requested > 0:
         return requested
@@ -64,7 +57,7 @@ def bench_worker(ctx: DistContext, job_id: str, algo: str, sizes: tuple[int, ...
     times: dict[int, list[float]] = {}
     sync = (lambda: torch.cuda.synchronize()) if ctx.is_cuda else (lambda: None)
     for si, nbytes in enumerate(sizes):
-        numel = max(nbytes // 4, 0)
+        numel = nbytes // 4  # sizes are validated to be whole float32 counts
         t = torch.full((numel,), float(ctx.rank + 1), device=ctx.device)
         n = repeats_for(nbytes, repeats)
         for _ in range(warmup):
@@ -97,7 +90,7 @@ def cell_rows(job_id: str, algo: str, n: int, results: list[dict]) -> list[dict]
         rows.append({"job_id": job_id, "algo": algo, "world_size": n, "bytes": nbytes,
                      "repeats": len(slowest), "time_ms": round(ms, 6),
                      "algbw_gbps": round(algbw, 6),
-                     "busbw_gbps": round(algbw * busbw_factor("all_reduce", n), 6)})
+                     "busbw_gbps": round(algbw * bus_factor("all_reduce", n), 6)})
     return rows
 
 
@@ -123,7 +116,7 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
     progress = Progress(opts.progress, len(cells))
     progress.run_start(str(writer.run_dir))
     rows: list[dict] = []
-    failed, status = 0, "complete"
+    failed, status = 0, "failed"  # until the loop has really finished
     try:
         for algo, n in cells:
             jid = f"{algo}-ws{n}"
@@ -150,6 +143,10 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
+        for job in writer.meta["jobs"]:
+            if job["status"] == "running":
+                writer.add_job({"id": job["id"], "status": "interrupted" if status ==
+                                "interrupted" else "failed"})
         writer.finish(status)
         progress.run_end(str(writer.run_dir), status)
     if opts.progress != "json":

@@ -7,6 +7,8 @@ the dashboard calls too, so both show the same numbers.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import re
 import signal
 import sys
@@ -95,6 +97,20 @@ def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> None:
         parse_choices(args.size, "size", SIZES, all_ok=False)
 
 
+def _bucket_sweep(text: str) -> tuple[float, ...]:
+    """'1,10,25' (MB) or sizes with units ('512KB,4MB') -> MB, all finite and > 0."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            mb = parse_size(item) / 2**20 if item.upper().endswith("B") else float(item)
+        except (ValueError, UsageError):
+            mb = float("nan")
+        if not (math.isfinite(mb) and mb > 0):
+            raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB like 1,10,25,100")
+        out.append(mb)
+    return tuple(dict.fromkeys(out))
+
+
 def _run_id(text: str | None) -> str | None:
     """Run ids become folder names under --out: letters, digits, '-', '_' and '.' only."""
     if text is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", text):
@@ -127,8 +143,9 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     _check_model(args)
     parse_choices(args.scaling, "scaling mode", SCALING, all_ok=False)
     parse_choices(args.progress, "progress mode", MODES, all_ok=False)
-    sweep = tuple(float(parse_size(s)) / 2**20 if s.strip().upper().endswith("B") else float(s)
-                  for s in args.bucket_sweep.split(",") if s.strip())
+    sweep = _bucket_sweep(args.bucket_sweep)
+    if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
+        raise UsageError(f"--bucket-mb must be a positive number of MB, got {args.bucket_mb}")
     opts = ProfileOptions(
         variants=tuple(parse_choices(args.variants, "variant", VARIANT_NAMES)),
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")), bucket_sweep=sweep,
@@ -141,6 +158,16 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     return run_profile(opts, cfg, argv)
 
 
+def _allreduce_sizes(text: str) -> tuple[int, ...]:
+    """Message sizes in bytes; each must hold a whole number of float32 values (>= 4 bytes)."""
+    sizes = tuple(dict.fromkeys(parse_size(s) for s in text.split(",") if s.strip()))
+    bad = [s for s in sizes if s < 4 or s % 4]
+    if bad:
+        raise UsageError(f"--sizes must be multiples of 4 bytes (float32 elements), got "
+                         f"{', '.join(map(str, bad))}; e.g. 1KB,64KB,1MB")
+    return sizes
+
+
 def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     from .bench_allreduce import AllreduceOptions, run_allreduce
 
@@ -148,7 +175,7 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     opts = AllreduceOptions(
         algos=tuple(parse_choices(args.algos, "algorithm", ALGO_NAMES)),
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")),
-        sizes=tuple(parse_size(s) for s in args.sizes.split(",") if s.strip()),
+        sizes=_allreduce_sizes(args.sizes),
         warmup=max(0, args.warmup), repeats=max(0, args.repeats), out=args.out, name=args.name,
         backend=args.backend, timeout_s=args.timeout, progress=args.progress,
         run_id=_run_id(args.run_id))
@@ -180,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(analyze(args.path, csv=args.csv) if args.command == "analyze"
                   else summarize(args.run))
-        except (RunLoadError, FileNotFoundError, ValueError) as exc:
+        except (RunLoadError, OSError, ValueError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
         return 0
     except UsageError as exc:
@@ -189,3 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback (DPCORE_DEBUG=1 for it)
+        if os.environ.get("DPCORE_DEBUG"):
+            raise
+        msg = str(exc).strip().splitlines()
+        print(f"error: {type(exc).__name__}: {msg[0] if msg else ''} (set DPCORE_DEBUG=1 for the "
+              "traceback; measured jobs were kept in the run directory)", file=sys.stderr)
+        return 1

@@ -65,7 +65,7 @@ def parse_int_list(text: str, what: str, minimum: int = 1) -> list[int]:
         raise UsageError(f"bad {what} {text!r}; expected comma-separated integers like 1,2,4") from None
     if not vals or min(vals) < minimum:
         raise UsageError(f"{what} must be integers >= {minimum}, got {text!r}")
-    return vals
+    return list(dict.fromkeys(vals))  # a repeated value would run the same job twice
 
 
 def parse_choices(text: str, what: str, valid: tuple[str, ...], all_ok: bool = True) -> list[str]:
@@ -73,6 +73,7 @@ def parse_choices(text: str, what: str, valid: tuple[str, ...], all_ok: bool = T
     if all_ok and text.strip() == "all":
         return list(valid)
     vals = [v.strip() for v in text.split(",") if v.strip()]
+    vals = list(dict.fromkeys(vals))
     bad = [v for v in vals if v not in valid]
     if bad or not vals:
         raise UsageError(f"unknown {what} {', '.join(bad) or repr(text)}; valid choices: "

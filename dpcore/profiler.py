@@ -139,7 +139,7 @@ def run_profile(opts: ProfileOptions, cfg: TrainConfig, argv: list[str]) -> int:
                         "bucket_mb": spec.bucket_mb, "status": "pending",
                         "oversubscribed": spec.processes > physical_cores()})
     failed = 0
-    status = "complete"
+    status = "failed"  # until the loop has really finished
     try:
         for spec in jobs:
             writer.add_job({"id": spec.job_id, "status": "running"})
@@ -158,10 +158,12 @@ def run_profile(opts: ProfileOptions, cfg: TrainConfig, argv: list[str]) -> int:
         status = "failed" if failed else "complete"
     except KeyboardInterrupt:
         status = "interrupted"
+    finally:
+        # Whatever ended the loop (Ctrl-C, or an error writing the run), no job stays "running".
         for job in writer.meta["jobs"]:
             if job["status"] in ("running", "pending"):
-                writer.add_job({"id": job["id"], "status": "interrupted"})
-    finally:
+                writer.add_job({"id": job["id"], "status": "interrupted" if status ==
+                                "interrupted" else "failed"})
         writer.finish(status)
         progress.run_end(str(writer.run_dir), status)
     if opts.progress != "json":

@@ -33,6 +33,8 @@ ALLREDUCE_COLUMNS = ["job_id", "algo", "world_size", "bytes", "repeats", "time_m
 TABLES: dict[str, list[str]] = {"steps": STEP_COLUMNS, "collectives": COLLECTIVE_COLUMNS,
                                 "messages": MESSAGE_COLUMNS, "allreduce": ALLREDUCE_COLUMNS}
 RUN_STATUSES = ("running", "complete", "failed", "interrupted")
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask once (os.umask can only be read by setting it)
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
@@ -41,6 +43,7 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a run is for everyone to read
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -68,3 +68,39 @@ def test_run_id_cannot_leave_the_profiles_folder(bad, capsys, tmp_path):
     rc = main(["profile", "--run-id", bad, "--out", str(tmp_path)])
     assert rc == 2 and "bad --run-id" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("sweep", ["abc", "nan", "inf", "-1", "0", "1,,x"])
+def test_bad_bucket_sweep_is_one_line(sweep, capsys, tmp_path):
+    rc = main(["profile", "--bucket-sweep", sweep, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "bad --bucket-sweep value" in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_allreduce_sizes_must_be_whole_float32(capsys, tmp_path):
+    rc = main(["allreduce", "--sizes", "1KB,3", "--out", str(tmp_path)])
+    assert rc == 2 and "multiples of 4 bytes" in capsys.readouterr().err
+
+
+def test_repeated_world_sizes_and_variants_run_once():
+    from dpcore.config import TrainConfig, parse_choices, parse_int_list
+    from dpcore.profiler import ProfileOptions, plan_jobs
+    ws = parse_int_list("2,1,2", "world sizes")
+    variants = parse_choices("flat,flat,bucketed", "variant", ("flat", "bucketed"))
+    assert ws == [2, 1] and variants == ["flat", "bucketed"]
+    jobs = plan_jobs(ProfileOptions(tuple(variants), tuple(ws), bucket_sweep=(1.0, 25.0)),
+                     TrainConfig(bucket_mb=25.0), None)
+    assert [j.job_id for j in jobs] == ["flat-ws2", "flat-ws1", "bucketed-ws2-b1",
+                                        "bucketed-ws2-b25", "bucketed-ws1-b1", "bucketed-ws1-b25"]
+
+
+def test_unexpected_error_is_one_line_not_a_traceback(monkeypatch, capsys, tmp_path):
+    import dpcore.profiler as prof
+
+    def broken(*a, **k):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(prof, "run_profile", broken)
+    rc = main(["profile", "--variants", "flat", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("error: OSError: No space left on device") and err.count("\n") == 1

@@ -104,3 +104,12 @@ def test_clock_shift_uses_the_tightest_bracket():
     markers = {0: 4_900.0, 1: 10_001.0 - 500.0}
     assert shift_us(markers, samples) == 500.0
     assert shift_us({}, samples) is None
+
+
+def test_run_files_are_readable_by_others(tmp_path):
+    w = RunWriter(tmp_path, "perm", command=[], config={}, environment={})
+    w.append_rows("steps", [])
+    w.finish("complete")
+    for name in ("run.json", "steps.csv", "collectives.csv"):
+        mode = (w.run_dir / name).stat().st_mode & 0o777
+        assert mode & 0o044 == 0o044, (name, oct(mode))  # group/other can read (umask 022)

@@ -18,7 +18,11 @@ _GROUP = ["job_id", "algo", "step", "call", "phase", "ring_step"]
 
 
 def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' bus bandwidth factor for a collective over n ranks."""
+    """nccl-tests' bus bandwidth factor for a collective over n ranks (DESIGN.md: all-reduce
+    2(N-1)/N; reduce-scatter, all-gather (N-1)/N; broadcast 1). One rank moves nothing over a
+    bus, so every factor but broadcast's is 0 there."""
+    if op == "broadcast":
+        return 1.0
     if n <= 1:
         return 0.0
     if op in ("all_reduce", "allreduce"):

@@ -36,6 +36,9 @@ def summarize_breakdown(bd: pd.DataFrame) -> pd.DataFrame:
                "throughput": thr.median(), "n_steps": int(g["step"].nunique()),
                "overlap_pct_p10": g["overlap_pct"].quantile(0.1), "overlap_pct_p90": g["overlap_pct"].quantile(0.9)}
         row.update({c: pd.to_numeric(g[c], errors="coerce").median() for c in _MEDIANS})
+        # Medians of parts don't add up to the median of the whole; keep the stacked parts
+        # summing to T by taking "other" as the remainder at job level.
+        row["other_ms"] = max(0.0, row["step_ms"] - row["compute_ms"] - row["exposed_ms"])
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -60,11 +63,12 @@ def _pick_bucket(g: pd.DataFrame, default: float | None) -> pd.Series:
     return g.sort_values("bucket_mb", na_position="first").iloc[-1]
 
 
-def scaling(summary: pd.DataFrame, mode: str) -> pd.DataFrame:
+def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = None) -> pd.DataFrame:
     """Speedup and efficiency vs world size per variant ("weak" or "strong", DESIGN.md formulas).
 
     T(1) is the variant's own 1-rank job, else the `single` job. With several bucket sizes per
-    (variant, N) the most common bucket size of the run is used (the sweep is bucket_sweep's job).
+    (variant, N), ``default_bucket`` (the run's ``--bucket-mb``, run.json config) is used, else
+    the most common bucket size of the run (the sweep itself is bucket_sweep's job).
     """
     if mode not in ("weak", "strong"):
         raise ValueError(f"unknown scaling mode {mode!r}; valid choices: weak, strong")
@@ -72,7 +76,8 @@ def scaling(summary: pd.DataFrame, mode: str) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame(columns=SCALING_COLUMNS)
     modes = ok["bucket_mb"].dropna().mode()
-    default = float(modes.iloc[0]) if len(modes) else None
+    default = (float(default_bucket) if default_bucket is not None
+               else float(modes.iloc[0]) if len(modes) else None)
     cells = [_pick_bucket(g, default) for _, g in ok.groupby(["variant", "world_size"], sort=True)]
     cells_df = pd.DataFrame(cells)
     single = cells_df[(cells_df["variant"] == "single") & (cells_df["world_size"] == 1)]

@@ -99,7 +99,9 @@ def job_summary(_run: A.Run, run_key: tuple) -> pd.DataFrame:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def scaling(_run: A.Run, run_key: tuple, mode: str) -> pd.DataFrame:
-    return A.scaling(job_summary(_run, run_key), mode)
+    bucket = (_run.meta.get("config") or {}).get("bucket_mb")
+    bucket = bucket if isinstance(bucket, (int, float)) else None  # foreign run.json: ignore
+    return A.scaling(job_summary(_run, run_key), mode, default_bucket=bucket)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

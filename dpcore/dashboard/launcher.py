@@ -159,7 +159,9 @@ def follow() -> None:
     with st.container(border=True):
         st.markdown(f"**Profiling** · `{' '.join(launch.cmd[1:])}`")
         st.progress(frac, text=f"{text} · {time.time() - launch.started:.0f} s")
-        errors = [f"{e.get('job_id', '?')}: {e['error']}" for e in events if e.get("error")]
+        # a skipped job (e.g. data_parallel without GPUs) carries its reason in "error" too
+        errors = [f"{e.get('job_id', '?')}: {e['error']}" for e in events
+                  if e.get("error") and e.get("status", "failed") == "failed"]
         if errors:
             st.error("\n\n".join(errors))
         if rc is None:
