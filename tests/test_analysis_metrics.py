@@ -142,3 +142,23 @@ def test_pipelined_sub_messages_pair_nth_send_with_nth_recv():
     assert t.loc[0, "transfer_ms"] == pytest.approx(5.0)  # fastest link: 0 -> 1
     assert t.loc[0, "duration_ms"] == pytest.approx(8.0) and t.loc[0, "wait_ms"] == pytest.approx(3.0)
     assert t.loc[1, "duration_ms"] == pytest.approx(8.0) and t.loc[1, "wait_ms"] == pytest.approx(3.0)
+
+
+def test_scaling_flags_noisy_and_superlinear_cells():
+    """A disturbed T(1) (p90 = 10x p10) makes every point of that variant's curve suspect, and
+    efficiency > 100% on one host is flagged; a clean variant is not."""
+    base = dict(bucket_mb=25.0, status="complete", oversubscribed=False, throughput=1.0)
+    summary = pd.DataFrame([
+        {**base, "job_id": "a1", "variant": "flat", "world_size": 1, "step_ms": 50.0,
+         "step_ms_p10": 10.0, "step_ms_p90": 100.0},
+        {**base, "job_id": "a2", "variant": "flat", "world_size": 2, "step_ms": 12.0,
+         "step_ms_p10": 11.0, "step_ms_p90": 13.0},
+        {**base, "job_id": "b1", "variant": "ring", "world_size": 1, "step_ms": 10.0,
+         "step_ms_p10": 9.0, "step_ms_p90": 11.0},
+        {**base, "job_id": "b2", "variant": "ring", "world_size": 2, "step_ms": 20.0,
+         "step_ms_p10": 19.0, "step_ms_p90": 22.0},
+    ])
+    s = scaling(summary, "weak").set_index(["variant", "world_size"])
+    assert s.loc[("flat", 2), "efficiency"] == pytest.approx(50 / 12)
+    assert bool(s.loc[("flat", 1), "noisy"]) and bool(s.loc[("flat", 2), "noisy"])
+    assert not s.loc[("ring", 2), "noisy"] and s.loc[("ring", 2), "efficiency"] == pytest.approx(0.5)

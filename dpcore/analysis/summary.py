@@ -16,7 +16,10 @@ SUMMARY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "status", "st
                    "comm_fraction", "overlap_pct", "comm_ops", "comm_bytes", "throughput", "oversubscribed",
                    "n_steps", "step_ms_std", "overlap_pct_p10", "overlap_pct_p90"]
 SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "throughput", "speedup", "efficiency",
-                   "ideal_speedup", "oversubscribed", "mode"]
+                   "ideal_speedup", "oversubscribed", "noisy", "mode"]
+#: A job whose p90 step time is this many times its p10 was disturbed (another process, OpenMP
+#: threads fighting for a core): its median is not a number to scale a job on.
+NOISY_SPREAD = 3.0
 _MEDIANS = ["compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "comm_ms", "comm_fraction", "overlap_pct",
             "comm_ops", "comm_bytes"]
 
@@ -63,6 +66,11 @@ def _pick_bucket(g: pd.DataFrame, default: float | None) -> pd.Series:
     return g.sort_values("bucket_mb", na_position="first").iloc[-1]
 
 
+def _noisy(row: "pd.Series | dict") -> bool:
+    p10, p90 = row.get("step_ms_p10", np.nan), row.get("step_ms_p90", np.nan)
+    return bool(np.isfinite(p10) and np.isfinite(p90) and p10 > 0 and p90 / p10 > NOISY_SPREAD)
+
+
 def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = None) -> pd.DataFrame:
     """Speedup and efficiency vs world size per variant ("weak" or "strong", DESIGN.md formulas).
 
@@ -86,13 +94,17 @@ def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = Non
         own = g[g["world_size"] == 1]
         base = own if not own.empty else single
         t1 = float(base["step_ms"].iloc[0]) if not base.empty else np.nan
+        base_noisy = bool(_noisy(base.iloc[0])) if not base.empty else False
         for r in g.sort_values("world_size").to_dict("records"):
             n, tn = int(r["world_size"]), float(r["step_ms"])
             speed = n * t1 / tn if mode == "weak" else t1 / tn
             eff = t1 / tn if mode == "weak" else speed / n
+            # superlinear efficiency on one host, or a spread-out T(1)/T(N), means noise
+            noisy = base_noisy or _noisy(r) or (np.isfinite(eff) and eff > 1.05 and n > 1)
             rows.append({"variant": variant, "world_size": n, "bucket_mb": r["bucket_mb"], "step_ms": tn,
                          "throughput": r["throughput"], "speedup": speed, "efficiency": eff, "ideal_speedup": float(n),
-                         "oversubscribed": bool(r["oversubscribed"]), "mode": mode})
+                         "oversubscribed": bool(r["oversubscribed"]), "noisy": bool(noisy),
+                         "mode": mode})
     return pd.DataFrame(rows, columns=SCALING_COLUMNS)
 
 

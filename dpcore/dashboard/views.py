@@ -109,6 +109,12 @@ def scaling_view(run) -> None:
     df = data.scaling(run, data.key(run), mode)
     st.plotly_chart(figures.scaling(run, data.key(run), mode), key=f"sc-{run.path}")
     st.caption(scaling_caption(mode))
+    if not df.empty and df["noisy"].any():
+        cells = ", ".join(f"{v} ×{n}" for v, n in zip(df.loc[df["noisy"], "variant"],
+                                                      df.loc[df["noisy"], "world_size"]))
+        st.warning(f"Noisy measurements: {cells}. Their step times spread more than "
+                   "3× between p10 and p90, or efficiency came out above 100%, so another process "
+                   "probably competed for the cores. Re-run on an idle machine before trusting them.")
     if not df.empty:
         cfg_cols = {"step_ms": SUMMARY_CONFIG["step_ms"], "throughput": SUMMARY_CONFIG["throughput"],
                     "speedup": NUM("speedup S(N)", help=FORMULAS["speedup_" + mode], format="%.2f"),
