@@ -37,3 +37,26 @@ def test_profile_run_overlap(run_dir):
     assert analyze(str(run_dir / "traces" / "flat-ws2"), csv=True).splitlines()[0] == \
         "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms"
     assert "overlap-ws2" in summarize(str(run_dir))
+
+
+def test_trace_and_interval_overlap_agree_on_the_same_steps(run_dir):
+    """The profiled steps are measured twice: from collectives.csv + phase intervals, and from
+    the torch.profiler trace (gloo spans vs main-thread compute). Per rank they must agree
+    within a few points, and blocking flat must show ~0 either way."""
+    from dpcore.analysis import overlap_from_trace, step_breakdown
+    run = load_run(run_dir)
+    iv = step_breakdown(run.steps, run.collectives, profiled=True)
+    for job in ("flat-ws2", "overlap-ws2"):
+        ev = read_trace_dir(run_dir / "traces" / job)
+        tr = overlap_from_trace(ev)
+        tr = tr[tr["step"] >= 0]
+        mine = iv[iv["job_id"] == job]
+        assert set(zip(mine["rank"], mine["step"])) == set(zip(tr["rank"], tr["step"]))
+        a = mine.groupby("rank")[["overlapped_ms", "comm_ms"]].sum()
+        b = tr.groupby("rank")[["overlapped_ms", "comm_ms"]].sum()
+        pct_iv = 100 * a["overlapped_ms"] / a["comm_ms"]
+        pct_tr = 100 * b["overlapped_ms"] / b["comm_ms"]
+        for rank in (0, 1):
+            assert abs(pct_iv[rank] - pct_tr[rank]) < 10.0, (job, rank, pct_iv[rank], pct_tr[rank])
+        if job == "flat-ws2":
+            assert pct_tr.max() < 5.0 and pct_iv.max() < 5.0

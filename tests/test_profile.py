@@ -131,6 +131,9 @@ def test_traces_parse_and_hold_named_ranges(full_run):
     procs = {e["args"]["name"] for e in merged["traceEvents"] if e.get("name") == "process_name"}
     assert procs == {"rank 0", "rank 1"}
     assert all(isinstance(e.get("ts", 0), (int, float)) for e in merged["traceEvents"])
+    ring_rank = json.loads(gzip.decompress((full_run / "traces" / "ring-ws2" / "rank0.json.gz").read_bytes()))
+    ring_names = {e.get("name", "") for e in ring_rank["traceEvents"]}
+    assert {"ring_reduce_scatter_step0", "ring_all_gather_step0"} <= ring_names  # one per ring step
     ring = json.loads(gzip.decompress((full_run / "traces" / "ring-ws2" / "merged.json.gz").read_bytes()))
     starts = [e for e in ring["traceEvents"] if e["ph"] == "s"]
     ends = {e["id"] for e in ring["traceEvents"] if e["ph"] == "f"}

@@ -53,7 +53,12 @@ def analyze(path: str, csv: bool = False) -> str:
             continue
         df = _per_rank(d)
         frames.append(df.assign(job_id=job_id))
-        parts.append(f"{job_id}\n{_fmt(df)}")
+        note = ""
+        if (df["comm_ms"] <= 0).all() and (run.collectives["job_id"] == job_id).any():
+            note = ("\n  (no comm in the trace: gloo runs the point-to-point transfers of the "
+                    "from-scratch algorithms off the traced threads; `summarize` has this job's "
+                    "comm from collectives.csv)")
+        parts.append(f"{job_id}\n{_fmt(df)}{note}")
     if not frames:
         raise RunLoadError(f"no rank traces in run {p} (traces/<job_id>/rank<r>.json.gz)")
     if csv:

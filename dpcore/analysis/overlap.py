@@ -36,8 +36,12 @@ def compute_intervals_ns(row: "pd.Series | dict") -> tuple[np.ndarray, np.ndarra
     return starts, starts + np.array([fwd, bwd, opt])
 
 
-def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFrame:
+def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
+                   profiled: bool = False) -> pd.DataFrame:
     """One row per timed (profiled == False) step and rank; see ANALYSIS_API.md for the columns.
+
+    ``profiled=True`` selects the profiled steps instead: the ones with a trace, so the same
+    steps can be measured both ways (this interval method vs :func:`overlap_from_trace`).
 
     Comm intervals are the rank's collectives of that step clipped to the step window
     [t_start, t_start + step_ms]; compute is fwd + bwd + opt (the main thread's phases), so the
@@ -45,7 +49,11 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame) -> pd.DataFra
     """
     if steps is None or steps.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
-    st = steps[~steps["profiled"].astype(str).str.lower().isin(["true", "1"])] if "profiled" in steps else steps
+    if "profiled" in steps:
+        is_prof = steps["profiled"].astype(str).str.lower().isin(["true", "1"])
+        st = steps[is_prof if profiled else ~is_prof]
+    else:
+        st = steps if not profiled else steps.iloc[0:0]
     groups: dict = {}
     if collectives is not None and not collectives.empty:
         c_start, c_end = comm_start_ns(collectives), collectives["t_end_ns"].to_numpy(np.float64)

@@ -60,12 +60,32 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float) -> pd.DataFrame 
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _comm_from_csv(run: Run, job_id: str, step: int, t0: float) -> list[dict]:
+    """Comm lanes from collectives.csv (launch .. completion on the shared clock)."""
+    c = run.collectives[(run.collectives["job_id"] == job_id) & (run.collectives["step"] == step)]
+    if c.empty:
+        return []
+    start = comm_start_ns(c)
+    return [{"rank": int(rk), "lane": "comm", "name": f"{op} #{sq}", "start_ms": (a - t0) / MS_NS,
+             "end_ms": (b - t0) / MS_NS}
+            for rk, op, sq, a, b in zip(c["rank"], c["op"], c["seq"], start, c["t_end_ns"])]
+
+
 def timeline(run: Run, job_id: str, step: int) -> pd.DataFrame:
-    """rank, lane ('compute'|'comm'), name, start_ms, end_ms of one step of one job."""
+    """rank, lane ('compute'|'comm'), name, start_ms, end_ms of one step of one job.
+
+    From the trace when it holds the step; a rank whose trace shows no comm (gloo runs
+    point-to-point transfers of the from-scratch ring/central/naive off any traced thread)
+    gets its comm lane from collectives.csv, which is on the same shared clock.
+    """
     st = run.steps[(run.steps["job_id"] == job_id) & (run.steps["step"] == step)]
     t0 = float(st["t_start_ns"].min()) if not st.empty else 0.0
     df = _from_trace(run, job_id, step, t0) if not st.empty else None
     if df is not None and not df.empty:
+        has_comm = set(df.loc[df["lane"] == "comm", "rank"])
+        extra = [r for r in _comm_from_csv(run, job_id, step, t0) if r["rank"] not in has_comm]
+        if extra:
+            df = pd.concat([df, pd.DataFrame(extra, columns=COLUMNS)], ignore_index=True)
         return df.sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)
     rows = []
     for r in st.to_dict("records"):
@@ -76,10 +96,5 @@ def timeline(run: Run, job_id: str, step: int) -> pd.DataFrame:
         base = (s - t0) / MS_NS
         rows += [{"rank": int(r["rank"]), "lane": "compute", "name": n, "start_ms": base + a, "end_ms": base + b}
                  for n, a, b in marks]
-    c = run.collectives[(run.collectives["job_id"] == job_id) & (run.collectives["step"] == step)]
-    if not c.empty:
-        start = comm_start_ns(c)
-        rows += [{"rank": int(rk), "lane": "comm", "name": f"{op} #{sq}", "start_ms": (a - t0) / MS_NS,
-                  "end_ms": (b - t0) / MS_NS}
-                 for rk, op, sq, a, b in zip(c["rank"], c["op"], c["seq"], start, c["t_end_ns"])]
+    rows += _comm_from_csv(run, job_id, step, t0)
     return pd.DataFrame(rows, columns=COLUMNS).sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)
