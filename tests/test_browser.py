@@ -2,13 +2,12 @@
 
 Why: AppTest never runs plotly.js; only a browser shows that the figures are actually drawn, that
 no exception box appears, and how long the first render and view switches take. Screenshots go
-to a tmp folder (and the Timeline one to docs/dashboard.png for the README).
+to a tmp folder (the README's screenshots come from the sample run, not from this test).
 Skipped only when /usr/bin/chromium is absent. Every wait is bounded.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -131,9 +130,6 @@ def test_every_view_draws_in_chromium(server: str) -> None:
             timings["new session, Overview"] = time.perf_counter() - t0
         finally:
             browser.close()
-    docs = REPO / "docs"
-    if docs.is_dir():
-        shutil.copy(shots / "readme.png", docs / "dashboard.png")
     print("\nscreenshots in", shots)
     for name, secs in timings.items():
         print(f"  {name:>26}: {secs:.2f} s")

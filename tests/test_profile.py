@@ -220,23 +220,6 @@ def test_allreduce_command_writes_run(tmp_path):
     assert {j["kind"] for j in meta["jobs"]} == {"allreduce"}
 
 
-def test_sigterm_interrupts_cleanly_without_orphans(tmp_path):
-    args = [sys.executable, "-m", "dpcore", "profile", "--variants", "flat", "--world-sizes", "2",
-            *SMALL[:-2], "--steps", "200", "--progress", "json", "--out", str(tmp_path)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
-    for line in proc.stdout:
-        if json.loads(line)["event"] == "step":
-            break
-    os.kill(proc.pid, signal.SIGTERM)  # only the CLI process, as the dashboard's Stop does
-    proc.communicate(timeout=60)
-    assert proc.returncode == 130
-    meta = json.loads((_only_run(tmp_path) / "run.json").read_text())
-    assert meta["status"] == "interrupted"
-    time.sleep(1.0)
-    ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
-    assert "dpcore-rank" not in ps and str(tmp_path) not in ps
-
-
 def _descendants(pid: int) -> set[int]:
     rows = [ln.split() for ln in subprocess.run(["ps", "-eo", "pid,ppid"], capture_output=True,
                                                text=True).stdout.splitlines()[1:]]
@@ -251,21 +234,41 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
-def test_kill_9_of_the_launcher_leaves_no_ranks(tmp_path):
+def _running_profile(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, set[int]]:
+    """Start a 2-rank profile, wait until it reports a step; return it and its process family."""
     args = [sys.executable, "-m", "dpcore", "profile", "--variants", "flat", "--world-sizes", "2",
-            *SMALL[:-2], "--steps", "100000", "--progress", "json", "--out", str(tmp_path)]
+            *SMALL[:-2], "--steps", str(steps), "--progress", "json", "--out", str(tmp_path)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
     for line in proc.stdout:
         if json.loads(line)["event"] == "step":
             break
     family = _descendants(proc.pid)
     assert len(family) >= 3  # forkserver + 2 ranks (+ resource tracker)
-    proc.kill()
-    proc.wait(timeout=10)
-    deadline = time.monotonic() + 15
-    alive = family
+    return proc, family
+
+
+def _wait_gone(family: set[int], timeout: float = 15.0) -> set[int]:
+    """The pids of ``family`` still alive (not zombies) after up to ``timeout`` seconds."""
+    deadline, alive = time.monotonic() + timeout, family
     while alive and time.monotonic() < deadline:
         time.sleep(0.5)
         alive = {p for p in family if Path(f"/proc/{p}").exists()
                  and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"}
-    assert not alive
+    return alive
+
+
+def test_sigterm_interrupts_cleanly_without_orphans(tmp_path):
+    proc, family = _running_profile(tmp_path, 100000)
+    os.kill(proc.pid, signal.SIGTERM)  # only the CLI process, as the dashboard's Stop does
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    meta = json.loads((_only_run(tmp_path) / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    assert not _wait_gone(family)
+
+
+def test_kill_9_of_the_launcher_leaves_no_ranks(tmp_path):
+    proc, family = _running_profile(tmp_path, 100000)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert not _wait_gone(family)
