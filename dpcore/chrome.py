@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from .clocksync import SYNC_MARKER, markers_from, shift_us
+from .clocksync import SYNC_MARKER, trace_shift_us
 from .rundir import atomic_write_bytes
 _MSG_TID_BASE = 900_000_000  # message lanes get tids far from OS thread ids and GPU streams
 _GPU_TID_BASE = 800_000_000
@@ -33,9 +33,8 @@ def read_json_trace(path: Path | str) -> dict:
 
 def _sync_shift_us(events: list[dict], samples: list) -> float:
     """Microseconds to add to this trace's ``ts`` to land on the shared clock."""
-    marks = markers_from((e.get("name", "") for e in events if "ts" in e),
-                         (e["ts"] for e in events if "ts" in e))
-    shift = shift_us(marks, samples)
+    timed = [e for e in events if "ts" in e]
+    shift = trace_shift_us((e.get("name", "") for e in timed), (e["ts"] for e in timed), samples)
     if shift is None:
         raise ValueError(f"trace has no {SYNC_MARKER}#k event; cannot place it on the shared clock")
     return shift

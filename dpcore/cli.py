@@ -14,7 +14,8 @@ import signal
 import sys
 import threading
 
-from .config import MODELS, SCALING, SIZES, TrainConfig, parse_choices, parse_int_list, parse_size
+from .config import (MODELS, SCALING, SIZES, TrainConfig, parse_bucket_sweep, parse_choices,
+                     parse_int_list, parse_size)
 from .errors import UsageError
 from .progress import MODES
 
@@ -34,8 +35,9 @@ def _train_args(p: argparse.ArgumentParser, default_model: str) -> None:
     p.add_argument("--model", default=default_model, help=f"one of {', '.join(MODELS)}")
     p.add_argument("--size", default="tiny", help=f"transformer size: {', '.join(SIZES)}")
     p.add_argument("--width", type=int, default=512, help="mlp hidden width")
-    p.add_argument("--batch-size", type=int, default=32,
-                   help="per-rank batch (weak scaling) or global batch (strong)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="per-rank batch (weak scaling) or global batch (strong); default 32, "
+                        "einsum 5120 (DESIGN's b)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
@@ -97,20 +99,6 @@ def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> None:
         parse_choices(args.size, "size", SIZES, all_ok=False)
 
 
-def _bucket_sweep(text: str) -> tuple[float, ...]:
-    """'1,10,25' (MB) or sizes with units ('512KB,4MB') -> MB, all finite and > 0."""
-    out = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
-        try:
-            mb = parse_size(item) / 2**20 if item.upper().endswith("B") else float(item)
-        except (ValueError, UsageError):
-            mb = float("nan")
-        if not (math.isfinite(mb) and mb > 0):
-            raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB like 1,10,25,100")
-        out.append(mb)
-    return tuple(dict.fromkeys(out))
-
-
 def _run_id(text: str | None) -> str | None:
     """Run ids become folder names under --out: letters, digits, '-', '_' and '.' only."""
     if text is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", text):
@@ -143,7 +131,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     _check_model(args)
     parse_choices(args.scaling, "scaling mode", SCALING, all_ok=False)
     parse_choices(args.progress, "progress mode", MODES, all_ok=False)
-    sweep = _bucket_sweep(args.bucket_sweep)
+    sweep = parse_bucket_sweep(args.bucket_sweep)
     if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
         raise UsageError(f"--bucket-mb must be a positive number of MB, got {args.bucket_mb}")
     opts = ProfileOptions(
@@ -151,6 +139,9 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")), bucket_sweep=sweep,
         trace=not args.no_trace, out=args.out, name=args.name, backend=args.backend,
         timeout_s=args.timeout, progress=args.progress, run_id=_run_id(args.run_id))
+    if args.batch_size is None:
+        from .models import default_batch_size
+        args.batch_size = default_batch_size(args.model) or 32
     cfg = TrainConfig(model=args.model, size=args.size, width=args.width,
                       batch_size=args.batch_size, scaling=args.scaling, steps=args.steps,
                       warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,

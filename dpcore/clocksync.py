@@ -51,3 +51,10 @@ def markers_from(names: Iterable[str], ts: Iterable[float]) -> dict[int, float]:
         if k is not None:
             out[k] = float(t)
     return out
+
+
+def trace_shift_us(names: Iterable[str], ts: Iterable[float],
+                   samples: Sequence[Sequence[int]]) -> float | None:
+    """µs to add to one rank's trace ``ts`` (events given as parallel names/ts) to land on the
+    shared clock, from its ``dpcore_clock_sync#k`` markers and their (t_a, t_b) samples."""
+    return shift_us(markers_from(names, ts), samples)

@@ -1,6 +1,7 @@
 """Frozen configuration objects (saved verbatim to run.json) and size parsing."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 
@@ -79,3 +80,17 @@ def parse_choices(text: str, what: str, valid: tuple[str, ...], all_ok: bool = T
         raise UsageError(f"unknown {what} {', '.join(bad) or repr(text)}; valid choices: "
                          f"{', '.join(valid)}" + (" or all" if all_ok else ""))
     return vals
+
+
+def parse_bucket_sweep(text: str) -> tuple[float, ...]:
+    """'1,10,25' (MB) or sizes with units ('512KB,4MB') -> MB, all finite and > 0."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            mb = parse_size(item) / 2**20 if item.upper().endswith("B") else float(item)
+        except (ValueError, UsageError):
+            mb = float("nan")
+        if not (math.isfinite(mb) and mb > 0):
+            raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB like 1,10,25,100")
+        out.append(mb)
+    return tuple(dict.fromkeys(out))

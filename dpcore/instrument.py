@@ -63,7 +63,8 @@ class Recorder:
 
         The future's callback runs on the backend's thread right when the work finishes,
         which is the completion time we want (not when the main thread gets around to
-        waiting on it). Falls back to marking at ``wait()`` time if futures are unsupported.
+        waiting on it). Every backend dpcore supports (gloo, NCCL; torch >= 2.4) gives
+        collectives a future.
         """
         row = self._coll[idx]
         offset = self.offset_ns
@@ -72,23 +73,7 @@ class Recorder:
             if row[7] < 0:
                 row[7] = _perf_ns() + offset
 
-        try:
-            work.get_future().add_done_callback(_finished)
-        except (RuntimeError, AttributeError):  # backend without futures: mark on wait
-            row.append(work)
-
-    def close_pending(self) -> None:
-        """Fill end times of async rows whose backend gave no future (called after waits)."""
-        now = self.now()
-        for row in self._coll:
-            if row[7] < 0:
-                row[7] = now
-
-    def timed_wait(self, idx: int, work: Any) -> None:
-        """Wait on ``work`` and make sure row ``idx`` has an end time."""
-        work.wait()
-        if self._coll[idx][7] < 0:
-            self._coll[idx][7] = self.now()
+        work.get_future().add_done_callback(_finished)
 
     # -- messages ----------------------------------------------------------------------
     def message(self, algo: str, call: int, phase: str, ring_step: int, src: int, dst: int,

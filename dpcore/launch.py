@@ -12,6 +12,7 @@ avoiding ``fork`` of a parent that may hold threads or CUDA state.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import multiprocessing as mp
 import os
 import queue as _queue
@@ -59,6 +60,7 @@ def in_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
+@functools.lru_cache(maxsize=1)
 def physical_cores() -> int:
     """Physical CPU cores usable by this process (hyper-threads don't add matmul throughput)."""
     try:

@@ -39,35 +39,6 @@ class JobSpec:
     trace_dir: str | None  # None == --no-trace
 
 
-def _union_ms(spans: list[tuple[int, int]]) -> float:
-    """Length of the union of [start, end] ns intervals, in ms."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total / 1e6
-
-
-def _attach_comm(step_rows: list[dict], coll: list[dict]) -> None:
-    """comm_ms / comm_ops / comm_bytes per step from this rank's collective log."""
-    by_step: dict[int, list[dict]] = {}
-    for c in coll:
-        by_step.setdefault(c["step"], []).append(c)
-    for row in step_rows:
-        cs = by_step.get(row["step"], [])
-        spans = [(int(c["t_start_ns"] if c["t_start_ns"] != "" else c["t_launch_ns"]),
-                  int(c["t_end_ns"])) for c in cs if int(c["t_end_ns"]) >= 0]
-        row["comm_ms"] = round(_union_ms(spans), 6)
-        row["comm_ops"] = len(cs)
-        row["comm_bytes"] = sum(int(c["bytes"]) for c in cs)
-
-
 @contextlib.contextmanager
 def _stderr_to(path: Path) -> Iterator[None]:
     """Send this process's fd 2 to ``path`` (Kineto prints start/stop chatter straight to
@@ -180,7 +151,6 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
                 prof.step()
     keep = {r["step"] for r in rows}
     coll = [c for c in rec.collective_rows() if c["step"] in keep]
-    _attach_comm(rows, coll)
     msgs = [m for m in rec.message_rows() if m["step"] in keep]
     return {"steps": rows, "collectives": coll, "messages": msgs, "offset_ns": offset,
             "rtt_ns": rtt, "trace": str(trace_file) if trace_file and not trace_error else None,

@@ -88,12 +88,34 @@ def validate(opts: ProfileOptions, cfg: TrainConfig) -> str:
     return resolve_backend(opts.backend, top)
 
 
+def _attach_comm(steps: list[dict], collectives: list[dict]) -> None:
+    """Fill steps.csv's comm_ms / comm_ops / comm_bytes with the analysis' own definition (the
+    union of the rank's collective intervals clipped to the step), so the CSV column and the
+    dashboard can never disagree."""
+    import pandas as pd
+
+    from .analysis.overlap import step_breakdown
+
+    if not steps:
+        return
+    sdf, cdf = pd.DataFrame(steps), pd.DataFrame(collectives)
+    bd = pd.concat([step_breakdown(sdf, cdf, profiled=flag) for flag in (False, True)])
+    comm = {(r.job_id, int(r.rank), int(r.step)): (r.comm_ms, r.comm_ops, r.comm_bytes)
+            for r in bd.itertuples()}
+    for row in steps:
+        ms, ops, nbytes = comm.get((row["job_id"], int(row["rank"]), int(row["step"])), (0.0, 0, 0))
+        row.update(comm_ms=round(float(ms), 6), comm_ops=int(ops or 0), comm_bytes=int(nbytes or 0))
+
+
 def _record_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     """Write one finished job's rows and merged trace; return its run.json fields."""
     first = results[0]
     if first.get("skip_reason"):
         return {"status": "skipped", "skip_reason": first["skip_reason"]}
-    for table in ("steps", "collectives", "messages"):
+    steps = [row for r in results for row in r["steps"]]
+    _attach_comm(steps, [row for r in results for row in r["collectives"]])
+    writer.append_rows("steps", steps)
+    for table in ("collectives", "messages"):
         writer.append_rows(table, [row for r in results for row in r[table]])
     extra: dict[str, Any] = {
         "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(results)},

@@ -55,8 +55,10 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
     else:
         st = steps if not profiled else steps.iloc[0:0]
     groups: dict = {}
-    if collectives is not None and not collectives.empty:
+    have_coll = collectives is not None and not collectives.empty
+    if have_coll:
         c_start, c_end = comm_start_ns(collectives), collectives["t_end_ns"].to_numpy(np.float64)
+        c_bytes = pd.to_numeric(collectives["bytes"], errors="coerce").fillna(0).to_numpy(np.int64)
         keys = list(zip(collectives["job_id"], collectives["rank"].astype(int), collectives["step"].astype(int)))
         for i, k in enumerate(keys):
             groups.setdefault(k, []).append(i)
@@ -75,7 +77,10 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
             "overlapped_ms": s["overlapped"] / MS_NS, "exposed_ms": exposed,
             "other_ms": max(0.0, step_ms - compute_ms - exposed), "overlap_pct": s["overlap_pct"],
             "comm_fraction": exposed / step_ms if step_ms > 0 else float("nan"),
-            "comm_ops": rec.get("comm_ops"), "comm_bytes": rec.get("comm_bytes"), "samples": rec.get("samples"),
+            # counted from collectives.csv when the run has it (one definition), else steps.csv's
+            "comm_ops": len(idx) if have_coll else rec.get("comm_ops"),
+            "comm_bytes": int(c_bytes[idx].sum()) if have_coll else rec.get("comm_bytes"),
+            "samples": rec.get("samples"),
         })
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
 

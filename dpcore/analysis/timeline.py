@@ -13,7 +13,7 @@ from .intervals import merge
 from .load import Run
 from .overlap import MS_NS, _trace_sets, comm_start_ns
 from .traces import TraceFormatError, read_trace
-from ..clocksync import SYNC_MARKER, markers_from, shift_us
+from ..clocksync import SYNC_MARKER, trace_shift_us
 
 COLUMNS = ["rank", "lane", "name", "start_ms", "end_ms"]
 
@@ -27,7 +27,7 @@ def _sync_shift_us(events: pd.DataFrame, sync: object, rank: int) -> float | Non
     if not isinstance(sync, dict) or not isinstance(sync.get(str(rank)), list):
         return None
     marks = events[events["name"].astype(str).str.startswith(SYNC_MARKER)]
-    return shift_us(markers_from(marks["name"], marks["ts"]), sync[str(rank)])
+    return trace_shift_us(marks["name"], marks["ts"], sync[str(rank)])
 
 
 def _from_trace(run: Run, job_id: str, step: int, t0_ns: float) -> pd.DataFrame | None:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from dpcore.config import parse_bucket_sweep
+
 MODELS = ["mlp", "transformer", "einsum"]
 SIZES = ["tiny", "small", "medium", "large", "xl", "2.7B"]
 VARIANTS = ["single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp",
@@ -52,11 +54,9 @@ def build_command(out_root: Path, model: str, size: str, variants: list[str], wo
 
 
 def parse_sweep(text: str) -> list[float]:
-    """'1, 5, 25' -> [1.0, 5.0, 25.0]; raises ValueError with a readable message."""
-    vals = [float(x) for x in text.replace(" ", "").split(",") if x]
-    if any(v <= 0 for v in vals):
-        raise ValueError("bucket sizes must be positive")
-    return vals
+    """'1, 5, 25' -> [1.0, 5.0, 25.0] with exactly the CLI's rules (UsageError is a ValueError),
+    so the form refuses what the command would refuse, before starting it."""
+    return list(parse_bucket_sweep(text))
 
 
 def parse_event(line: str) -> dict | None:
