@@ -23,7 +23,7 @@ from .errors import JobFailed
 from .instrument import Recorder
 from .launch import DistContext, launch, physical_cores, resolve_backend
 from .progress import Progress
-from .rundir import RunWriter, environment
+from .rundir import EXIT_CODES, RunWriter, environment
 
 
 @dataclass(frozen=True)
@@ -143,13 +143,9 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
-        for job in writer.meta["jobs"]:
-            if job["status"] == "running":
-                writer.add_job({"id": job["id"], "status": "interrupted" if status ==
-                                "interrupted" else "failed"})
-        writer.finish(status)
+        writer.close(status)
         progress.run_end(str(writer.run_dir), status)
     if opts.progress != "json":
         print(format_table(rows))
         print(f"\nrun {status}: {writer.run_dir}", file=sys.stderr)
-    return {"complete": 0, "failed": 1, "interrupted": 130}[status]
+    return EXIT_CODES[status]

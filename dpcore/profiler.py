@@ -17,7 +17,7 @@ from .errors import JobFailed, UsageError
 from .launch import in_torchrun, launch, resolve_backend
 from .profile_worker import JobSpec, profile_job
 from .progress import Progress
-from .rundir import RunWriter, environment
+from .rundir import EXIT_CODES, RunWriter, environment
 
 SINGLE_PROCESS = ("single", "manual", "data_parallel")
 BUCKET_SENSITIVE = ("bucketed", "torch_ddp")
@@ -181,18 +181,13 @@ def run_profile(opts: ProfileOptions, cfg: TrainConfig, argv: list[str]) -> int:
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
-        # Whatever ended the loop (Ctrl-C, or an error writing the run), no job stays "running".
-        for job in writer.meta["jobs"]:
-            if job["status"] in ("running", "pending"):
-                writer.add_job({"id": job["id"], "status": "interrupted" if status ==
-                                "interrupted" else "failed"})
-        writer.finish(status)
+        writer.close(status)  # whatever ended the loop, no job stays "running"
         progress.run_end(str(writer.run_dir), status)
     if opts.progress != "json":
         print(summary_table(writer.run_dir))
         print(f"\nrun {status}: {writer.run_dir}" + (f" ({failed} job(s) failed; see run.json)"
                                                     if failed else ""), file=sys.stderr)
-    return {"complete": 0, "failed": 1, "interrupted": 130}[status]
+    return EXIT_CODES[status]
 
 
 def summary_table(run_dir: Path) -> str:

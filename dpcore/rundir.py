@@ -33,6 +33,8 @@ ALLREDUCE_COLUMNS = ["job_id", "algo", "world_size", "bytes", "repeats", "time_m
 TABLES: dict[str, list[str]] = {"steps": STEP_COLUMNS, "collectives": COLLECTIVE_COLUMNS,
                                 "messages": MESSAGE_COLUMNS, "allreduce": ALLREDUCE_COLUMNS}
 RUN_STATUSES = ("running", "complete", "failed", "interrupted")
+#: Process exit status for each final run status (130 = interrupted, as a shell reports Ctrl-C).
+EXIT_CODES = {"complete": 0, "failed": 1, "interrupted": 130}
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read the process umask once (os.umask can only be read by setting it)
 
@@ -166,6 +168,15 @@ class RunWriter:
         d = self.run_dir / "traces" / job_id
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    def close(self, status: str) -> None:
+        """End the run, whatever ended it: a job still ``running``/``pending`` becomes
+        ``interrupted`` (Ctrl-C) or ``failed`` (anything else), then :meth:`finish`."""
+        leftover = "interrupted" if status == "interrupted" else "failed"
+        for job in self.meta["jobs"]:
+            if job.get("status") in ("running", "pending"):
+                job["status"] = leftover
+        self.finish(status)
 
     def finish(self, status: str) -> None:
         if status not in RUN_STATUSES:

@@ -20,7 +20,7 @@ from .config import TrainConfig
 from .launch import launch, physical_cores
 from .profile_worker import profile_job
 from .progress import Progress
-from .rundir import RunWriter, environment
+from .rundir import EXIT_CODES, RunWriter, environment
 
 
 def run_profile_torchrun(opts: Any, cfg: TrainConfig, argv: list[str], backend: str) -> int:
@@ -54,39 +54,56 @@ def run_profile_torchrun(opts: Any, cfg: TrainConfig, argv: list[str], backend: 
             writer.add_job({"id": f"{v}-ws1", "kind": "train", "variant": v, "world_size": 1,
                             "status": "skipped", "skip_reason": "single-process variant: run "
                             "it without torchrun"})
-    failed = 0
-    for spec in jobs:
-        if spec.trace_dir:
-            Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
-        progress.job_start(spec.job_id, steps_total)
-        try:
-            mine: Any = launch(profile_job, ws, backend=backend, args=(spec, cfg),
-                               timeout_s=opts.timeout_s, on_progress=progress.step)[rank]
-        except Exception as exc:  # noqa: BLE001 - reported through rank 0
-            mine = {"error": f"rank {rank}: {type(exc).__name__}: {exc}\n"
-                             f"{traceback.format_exc(limit=6)}"}
-        gathered: list[Any] = [None] * ws if rank == 0 else []
-        dist.gather_object(mine, gathered if rank == 0 else None, dst=0)
+    failed, status = 0, "failed"  # until the loop has really finished
+    try:
+        for spec in jobs:
+            failed += _run_one(spec, cfg, opts, ws, rank, local_ws, backend, writer, progress,
+                               steps_total)
+        status = "failed" if failed else "complete"
+    except KeyboardInterrupt:  # torchrun forwards Ctrl-C/SIGTERM to every rank
+        status = "interrupted"
+    finally:
         if writer:
-            from .profiler import _record_job
-            errors = [g["error"] for g in gathered if g and "error" in g]
-            job = {"id": spec.job_id, "kind": "train", "variant": spec.variant,
-                   "world_size": ws, "processes": ws, "bucket_mb": spec.bucket_mb,
-                   "oversubscribed": local_ws > physical_cores()}
-            if errors:
-                failed += 1
-                job.update(status="failed", error=errors[0])
-            else:
-                job.update(_record_job(writer, spec, gathered))
-            writer.add_job(job)
-            progress.job_end(spec.job_id, job["status"], job.get("error", "")[:200])
-    status = "failed" if failed else "complete"
-    if writer:
-        writer.finish(status)
-        progress.run_end(str(run_dir), status)
-        if opts.progress != "json":
-            print(summary_table(run_dir))
-            print(f"\nrun {status}: {run_dir}")
+            writer.close(status)
+            progress.run_end(str(run_dir), status)
+    if status == "interrupted":
+        return EXIT_CODES[status]  # the other ranks are stopping too: no collective goodbye
+    if writer and opts.progress != "json":
+        print(summary_table(run_dir))
+        print(f"\nrun {status}: {run_dir}")
     dist.barrier()
     dist.destroy_process_group()
-    return 1 if failed else 0
+    return EXIT_CODES[status]
+
+
+def _run_one(spec: Any, cfg: TrainConfig, opts: Any, ws: int, rank: int, local_ws: int,
+             backend: str, writer: RunWriter | None, progress: Progress, steps_total: int) -> int:
+    """One job on every rank; rank 0 records it. Returns 1 if it failed, else 0."""
+    from .profiler import _record_job
+
+    if spec.trace_dir:
+        Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
+    job = {"id": spec.job_id, "kind": "train", "variant": spec.variant, "world_size": ws,
+           "processes": ws, "bucket_mb": spec.bucket_mb,
+           "oversubscribed": local_ws > physical_cores()}
+    if writer:
+        writer.add_job({**job, "status": "running"})
+    progress.job_start(spec.job_id, steps_total)
+    try:
+        mine: Any = launch(profile_job, ws, backend=backend, args=(spec, cfg),
+                           timeout_s=opts.timeout_s, on_progress=progress.step)[rank]
+    except Exception as exc:  # noqa: BLE001 - reported through rank 0
+        mine = {"error": f"rank {rank}: {type(exc).__name__}: {exc}\n"
+                         f"{traceback.format_exc(limit=6)}"}
+    gathered: list[Any] = [None] * ws if rank == 0 else []
+    dist.gather_object(mine, gathered if rank == 0 else None, dst=0)
+    if not writer:
+        return 0
+    errors = [g["error"] for g in gathered if g and "error" in g]
+    if errors:
+        job.update(status="failed", error=errors[0])
+    else:
+        job.update(_record_job(writer, spec, gathered))
+    writer.add_job(job)
+    progress.job_end(spec.job_id, job["status"], job.get("error", "")[:200])
+    return 1 if errors else 0

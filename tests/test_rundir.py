@@ -113,3 +113,15 @@ def test_run_files_are_readable_by_others(tmp_path):
     for name in ("run.json", "steps.csv", "collectives.csv"):
         mode = (w.run_dir / name).stat().st_mode & 0o777
         assert mode & 0o044 == 0o044, (name, oct(mode))  # group/other can read (umask 022)
+
+
+@pytest.mark.parametrize("status,leftover", [("interrupted", "interrupted"), ("failed", "failed")])
+def test_close_never_leaves_a_job_running(tmp_path, status, leftover):
+    w = RunWriter(tmp_path, "c", command=[], config={}, environment={})
+    w.add_job({"id": "a", "status": "complete"})
+    w.add_job({"id": "b", "status": "running"})
+    w.add_job({"id": "c", "status": "pending"})
+    w.close(status)
+    meta = json.loads((w.run_dir / "run.json").read_text())
+    assert meta["status"] == status
+    assert [j["status"] for j in meta["jobs"]] == ["complete", leftover, leftover]

@@ -11,7 +11,7 @@ import pandas as pd
 
 from .intervals import merge
 from .load import Run
-from .overlap import MS_NS, _trace_sets, comm_start_ns
+from .overlap import MS_NS, _trace_sets, comm_start_ns, compute_intervals_ns
 from .traces import TraceFormatError, read_trace
 from ..clocksync import SYNC_MARKER, trace_shift_us
 
@@ -80,7 +80,8 @@ def timeline(run: Run, job_id: str, step: int) -> pd.DataFrame:
     """
     st = run.steps[(run.steps["job_id"] == job_id) & (run.steps["step"] == step)]
     t0 = float(st["t_start_ns"].min()) if not st.empty else 0.0
-    df = _from_trace(run, job_id, step, t0) if not st.empty else None
+    traced = not st.empty and ("profiled" not in st or st["profiled"].astype(bool).any())
+    df = _from_trace(run, job_id, step, t0) if traced else None
     if df is not None and not df.empty:
         has_comm = set(df.loc[df["lane"] == "comm", "rank"])
         extra = [r for r in _comm_from_csv(run, job_id, step, t0) if r["rank"] not in has_comm]
@@ -89,12 +90,10 @@ def timeline(run: Run, job_id: str, step: int) -> pd.DataFrame:
         return df.sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)
     rows = []
     for r in st.to_dict("records"):
-        s = float(r["t_start_ns"])
-        marks = [("forward", 0.0, r["fwd_ms"]), ("backward", r["fwd_ms"], r["fwd_ms"] + r["bwd_ms"])]
-        opt0 = r["fwd_ms"] + r["bwd_ms"] + r["sync_ms"]
-        marks.append(("optimizer", opt0, opt0 + r["opt_ms"]))
-        base = (s - t0) / MS_NS
-        rows += [{"rank": int(r["rank"]), "lane": "compute", "name": n, "start_ms": base + a, "end_ms": base + b}
-                 for n, a, b in marks]
+        # the same phase layout the overlap numbers use (fwd, bwd, then opt after the sync wait)
+        starts, ends = compute_intervals_ns(r)
+        rows += [{"rank": int(r["rank"]), "lane": "compute", "name": n, "start_ms": (a - t0) / MS_NS,
+                  "end_ms": (b - t0) / MS_NS}
+                 for n, a, b in zip(("forward", "backward", "optimizer"), starts, ends)]
     rows += _comm_from_csv(run, job_id, step, t0)
     return pd.DataFrame(rows, columns=COLUMNS).sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)
