@@ -14,14 +14,11 @@ import signal
 import sys
 import threading
 
-from .config import (MODELS, SCALING, SIZES, TrainConfig, parse_bucket_sweep, parse_choices,
-                     parse_int_list, parse_size)
+from .config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, parse_bucket_sweep,
+                     parse_choices, parse_int_list, parse_size)
 from .errors import UsageError
 from .progress import MODES
 
-ALGO_NAMES = ("native", "ring", "naive", "central")
-VARIANT_NAMES = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
-                 "torch_ddp", "data_parallel")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,7 +110,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
-    variants = parse_choices(args.variants, "variant", VARIANT_NAMES)
+    variants = parse_choices(args.variants, "variant", VARIANTS)
     from .verify import format_table, run_verify, verify_config
 
     given = {k: getattr(args, k) for k in ("batch_size", "lr") if getattr(args, k) is not None}
@@ -135,7 +132,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
         raise UsageError(f"--bucket-mb must be a positive number of MB, got {args.bucket_mb}")
     opts = ProfileOptions(
-        variants=tuple(parse_choices(args.variants, "variant", VARIANT_NAMES)),
+        variants=tuple(parse_choices(args.variants, "variant", VARIANTS)),
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")), bucket_sweep=sweep,
         trace=not args.no_trace, out=args.out, name=args.name, backend=args.backend,
         timeout_s=args.timeout, progress=args.progress, run_id=_run_id(args.run_id))
@@ -164,7 +161,7 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
 
     parse_choices(args.progress, "progress mode", MODES, all_ok=False)
     opts = AllreduceOptions(
-        algos=tuple(parse_choices(args.algos, "algorithm", ALGO_NAMES)),
+        algos=tuple(parse_choices(args.algos, "algorithm", ALGOS)),
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")),
         sizes=_allreduce_sizes(args.sizes),
         warmup=max(0, args.warmup), repeats=max(0, args.repeats), out=args.out, name=args.name,

@@ -7,6 +7,14 @@ from dataclasses import asdict, dataclass
 
 from .errors import UsageError
 
+# DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
+# dpcore.variants and dpcore.comm re-export them next to their implementations).
+VARIANTS = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
+            "torch_ddp", "data_parallel")
+MULTIPROCESS = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp")
+SINGLE_PROCESS = ("single", "manual", "data_parallel")
+BUCKET_SENSITIVE = ("bucketed", "torch_ddp")  # variants whose job id carries the bucket size
+ALGOS = ("native", "ring", "naive", "central")
 MODELS = ("mlp", "transformer", "einsum")
 SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
 SCALING = ("weak", "strong")

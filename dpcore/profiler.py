@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from .chrome import merge_job_traces
-from .config import TrainConfig
+from .config import BUCKET_SENSITIVE, SINGLE_PROCESS, TrainConfig
 from .errors import JobFailed, UsageError
 from .launch import in_torchrun, launch, resolve_backend
 from .profile_worker import JobSpec, profile_job
 from .progress import Progress
 from .rundir import EXIT_CODES, RunWriter, environment
 
-SINGLE_PROCESS = ("single", "manual", "data_parallel")
-BUCKET_SENSITIVE = ("bucketed", "torch_ddp")
 
 
 @dataclass(frozen=True)

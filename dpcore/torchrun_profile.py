@@ -24,7 +24,8 @@ from .rundir import EXIT_CODES, RunWriter, environment
 
 
 def run_profile_torchrun(opts: Any, cfg: TrainConfig, argv: list[str], backend: str) -> int:
-    from .profiler import SINGLE_PROCESS, plan_jobs, summary_table
+    from .config import SINGLE_PROCESS
+    from .profiler import plan_jobs, summary_table
 
     ws, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", ws))

@@ -25,7 +25,7 @@ from .instrument import PhaseTimer
 from .launch import DistContext, in_torchrun, launch
 from .models import MODEL_NAMES
 from .train import local_context, make_trainer
-from .variants import MULTIPROCESS, VARIANTS
+from .variants import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 
 # per-rank batch and bucket size used by verify (small buckets -> several buckets even on toy)
 VERIFY_BATCH = {"toy": 4, "mlp": 8, "transformer": 2, "einsum": 16}
@@ -121,8 +121,8 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
     ref, _ = _train(local, "single", cfg, world_size)
     assert ref is not None
     results: dict[str, tuple[dict | None, float, str | None]] = {"single": (ref, 0.0, None)}
-    for v in ("manual", "data_parallel"):
-        if v in wanted:
+    for v in SINGLE_PROCESS:
+        if v in wanted and v != "single":
             params, skip = _train(local, v, cfg, world_size)
             results[v] = (params, 0.0, skip)
     multi = [v for v in wanted if v in MULTIPROCESS]

@@ -17,12 +17,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..config import ALGOS  # DESIGN names, kept torch-free in dpcore.config
 from ._common import OPS, check_op, copy_back, flat_buffer
 from .central import central_all_reduce
 from .naive import naive_all_reduce
 from .ring import ring_all_reduce
-
-ALGOS: tuple[str, ...] = ("native", "ring", "naive", "central")
 
 __all__ = ["ALGOS", "OPS", "all_reduce", "native_all_reduce", "ring_all_reduce",
            "naive_all_reduce", "central_all_reduce"]

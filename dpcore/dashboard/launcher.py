@@ -19,12 +19,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from dpcore.config import parse_bucket_sweep
+from dpcore.config import MODELS, SIZES, VARIANTS, parse_bucket_sweep
 
-MODELS = ["mlp", "transformer", "einsum"]
-SIZES = ["tiny", "small", "medium", "large", "xl", "2.7B"]
-VARIANTS = ["single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp",
-            "data_parallel"]
 QUICK = dict(model="mlp", size="tiny", variants=["single", "flat", "ring", "overlap", "bucketed"],
              world_sizes=[1, 2], steps=6, bucket_mb=25.0, bucket_sweep=[])
 

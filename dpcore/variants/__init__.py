@@ -11,6 +11,7 @@ from typing import Any
 
 import torch.nn as nn
 
+from ..config import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 from ..errors import UsageError, choices_error
 from .bucketed import BucketedDP, assign_buckets
 from .central import CentralDP
@@ -23,16 +24,13 @@ from .ring import RingDP
 from .single import SingleDP
 from .torch_ddp import TorchDDP
 
-VARIANTS = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
-            "torch_ddp", "data_parallel")
-MULTIPROCESS = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp")
-SINGLE_PROCESS = ("single", "manual", "data_parallel")
 REGISTRY: dict[str, type[nn.Module]] = {
     "single": SingleDP, "manual": ManualDP, "naive": NaiveDP, "flat": FlatDP,
     "central": CentralDP, "ring": RingDP, "overlap": OverlapDP, "bucketed": BucketedDP,
     "torch_ddp": TorchDDP, "data_parallel": DataParallelDP,
 }
-PROCESSES: dict[str, int | str] = {v: (1 if v in SINGLE_PROCESS else "N") for v in VARIANTS}
+assert tuple(REGISTRY) == VARIANTS, "registry and DESIGN names must match"
+PROCESSES: dict[str, int | str] = {v: REGISTRY[v].processes for v in VARIANTS}
 
 
 def launch_world_size(variant: str, world_size: int) -> int:
