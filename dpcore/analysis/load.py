@@ -10,6 +10,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -141,8 +142,14 @@ def run_row(run: Run) -> dict:
             "oversubscribed": bool(env.get("oversubscribed")) or bool(jobs["oversubscribed"].fillna(False).any())}
 
 
-def list_runs(root: str | Path = "profiles") -> tuple[pd.DataFrame, list[str]]:
-    """All loadable runs under root, newest first, plus one warning per unreadable run (names the file)."""
+def list_runs(root: str | Path = "profiles",
+              loader: "Callable[[Path], Run] | None" = None) -> tuple[pd.DataFrame, list[str]]:
+    """All loadable runs under root, newest first, plus one warning per unreadable run (names the file).
+
+    ``loader`` (default :func:`load_run`) lets a caller with a per-run cache (the dashboard)
+    list runs without re-parsing the ones that did not change.
+    """
+    loader = loader or load_run
     r = Path(root)
     rows, warnings = [], []
     if not r.is_dir():
@@ -151,7 +158,7 @@ def list_runs(root: str | Path = "profiles") -> tuple[pd.DataFrame, list[str]]:
         if not d.is_dir() or d.name.startswith((".", "_")):
             continue
         try:
-            rows.append(run_row(load_run(d)))
+            rows.append(run_row(loader(d)))
         except RunLoadError as exc:
             warnings.append(str(exc))
         except (OSError, ValueError, TypeError, KeyError) as exc:

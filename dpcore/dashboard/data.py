@@ -59,7 +59,9 @@ def root_stamp(root: Path) -> tuple:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _list_runs(root: str, stamp: tuple) -> tuple[pd.DataFrame, list[str]]:
-    return A.list_runs(root)
+    # each run goes through the per-run cache: a run.json rewrite of one run (a profile started
+    # from this page writes one after every job) re-parses that run only
+    return A.list_runs(root, loader=lambda d: _load(str(Path(d).resolve()), _stamp(Path(d))))
 
 
 def list_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
