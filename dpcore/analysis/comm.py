@@ -11,6 +11,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from ..ringplan import ring_schedule
 from .intervals import union_length
 from .overlap import comm_start_ns
 
@@ -138,18 +139,18 @@ def chunk_matrix(world_size: int) -> pd.DataFrame:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     held = np.ones((n, n), dtype=int)  # held[rank, chunk]
     rows = []
-    for phase, steps in (("reduce_scatter", n - 1), ("all_gather", n - 1)):
-        for k in range(steps):
-            sent = {r: ((r - k) % n if phase == "reduce_scatter" else (r + 1 - k) % n) for r in range(n)}
-            before = held.copy()
-            for r in range(n):
-                src, c = (r - 1) % n, sent[(r - 1) % n]
-                held[r, c] = before[r, c] + before[src, c] if phase == "reduce_scatter" else before[src, c]
-            for r in range(n):
-                rows.append({"phase": phase, "ring_step": k, "rank": r, "send_chunk": sent[r],
-                             "recv_chunk": sent[(r - 1) % n], "dst": (r + 1) % n, "src": (r - 1) % n,
-                             "held": held[r].tolist(),
-                             "complete": ",".join(str(c) for c in range(n) if held[r, c] == n)})
+    plan = ring_schedule(n)  # ordered by (phase, ring_step, rank): the plan the ring executes
+    for i in range(0, len(plan), n):
+        block, before = plan[i:i + n], held.copy()
+        for st in block:  # st.rank receives st.recv_chunk from st.src
+            c = st.recv_chunk
+            held[st.rank, c] = (before[st.rank, c] + before[st.src, c]
+                                if st.phase == "reduce_scatter" else before[st.src, c])
+        for st in block:
+            rows.append({"phase": st.phase, "ring_step": st.ring_step, "rank": st.rank,
+                         "send_chunk": st.send_chunk, "recv_chunk": st.recv_chunk, "dst": st.dst,
+                         "src": st.src, "held": held[st.rank].tolist(),
+                         "complete": ",".join(str(c) for c in range(n) if held[st.rank, c] == n)})
     return pd.DataFrame(rows, columns=["phase", "ring_step", "rank", "send_chunk", "recv_chunk", "dst", "src",
                                        "held", "complete"])
 
