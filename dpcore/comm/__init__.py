@@ -3,8 +3,8 @@
 ``all_reduce(tensor, algo=...)`` is the one entry point the variants and the ``allreduce``
 benchmark use; ``native`` is the backend's own ``dist.all_reduce`` (the reference every
 from-scratch algorithm is tested against). The pure chunk plan lives in
-:mod:`dpcore.comm.schedule`; the recorded wrappers of the backend's collectives in
-:mod:`dpcore.comm.primitives`.
+:mod:`dpcore.ringplan` (re-exported as :mod:`dpcore.comm.schedule`); recorded blocking wrappers
+of the backend's collectives, for users' own loops, in :mod:`dpcore.comm.primitives`.
 
 Recording: the from-scratch algorithms log each point-to-point message through
 ``recorder.message``; the whole call is logged by the caller (variants/benchmark) through

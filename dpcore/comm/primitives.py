@@ -1,9 +1,10 @@
 """Thin, recorded wrappers over the backend's own collectives.
 
-Why wrap at all: every collective a variant issues must appear in collectives.csv so the
-comm/compute timelines are complete without a trace. Each wrapper does one blocking call
-between ``recorder.launch`` and ``recorder.done``; with ``recorder=None`` it is the plain
-``torch.distributed`` call.
+They are the public toolbox for a user's own training loop and for tests: each one does one
+blocking call between ``recorder.launch`` and ``recorder.done`` (so it lands in
+collectives.csv); with ``recorder=None`` it is the plain ``torch.distributed`` call. The
+variants record their collectives themselves, because they need async work, buckets and
+profiler ranges that these blocking wrappers do not offer.
 
 Ranks given as ``src``/``dst`` are **group ranks** (converted to global ranks here), the same
 convention as the from-scratch algorithms, so callers never mix the two numbering schemes.
