@@ -183,3 +183,33 @@ def test_progress_parsing_is_defensive() -> None:
     assert len(events) == 2
     frac, text, run_dir = progress_of(events)
     assert frac == pytest.approx(1.5 / 4) and "step 5/10" in text and run_dir is None
+
+
+def test_real_profile_started_from_the_page_opens_and_every_view_draws(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end, no fakes: the empty page's one-click profile runs the real
+    `python -m dpcore profile` (shrunk to two 2-rank jobs), the run opens by itself, and every
+    view draws it."""
+    from dpcore.dashboard import launcher
+
+    monkeypatch.setitem(launcher.QUICK, "variants", ["flat", "ring"])
+    monkeypatch.setitem(launcher.QUICK, "world_sizes", [2])
+    monkeypatch.setitem(launcher.QUICK, "steps", 4)
+    at = start(tmp_path, monkeypatch)
+    assert any("No profiling runs yet" in t.value for t in at.title)
+    at.button(key="quick").click().run()
+    launch = at.session_state["launch"]
+    assert launch.proc.wait(timeout=240) == 0, "\n".join(launch.out[-20:])
+    deadline = time.monotonic() + 10
+    while not any("run_end" in line for line in launch.out) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    at.run()
+    at.run()
+    assert not problems(at)
+    run_id = at.sidebar.selectbox(key="run_a").value
+    assert (tmp_path / run_id / "run.json").exists()
+    for view in ("Overview", "Timeline", "Scaling", "Ring messages", "Traces"):
+        at.sidebar.radio(key="view").set_value(view).run()
+        assert not problems(at), (view, problems(at))
+        if view != "Traces":
+            assert at.get("plotly_chart"), f"{view} drew no chart"
