@@ -48,3 +48,23 @@ def test_every_view_renders_on_the_sample(monkeypatch):
     at.button(key="open-Bandwidth-sample-allreduce").click().run()
     assert at.sidebar.selectbox(key="run_a").value == "sample-allreduce"
     assert at.sidebar.radio(key="view").value == "Bandwidth" and at.get("plotly_chart")
+
+
+def test_timeline_from_trace_and_from_csv_on_the_sample():
+    from dpcore.analysis import job_trace_events, timeline
+    run = load_run(SAMPLE / "sample-train")
+    steps = run.steps[run.steps["job_id"] == "bucketed-ws2-b1"]
+    traced = int(steps.loc[steps["profiled"], "step"].iloc[0])
+    timed = int(steps.loc[~steps["profiled"], "step"].iloc[0])
+    t = timeline(run, "bucketed-ws2-b1", traced)
+    assert set(t["rank"]) == {0, 1} and set(t["lane"]) == {"compute", "comm"}
+    assert set(t.loc[t["lane"] == "compute", "name"]) == {"compute"}  # merged trace ops
+    assert t["start_ms"].min() > -1.0 and (t["end_ms"] >= t["start_ms"]).all()
+    # the same frame when the caller passes the job's events (read once, reused per step)
+    ev = job_trace_events(run, "bucketed-ws2-b1")
+    assert timeline(run, "bucketed-ws2-b1", traced, events=ev).equals(t)
+    c = timeline(run, "bucketed-ws2-b1", timed)  # not traced: steps.csv + collectives.csv
+    assert set(c.loc[c["lane"] == "compute", "name"]) == {"forward", "backward", "optimizer"}
+    # ring's p2p transfers are invisible to the gloo trace: its comm lane comes from the CSV
+    r = timeline(run, "ring-ws2", traced)
+    assert set(r.loc[r["lane"] == "comm", "rank"]) == {0, 1}

@@ -11,7 +11,7 @@ from .intervals import clip, intersect, intersect_length, merge, subtract, union
 from .load import Run, RunLoadError, list_runs, load_run
 from .overlap import overlap_by_rank, overlap_from_trace, step_breakdown
 from .summary import bucket_sweep, job_summary, scaling
-from .timeline import timeline
+from .timeline import job_trace_events, timeline
 from .tracefile import TraceFormatError
 from .traces import KINDS, read_trace, read_trace_dir
 
@@ -19,4 +19,5 @@ __all__ = ["Run", "RunLoadError", "TraceFormatError", "KINDS", "load_run", "list
            "read_trace_dir", "union_length", "intersect_length", "merge", "intersect", "subtract", "clip",
            "step_breakdown", "overlap_from_trace", "overlap_by_rank", "job_summary", "scaling", "bucket_sweep",
            "allreduce_bandwidth", "collective_bandwidth", "bus_factor", "ring_step_times", "chunk_matrix",
-           "message_counts", "message_pairs", "number_pieces", "stragglers", "timeline"]
+           "message_counts", "message_pairs", "number_pieces", "stragglers", "timeline",
+           "job_trace_events"]

@@ -30,32 +30,40 @@ def _sync_shift_us(events: pd.DataFrame, sync: object, rank: int) -> float | Non
     return trace_shift_us(marks["name"], marks["ts"], sync[str(rank)])
 
 
-def _from_trace(run: Run, job_id: str, step: int, t0_ns: float) -> pd.DataFrame | None:
-    files = {k: v for k, v in run.trace_files(job_id).items() if k.startswith("rank")}
+def job_trace_events(run: Run, job_id: str) -> pd.DataFrame | None:
+    """All rank traces of one job as one events frame (a loader: reads disk), or None when
+    the job has no rank trace or one is unreadable. Read it once per job and pass it to
+    :func:`timeline` for every step, instead of re-reading the traces per step."""
+    files = [v for k, v in sorted(run.trace_files(job_id).items()) if k.startswith("rank")]
     if not files:
+        return None
+    try:
+        return pd.concat([read_trace(f) for f in files], ignore_index=True)
+    except TraceFormatError:
+        return None
+
+
+def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
+                events: pd.DataFrame | None) -> pd.DataFrame | None:
+    if events is None or events.empty:
         return None
     job = run.jobs[run.jobs["job_id"] == job_id]
     sync = job["clock_sync_ns"].iloc[0] if "clock_sync_ns" in job and len(job) else None
     rows = []
-    for f in files.values():
-        try:
-            ev = read_trace(f)
-        except TraceFormatError:
-            return None
-        all_ev, ev = ev, ev[ev["step"] == step]
+    for rank, all_ev in events.groupby("rank", sort=True):
+        ev = all_ev[all_ev["step"] == step]
         if ev.empty:
             return None
-        rank = int(ev["rank"].iloc[0])
-        shift_us = _sync_shift_us(all_ev, sync, rank)
+        shift_us = _sync_shift_us(all_ev, sync, int(rank))
         if shift_us is None:
             return None
         to_ms = lambda us: ((np.asarray(us) + shift_us) * 1e3 - t0_ns) / MS_NS  # noqa: E731
         (c_s, c_e), (p_s, p_e) = _trace_sets(ev)
         p_s, p_e = merge(p_s, p_e)
-        rows += [{"rank": rank, "lane": "compute", "name": "compute", "start_ms": a, "end_ms": b}
+        rows += [{"rank": int(rank), "lane": "compute", "name": "compute", "start_ms": a, "end_ms": b}
                  for a, b in zip(to_ms(p_s), to_ms(p_e))]
         comm = ev[ev["kind"] == "comm"]
-        rows += [{"rank": rank, "lane": "comm", "name": str(n), "start_ms": a, "end_ms": b}
+        rows += [{"rank": int(rank), "lane": "comm", "name": str(n), "start_ms": a, "end_ms": b}
                  for n, a, b in zip(comm["name"], to_ms(comm["ts"]), to_ms(comm["ts"] + comm["dur"]))]
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -71,8 +79,11 @@ def _comm_from_csv(run: Run, job_id: str, step: int, t0: float) -> list[dict]:
             for rk, op, sq, a, b in zip(c["rank"], c["op"], c["seq"], start, c["t_end_ns"])]
 
 
-def timeline(run: Run, job_id: str, step: int) -> pd.DataFrame:
+def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = None) -> pd.DataFrame:
     """rank, lane ('compute'|'comm'), name, start_ms, end_ms of one step of one job.
+
+    ``events``: the job's :func:`job_trace_events`, when the caller holds them (read on
+    demand otherwise, and only for a profiled step).
 
     From the trace when it holds the step; a rank whose trace shows no comm (gloo runs
     point-to-point transfers of the from-scratch ring/central/naive off any traced thread)
@@ -81,7 +92,9 @@ def timeline(run: Run, job_id: str, step: int) -> pd.DataFrame:
     st = run.steps[(run.steps["job_id"] == job_id) & (run.steps["step"] == step)]
     t0 = float(st["t_start_ns"].min()) if not st.empty else 0.0
     traced = not st.empty and ("profiled" not in st or st["profiled"].astype(bool).any())
-    df = _from_trace(run, job_id, step, t0) if traced else None
+    if traced and events is None:
+        events = job_trace_events(run, job_id)
+    df = _from_trace(run, job_id, step, t0, events) if traced else None
     if df is not None and not df.empty:
         has_comm = set(df.loc[df["lane"] == "comm", "rank"])
         extra = [r for r in _comm_from_csv(run, job_id, step, t0) if r["rank"] not in has_comm]

@@ -116,9 +116,19 @@ def bandwidth(_run: A.Run, run_key: tuple) -> pd.DataFrame:
     return A.allreduce_bandwidth(_run.allreduce)
 
 
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _job_events(_run: A.Run, run_key: tuple, job_id: str) -> pd.DataFrame | None:
+    # cache_resource: a job's trace events can be a million rows; keep one read-only copy
+    # instead of pickling a copy per access, and read the traces once per job, not per step
+    return A.job_trace_events(_run, job_id)
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def timeline(_run: A.Run, run_key: tuple, job_id: str, step: int) -> pd.DataFrame:
-    return A.timeline(_run, job_id, step)
+    st_rows = _run.steps[(_run.steps["job_id"] == job_id) & (_run.steps["step"] == step)]
+    traced = "profiled" in st_rows and st_rows["profiled"].astype(bool).any()
+    events = _job_events(_run, run_key, job_id) if traced else None
+    return A.timeline(_run, job_id, step, events=events)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
