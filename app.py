@@ -1,7 +1,7 @@
 """dpcore dashboard: `streamlit run app.py`.
 
-Renders only: every number comes from `dpcore.analysis` (the same functions the CLI uses) and
-every figure from `dpcore.plots`; loads are cached with `st.cache_data` (dpcore.dashboard.data).
+Renders only: every number comes from `dpcore.read.analysis` (the same functions the CLI uses) and
+every figure from `dpcore.read.plots`; loads are cached with `st.cache_data` (dpcore.read.dashboard.data).
 Runs are read from `profiles/` next to this file, or from $DPCORE_PROFILES.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from dpcore.dashboard import data, launcher
-from dpcore.dashboard.runs import offer_other_run, pick_runs, runs_view
-from dpcore.dashboard.views import compare_overview, overview_view, scaling_view, timeline_view
-from dpcore.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
+from dpcore.read.dashboard import data, launcher
+from dpcore.read.dashboard.runs import offer_other_run, pick_runs, runs_view
+from dpcore.read.dashboard.views import compare_overview, overview_view, scaling_view, timeline_view
+from dpcore.read.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
 
 VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Ring messages", "Bandwidth", "Buckets", "Traces", "New run"]
 INTRO = {

@@ -4,7 +4,7 @@ Runs `python -m dpcore profile` alternately with and without tracing (interleave
 drifts of a shared machine hit both arms equally), then compares the median timed step time
 per job as a ratio traced / untraced. Also reports the wall time of each invocation.
 
-    python benchmarks/bench_profile_overhead.py --repeats 3 --variants flat,bucketed,torch_ddp
+    python -m benchmarks.bench_profile_overhead --repeats 3 --variants flat,bucketed,torch_ddp
 """
 from __future__ import annotations
 

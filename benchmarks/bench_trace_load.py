@@ -1,6 +1,6 @@
 """Benchmark: load a 4-rank x ~250k-event trace folder and compute per-rank overlap.
 
-Ours (dpcore.analysis.read_trace_dir + overlap_by_rank) vs Holistic Trace Analysis
+Ours (dpcore.read.analysis.read_trace_dir + overlap_by_rank) vs Holistic Trace Analysis
 (TraceAnalysis(trace_dir).get_comm_comp_overlap). Each tool runs in a fresh subprocess, --repeat
 times (the median is printed: shared machines are noisy); we report wall time, CPU time of the
 process and its workers, peak RSS (VmHWM) minus the RSS after imports, so the numbers are the cost
@@ -8,7 +8,7 @@ of the trace itself, and the largest peak RSS of any worker process (ours parses
 processes; their memory is not in the parent's VmHWM). HTA is benchmark-only (pip install HolisticTraceAnalysis psutil), never a
 dependency; pass --hta-python to use an interpreter from a separate venv.
 
-    python benchmarks/bench_trace_load.py [--dir /tmp/dpcore_bench] [--events 250000] [--hta-python PY] [--repeat 3]
+    python -m benchmarks.bench_trace_load [--dir /tmp/dpcore_bench] [--events 250000] [--hta-python PY] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def rss():  # VmHWM: peak RSS of this exec (ru_maxrss would inherit the parent's
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 if tool == "ours":
-    from dpcore.analysis import read_trace_dir, overlap_by_rank
+    from dpcore.read.analysis import read_trace_dir, overlap_by_rank
     base = rss(); t = time.perf_counter(); c0 = os.times()
     ev = read_trace_dir(d); res = overlap_by_rank(ev)
     pct = res.set_index("rank")["overlap_pct"].round(2).to_dict(); n = len(ev)
@@ -53,7 +53,7 @@ print(json.dumps({"tool": tool, "seconds": secs, "cpu_s": cpu, "peak_mb": rss(),
 
 def ensure_traces(d: Path, events: int, ranks: int) -> None:
     """Generate the synthetic GPU traces once (about 3 events per kernel, 10 steps)."""
-    from dpcore.analysis.synthetic import write_gpu_trace_dir
+    from dpcore.read.analysis.synthetic import write_gpu_trace_dir
     marker = d / f".ok-{ranks}x{events}"
     if marker.exists():
         return

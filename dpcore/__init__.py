@@ -17,12 +17,12 @@ __all__ = ["wrap", "load_run", "VARIANTS", "ALGOS", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name in ("wrap", "VARIANTS"):
-        from . import variants
+        from dpcore.write import variants
         return getattr(variants, name)
     if name == "ALGOS":
-        from .comm import ALGOS
+        from dpcore.write.comm import ALGOS
         return ALGOS
     if name == "load_run":
-        from .analysis import load_run
+        from dpcore.read.analysis import load_run
         return load_run
     raise AttributeError(f"module 'dpcore' has no attribute {name!r}")

@@ -1,4 +1,4 @@
 """``python -m dpcore <command>``."""
-from .cli import main
+from dpcore.cli import main
 
 raise SystemExit(main())

@@ -14,10 +14,10 @@ import signal
 import sys
 import threading
 
-from .config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, parse_bucket_sweep,
+from dpcore.contract.config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, parse_bucket_sweep,
                      parse_choices, parse_int_list, parse_size)
-from .errors import UsageError
-from .progress import MODES
+from dpcore.contract.errors import UsageError
+from dpcore.write.progress import MODES
 
 
 
@@ -111,7 +111,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     variants = parse_choices(args.variants, "variant", VARIANTS)
-    from .verify import format_table, run_verify, verify_config
+    from dpcore.write.verify import format_table, run_verify, verify_config
 
     given = {k: getattr(args, k) for k in ("batch_size", "lr") if getattr(args, k) is not None}
     cfg = verify_config(args.model, args.steps, size=args.size, width=args.width, seed=args.seed,
@@ -123,7 +123,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
-    from .profiler import ProfileOptions, run_profile
+    from dpcore.write.profile import ProfileOptions, run_profile
 
     _check_model(args)
     parse_choices(args.scaling, "scaling mode", SCALING, all_ok=False)
@@ -137,13 +137,27 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
         trace=not args.no_trace, out=args.out, name=args.name, backend=args.backend,
         timeout_s=args.timeout, progress=args.progress, run_id=_run_id(args.run_id))
     if args.batch_size is None:
-        from .models import default_batch_size
+        from dpcore.write.models import default_batch_size
         args.batch_size = default_batch_size(args.model) or 32
     cfg = TrainConfig(model=args.model, size=args.size, width=args.width,
                       batch_size=args.batch_size, scaling=args.scaling, steps=args.steps,
                       warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
                       bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed)
-    return run_profile(opts, cfg, argv)
+    code, run_dir = run_profile(opts, cfg, argv)
+    if run_dir is not None and opts.progress != "json":
+        _print_run_end(run_dir, code)
+    return code
+
+
+def _print_run_end(run_dir: "os.PathLike[str] | str", code: int) -> None:
+    """The end-of-run table (the dashboard's numbers: the same analysis functions) and status."""
+    from dpcore.read.analysis.commands import run_end_table
+
+    table, failed = run_end_table(str(run_dir))
+    print(table)
+    status = {0: "complete", 130: "interrupted"}.get(code, "failed")
+    print(f"\nrun {status}: {run_dir}" + (f" ({failed} job(s) failed; see run.json)" if failed else ""),
+          file=sys.stderr)
 
 
 def _allreduce_sizes(text: str) -> tuple[int, ...]:
@@ -157,7 +171,7 @@ def _allreduce_sizes(text: str) -> tuple[int, ...]:
 
 
 def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
-    from .bench_allreduce import AllreduceOptions, run_allreduce
+    from dpcore.write.allreduce import AllreduceOptions, run_allreduce
 
     parse_choices(args.progress, "progress mode", MODES, all_ok=False)
     opts = AllreduceOptions(
@@ -190,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_profile(args, ["python", "-m", "dpcore", *argv])
         if args.command == "allreduce":
             return _cmd_allreduce(args, ["python", "-m", "dpcore", *argv])
-        from .analysis import RunLoadError
-        from .analysis.commands import analyze, summarize
+        from dpcore.read.analysis import RunLoadError
+        from dpcore.read.analysis.commands import analyze, summarize
         try:
             print(analyze(args.path, csv=args.csv) if args.command == "analyze"
                   else summarize(args.run))

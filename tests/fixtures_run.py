@@ -68,7 +68,7 @@ def _chrome_events(rank: int, pid: int, spans: list[tuple[str, str, int, int, in
                    shift_us: float = 0.0) -> tuple[list[dict], list[list[int]]]:
     """spans: (name, cat, tid, start_ns, end_ns) on the shared clock -> Chrome 'X' events in µs on the
     profiler's own clock (shared − shift_us), plus `dpcore_clock_sync#k` markers and their bracketing
-    shared-clock samples (t_a, t_b) as the profiler worker records them (see dpcore.clocksync)."""
+    shared-clock samples (t_a, t_b) as the profiler worker records them (see dpcore.contract.clocksync)."""
     ev = [{"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": s / 1e3 - shift_us,
            "dur": (e - s) / 1e3, "args": {"rank": rank}} for name, cat, tid, s, e in spans]
     samples: list[list[int]] = []

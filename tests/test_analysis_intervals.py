@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from dpcore.analysis import intersect_length, merge, subtract, union_length
-from dpcore.analysis.intervals import clip, overlap_stats
+from dpcore.read.analysis import intersect_length, merge, subtract, union_length
+from dpcore.contract.intervals import clip, overlap_stats
 
 
 @pytest.mark.parametrize("a,b,inter", [

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.analysis import job_summary, list_runs, load_run, overlap_by_rank, read_trace_dir
-from dpcore.analysis.commands import analyze, summarize
+from dpcore.read.analysis import job_summary, list_runs, load_run, overlap_by_rank, read_trace_dir
+from dpcore.read.analysis.commands import analyze, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def test_trace_and_interval_overlap_agree_on_the_same_steps(run_dir):
     """The profiled steps are measured twice: from collectives.csv + phase intervals, and from
     the torch.profiler trace (gloo spans vs main-thread compute). Per rank they must agree
     within a few points, and blocking flat must show ~0 either way."""
-    from dpcore.analysis import overlap_from_trace, step_breakdown
+    from dpcore.read.analysis import overlap_from_trace, step_breakdown
     run = load_run(run_dir)
     iv = step_breakdown(run.steps, run.collectives, profiled=True)
     for job in ("flat-ws2", "overlap-ws2"):

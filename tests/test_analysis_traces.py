@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.analysis import (RunLoadError, TraceFormatError, list_runs, load_run, overlap_by_rank,
+from dpcore.read.analysis import (RunLoadError, TraceFormatError, list_runs, load_run, overlap_by_rank,
                              overlap_from_trace, read_trace, read_trace_dir)
-from dpcore.analysis.commands import analyze, summarize
-from dpcore.analysis.synthetic import gpu_trace, write_gpu_trace_dir
-from dpcore.analysis.tracefile import parse_trace
+from dpcore.read.analysis.commands import analyze, summarize
+from dpcore.read.analysis.synthetic import gpu_trace, write_gpu_trace_dir
+from dpcore.read.analysis.tracefile import parse_trace
 
 DATA = Path(__file__).parent / "data"
 

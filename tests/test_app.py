@@ -121,7 +121,7 @@ def test_quick_profile_progress_and_open(tmp_path: Path, monkeypatch: pytest.Mon
     The real profiler is replaced by a tiny script that prints the documented progress events and
     writes a fixture run, so the test exercises the subprocess plumbing without training anything.
     """
-    from dpcore.dashboard import launcher
+    from dpcore.read.dashboard import launcher
 
     run_dir = tmp_path / "20990101-000000-quick"
     script = (
@@ -152,7 +152,7 @@ def test_quick_profile_progress_and_open(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_failed_profile_shows_its_errors_verbatim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpcore.dashboard import launcher
+    from dpcore.read.dashboard import launcher
 
     script = ("import json,sys\n"
               "print(json.dumps(dict(event='job_end', job_id='ring-ws2', job_index=1, jobs_total=1, status='failed',"
@@ -175,7 +175,7 @@ def test_failed_profile_shows_its_errors_verbatim(tmp_path: Path, monkeypatch: p
 
 
 def test_progress_parsing_is_defensive() -> None:
-    from dpcore.dashboard.launcher import parse_event, progress_of
+    from dpcore.read.dashboard.launcher import parse_event, progress_of
 
     lines = ["garbage", "[1,2]", '{"event": "job_start", "job_index": "x", "jobs_total": null}',
              json.dumps(dict(event="step", job_index=2, jobs_total=4, step=5, steps_total=10)), "{broken"]
@@ -190,7 +190,7 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
     """End to end, no fakes: the empty page's one-click profile runs the real
     `python -m dpcore profile` (shrunk to two 2-rank jobs), the run opens by itself, and every
     view draws it."""
-    from dpcore.dashboard import launcher
+    from dpcore.read.dashboard import launcher
 
     monkeypatch.setitem(launcher.QUICK, "variants", ["flat", "ring"])
     monkeypatch.setitem(launcher.QUICK, "world_sizes", [2])

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dpcore.analysis import job_summary, load_run
+from dpcore.read.analysis import job_summary, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "profiles"
@@ -51,7 +51,7 @@ def test_every_view_renders_on_the_sample(monkeypatch):
 
 
 def test_timeline_from_trace_and_from_csv_on_the_sample():
-    from dpcore.analysis import job_trace_events, timeline
+    from dpcore.read.analysis import job_trace_events, timeline
     run = load_run(SAMPLE / "sample-train")
     steps = run.steps[run.steps["job_id"] == "bucketed-ws2-b1"]
     traced = int(steps.loc[steps["profiled"], "step"].iloc[0])

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from dpcore.cli import main
-from dpcore.config import parse_size
+from dpcore.contract.config import parse_size
 
 CASES = [
     (["profile", "--variants", "nope"], "unknown variant nope; valid choices: single, manual"),
@@ -84,8 +84,8 @@ def test_allreduce_sizes_must_be_whole_float32(capsys, tmp_path):
 
 
 def test_repeated_world_sizes_and_variants_run_once():
-    from dpcore.config import TrainConfig, parse_choices, parse_int_list
-    from dpcore.profiler import ProfileOptions, plan_jobs
+    from dpcore.contract.config import TrainConfig, parse_choices, parse_int_list
+    from dpcore.write.profile import ProfileOptions, plan_jobs
     ws = parse_int_list("2,1,2", "world sizes")
     variants = parse_choices("flat,flat,bucketed", "variant", ("flat", "bucketed"))
     assert ws == [2, 1] and variants == ["flat", "bucketed"]
@@ -96,7 +96,7 @@ def test_repeated_world_sizes_and_variants_run_once():
 
 
 def test_unexpected_error_is_one_line_not_a_traceback(monkeypatch, capsys, tmp_path):
-    import dpcore.profiler as prof
+    import dpcore.write.profile as prof
 
     def broken(*a, **k):
         raise OSError("No space left on device")

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from dpcore.errors import JobFailed, UsageError
-from dpcore.launch import launch, resolve_backend, threads_per_rank, physical_cores
+from dpcore.contract.errors import JobFailed, UsageError
+from dpcore.write.launch import launch, resolve_backend, threads_per_rank, physical_cores
 from tests import workers
 
 

@@ -13,12 +13,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from dpcore.plots.bandwidth import bandwidth_figure
-from dpcore.plots.buckets import bucket_figure
-from dpcore.plots.overview import breakdown_figure, comparison_figure
-from dpcore.plots.ring import chunk_figure, message_count_figure, message_figure, wait_transfer_figure
-from dpcore.plots.scaling import scaling_figure
-from dpcore.plots.timeline import reduce_intervals, timeline_figure
+from dpcore.read.plots.bandwidth import bandwidth_figure
+from dpcore.read.plots.buckets import bucket_figure
+from dpcore.read.plots.overview import breakdown_figure, comparison_figure
+from dpcore.read.plots.ring import chunk_figure, message_count_figure, message_figure, wait_transfer_figure
+from dpcore.read.plots.scaling import scaling_figure
+from dpcore.read.plots.timeline import reduce_intervals, timeline_figure
 
 
 def summary() -> pd.DataFrame:

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.instrument import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS
-from dpcore.rundir import ALLREDUCE_COLUMNS, STEP_COLUMNS
+from dpcore.contract.runformat import ALLREDUCE_COLUMNS, COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, STEP_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--model", "mlp", "--width", "64", "--batch-size", "8", "--steps", "3", "--warmup", "1",

@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dpcore.config import TrainConfig
-from dpcore.errors import UsageError
-from dpcore.instrument import Recorder
-from dpcore.launch import launch
-from dpcore.models import build_model, loss_fn, make_batch, shard
-from dpcore.variants import (MULTIPROCESS, PROCESSES, VARIANTS, assign_buckets,
+from dpcore.contract.config import TrainConfig
+from dpcore.contract.errors import UsageError
+from dpcore.write.recorder import Recorder
+from dpcore.write.launch import launch
+from dpcore.write.models import build_model, loss_fn, make_batch, shard
+from dpcore.write.variants import (MULTIPROCESS, PROCESSES, VARIANTS, assign_buckets,
                              launch_world_size, wrap)
 
 CFG = TrainConfig(model="toy", batch_size=4, lr=0.1)

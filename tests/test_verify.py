@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpcore.errors import UsageError
-from dpcore.verify import COLUMNS, format_table, max_abs_diff, run_verify, tolerance, verify_config
+from dpcore.contract.errors import UsageError
+from dpcore.write.verify import COLUMNS, format_table, max_abs_diff, run_verify, tolerance, verify_config
 
 
 @pytest.mark.parametrize("ws", [2, 3])

@@ -1,0 +1,104 @@
+"""Frozen configuration objects (saved verbatim to run.json) and size parsing."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+from dpcore.contract.errors import UsageError
+
+# DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
+# dpcore.write.variants and dpcore.write.comm re-export them next to their implementations).
+VARIANTS = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
+            "torch_ddp", "data_parallel")
+MULTIPROCESS = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp")
+SINGLE_PROCESS = ("single", "manual", "data_parallel")
+BUCKET_SENSITIVE = ("bucketed", "torch_ddp")  # variants whose job id carries the bucket size
+ALGOS = ("native", "ring", "naive", "central")
+MODELS = ("mlp", "transformer", "einsum")
+SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
+SCALING = ("weak", "strong")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How one training job runs. ``batch_size`` is per rank for weak scaling and global for
+    strong scaling (the global batch must then divide evenly by the world size)."""
+
+    model: str = "mlp"
+    size: str = "tiny"          # transformer size
+    width: int = 512            # mlp hidden width
+    batch_size: int = 32
+    scaling: str = "weak"
+    steps: int = 10
+    warmup: int = 3
+    profile_steps: int = 3      # 0 == no trace
+    bucket_mb: float = 25.0
+    lr: float = 0.01
+    seed: int = 0
+    dtype: str = "float32"
+
+    def global_batch(self, world_size: int) -> int:
+        return self.batch_size * world_size if self.scaling == "weak" else self.batch_size
+
+    def local_batch(self, world_size: int) -> int:
+        gb = self.global_batch(world_size)
+        if gb % world_size:
+            raise UsageError(f"global batch {gb} is not divisible by world size {world_size}; "
+                             "strong scaling splits the batch evenly: choose a batch size that "
+                             f"is a multiple of every world size")
+        return gb // world_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_UNITS = {"": 1, "B": 1, "KB": 1024, "K": 1024, "MB": 1024**2, "M": 1024**2,
+          "GB": 1024**3, "G": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """'64KB' -> 65536 bytes (binary units, as nccl-tests prints them)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?B?)\s*", text.upper())
+    if not m:
+        raise UsageError(f"bad size {text!r}; use a number with an optional unit B, KB, MB or GB "
+                         "(e.g. 1KB,64KB,1MB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def parse_int_list(text: str, what: str, minimum: int = 1) -> list[int]:
+    """'1,2,4' -> [1, 2, 4], with a clear error naming ``what``."""
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"bad {what} {text!r}; expected comma-separated integers like 1,2,4") from None
+    if not vals or min(vals) < minimum:
+        raise UsageError(f"{what} must be integers >= {minimum}, got {text!r}")
+    return list(dict.fromkeys(vals))  # a repeated value would run the same job twice
+
+
+def parse_choices(text: str, what: str, valid: tuple[str, ...], all_ok: bool = True) -> list[str]:
+    """'a,b' or 'all' -> list, rejecting unknown names with the valid choices."""
+    if all_ok and text.strip() == "all":
+        return list(valid)
+    vals = [v.strip() for v in text.split(",") if v.strip()]
+    vals = list(dict.fromkeys(vals))
+    bad = [v for v in vals if v not in valid]
+    if bad or not vals:
+        raise UsageError(f"unknown {what} {', '.join(bad) or repr(text)}; valid choices: "
+                         f"{', '.join(valid)}" + (" or all" if all_ok else ""))
+    return vals
+
+
+def parse_bucket_sweep(text: str) -> tuple[float, ...]:
+    """'1,10,25' (MB) or sizes with units ('512KB,4MB') -> MB, all finite and > 0."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            mb = parse_size(item) / 2**20 if item.upper().endswith("B") else float(item)
+        except (ValueError, UsageError):
+            mb = float("nan")
+        if not (math.isfinite(mb) and mb > 0):
+            raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB like 1,10,25,100")
+        out.append(mb)
+    return tuple(dict.fromkeys(out))

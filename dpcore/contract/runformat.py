@@ -1,0 +1,174 @@
+"""The run-directory format (DESIGN.md "The run directory"), in one torch-free, pandas-free place.
+
+Why one module: the writer (``dpcore.write``), the loaders and dashboard (``dpcore.read``) and
+the test fixtures must agree on every file name, column, dtype and path. Spelled out once here,
+a new column or file is one edit, and a run written by any version of dpcore (or by hand) is
+read with the same rules it was written with. Nothing else in dpcore names a run-format column.
+
+A run is ``<out>/<run_id>/`` holding::
+
+    run.json          config, environment, one entry per job with its status
+    steps.csv         one row per (job, rank, step)
+    collectives.csv   one row per (job, rank, collective call)
+    messages.csv      one row per point-to-point message of the from-scratch algorithms
+    allreduce.csv     one row per (allreduce job, size)
+    traces/<job_id>/rank<r>.json.gz   torch.profiler Chrome trace of one rank
+    traces/<job_id>/merged.json.gz    all ranks on one clock, messages drawn as flows
+
+Timestamps (``*_ns``) are integer nanoseconds on the job's shared clock; durations (``*_ms``)
+are float milliseconds.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from dpcore.contract.config import BUCKET_SENSITIVE
+
+RUN_JSON = "run.json"
+TRACES_DIR = "traces"
+MERGED_TRACE = "merged.json.gz"
+TRACE_SUFFIXES = (".json.gz", ".json")
+
+#: Column -> dtype kind of every CSV table: "str", "int", "float", "bool" or "ns" (an integer
+#: nanosecond timestamp that may be empty when unknown). Order is the file's column order.
+SCHEMA: dict[str, dict[str, str]] = {
+    "steps": {
+        "job_id": "str", "variant": "str", "world_size": "int", "bucket_mb": "float", "rank": "int",
+        "step": "int", "profiled": "bool", "t_start_ns": "ns", "step_ms": "float", "fwd_ms": "float",
+        "bwd_ms": "float", "sync_ms": "float", "opt_ms": "float", "comm_ms": "float",
+        "comm_ops": "int", "comm_bytes": "int", "samples": "int",
+    },
+    "collectives": {
+        "job_id": "str", "rank": "int", "step": "int", "seq": "int", "op": "str", "algo": "str",
+        "bytes": "int", "t_launch_ns": "ns", "t_start_ns": "ns", "t_end_ns": "ns", "bucket": "int",
+    },
+    "messages": {
+        "job_id": "str", "algo": "str", "rank": "int", "step": "int", "call": "int", "phase": "str",
+        "ring_step": "int", "src": "int", "dst": "int", "chunk": "int", "bytes": "int",
+        "t_post_ns": "ns", "t_done_ns": "ns", "side": "str",
+    },
+    "allreduce": {
+        "job_id": "str", "algo": "str", "world_size": "int", "bytes": "int", "repeats": "int",
+        "time_ms": "float", "algbw_gbps": "float", "busbw_gbps": "float",
+    },
+}
+TABLES: dict[str, list[str]] = {t: list(cols) for t, cols in SCHEMA.items()}
+STEP_COLUMNS = TABLES["steps"]
+COLLECTIVE_COLUMNS = TABLES["collectives"]
+MESSAGE_COLUMNS = TABLES["messages"]
+ALLREDUCE_COLUMNS = TABLES["allreduce"]
+
+#: The columns that name one point-to-point message on both of its sides (sender and receiver
+#: log a row each); pipelined sub-messages of one chunk share the key (see ``contract.messages``).
+MESSAGE_KEY = ["job_id", "algo", "step", "call", "phase", "ring_step", "src", "dst", "chunk"]
+
+#: run.json job entries, as the loaders present them (``id`` becomes ``job_id``).
+JOB_FIELDS = ["job_id", "kind", "variant", "algo", "world_size", "bucket_mb", "status", "error",
+              "oversubscribed", "skip_reason"]
+RUN_STATUSES = ("running", "complete", "failed", "interrupted")
+JOB_STATUSES = ("pending", "running", "complete", "failed", "skipped", "interrupted")
+JOB_KINDS = ("train", "allreduce")
+#: Process exit status for each final run status (130 = interrupted, as a shell reports Ctrl-C).
+EXIT_CODES = {"complete": 0, "failed": 1, "interrupted": 130}
+
+
+def table_file(table: str) -> str:
+    """``steps`` -> ``steps.csv`` (ValueError naming the valid tables otherwise)."""
+    if table not in SCHEMA:
+        raise ValueError(f"unknown table {table!r}; valid: {', '.join(SCHEMA)}")
+    return f"{table}.csv"
+
+
+#: Every file of a run directory that a reader's cache must watch.
+RUN_FILES = (RUN_JSON, *(table_file(t) for t in SCHEMA))
+
+
+def job_id(variant: str, world_size: int, bucket_mb: float) -> str:
+    """``bucketed-ws2-b25``; the bucket part only where the bucket size matters."""
+    base = f"{variant}-ws{world_size}"
+    return f"{base}-b{bucket_mb:g}" if variant in BUCKET_SENSITIVE else base
+
+
+def allreduce_job_id(algo: str, world_size: int) -> str:
+    """``ring-ws2``: one all-reduce job per (algorithm, world size)."""
+    return f"{algo}-ws{world_size}"
+
+
+def trace_dir(run_dir: Path | str, job: str) -> Path:
+    """``<run>/traces/<job_id>/``, the folder of one job's Chrome traces."""
+    return Path(run_dir) / TRACES_DIR / job
+
+
+def rank_trace_name(rank: int) -> str:
+    """``rank3.json.gz``: the file name torch.profiler's trace of one rank is saved under."""
+    return f"rank{int(rank)}.json.gz"
+
+
+def trace_key(filename: str) -> str | None:
+    """``rank0.json.gz`` -> ``rank0``, ``merged.json`` -> ``merged``; None if not a trace file."""
+    for ext in TRACE_SUFFIXES:
+        if filename.endswith(ext) and len(filename) > len(ext):
+            return filename[: -len(ext)]
+    return None
+
+
+def is_rank_trace(key: str) -> bool:
+    """True for the per-rank traces of a job (``rank<r>``), False for ``merged`` and others."""
+    return re.fullmatch(r"rank\d+", key) is not None
+
+
+_TRUE = frozenset({"true", "1", "yes", "t", "y"})
+_FALSE = frozenset({"false", "0", "no", "f", "n", "", "nan", "none"})
+
+
+def parse_bool(value: Any) -> bool:
+    """A boolean cell as any writer spelled it: ``True``/``False`` (Python's CSV), ``1``/``0``,
+    ``true``/``false``; an empty cell is False. ValueError for anything else."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and math.isnan(value):
+            return False
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"not a boolean: {value!r}; expected True/False or 1/0")
+
+
+def parse_bools(values: Iterable[Any]) -> list[bool]:
+    """:func:`parse_bool` of each value; a cell it cannot read counts as False (not traced)."""
+    out = []
+    for v in values:
+        try:
+            out.append(parse_bool(v))
+        except ValueError:
+            out.append(False)
+    return out
+
+
+def parse_ns(value: Any) -> int | None:
+    """A ``*_ns`` cell: an integer nanosecond timestamp, or None where the writer left it empty
+    (``t_start_ns`` when the backend does not say when it began a collective)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    text = str(value).strip()
+    if not text or text.lower() in ("nan", "none"):
+        return None
+    try:
+        ns = int(float(text)) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        raise ValueError(f"not a nanosecond timestamp: {value!r}") from None
+    return ns if ns >= 0 else None
+
+
+def format_ns(ns: int | None) -> int | str:
+    """The writer's side of :func:`parse_ns`: an unknown (None or negative) time is an empty cell."""
+    return "" if ns is None or ns < 0 else int(ns)

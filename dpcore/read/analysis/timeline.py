@@ -1,0 +1,112 @@
+"""Intervals for the per-step timeline view (compute and comm lanes per rank).
+
+From the job's traces when they contain the step (merged compute so a 250k-event trace stays a
+few hundred bars), else from steps.csv phases and collectives.csv rows. Times are ms relative to
+the step's earliest start across ranks on the shared clock.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dpcore.contract.intervals import merge
+from dpcore.read.analysis.load import Run
+from dpcore.read.analysis.overlap import MS_NS, _trace_sets, comm_start_ns, compute_intervals_ns
+from dpcore.read.analysis.traces import TraceFormatError, read_trace
+from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
+
+COLUMNS = ["rank", "lane", "name", "start_ms", "end_ms"]
+
+
+def _sync_shift_us(events: pd.DataFrame, sync: object, rank: int) -> float | None:
+    """µs to add to a rank's trace ``ts`` to land on the shared clock.
+
+    The profiler's clock is not ours; dpcore's worker brackets ``dpcore_clock_sync#k`` ranges
+    with shared-clock reads saved in run.json (``clock_sync_ns``); see dpcore.contract.clocksync.
+    """
+    if not isinstance(sync, dict) or not isinstance(sync.get(str(rank)), list):
+        return None
+    marks = events[events["name"].astype(str).str.startswith(SYNC_MARKER)]
+    return trace_shift_us(marks["name"], marks["ts"], sync[str(rank)])
+
+
+def job_trace_events(run: Run, job_id: str) -> pd.DataFrame | None:
+    """All rank traces of one job as one events frame (a loader: reads disk), or None when
+    the job has no rank trace or one is unreadable. Read it once per job and pass it to
+    :func:`timeline` for every step, instead of re-reading the traces per step."""
+    files = [v for k, v in sorted(run.trace_files(job_id).items()) if k.startswith("rank")]
+    if not files:
+        return None
+    try:
+        return pd.concat([read_trace(f) for f in files], ignore_index=True)
+    except TraceFormatError:
+        return None
+
+
+def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
+                events: pd.DataFrame | None) -> pd.DataFrame | None:
+    if events is None or events.empty:
+        return None
+    job = run.jobs[run.jobs["job_id"] == job_id]
+    sync = job["clock_sync_ns"].iloc[0] if "clock_sync_ns" in job and len(job) else None
+    rows = []
+    for rank, all_ev in events.groupby("rank", sort=True):
+        ev = all_ev[all_ev["step"] == step]
+        if ev.empty:
+            return None
+        shift_us = _sync_shift_us(all_ev, sync, int(rank))
+        if shift_us is None:
+            return None
+        to_ms = lambda us: ((np.asarray(us) + shift_us) * 1e3 - t0_ns) / MS_NS  # noqa: E731
+        (c_s, c_e), (p_s, p_e) = _trace_sets(ev)
+        p_s, p_e = merge(p_s, p_e)
+        rows += [{"rank": int(rank), "lane": "compute", "name": "compute", "start_ms": a, "end_ms": b}
+                 for a, b in zip(to_ms(p_s), to_ms(p_e))]
+        comm = ev[ev["kind"] == "comm"]
+        rows += [{"rank": int(rank), "lane": "comm", "name": str(n), "start_ms": a, "end_ms": b}
+                 for n, a, b in zip(comm["name"], to_ms(comm["ts"]), to_ms(comm["ts"] + comm["dur"]))]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _comm_from_csv(run: Run, job_id: str, step: int, t0: float) -> list[dict]:
+    """Comm lanes from collectives.csv (launch .. completion on the shared clock)."""
+    c = run.collectives[(run.collectives["job_id"] == job_id) & (run.collectives["step"] == step)]
+    if c.empty:
+        return []
+    start = comm_start_ns(c)
+    return [{"rank": int(rk), "lane": "comm", "name": f"{op} #{sq}", "start_ms": (a - t0) / MS_NS,
+             "end_ms": (b - t0) / MS_NS}
+            for rk, op, sq, a, b in zip(c["rank"], c["op"], c["seq"], start, c["t_end_ns"])]
+
+
+def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = None) -> pd.DataFrame:
+    """rank, lane ('compute'|'comm'), name, start_ms, end_ms of one step of one job.
+
+    ``events``: the job's :func:`job_trace_events`, when the caller holds them (read on
+    demand otherwise, and only for a profiled step).
+
+    From the trace when it holds the step; a rank whose trace shows no comm (gloo runs
+    point-to-point transfers of the from-scratch ring/central/naive off any traced thread)
+    gets its comm lane from collectives.csv, which is on the same shared clock.
+    """
+    st = run.steps[(run.steps["job_id"] == job_id) & (run.steps["step"] == step)]
+    t0 = float(st["t_start_ns"].min()) if not st.empty else 0.0
+    traced = step in run.traced_steps(job_id)
+    if traced and events is None:
+        events = job_trace_events(run, job_id)
+    df = _from_trace(run, job_id, step, t0, events) if traced else None
+    if df is not None and not df.empty:
+        has_comm = set(df.loc[df["lane"] == "comm", "rank"])
+        extra = [r for r in _comm_from_csv(run, job_id, step, t0) if r["rank"] not in has_comm]
+        if extra:
+            df = pd.concat([df, pd.DataFrame(extra, columns=COLUMNS)], ignore_index=True)
+        return df.sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)
+    rows = []
+    for r in st.to_dict("records"):
+        # the same phase layout the overlap numbers use (fwd, bwd, then opt after the sync wait)
+        starts, ends = compute_intervals_ns(r)
+        rows += [{"rank": int(r["rank"]), "lane": "compute", "name": n, "start_ms": (a - t0) / MS_NS,
+                  "end_ms": (b - t0) / MS_NS}
+                 for n, a, b in zip(("forward", "backward", "optimizer"), starts, ends)]
+    rows += _comm_from_csv(run, job_id, step, t0)
+    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)

@@ -1,0 +1,189 @@
+"""Start `python -m dpcore profile ... --progress json` from the page and follow it.
+
+Why a subprocess plus reader threads plus a polling fragment: a profile takes minutes; the
+Streamlit script must never block on it. Two daemon threads copy the child's stdout/stderr into
+lists held in session state; an `st.fragment(run_every=...)` redraws only the progress box once
+a second; when the child exits, one full rerun opens the new run. The command is an argument
+list (no shell), built only from validated form values, so nothing typed into the page runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import streamlit as st
+
+from dpcore.contract.config import MODELS, SIZES, VARIANTS, parse_bucket_sweep
+
+QUICK = dict(model="mlp", size="tiny", variants=["single", "flat", "ring", "overlap", "bucketed"],
+             world_sizes=[1, 2], steps=6, bucket_mb=25.0, bucket_sweep=[])
+
+
+@dataclass
+class Launch:
+    """A profile subprocess and what it has printed so far."""
+    cmd: list[str]
+    proc: subprocess.Popen
+    out: list[str] = field(default_factory=list)
+    err: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+
+def build_command(out_root: Path, model: str, size: str, variants: list[str], world_sizes: list[int], steps: int,
+                  bucket_mb: float, bucket_sweep: list[float]) -> list[str]:
+    """The argument list of the profile command (validated values only; never passed through a shell)."""
+    if model not in MODELS or size not in SIZES or not set(variants) <= set(VARIANTS):
+        raise ValueError("unknown model, size or variant")
+    cmd = [sys.executable, "-m", "dpcore", "profile", "--model", model, "--size", size,
+           "--variants", ",".join(variants), "--world-sizes", ",".join(str(int(w)) for w in world_sizes),
+           "--steps", str(int(steps)), "--bucket-mb", f"{float(bucket_mb):g}", "--out", str(out_root),
+           "--progress", "json"]
+    if bucket_sweep:
+        cmd += ["--bucket-sweep", ",".join(f"{float(b):g}" for b in bucket_sweep)]
+    return cmd
+
+
+def parse_sweep(text: str) -> list[float]:
+    """'1, 5, 25' -> [1.0, 5.0, 25.0] with exactly the CLI's rules (UsageError is a ValueError),
+    so the form refuses what the command would refuse, before starting it."""
+    return list(parse_bucket_sweep(text))
+
+
+def parse_event(line: str) -> dict | None:
+    """One progress line -> dict, or None for anything that is not a JSON object (parsed defensively)."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        ev = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return ev if isinstance(ev, dict) else None
+
+
+def _num(v: object, default: float) -> float:
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+
+
+def progress_of(events: list[dict]) -> tuple[float, str, str | None]:
+    """(fraction 0..1, status text, run_dir) from the events seen so far."""
+    frac, text, run_dir = 0.0, "starting…", None
+    for ev in events:
+        run_dir = ev.get("run_dir") or run_dir
+        total = max(1.0, _num(ev.get("jobs_total"), 1))
+        idx = max(1.0, _num(ev.get("job_index"), 1))
+        kind = ev.get("event")
+        if kind == "job_start":
+            frac, text = (idx - 1) / total, f"job {int(idx)}/{int(total)}: {ev.get('job_id', '?')}"
+        elif kind == "step":
+            part = _num(ev.get("step"), 0) / max(1.0, _num(ev.get("steps_total"), 1))
+            frac = (idx - 1 + min(1.0, part)) / total
+            text = f"job {int(idx)}/{int(total)}: {ev.get('job_id', '?')} · step {ev.get('step')}/{ev.get('steps_total')}"
+        elif kind == "job_end":
+            frac, text = idx / total, f"job {int(idx)}/{int(total)}: {ev.get('job_id', '?')} {ev.get('status', '')}"
+        elif kind == "run_end":
+            frac, text = 1.0, f"run {ev.get('status', 'finished')}"
+    return min(1.0, max(0.0, frac)), text, run_dir
+
+
+def _pump(stream, sink: list[str]) -> None:
+    for line in iter(stream.readline, ""):
+        sink.append(line.rstrip("\n"))
+    stream.close()
+
+
+def start(cmd: list[str], cwd: Path) -> Launch:
+    """Spawn the profiler and its two reader threads; store nothing but the handle."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            stdin=subprocess.DEVNULL)
+    launch = Launch(cmd, proc)
+    for stream, sink in ((proc.stdout, launch.out), (proc.stderr, launch.err)):
+        threading.Thread(target=_pump, args=(stream, sink), daemon=True).start()
+    return launch
+
+
+def new_run_form(out_root: Path, cwd: Path) -> None:
+    """The form that starts a profile; disabled while one is running."""
+    busy = isinstance(st.session_state.get("launch"), Launch) and st.session_state["launch"].proc.poll() is None
+    with st.form("new_run"):
+        c = st.columns(3)
+        model = c[0].selectbox("Model", MODELS)
+        size = c[1].selectbox("Size (transformer)", SIZES)
+        steps = c[2].number_input("Steps per job", 3, 10_000, 10, help="At least 3: the last 3 steps are traced.")
+        variants = st.multiselect("Variants", VARIANTS, default=QUICK["variants"])
+        c = st.columns(3)
+        world_sizes = c[0].multiselect("World sizes", [1, 2, 3, 4, 8, 16], default=[1, 2])
+        bucket = c[1].number_input("Bucket MB", 0.01, 4096.0, 25.0)
+        sweep = c[2].text_input("Bucket sweep (MB, comma separated)", "", placeholder="e.g. 1,5,25")
+        go = st.form_submit_button("Start profile", disabled=busy, type="primary")
+    if go:
+        try:
+            if not variants or not world_sizes:
+                raise ValueError("choose at least one variant and one world size")
+            cmd = build_command(out_root, model, size, variants, world_sizes, steps, bucket, parse_sweep(sweep))
+        except ValueError as exc:
+            st.error(f"Cannot start: {exc}")
+            return
+        st.session_state["launch"] = start(cmd, cwd)
+        st.rerun()
+
+
+def quick_start(out_root: Path, cwd: Path) -> None:
+    """One-click quick CPU profile (the empty state's offer)."""
+    st.session_state["launch"] = start(build_command(out_root, **QUICK), cwd)
+
+
+@st.fragment(run_every=1.0)
+def follow() -> None:
+    """Progress box of the running profile; redrawn every second without rerunning the page."""
+    launch: Launch | None = st.session_state.get("launch")
+    if launch is None:
+        return
+    events = [e for e in map(parse_event, list(launch.out)) if e]
+    frac, text, run_dir = progress_of(events)
+    rc = launch.proc.poll()
+    with st.container(border=True):
+        st.markdown(f"**Profiling** · `{' '.join(launch.cmd[1:])}`")
+        st.progress(frac, text=f"{text} · {time.time() - launch.started:.0f} s")
+        # a skipped job (e.g. data_parallel without GPUs) carries its reason in "error" too
+        errors = [f"{e.get('job_id', '?')}: {e['error']}" for e in events
+                  if e.get("error") and e.get("status", "failed") == "failed"]
+        if errors:
+            st.error("\n\n".join(errors))
+        if rc is None:
+            if st.button("Stop", key="launch-stop"):
+                launch.proc.terminate()
+            return
+        st.session_state["launch_result"] = dict(rc=rc, run_dir=run_dir, err="\n".join(launch.err[-60:]),
+                                                 errors=errors, cmd=launch.cmd)
+        st.session_state.pop("launch", None)
+        if rc == 0 and run_dir:
+            st.session_state["open_run"] = Path(run_dir).name
+    st.rerun()
+
+
+def show_result() -> None:
+    """After the child exits: success note (the run is opened) or its error output verbatim."""
+    res = st.session_state.get("launch_result")
+    if not res:
+        return
+    if res["rc"] == 0:
+        st.success(f"Profile finished: opened run `{Path(res['run_dir'] or '?').name}`.")
+    if res.get("errors"):
+        st.error("Jobs that failed (the other jobs' results are kept):\n\n" + "\n\n".join(res["errors"]))
+    if res["rc"] != 0:
+        st.error(f"The profile command exited with code {res['rc']}. Its error output:")
+        st.code(res["err"] or "(no output on stderr)", language=None)
+    if st.button("Dismiss", key="launch-dismiss"):
+        st.session_state.pop("launch_result", None)
+        st.rerun()

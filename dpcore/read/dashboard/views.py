@@ -1,0 +1,123 @@
+"""Overview, Timeline and Scaling views: numbers from `dpcore.read.analysis`, pictures from `dpcore.read.plots`.
+
+Why every table column carries a help text: engineers want the number, students want to know
+what it means; the formula (DESIGN.md) is one hover away from the value.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dpcore.read.dashboard import data, figures
+from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS, scaling_caption
+from dpcore.read.plots.overview import comparison_figure
+from dpcore.read.plots.style import variant_rank
+
+NUM = st.column_config.NumberColumn
+SUMMARY_CONFIG = {
+    "step_ms": NUM("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
+    "compute_ms": NUM("compute (ms)", help=FORMULAS["compute_ms"], format="%.2f"),
+    "comm_ms": NUM("comm C (ms)", help=FORMULAS["comm_ms"], format="%.2f"),
+    "overlapped_ms": NUM("overlapped (ms)", help=FORMULAS["overlapped_ms"], format="%.2f"),
+    "exposed_ms": NUM("exposed E (ms)", help=FORMULAS["exposed_ms"], format="%.2f"),
+    "other_ms": NUM("other (ms)", help=FORMULAS["other_ms"], format="%.2f"),
+    "comm_fraction": NUM("comm fraction E/T", help=FORMULAS["comm_fraction"], format="percent"),
+    "overlap_pct": NUM("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%"),
+    "comm_ops": NUM("comm ops", help=FORMULAS["comm_ops"], format="%d"),
+    "comm_bytes": NUM("comm bytes", help=FORMULAS["comm_bytes"], format="compact"),
+    "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),
+}
+SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "step_ms", "comm_fraction", "overlap_pct", "comm_ops",
+                "comm_bytes", "compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "throughput", "status"]
+
+
+def overview_view(run) -> None:
+    """Stacked step breakdown per (variant, world size) and the summary table."""
+    summary = data.job_summary(run, data.key(run))
+    st.plotly_chart(figures.overview(run, data.key(run)), key=f"ov-{run.path}")
+    st.caption(BREAKDOWN_CAPTION)
+    if summary.empty:
+        return
+    cols = [c for c in SUMMARY_COLS if c in summary.columns]
+    ordered = summary.assign(_o=variant_rank(summary["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
+    st.dataframe(ordered[cols], hide_index=True,
+                 column_config=SUMMARY_CONFIG, width="stretch")
+    st.caption(f"Medians over timed (unprofiled) steps and ranks. {FORMULAS['comm_fraction']} "
+               f"{FORMULAS['overlap_pct']} Hover a column header for its formula.")
+
+
+def compare_overview(runs: list) -> None:
+    """Step time of the same jobs in both runs, grouped bars."""
+    st.plotly_chart(comparison_figure({r.path.name: data.job_summary(r, data.key(r)) for r in runs}),
+                    key="ov-compare")
+
+
+def _default_job(jobs: pd.DataFrame, summary: pd.DataFrame) -> int:
+    """The multi-rank job with the highest overlap %: its timeline teaches the most."""
+    ids = list(jobs["job_id"])
+    if summary.empty or "overlap_pct" not in summary:
+        return 0
+    multi = summary[(summary["world_size"] > 1) & summary["job_id"].isin(ids)]
+    best = multi.sort_values("overlap_pct", ascending=False, na_position="last")["job_id"]
+    return ids.index(best.iloc[0]) if len(best) else 0
+
+
+def timeline_view(run, root) -> None:
+    """Lane pair per rank for one job and step, from the trace when there is one."""
+    jobs = run.jobs[(run.jobs["kind"] == "train") & (run.jobs["status"] == "complete")].reset_index(drop=True)
+    if jobs.empty:
+        st.info("This run has no completed training job to draw.")
+        return
+    c1, c2 = st.columns([2, 1])
+    summary = data.job_summary(run, data.key(run))
+    job = c1.selectbox("Job", list(jobs["job_id"]), index=_default_job(jobs, summary), key=f"tl-job-{run.path}",
+                       help="One (variant, world size, bucket size) cell of the sweep.")
+    steps = run.steps[run.steps["job_id"] == job]
+    traced_steps = run.traced_steps(job)
+    all_steps = sorted(int(s) for s in steps["step"].unique()) or [0]
+    default = traced_steps[0] if traced_steps else all_steps[0]
+    step = c2.selectbox("Step", all_steps, index=all_steps.index(default), key=f"tl-step-{run.path}-{job}",
+                        format_func=lambda s: f"{s} (profiled, traced)" if s in traced_steps else str(s))
+    with st.spinner("Reading the traces of this job…"):
+        fig = figures.timeline(run, data.key(run), job, int(step))
+    st.plotly_chart(fig, key=f"tl-{run.path}-{job}-{step}")
+    row = summary[summary["job_id"] == job] if "job_id" in summary else summary.iloc[:0]
+    if len(row):
+        r, m = row.iloc[0], st.columns(4)
+        m[0].metric("step T (median)", f"{r['step_ms']:.2f} ms", help=FORMULAS["step_ms"])
+        m[1].metric("comm C", f"{r['comm_ms']:.2f} ms", help=FORMULAS["comm_ms"])
+        m[2].metric("exposed E", f"{r['exposed_ms']:.2f} ms", help=FORMULAS["exposed_ms"])
+        m[3].metric("overlap", "n/a" if pd.isna(r["overlap_pct"]) else f"{r['overlap_pct']:.0f} %",
+                    help=FORMULAS["overlap_pct"])
+    traced = step in traced_steps
+    source = ("each rank's torch.profiler trace (placed on the shared clock by its clock-sync markers; "
+              "if they are missing, from steps.csv and collectives.csv)" if traced else
+              "steps.csv phases (compute) and collectives.csv intervals (comm): this step was not traced")
+    st.caption(
+        f"Each rank has two lanes on the shared clock: **compute** (forward, backward, optimizer) above, "
+        f"**comm** (all-reduce in flight) below. Where orange sits under blue, communication is hidden by "
+        f"compute (overlap); orange under an empty compute lane is exposed comm the step waits for. "
+        f"Drawn from {source}. Drag to zoom, double-click to reset; dense regions are merged into single bars "
+        f"(hover shows how many ops). {FORMULAS['overlap_pct']}")
+
+
+def scaling_view(run) -> None:
+    """Step time, throughput, speedup and efficiency against world size, in the run's scaling mode."""
+    cfg = run.meta.get("config") or {} if isinstance(run.meta, dict) else {}
+    mode = str(cfg.get("scaling") or "weak").lower()
+    mode = mode if mode in ("weak", "strong") else "weak"
+    df = data.scaling(run, data.key(run), mode)
+    st.plotly_chart(figures.scaling(run, data.key(run), mode), key=f"sc-{run.path}")
+    st.caption(scaling_caption(mode))
+    if not df.empty and df["noisy"].any():
+        cells = ", ".join(f"{v} ×{n}" for v, n in zip(df.loc[df["noisy"], "variant"],
+                                                      df.loc[df["noisy"], "world_size"]))
+        st.warning(f"Noisy measurements: {cells}. Their step times spread more than "
+                   "3× between p10 and p90, or efficiency came out above 100%, so another process "
+                   "probably competed for the cores. Re-run on an idle machine before trusting them.")
+    if not df.empty:
+        cfg_cols = {"step_ms": SUMMARY_CONFIG["step_ms"], "throughput": SUMMARY_CONFIG["throughput"],
+                    "speedup": NUM("speedup S(N)", help=FORMULAS["speedup_" + mode], format="%.2f"),
+                    "efficiency": NUM("efficiency", help=FORMULAS["efficiency_" + mode], format="percent"),
+                    "ideal_speedup": NUM("ideal S(N)", format="%.0f")}
+        st.dataframe(df, hide_index=True, column_config=cfg_cols, width="stretch")

@@ -1,0 +1,65 @@
+"""Step-time breakdown bars for the Overview view (input: `dpcore.read.analysis.job_summary`).
+
+Why four stacked parts: a step's wall time T splits exactly into compute that ran alone,
+compute that ran *while* communication was in flight (the overlapped comm, hidden for free),
+communication nobody could hide (exposed comm E, which the step pays for), and everything else
+(idle, waits, Python). Stacking them shows at a glance why `overlap`/`bucketed` beat `flat`.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from dpcore.read.plots.style import COMPONENT_COLORS, base_layout, empty_figure, job_label, variant_rank
+
+PARTS: list[tuple[str, str, str]] = [
+    ("compute_only", "compute (no comm in flight)", COMPONENT_COLORS["compute"]),
+    ("overlapped_ms", "overlapped comm (hidden under compute)", COMPONENT_COLORS["overlapped"]),
+    ("exposed_ms", "exposed comm E = |comm \\ compute|", COMPONENT_COLORS["exposed"]),
+    ("other_ms", "other (idle, waits, Python)", COMPONENT_COLORS["other"]),
+]
+
+
+def label_jobs(summary: pd.DataFrame) -> pd.Series:
+    """Bar labels; the bucket size is shown only for variants that were run with several."""
+    multi = summary.groupby("variant")["bucket_mb"].transform("nunique") > 1 if len(summary) else pd.Series(dtype=bool)
+    return pd.Series([job_label(v, w, b, bool(m)) for v, w, b, m in
+                      zip(summary["variant"], summary["world_size"], summary["bucket_mb"], multi)], index=summary.index)
+
+
+def breakdown_figure(summary: pd.DataFrame, title: str | None = None) -> go.Figure:
+    """Stacked bars per (variant, world size): compute-only + overlapped + exposed + other = step time."""
+    if summary is None or summary.empty:
+        return empty_figure("No completed training jobs in this run.")
+    df = summary.dropna(subset=["step_ms"])
+    if df.empty:
+        return empty_figure("No completed training jobs in this run.")
+    df = df.assign(_o=variant_rank(df["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
+    df["label"] = label_jobs(df)
+    df["compute_only"] = (df["compute_ms"] - df["overlapped_ms"]).clip(lower=0)
+    fig = go.Figure()
+    for col, name, color in PARTS:
+        fig.add_bar(
+            x=df["label"], y=df[col], name=name, marker_color=color,
+            customdata=df[["step_ms", "comm_fraction", "overlap_pct"]].to_numpy(),
+            hovertemplate=("%{x}<br>" + name + ": %{y:.2f} ms<br>step T: %{customdata[0]:.2f} ms"
+                           "<br>comm fraction E/T: %{customdata[1]:.1%}<br>overlap: %{customdata[2]:.0f}%<extra></extra>"),
+        )
+    fig.update_layout(barmode="stack", xaxis_title="variant × world size", yaxis_title="ms per step (median)")
+    return base_layout(fig, title)
+
+
+def comparison_figure(summaries: dict[str, pd.DataFrame]) -> go.Figure:
+    """Median step time of the same jobs in two (or more) runs, side by side."""
+    frames = [s.assign(run=name) for name, s in summaries.items() if s is not None and not s.empty]
+    if not frames:
+        return empty_figure("Nothing to compare: neither run has completed training jobs.")
+    df = pd.concat(frames, ignore_index=True).dropna(subset=["step_ms"])
+    df = df.assign(_o=variant_rank(df["variant"])).sort_values(["_o", "world_size", "bucket_mb"], kind="stable")
+    df["label"] = label_jobs(df)
+    fig = go.Figure()
+    for run, part in df.groupby("run", sort=False):
+        fig.add_bar(x=part["label"], y=part["step_ms"], name=str(run),
+                    hovertemplate="%{x}<br>step T: %{y:.2f} ms<extra>" + str(run) + "</extra>")
+    fig.update_layout(barmode="group", xaxis_title="variant × world size", yaxis_title="median step time T (ms)")
+    return base_layout(fig, "Step time, run against run", height=360)

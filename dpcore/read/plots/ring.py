@@ -1,0 +1,141 @@
+"""Ring-message pictures (inputs: `messages.csv` rows, `ring_step_times`, `message_counts`, `chunk_matrix`).
+
+Why: the ring all-reduce is easiest to understand by watching it. Each rank is a lane; every
+point-to-point message is a bar on the sender (isend posted → done) and on the receiver (irecv
+posted → done), joined by an arrow from send start to receive end. Reduce-scatter and all-gather
+get different colors, so the 2(N−1) steps and their chunk-sized messages are countable, and the
+same picture for `naive` (N(N−1) whole-tensor messages) or `central` (everything through rank 0)
+shows why the ring wins on bandwidth.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dpcore.contract.messages import pair_messages
+from dpcore.contract.runformat import MESSAGE_KEY
+from dpcore.read.plots.style import PHASE_COLORS, base_layout, color_for, empty_figure
+
+MAX_MESSAGES = 3000
+
+
+def message_figure(msgs: pd.DataFrame, title: str | None = None) -> go.Figure:
+    """Lanes per rank: send bars above the lane center, receive bars below, arrows sender → receiver."""
+    if msgs is None or msgs.empty:
+        return empty_figure("No point-to-point messages for this selection.")
+    msgs = msgs.head(2 * MAX_MESSAGES)
+    t0 = float(msgs["t_post_ns"].min())
+    df = msgs.assign(start=(msgs["t_post_ns"] - t0) / 1e6, end=(msgs["t_done_ns"] - t0) / 1e6)
+    df["y"] = df["rank"] + np.where(df["side"] == "send", -0.18, 0.18)
+    fig = go.Figure()
+    for phase, part in df.groupby("phase", sort=False):
+        color = color_for(str(phase), PHASE_COLORS)
+        for side, opacity in (("send", 1.0), ("recv", 0.5)):
+            p = part[part["side"] == side]
+            if p.empty:
+                continue
+            fig.add_bar(
+                y=p["y"], x=(p["end"] - p["start"]).clip(lower=1e-4), base=p["start"], orientation="h", width=0.3,
+                marker=dict(color=color, opacity=opacity, line_width=0), name=f"{phase} ({side})",
+                legendgroup=str(phase),
+                customdata=np.column_stack([p["src"], p["dst"], p["chunk"], p["bytes"], p["ring_step"],
+                                            p["end"] - p["start"]]),
+                hovertemplate=(f"{phase} {side}" + "<br>%{customdata[0]} → %{customdata[1]}, chunk %{customdata[2]}"
+                               "<br>%{customdata[3]:,} bytes, step %{customdata[4]}<br>%{customdata[5]:.3f} ms"
+                               "<extra></extra>"))
+        _add_arrows(fig, part, color, str(phase))
+    ranks = sorted(int(r) for r in df["rank"].unique())
+    fig.update_yaxes(tickvals=ranks, ticktext=[f"rank {r}" for r in ranks], autorange="reversed", title=None)
+    fig.update_xaxes(title="ms since the first message was posted")
+    fig.update_layout(barmode="overlay")
+    return base_layout(fig, title, height=max(260, 90 * len(ranks) + 120))
+
+
+def _add_arrows(fig: go.Figure, part: pd.DataFrame, color: str, phase: str) -> None:
+    """One line trace with None breaks (cheap even for thousands of arrows), arrowheads at the receiver."""
+    keys = list(part[[k for k in MESSAGE_KEY if k in part.columns]].astype(str).itertuples(index=False))
+    idx = pair_messages(keys, part["side"].tolist(), part["t_post_ns"].tolist())
+    if not idx:
+        return
+    snd, rcv = part.iloc[[a for a, _ in idx]], part.iloc[[b for _, b in idx]]
+    n = len(idx)
+    xs = np.column_stack([snd["start"], rcv["end"], np.full(n, np.nan)]).ravel()
+    ys = np.column_stack([snd["y"], rcv["y"], np.full(n, np.nan)]).ravel()
+    sym = np.tile(["circle", "arrow", "circle"], n)
+    fig.add_scatter(x=xs, y=ys, mode="lines+markers", line=dict(color=color, width=1),
+                    marker=dict(symbol=sym, size=np.tile([3, 9, 0], n), angleref="previous", color=color),
+                    name=f"{phase} message", legendgroup=phase, showlegend=False, hoverinfo="skip")
+
+
+def wait_transfer_figure(times: pd.DataFrame) -> go.Figure:
+    """Per ring step, the mean over ranks of transfer (fastest send→recv) and wait (the rest), stacked."""
+    if times is None or times.empty:
+        return empty_figure("No ring-step timings for this selection.")
+    g = times.groupby(["phase", "ring_step"], sort=False)[["transfer_ms", "wait_ms"]].mean().reset_index()
+    order = {"reduce_scatter": 0, "all_gather": 1}
+    g = g.sort_values(["phase", "ring_step"], key=lambda s: s.map(order).fillna(2) if s.name == "phase" else s)
+    abbrev = {"reduce_scatter": "RS", "all_gather": "AG"}
+    x = [f"{abbrev.get(p, p)} {int(k)}" for p, k in zip(g["phase"], g["ring_step"])]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=g["transfer_ms"], name="transfer (fastest matching send→recv)", marker_color="#4c78a8",
+                hovertemplate="%{x}: transfer %{y:.3f} ms<extra></extra>")
+    fig.add_bar(x=x, y=g["wait_ms"], name="wait (the rest)", marker_color="#e45756",
+                hovertemplate="%{x}: wait %{y:.3f} ms<extra></extra>")
+    fig.update_layout(barmode="stack", xaxis_title="ring step (RS = reduce-scatter, AG = all-gather)",
+                      yaxis_title="ms (mean over ranks)")
+    return base_layout(fig, None, height=320)
+
+
+def message_count_figure(counts: pd.DataFrame) -> go.Figure:
+    """Messages per all-reduce call per job: the N(N−1) of `naive` against the ring's 2N(N−1) chunk
+    messages (times S sub-messages per chunk when a chunk is large enough to be pipelined).
+
+    Per call (not in total) so that a training job with many steps compares fairly with a one-shot benchmark.
+    """
+    if counts is None or counts.empty:
+        return empty_figure("No from-scratch algorithm messages in this run.")
+    df = counts.sort_values(["algo", "job_id"])
+    per_call = "messages_per_call" in df and df["messages_per_call"].notna().all()
+    y = df["messages_per_call"] if per_call else df["messages"]
+    fig = go.Figure()
+    fig.add_bar(x=df["job_id"], y=y, marker_color=[color_for(str(a)) for a in df["algo"]],
+                customdata=np.column_stack([df["messages"], df["bytes"]]), name="messages",
+                hovertemplate="%{x}<br>%{y:.0f} per call<br>%{customdata[0]} messages, %{customdata[1]:,} bytes in all"
+                              "<extra></extra>")
+    fig.update_layout(xaxis_title="job", yaxis_title="messages per all-reduce call" if per_call
+                      else "messages (all ranks, all calls)", showlegend=False)
+    return base_layout(fig, None, height=320)
+
+
+def chunk_figure(cells: pd.DataFrame, world_size: int) -> go.Figure:
+    """Heatmap of rank × chunk with a slider over ring steps.
+
+    `cells` columns: frame (str, in order), rank, chunk, count (how many ranks' data the rank's copy
+    of the chunk contains, 1..N), text. A chunk is complete when count == N.
+    """
+    if cells is None or cells.empty:
+        return empty_figure("No ring schedule for a world of one rank.")
+    frames_order = list(dict.fromkeys(cells["frame"]))
+
+    def z_text(label: str) -> tuple[np.ndarray, np.ndarray]:
+        f = cells[cells["frame"] == label]
+        z = f.pivot_table(index="rank", columns="chunk", values="count", aggfunc="first").reindex(
+            index=range(world_size), columns=range(world_size))
+        t = f.pivot_table(index="rank", columns="chunk", values="text", aggfunc="first").reindex(
+            index=range(world_size), columns=range(world_size))
+        return z.to_numpy(float), t.fillna("").to_numpy(str)
+
+    def heat(label: str) -> go.Heatmap:
+        z, t = z_text(label)
+        return go.Heatmap(z=z, text=t, texttemplate="%{text}", zmin=1, zmax=world_size, colorscale="Blues",
+                          x=[f"chunk {c}" for c in range(world_size)], y=[f"rank {r}" for r in range(world_size)],
+                          colorbar=dict(title="ranks summed"),
+                          hovertemplate="%{y}, %{x}: %{text}<extra></extra>")
+
+    fig = go.Figure(data=[heat(frames_order[0])], frames=[go.Frame(data=[heat(f)], name=f) for f in frames_order])
+    fig.update_layout(sliders=[dict(active=0, currentvalue=dict(prefix="after: "), pad=dict(t=40), steps=[
+        dict(label=f, method="animate", args=[[f], dict(mode="immediate", frame=dict(duration=0, redraw=True),
+                                                        transition=dict(duration=0))]) for f in frames_order])])
+    fig.update_yaxes(autorange="reversed")
+    return base_layout(fig, None, height=260 + 40 * world_size)

@@ -1,0 +1,53 @@
+"""Scaling curves (input: `dpcore.read.analysis.scaling`): step time, throughput, speedup, efficiency.
+
+Why the ideal line: speedup only means something next to what perfect scaling would give (N for
+both weak and strong scaling as dpcore defines them); efficiency next to 1.0. Oversubscribed
+points (more busy threads than cores) are drawn hollow with an ×: their slowdown is the machine's,
+not the algorithm's, and a reader must not blame the ring for it.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dpcore.read.plots.style import base_layout, color_for, empty_figure, legend_right
+
+PANELS: list[tuple[str, str]] = [
+    ("step_ms", "step time T (ms)"), ("throughput", "throughput (samples/s)"),
+    ("speedup", "speedup S(N)"), ("efficiency", "efficiency"),
+]
+
+
+def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None = None) -> go.Figure:
+    """2×2 panels against world size N, one line per variant, ideal speedup/efficiency dashed."""
+    if df is None or df.empty:
+        return empty_figure("Scaling needs a variant measured at two or more world sizes.")
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[t for _, t in PANELS], horizontal_spacing=0.1,
+                        vertical_spacing=0.16)
+    df = df.sort_values(["variant", "world_size"])
+    oversub = df.get("oversubscribed", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    for i, (col, title) in enumerate(PANELS):
+        row, c = divmod(i, 2)
+        for variant, part in df.groupby("variant", sort=True):
+            ov = oversub.loc[part.index]
+            fig.add_scatter(
+                x=part["world_size"], y=part[col], mode="lines+markers", name=str(variant),
+                legendgroup=str(variant), showlegend=i == 0, line=dict(color=color_for(str(variant))),
+                marker=dict(size=9, symbol=["x-open" if o else "circle" for o in ov]),
+                customdata=ov.map({True: " (oversubscribed)", False: ""}),
+                hovertemplate=f"{variant}<br>N=%{{x}}<br>{title}: %{{y:.3g}}%{{customdata}}<extra></extra>",
+                row=row + 1, col=c + 1,
+            )
+    ns = sorted(df["world_size"].unique())
+    ideal = df.groupby("world_size")["ideal_speedup"].first().reindex(ns) if "ideal_speedup" in df else pd.Series(ns, ns)
+    fig.add_scatter(x=ns, y=ideal.to_numpy(), mode="lines", name="ideal", line=dict(color="black", dash="dash"),
+                    legendgroup="ideal", row=2, col=1)
+    fig.add_scatter(x=ns, y=[1.0] * len(ns), mode="lines", name="ideal", line=dict(color="black", dash="dash"),
+                    legendgroup="ideal", showlegend=False, row=2, col=2)
+    if oversub.any():
+        fig.add_scatter(x=[None], y=[None], mode="markers", name="× = oversubscribed",
+                        marker=dict(symbol="x-open", color="black", size=9), row=1, col=1)
+    fig.update_xaxes(title="world size N", tickvals=ns)
+    title = f"{mode} scaling" + (f" · {run_label}" if run_label else "")
+    return legend_right(base_layout(fig, title, height=620))

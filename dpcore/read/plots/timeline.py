@@ -1,0 +1,85 @@
+"""Per-rank compute/comm lanes on the shared clock (input: `dpcore.read.analysis.timeline`).
+
+Why lane pairs: with compute directly above comm for each rank, overlap is literally visible as
+orange under blue; a blocking all-reduce shows up as an orange block under an empty compute lane.
+Why reduce first: a torch.profiler trace easily holds 250,000 events; a browser cannot draw that
+many SVG bars, and at screen resolution most of them are sub-pixel anyway. We merge intervals of
+a lane that touch within one "pixel" of time into a single bar (hover says how many ops it holds)
+until each lane has at most `max_bars_per_lane` bars.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dpcore.read.plots.style import LANE_COLORS, base_layout, empty_figure
+
+COLS = ["rank", "lane", "name", "start_ms", "end_ms"]
+
+
+def _merge_lane(lane: pd.DataFrame, tol: float) -> pd.DataFrame:
+    """Merge intervals whose start lies within `tol` ms of the running end (sorted sweep, vectorized).
+
+    `lane` carries `ops` (how many original ops each row stands for) and `name` (the first op's name).
+    """
+    lane = lane.sort_values("start_ms", kind="stable")
+    starts, ends = lane["start_ms"].to_numpy(float), lane["end_ms"].to_numpy(float)
+    run_end = np.maximum.accumulate(ends)
+    new = np.ones(len(lane), dtype=bool)
+    new[1:] = starts[1:] > run_end[:-1] + tol
+    g = lane.assign(_g=np.cumsum(new)).groupby("_g", sort=False)
+    out = g.agg(rank=("rank", "first"), lane=("lane", "first"), name=("name", "first"),
+                start_ms=("start_ms", "min"), end_ms=("end_ms", "max"), ops=("ops", "sum"))
+    return out.reset_index(drop=True)
+
+
+def reduce_intervals(df: pd.DataFrame, max_bars_per_lane: int = 1500) -> pd.DataFrame:
+    """Cap the bars per (rank, lane) by merging near-adjacent intervals; adds an `ops` count column."""
+    df = df.assign(ops=1)
+    if df.empty:
+        return df
+    span = float(df["end_ms"].max() - df["start_ms"].min()) or 1.0
+    parts = []
+    for _, lane in df.groupby(["rank", "lane"], sort=True):
+        tol = span / (4 * max_bars_per_lane)
+        while len(lane) > max_bars_per_lane:
+            lane, tol = _merge_lane(lane, tol), tol * 2
+        parts.append(lane)
+    out = pd.concat(parts, ignore_index=True)
+    many = out["ops"] > 1
+    out["name"] = out["name"].astype(str)
+    out.loc[many, "name"] = out.loc[many, "name"] + " + " + (out.loc[many, "ops"] - 1).astype(str) + " more ops"
+    return out
+
+
+def lane_order(ranks: list[int]) -> list[str]:
+    """Category order top-to-bottom: rank 0 compute, rank 0 comm, rank 1 compute, ..."""
+    return [f"rank {r} · {lane}" for r in ranks for lane in ("compute", "comm")]
+
+
+def timeline_figure(intervals: pd.DataFrame, title: str | None = None,
+                    max_bars_per_lane: int = 1500) -> go.Figure:
+    """Horizontal bars (base = start, length = duration) in one trace per lane kind; zoom with the mouse."""
+    if intervals is None or intervals.empty:
+        return empty_figure("No intervals recorded for this job and step.")
+    df = reduce_intervals(intervals[COLS].dropna(subset=["start_ms", "end_ms"]), max_bars_per_lane)
+    ranks = sorted(int(r) for r in df["rank"].unique())
+    order = lane_order(ranks)
+    fig = go.Figure()
+    for lane in ("compute", "comm"):
+        part = df[df["lane"] == lane]
+        if part.empty:
+            continue
+        dur = (part["end_ms"] - part["start_ms"]).clip(lower=1e-4)
+        fig.add_bar(
+            y=[f"rank {int(r)} · {lane}" for r in part["rank"]], x=dur, base=part["start_ms"], orientation="h",
+            name=lane, marker_color=LANE_COLORS[lane], marker_line_width=0,
+            customdata=np.column_stack([part["name"].astype(str), dur, part["start_ms"]]),
+            hovertemplate="%{customdata[0]}<br>start %{customdata[2]:.3f} ms · duration %{customdata[1]:.3f} ms"
+                          "<extra>%{y}</extra>",
+        )
+    fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)
+    fig.update_xaxes(title="ms since the step started (shared clock)")
+    fig.update_layout(barmode="overlay", bargap=0.25)
+    return base_layout(fig, title, height=max(260, 70 * len(order) // 2 + 120))

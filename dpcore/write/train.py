@@ -1,0 +1,154 @@
+"""One training step of any DP variant, with phase timing (used by ``verify`` and ``profile``).
+
+Usage on every rank of a launched job::
+
+    tr = make_trainer("bucketed", ctx, cfg, recorder)
+    for step in range(cfg.steps):
+        x, y = tr.batch(step)            # this rank's shard of the global batch, on its device
+        recorder.step = step             # the CALLER tags collectives with the step number
+        loss = tr.step(x, y, timer)      # timer.finish() then gives fwd/bwd/sync/opt ms
+
+Single-process variants (``variants.PROCESSES[v] == 1``: single, manual, data_parallel) run
+only in a job launched with ONE process (``variants.launch_world_size(v, N) == 1``); the
+logical world size N is passed as ``make_trainer(..., replicas=N)``: ``manual`` builds N
+replicas, ``data_parallel`` uses up to N GPUs, and all three consume the whole global batch
+``cfg.global_batch(N)`` (so ``single`` at N is the reference for the N-rank variants).
+Multi-process variants consume ``cfg.local_batch(world_size)`` samples per rank per step.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+import torch._dynamo  # noqa: F401  (see below)
+import torch.nn as nn
+from torch.profiler import record_function
+
+from dpcore.contract.config import TrainConfig
+from dpcore.contract.errors import UsageError, choices_error
+from dpcore.write.recorder import PhaseTimer
+from dpcore.write.launch import DistContext
+from dpcore.write.models import build_model, loss_fn, make_batch, shard
+from dpcore.write.variants import MULTIPROCESS, REGISTRY, SINGLE_PROCESS, VARIANTS, wrap
+
+# ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
+# importing it here lets the launcher's forkserver preload it once instead of in every rank.
+ModelFn = Callable[..., nn.Module]
+
+
+class Trainer:
+    """A model wrapped in one DP variant plus its SGD optimizer (see module docstring)."""
+
+    def __init__(self, variant: str, ctx: DistContext, cfg: TrainConfig, recorder: Any = None,
+                 replicas: int | None = None, model_fn: ModelFn | None = None) -> None:
+        if variant not in REGISTRY:
+            raise choices_error("variant", variant, VARIANTS)
+        self.variant, self.ctx, self.cfg, self.recorder = variant, ctx, cfg, recorder
+        self.single_process = variant in SINGLE_PROCESS
+        if self.single_process and ctx.world_size != 1:
+            raise UsageError(f"variant {variant!r} runs in one process: launch it with world "
+                             f"size 1 and pass the replica count as replicas=N "
+                             f"(got a {ctx.world_size}-process job)")
+        self.replicas = int(replicas or ctx.world_size)
+        module = (model_fn or build_model)(cfg, device=ctx.device)
+        if variant in MULTIPROCESS:
+            self.model = wrap(variant, module, bucket_mb=cfg.bucket_mb, group=ctx.group,
+                              recorder=recorder)
+        else:
+            self.model = REGISTRY[variant](module, replicas=self.replicas)
+        self.skip_reason: str | None = getattr(self.model, "skip_reason", None)
+        self.loss_fn = loss_fn(cfg.model)
+        params = (self.model.optim_parameters() if hasattr(self.model, "optim_parameters")
+                  else [p for p in self.model.parameters() if p.requires_grad])
+        self.opt = torch.optim.SGD(params, lr=cfg.lr)
+        self._forward_loss = getattr(self.model, "forward_loss", None)
+        self._loss_terms = getattr(self.model, "loss_terms", 1)
+        self.global_batch = cfg.global_batch(self.replicas if self.single_process
+                                             else ctx.world_size)
+        self.samples_per_step = (self.global_batch if self.single_process
+                                 else cfg.local_batch(ctx.world_size))
+        # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
+        # callback), so "backward" would swallow the wait. On CPU, stamp the last gradient's
+        # accumulation and end the bwd phase there: the rest of backward() is grad sync.
+        self._last_grad_ns = 0
+        self._split_backward = variant == "torch_ddp" and ctx.device.type == "cpu"
+        if self._split_backward:
+            for p in self.module.parameters():
+                if p.requires_grad:
+                    p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _grad_ready(self, _param: torch.Tensor) -> None:
+        self._last_grad_ns = time.perf_counter_ns()
+
+    @property
+    def module(self) -> nn.Module:
+        """The bare model (replica 0 for ``manual``)."""
+        return self.model.module
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This trainer's share of step ``step``'s global batch, on its device."""
+        x, y = make_batch(self.cfg, self.cfg.model, step, self.global_batch, self.cfg.seed)
+        return self.shard(x, y)
+
+    def shard(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Slice a global batch to this rank's contiguous shard (whole batch for one process)."""
+        if not self.single_process:
+            x = shard(x, self.ctx.rank, self.ctx.world_size)
+            y = shard(y, self.ctx.rank, self.ctx.world_size)
+        dev = self.ctx.device
+        return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor, timer: PhaseTimer) -> float:
+        """One optimizer step on this rank's batch; returns the (replica-mean) loss.
+
+        Phases: forward (incl. loss), backward (hook variants launch collectives here),
+        grad_sync (waiting for / running the gradient averaging), optimizer (SGD step and
+        zeroing gradients). ``recorder.step`` must be set by the caller beforehand.
+        """
+        if self.skip_reason:
+            raise RuntimeError(self.skip_reason)
+        m = self.model
+        timer.start()
+        m.on_train_batch_start()
+        with record_function("forward"):
+            loss = (self._forward_loss(x, y, self.loss_fn) if self._forward_loss is not None
+                    else self.loss_fn(m(x), y))
+        timer.mark("fwd")
+        with record_function("backward"):
+            loss.backward()
+        timer.mark("bwd", at_ns=self._last_grad_ns if self._split_backward else None)
+        with record_function("grad_sync"):
+            m.finish_gradient_synchronization()
+        timer.mark("sync")
+        with record_function("optimizer"):
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+        timer.mark("opt")
+        return float(loss.detach()) / self._loss_terms
+
+    def named_parameters_cpu(self) -> dict[str, torch.Tensor]:
+        """Every parameter (frozen too) and buffer of the bare model, as CPU copies."""
+        mod = self.module
+        out = {n: p.detach().cpu().clone() for n, p in mod.named_parameters()}
+        out.update({n: b.detach().cpu().clone() for n, b in mod.named_buffers()})
+        return out
+
+
+def make_trainer(variant: str, ctx: DistContext, cfg: TrainConfig, recorder: Any = None, *,
+                 replicas: int | None = None, model_fn: ModelFn | None = None) -> Trainer:
+    """Build ``cfg``'s model from ``cfg.seed``, wrap it in ``variant``, add SGD(lr=cfg.lr).
+
+    ``replicas``: logical world size for single-process variants (default ctx.world_size).
+    ``model_fn(cfg, device=...)`` replaces :func:`dpcore.write.models.build_model` (tests).
+    """
+    return Trainer(variant, ctx, cfg, recorder, replicas, model_fn)
+
+
+def local_context(device: torch.device | str | None = None) -> DistContext:
+    """A world-of-one context for single-process variants run without a launch."""
+    dev = torch.device(device) if device is not None else (
+        torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
+    return DistContext(rank=0, world_size=1, local_rank=0,
+                       backend="nccl" if dev.type == "cuda" else "gloo", device=dev,
+                       threads=torch.get_num_threads())

@@ -1,0 +1,157 @@
+"""What each rank does for one profiling job: warm-up, timed steps, then profiled steps.
+
+Why timed steps run without the profiler: torch.profiler adds per-op overhead, so the step
+times the charts use come from plain ``perf_counter`` (CPU, after a barrier so all ranks start
+a step together) or CUDA events (GPU); only a few extra steps run under the profiler, for the
+traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up step is ``steps``
+(dropped), profiled steps are steps+1..steps+profile_steps, and the trace's
+``ProfilerStep#N`` markers carry the same N.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from dpcore.contract.clocksync import marker_name
+from dpcore.write.clock import measure_offset
+from dpcore.contract.config import TrainConfig
+from dpcore.write.recorder import PhaseTimer, Recorder
+from dpcore.write.launch import DistContext
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One cell of the sweep. ``world_size`` is the logical data-parallel degree (replicas);
+    ``processes`` is how many ranks are launched (1 for single-process variants)."""
+
+    job_id: str
+    variant: str
+    world_size: int
+    processes: int
+    bucket_mb: float
+    trace_dir: str | None  # None == --no-trace
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Send this process's fd 2 to ``path`` (Kineto prints start/stop chatter straight to
+    stderr, which would shred the progress bars); restored afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+    if path.exists() and all(ln.startswith("USDT:") for ln in path.read_text(errors="replace")
+                             .splitlines()):
+        path.unlink()  # only Kineto's start/stop chatter: leave no noise file in the run
+
+
+def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
+    """Run one job on this rank; return its rows for the run directory (parent writes them)."""
+    from dpcore.write.train import make_trainer
+
+    offset, rtt = measure_offset(ctx)
+    if os.environ.get("DPCORE_FAIL_JOB") == spec.job_id and ctx.rank == ctx.world_size - 1:
+        # fault injection for tests and demos: this job's last rank raises
+        raise RuntimeError(f"injected failure (DPCORE_FAIL_JOB={spec.job_id})")
+    rec = Recorder(spec.job_id, ctx.rank, offset)
+    cfg = replace(cfg, bucket_mb=spec.bucket_mb)
+    trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size)
+    if trainer.skip_reason:
+        return {"skip_reason": trainer.skip_reason}
+    timer = PhaseTimer(ctx.device, offset)
+    profile_steps = cfg.profile_steps if spec.trace_dir else 0
+    rows: list[dict] = []
+    done = 0
+
+    def one_step(step: int, profiled: bool, keep: bool) -> None:
+        nonlocal done
+        x, y = trainer.batch(step + cfg.warmup)  # this rank's shard, on its device
+        if ctx.world_size > 1:
+            dist.barrier()  # every rank starts the step together
+        rec.step = step
+        trainer.step(x, y, timer)
+        rec.step = -1
+        if keep:
+            t = timer.finish()
+            rows.append({"job_id": spec.job_id, "variant": spec.variant,
+                         "world_size": spec.world_size, "bucket_mb": spec.bucket_mb,
+                         "rank": ctx.rank, "step": step, "profiled": profiled,
+                         "t_start_ns": t["t_start_ns"], "step_ms": round(t["step_ms"], 6),
+                         **{k: round(t[k], 6) for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")},
+                         "samples": trainer.samples_per_step})
+        done += 1
+        ctx.report({"done": done, "phase": "warmup" if step < 0 else
+                    ("profiled" if profiled else "timed")})
+
+    for w in range(cfg.warmup):
+        one_step(w - cfg.warmup, False, False)
+    rec.clear()
+    for s in range(cfg.steps):
+        one_step(s, False, True)
+
+    trace_file, trace_error = None, ""
+    sync: list[tuple[int, int]] = []  # (t_a, t_b) around each dpcore_clock_sync#k marker
+    if profile_steps:
+        Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
+        trace_file = Path(spec.trace_dir) / f"rank{ctx.rank}.json.gz"
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if ctx.is_cuda:
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+
+        def export(prof: Any) -> None:
+            # A trace that cannot be written must not cost the timed steps already measured.
+            nonlocal trace_error
+            tmp = trace_file.with_name(f".rank{ctx.rank}.{os.getpid()}.tmp.json.gz")
+            try:
+                prof.export_chrome_trace(str(tmp))
+                os.replace(tmp, trace_file)
+            except OSError as exc:
+                trace_error = f"trace export failed on rank {ctx.rank}: {exc}"
+
+        first = cfg.steps  # the profiler's warm-up step; ProfilerStep#N == our step index N
+        last = cfg.steps + profile_steps
+        A = torch.profiler.ProfilerAction
+
+        def sched(n: int) -> Any:
+            if n == first:
+                return A.WARMUP
+            if first < n < last:
+                return A.RECORD
+            return A.RECORD_AND_SAVE if n == last else A.NONE
+
+        log = Path(spec.trace_dir) / f"rank{ctx.rank}.profiler.log"
+        prof = torch.profiler.profile(activities=acts, schedule=sched, on_trace_ready=export)
+        # Start numbering at `first` so trace steps and steps.csv rows share one index.
+        prof.step_num, prof.current_action = first, sched(first)
+        with _stderr_to(log), prof:
+            prof.add_metadata_json("dpcore", '{"job_id": "%s", "rank": %d, "offset_ns": %d}'
+                                   % (spec.job_id, ctx.rank, offset))
+            for step in range(first, last + 1):
+                if step > first:
+                    for _ in range(3):
+                        t_a = rec.now()
+                        with torch.profiler.record_function(marker_name(len(sync))):
+                            t_b = rec.now()
+                        sync.append((t_a, t_b))
+                one_step(step, step > first, step > first)
+                prof.step()
+    keep = {r["step"] for r in rows}
+    coll = [c for c in rec.collective_rows() if c["step"] in keep]
+    msgs = [m for m in rec.message_rows() if m["step"] in keep]
+    return {"steps": rows, "collectives": coll, "messages": msgs, "offset_ns": offset,
+            "rtt_ns": rtt, "trace": str(trace_file) if trace_file and not trace_error else None,
+            "trace_error": trace_error, "sync": sync,
+            "threads": ctx.threads}
