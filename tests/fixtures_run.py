@@ -16,12 +16,8 @@ import json
 import random
 from pathlib import Path
 
-STEP_COLS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "step", "profiled", "t_start_ns",
-             "step_ms", "fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "comm_ms", "comm_ops", "comm_bytes", "samples"]
-COLL_COLS = ["job_id", "rank", "step", "seq", "op", "algo", "bytes", "t_launch_ns", "t_start_ns", "t_end_ns", "bucket"]
-MSG_COLS = ["job_id", "algo", "rank", "step", "call", "phase", "ring_step", "src", "dst", "chunk", "bytes",
-            "t_post_ns", "t_done_ns", "side"]
-AR_COLS = ["job_id", "algo", "world_size", "bytes", "repeats", "time_ms", "algbw_gbps", "busbw_gbps"]
+from dpcore.contract import runformat as rf
+
 
 GRAD_BYTES = 4 * 1_048_576          # 1 Mi float32 parameters
 N_PARAMS = 32                       # 16 Linear layers: weight + bias
@@ -40,11 +36,6 @@ def _write_csv(path: Path, cols: list[str], rows: list[dict]) -> None:
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
-
-
-def _job_id(variant: str, ws: int, bucket: float) -> str:
-    """Same ids as the profiler: the bucket part only where the bucket size matters."""
-    return f"{variant}-ws{ws}-b{bucket:g}" if variant in ("bucketed", "torch_ddp") else f"{variant}-ws{ws}"
 
 
 def _comm_plan(variant: str, ws: int, bucket: float) -> list[tuple[int, float]]:
@@ -204,19 +195,19 @@ def make_run(root: Path, run_id: str = "20250101-120000-mlp", *, steps: int = 5,
     """
     rng = random.Random(seed)
     run = Path(root) / run_id
-    (run / "traces").mkdir(parents=True, exist_ok=True)
+    (run / rf.TRACES_DIR).mkdir(parents=True, exist_ok=True)
     cores = 2
     steps_rows, coll_rows, msg_rows, ar_rows, jobs = [], [], [], [], []
     t = 1_000_000_000_000
     for variant, ws, bucket in TRAIN:
-        jid = _job_id(variant, ws, bucket)
+        jid = rf.job_id(variant, ws, bucket)
         oversub = ws > cores
         s, c, m, spans, t = _train_job(variant, ws, bucket, steps, profiled, t, rng, oversub, cores)
         for rows, dst in ((s, steps_rows), (c, coll_rows), (m, msg_rows)):
             for row in rows:
                 row["job_id"] = jid
             dst += rows
-        tdir = run / "traces" / jid
+        tdir = rf.trace_dir(run, jid)
         tdir.mkdir(exist_ok=True)
         merged, sync = [], {}
         for r, sp in spans.items():
@@ -228,9 +219,9 @@ def make_run(root: Path, run_id: str = "20250101-120000-mlp", *, steps: int = 5,
                 gap = (t1 - t0) / big_trace_events
                 ev += [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 50}", "pid": 0, "tid": 1,
                         "ts": t0 + i * gap, "dur": gap / 2, "args": {}} for i in range(big_trace_events)]
-            _write_trace(tdir / f"rank{r}.json.gz", r, ev)
+            _write_trace(tdir / rf.rank_trace_name(r), r, ev)
             merged += ev
-        _write_trace(tdir / "merged.json.gz", -1, merged)
+        _write_trace(tdir / rf.MERGED_TRACE, -1, merged)
         jobs.append(dict(id=jid, kind="train", variant=variant, algo=None, world_size=ws, bucket_mb=bucket,
                          status="complete", error=None, oversubscribed=oversub, skip_reason=None,
                          clock_offsets_ns=[0] + [rng.randint(-5000, 5000) for _ in range(ws - 1)],
@@ -265,11 +256,10 @@ def make_run(root: Path, run_id: str = "20250101-120000-mlp", *, steps: int = 5,
                         "threads_per_rank": {"1": 2, "2": 1, "4": 1}, "oversubscribed": True, "gpus": 0},
         "jobs": jobs,
     }
-    (run / "run.json").write_text(json.dumps(meta, indent=1))
-    _write_csv(run / "steps.csv", STEP_COLS, steps_rows)
-    _write_csv(run / "collectives.csv", COLL_COLS, coll_rows)
-    _write_csv(run / "messages.csv", MSG_COLS, msg_rows)
-    _write_csv(run / "allreduce.csv", AR_COLS, ar_rows)
+    (run / rf.RUN_JSON).write_text(json.dumps(meta, indent=1))
+    for table, rows in (("steps", steps_rows), ("collectives", coll_rows), ("messages", msg_rows),
+                        ("allreduce", ar_rows)):
+        _write_csv(run / rf.table_file(table), rf.TABLES[table], rows)
     return run
 
 

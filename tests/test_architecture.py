@@ -1,0 +1,152 @@
+"""The shape of the code, enforced: three wings that follow the data, and no import cycles.
+
+- ``dpcore/contract``: the run format and the definitions both sides share. No torch, no pandas
+  (the writer runs without pandas; the dashboard runs without torch).
+- ``dpcore/write``: CLI commands and engine that *write* runs. Never pandas, streamlit, plotly,
+  nor anything of the read wing.
+- ``dpcore/read``: analysis, plots and dashboard that *read* runs. Never torch, nor the write wing.
+
+Checked twice: statically over every import statement (module level and inside functions, so a
+lazy import cannot hide a violation), and at run time in a fresh interpreter (what really ends up
+in ``sys.modules``, transitive imports of third-party packages included).
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "dpcore"
+FORBIDDEN = {
+    "contract": ("torch", "pandas", "streamlit", "plotly", "dpcore.write", "dpcore.read"),
+    "write": ("pandas", "streamlit", "plotly", "dpcore.read"),
+    "read": ("torch", "dpcore.write"),
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in a file, relative ones resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append((node.lineno, mod))
+            # `from dpcore.read import analysis` imports the submodule dpcore.read.analysis
+            out += [(node.lineno, f"{mod}.{a.name}") for a in node.names
+                    if (PKG.parent / (mod + "." + a.name).replace(".", "/")).exists()
+                    or (PKG.parent / ((mod + "." + a.name).replace(".", "/") + ".py")).exists()]
+    return out
+
+
+def _sources() -> list[Path]:
+    return sorted(PKG.rglob("*.py"))
+
+
+def _violations(imports: list[tuple[int, str]], banned: tuple[str, ...]) -> list[str]:
+    return [f"line {ln}: {mod}" for ln, mod in imports
+            if any(mod == b or mod.startswith(b + ".") for b in banned)]
+
+
+@pytest.mark.parametrize("wing", sorted(FORBIDDEN))
+def test_wing_imports_follow_the_rules(wing: str) -> None:
+    files = sorted((PKG / wing).rglob("*.py"))
+    assert files, f"dpcore/{wing} is empty"
+    bad = {str(f.relative_to(ROOT)): v for f in files if (v := _violations(_imports(f), FORBIDDEN[wing]))}
+    assert not bad, f"dpcore/{wing} breaks its import rule: {bad}"
+
+
+def test_rule_checker_catches_a_violation(tmp_path: Path) -> None:
+    """The checker itself can fail: a lazy torch import inside a function is found."""
+    f = PKG / "read" / "_tmp_violation_probe.py"
+    f.write_text("def f():\n    import torch.distributed as dist\n    from dpcore.write import launch\n")
+    try:
+        got = _violations(_imports(f), FORBIDDEN["read"])
+    finally:
+        f.unlink()
+    assert got == ["line 2: torch.distributed", "line 3: dpcore.write", "line 3: dpcore.write.launch"]
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = {_module_name(f): f for f in _sources()}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        for _, imp in _imports(f):
+            # an import of a package's submodule depends on that module (not on its parents)
+            while imp and imp not in mods:
+                imp = imp.rpartition(".")[0]
+            if imp and imp != m and not m.startswith(imp + ".") and imp != "dpcore":
+                graph[m].add(imp)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state and (found := visit(m)):
+                return found
+        state[n] = 2
+        stack.pop()
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (found := visit(n)):
+            return found
+    return None
+
+
+def test_no_import_cycles() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_cycle_finder_finds_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+_PROBE = """
+import importlib, pkgutil, sys
+import dpcore.{wing} as w
+for m in pkgutil.walk_packages(w.__path__, w.__name__ + "."):
+    importlib.import_module(m.name)
+print(",".join(sorted(b for b in {banned!r} if b in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("wing,banned", [("read", ("torch",)), ("contract", ("torch", "pandas")),
+                                         ("write", ("pandas", "streamlit", "plotly"))])
+def test_wing_loads_without_the_other_sides_libraries(wing: str, banned: tuple[str, ...]) -> None:
+    """Import every module of the wing in a fresh interpreter: the banned libraries never load,
+    not even through a third-party package."""
+    code = _PROBE.format(wing=wing, banned=banned)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "", f"dpcore.{wing} loaded {r.stdout.strip()}"
