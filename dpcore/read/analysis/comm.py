@@ -1,4 +1,4 @@
-"""Collective bandwidth, ring message timing, ring chunk matrix and straggler skew.
+"""Collective bandwidth, ring message timing and the ring chunk matrix.
 
 Bandwidth follows nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw · factor,
 factor 2(N−1)/N for all-reduce, (N−1)/N for reduce-scatter / all-gather / all-to-all, 1 for
@@ -13,7 +13,7 @@ from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.intervals import union_length
 from dpcore.contract.messages import pair_messages, piece_numbers
 from dpcore.contract.metrics import bus_factor
-from dpcore.contract.runformat import MESSAGE_KEY
+from dpcore.contract.runformat import ALLREDUCE_COLUMNS, MESSAGE_KEY
 from dpcore.read.analysis.overlap import comm_start_ns
 
 _GROUP = ["job_id", "algo", "step", "call", "phase", "ring_step"]
@@ -24,7 +24,7 @@ def allreduce_bandwidth(allreduce: pd.DataFrame) -> pd.DataFrame:
 
     `consistent` says whether the recorded values agree with the recomputed ones (within 1%).
     """
-    cols = ["job_id", "algo", "world_size", "bytes", "time_ms", "algbw_gbps", "busbw_gbps", "consistent"]
+    cols = [c for c in ALLREDUCE_COLUMNS if c != "repeats"] + ["consistent"]
     if allreduce is None or allreduce.empty:
         return pd.DataFrame(columns=cols)
     df = allreduce.copy()
