@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("summarize", help="per-job table of a run")
     s.add_argument("run")
+    s.add_argument("--csv", action="store_true")
     return ap
 
 
@@ -207,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         from dpcore.read.analysis import RunLoadError
         from dpcore.read.analysis.commands import analyze, summarize
         try:
-            print(analyze(args.path, csv=args.csv) if args.command == "analyze"
-                  else summarize(args.run))
+            out = (analyze(args.path, csv=args.csv) if args.command == "analyze"
+                   else summarize(args.run, csv=args.csv))
+            print(out, end="" if args.csv else "\n")
         except (RunLoadError, OSError, ValueError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
         return 0
@@ -218,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback (DPCORE_DEBUG=1 for it)
         if os.environ.get("DPCORE_DEBUG"):
             raise

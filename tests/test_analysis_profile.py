@@ -35,8 +35,32 @@ def test_profile_run_overlap(run_dir):
     assert sorted(flat["rank"]) == [0, 1] and (flat["comm_ms"] > 0).all()
     assert flat["overlap_pct"].max() < 5.0 and ovl["overlap_pct"].mean() > flat["overlap_pct"].mean()
     assert analyze(str(run_dir / "traces" / "flat-ws2"), csv=True).splitlines()[0] == \
-        "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms"
+        "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms,steps"
     assert "overlap-ws2" in summarize(str(run_dir))
+
+
+def test_summarize_equals_mean_over_ranks_of_analyze(run_dir):
+    """One value per metric: on a fresh run, summarize's overlap of each job equals the mean
+    over ranks of analyze on that job's traces (the before-stop check allows 0.5 points)."""
+    import io
+
+    import pandas as pd
+    s = pd.read_csv(io.StringIO(summarize(str(run_dir), csv=True))).set_index("job_id")
+    assert list(s.reset_index().columns[:11]) == ["job_id", "variant", "world_size", "bucket_mb", "step_ms",
+                                                  "step_ms_p10", "step_ms_p90", "comm_ms", "exposed_comm_ms",
+                                                  "overlap_pct", "noisy"]
+    whole = pd.read_csv(io.StringIO(analyze(str(run_dir), csv=True)))
+    for job in ("flat-ws2", "overlap-ws2"):
+        folder = pd.read_csv(io.StringIO(analyze(str(run_dir / "traces" / job), csv=True)))
+        assert (folder["steps"] == 3).all()  # --profile-steps 3: the ms columns are per step
+        assert s.loc[job, "comm_source"] == "trace"
+        assert abs(s.loc[job, "overlap_pct"] - folder["overlap_pct"].mean()) < 0.5, job
+        assert abs(s.loc[job, "exposed_comm_ms"] - folder["exposed_comm_ms"].mean()) < 0.01, job
+        mine = whole[whole["job_id"] == job]
+        assert mine["overlap_pct"].tolist() == pytest.approx(folder["overlap_pct"].tolist(), abs=1e-3)
+        gap = s.loc[job, "overlap_pct_trace"] - s.loc[job, "overlap_pct_intervals"]
+        assert s.loc[job, "overlap_gap"] == pytest.approx(gap, abs=1e-3)
+        assert bool(s.loc[job, "sources_disagree"]) == (abs(gap) > 5)
 
 
 def test_trace_and_interval_overlap_agree_on_the_same_steps(run_dir):

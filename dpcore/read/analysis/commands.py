@@ -8,31 +8,46 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpcore.read.analysis.load import RunLoadError, load_run
-from dpcore.read.analysis.overlap import RANK_COLUMNS, overlap_by_rank
+from dpcore.contract.runformat import RUN_JSON
+from dpcore.read.analysis.load import Run, RunLoadError, load_run
+from dpcore.read.analysis.metrics import (NOISY_SPREAD, SOURCE_GAP_POINTS, rank_metrics, step_metrics,
+                                          trace_rows)
+from dpcore.read.analysis.overlap import overlap_from_trace
 from dpcore.read.analysis.summary import job_summary
+from dpcore.read.analysis.timeline import trace_step_metrics
 from dpcore.read.analysis.traces import TraceFormatError, read_trace_dir
 
-_SUMMARY_VIEW = ["job_id", "status", "step_ms", "step_ms_p10", "step_ms_p90", "compute_ms", "comm_ms",
-                 "exposed_ms", "overlap_pct", "comm_fraction", "throughput", "oversubscribed"]
+#: DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover.
+ANALYZE_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms", "steps"]
+#: DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.
+SUMMARIZE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90",
+                     "comm_ms", "exposed_comm_ms", "overlap_pct", "noisy", "status", "step_ms_p50",
+                     "comm_source", "comm_steps", "overlap_pct_trace", "overlap_pct_intervals", "overlap_gap",
+                     "sources_disagree", "compute_ms", "comm_fraction", "throughput", "oversubscribed"]
+_SUMMARY_VIEW = ["job_id", "status", "step_ms", "step_ms_p10", "step_ms_p90", "noisy", "compute_ms", "comm_ms",
+                 "exposed_comm_ms", "overlap_pct", "comm_source", "overlap_gap", "comm_fraction", "throughput"]
 
 
 def _fmt(df: pd.DataFrame) -> str:
     return df.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-")
 
 
-def _per_rank(trace_dir: Path) -> pd.DataFrame:
+def _trace_folder_ranks(trace_dir: Path) -> pd.DataFrame:
+    """Per rank over the ProfilerSteps of a folder of traces (the whole trace when it has none)."""
     try:
-        return overlap_by_rank(read_trace_dir(trace_dir))
+        rows = trace_rows(overlap_from_trace(read_trace_dir(trace_dir)))
     except TraceFormatError as exc:
         raise ValueError(str(exc)) from None
+    return rank_metrics(rows, "trace")
 
 
 def analyze(path: str, csv: bool = False) -> str:
-    """Per-rank overlap % (HTA definition), comm, exposed comm and compute from traces.
+    """Per-rank overlap % (HTA definition), comm, exposed comm and compute, per traced step.
 
     PATH is a folder of per-rank torch.profiler traces (ours or foreign) or a run directory; for
-    a run directory every job with traces is analysed and CSV rows gain a leading job_id column.
+    a run directory every job with traces is analysed (on the steps steps.csv marks profiled:
+    the rows `summarize` uses, so its overlap of a job is the mean over ranks of these) and CSV
+    rows gain a leading job_id column. ms columns are means per step; ``steps`` says how many.
     Raises ValueError (RunLoadError for broken runs) with a one-line message.
     """
     p = Path(path)
@@ -40,41 +55,53 @@ def analyze(path: str, csv: bool = False) -> str:
         raise ValueError(f"no such file or directory: {p}")
     if p.is_file():
         raise ValueError(f"expected a run directory or a folder of traces, got a file: {p}")
-    if not (p / "run.json").exists():
-        df = _per_rank(p)
+    if not (p / RUN_JSON).exists():
+        df = _trace_folder_ranks(p)
         if csv:
-            return df.to_csv(index=False, columns=RANK_COLUMNS, float_format="%.4f")
-        return f"{p}\n{_fmt(df)}\n"
+            return df.to_csv(index=False, columns=ANALYZE_COLUMNS, float_format="%.4f")
+        return f"{p}  (ms per step)\n{_fmt(df[ANALYZE_COLUMNS])}\n"
     run = load_run(p)
-    parts, frames = [], []
-    for job_id in run.jobs["job_id"]:
-        d = p / "traces" / str(job_id)
-        if not any(k.startswith("rank") for k in run.trace_files(str(job_id))):
-            continue
-        df = _per_rank(d)
-        frames.append(df.assign(job_id=job_id))
+    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(run)), "trace")
+    if per.empty:
+        raise RunLoadError(f"no rank traces in run {p} (traces/<job_id>/rank<r>.json.gz)")
+    if csv:
+        return per[["job_id"] + ANALYZE_COLUMNS].to_csv(index=False, float_format="%.4f")
+    parts = []
+    for job_id, df in per.groupby("job_id", sort=False):
         note = ""
         if (df["comm_ms"] <= 0).all() and (run.collectives["job_id"] == job_id).any():
             note = ("\n  (no comm in the trace: gloo runs the point-to-point transfers of the "
                     "from-scratch algorithms off the traced threads; `summarize` has this job's "
                     "comm from collectives.csv)")
-        parts.append(f"{job_id}\n{_fmt(df)}{note}")
-    if not frames:
-        raise RunLoadError(f"no rank traces in run {p} (traces/<job_id>/rank<r>.json.gz)")
-    if csv:
-        return pd.concat(frames)[["job_id"] + RANK_COLUMNS].to_csv(index=False, float_format="%.4f")
+        parts.append(f"{job_id}  (ms per traced step)\n{_fmt(df[ANALYZE_COLUMNS])}{note}")
     return "\n\n".join(parts) + "\n"
 
 
-def summarize(path: str) -> str:
-    """The per-job table (job_summary) of a run directory as readable text."""
+def summary_table(run: "Run") -> pd.DataFrame:
+    """`summarize`'s rows: job_summary with DESIGN's column names, in SUMMARIZE_COLUMNS order."""
+    s = job_summary(run).rename(columns={"exposed_ms": "exposed_comm_ms"})
+    return s[SUMMARIZE_COLUMNS]
+
+
+def summarize(path: str, csv: bool = False) -> str:
+    """The per-job table of a run: T over the timed steps (median, p10, p90, noisy), C/E/overlap
+    over the traced steps with their source and the gap between the two methods."""
     p = Path(path)
     run = load_run(p)
-    s = job_summary(run)
+    s = summary_table(run)
+    if csv:
+        return s.to_csv(index=False, float_format="%.4f")
     if s.empty:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
-    view = s[_SUMMARY_VIEW].rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s"})
-    return f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})\n{_fmt(view)}\n"
+    view = s[_SUMMARY_VIEW].rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s",
+                                            "exposed_comm_ms": "exposed_ms", "comm_source": "source",
+                                            "overlap_gap": "gap_pts"})
+    lines = [f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})", _fmt(view), "",
+             "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
+             f"{NOISY_SPREAD:g}. comm/exposed/overlap: per traced step, from the trace (source=trace) or "
+             "the recorded collectives (source=intervals); gap_pts = trace - intervals overlap on the "
+             f"same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree)."]
+    return "\n".join(lines) + "\n"
 
 
 def run_end_table(path: str) -> tuple[str, int]:
@@ -88,8 +115,9 @@ def run_end_table(path: str) -> tuple[str, int]:
     if summary.empty:
         lines.append("(no completed training jobs)")
     else:
-        cols = {"job_id": "job", "step_ms": "step ms (median)", "comm_fraction": "comm fraction",
-                "overlap_pct": "overlap %", "throughput": "samples/s"}
+        cols = {"job_id": "job", "step_ms": "step ms p50", "step_ms_p10": "p10", "step_ms_p90": "p90",
+                "noisy": "noisy", "comm_fraction": "comm fraction", "overlap_pct": "overlap %",
+                "throughput": "samples/s"}
         table = summary[list(cols)].rename(columns=cols)
         lines.append(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     failed = 0

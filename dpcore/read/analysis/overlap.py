@@ -13,7 +13,8 @@ from dpcore.contract.intervals import comm_start, overlap_stats, step_comm, subt
 from dpcore.contract.runformat import parse_bools
 
 MS_NS = 1e6
-BREAKDOWN_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "step", "step_ms", "compute_ms",
+BREAKDOWN_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "step", "step_ms", "fwd_ms", "bwd_ms",
+                     "sync_ms", "opt_ms", "compute_ms",
                      "comm_ms", "overlapped_ms", "exposed_ms", "other_ms", "overlap_pct", "comm_fraction",
                      "comm_ops", "comm_bytes", "samples"]
 TRACE_COLUMNS = ["rank", "step", "compute_ms", "comm_ms", "overlapped_ms", "exposed_ms", "overlap_pct"]
@@ -73,7 +74,8 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
         rows.append({
             "job_id": rec["job_id"], "variant": rec.get("variant"), "world_size": rec.get("world_size"),
             "bucket_mb": rec.get("bucket_mb"), "rank": int(rec["rank"]), "step": int(rec["step"]),
-            "step_ms": step_ms, "compute_ms": compute_ms, "comm_ms": s["comm"] / MS_NS,
+            "step_ms": step_ms, **{k: float(rec[k]) for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")},
+            "compute_ms": compute_ms, "comm_ms": s["comm"] / MS_NS,
             "overlapped_ms": s["overlapped"] / MS_NS, "exposed_ms": exposed,
             "other_ms": max(0.0, step_ms - compute_ms - exposed), "overlap_pct": s["overlap_pct"],
             "comm_fraction": exposed / step_ms if step_ms > 0 else float("nan"),

@@ -9,54 +9,37 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.load import Run
-from dpcore.read.analysis.overlap import step_breakdown
+from dpcore.read.analysis.metrics import NOISY_SPREAD, job_metrics, step_metrics
+from dpcore.read.analysis.timeline import trace_step_metrics
 
 SUMMARY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "status", "step_ms", "step_ms_p10",
-                   "step_ms_p90", "compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "comm_ms",
-                   "comm_fraction", "overlap_pct", "comm_ops", "comm_bytes", "throughput", "oversubscribed",
-                   "n_steps", "step_ms_std", "overlap_pct_p10", "overlap_pct_p90"]
-SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "throughput", "speedup", "efficiency",
-                   "ideal_speedup", "oversubscribed", "noisy", "mode"]
-#: A job whose p90 step time is this many times its p10 was disturbed (another process, OpenMP
-#: threads fighting for a core): its median is not a number to scale a job on.
-NOISY_SPREAD = 3.0
-_MEDIANS = ["compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "comm_ms", "comm_fraction", "overlap_pct",
-            "comm_ops", "comm_bytes"]
+                   "step_ms_p50", "step_ms_p90", "noisy", "fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "compute_ms",
+                   "overlapped_ms", "exposed_ms", "other_ms", "comm_ms", "comm_fraction", "overlap_pct",
+                   "comm_source", "comm_steps", "overlap_pct_trace", "overlap_pct_intervals", "overlap_gap",
+                   "sources_disagree", "comm_ops", "comm_bytes", "throughput", "oversubscribed", "n_steps",
+                   "step_ms_std"]
+SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90", "throughput",
+                   "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "mode"]
 
 
-def summarize_breakdown(bd: pd.DataFrame) -> pd.DataFrame:
-    """Per job: medians over all (rank, step) rows, p10/p90 spread, global throughput.
+def job_summary(run: Run, trace_steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per train job of the run (failed/skipped jobs too, with NaN metrics); the numbers
+    are :func:`dpcore.read.analysis.metrics.job_metrics` of :func:`step_metrics` rows.
 
-    Throughput per step = samples of all ranks / slowest rank's step time (a DP step ends when the
-    last rank does), then the median over steps.
+    ``trace_steps``: the run's per-step trace metrics when the caller already holds them
+    (:func:`trace_step_metrics`); read from the run's traces otherwise.
     """
-    rows = []
-    for job_id, g in bd.groupby("job_id", sort=False):
-        per_step = g.groupby("step").agg(samples=("samples", "sum"), t=("step_ms", "max"))
-        thr = (per_step["samples"] / (per_step["t"] / 1e3)).replace([np.inf], np.nan)
-        row = {"job_id": job_id, "step_ms": g["step_ms"].median(), "step_ms_p10": g["step_ms"].quantile(0.1),
-               "step_ms_p90": g["step_ms"].quantile(0.9), "step_ms_std": g["step_ms"].std(ddof=0),
-               "throughput": thr.median(), "n_steps": int(g["step"].nunique()),
-               "overlap_pct_p10": g["overlap_pct"].quantile(0.1), "overlap_pct_p90": g["overlap_pct"].quantile(0.9)}
-        row.update({c: pd.to_numeric(g[c], errors="coerce").median() for c in _MEDIANS})
-        # Medians of parts don't add up to the median of the whole; keep the stacked parts
-        # summing to T by taking "other" as the remainder at job level.
-        row["other_ms"] = max(0.0, row["step_ms"] - row["compute_ms"] - row["exposed_ms"])
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def job_summary(run: Run) -> pd.DataFrame:
-    """One row per train job of the run (failed/skipped jobs too, with NaN metrics)."""
+    if trace_steps is None:
+        trace_steps = trace_step_metrics(run)
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
-    per = summarize_breakdown(step_breakdown(run.steps, run.collectives))
+    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps))
     base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]
-    out = base.merge(per, on="job_id", how="left") if not per.empty else base.assign(
-        **{c: np.nan for c in SUMMARY_COLUMNS if c not in base})
+    out = base.merge(per, on="job_id", how="left") if len(per.columns) > 1 else base.copy()
     for c in SUMMARY_COLUMNS:
         if c not in out:
             out[c] = np.nan
-    out["oversubscribed"] = out["oversubscribed"].fillna(False).astype(bool)
+    for c in ("oversubscribed", "noisy", "sources_disagree"):
+        out[c] = out[c].astype("boolean").fillna(False).astype(bool)
     return out[SUMMARY_COLUMNS].reset_index(drop=True)
 
 
@@ -102,6 +85,7 @@ def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = Non
             # superlinear efficiency on one host, or a spread-out T(1)/T(N), means noise
             noisy = base_noisy or _noisy(r) or (np.isfinite(eff) and eff > 1.05 and n > 1)
             rows.append({"variant": variant, "world_size": n, "bucket_mb": r["bucket_mb"], "step_ms": tn,
+                         "step_ms_p10": r.get("step_ms_p10"), "step_ms_p90": r.get("step_ms_p90"),
                          "throughput": r["throughput"], "speedup": speed, "efficiency": eff, "ideal_speedup": float(n),
                          "oversubscribed": bool(r["oversubscribed"]), "noisy": bool(noisy),
                          "mode": mode})

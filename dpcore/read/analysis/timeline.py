@@ -11,7 +11,8 @@ import pandas as pd
 
 from dpcore.contract.intervals import merge
 from dpcore.read.analysis.load import Run
-from dpcore.read.analysis.overlap import MS_NS, _trace_sets, comm_start_ns, compute_intervals_ns
+from dpcore.read.analysis.overlap import (MS_NS, TRACE_COLUMNS, _trace_sets, comm_start_ns, compute_intervals_ns,
+                                          overlap_from_trace)
 from dpcore.read.analysis.traces import TraceFormatError, read_trace
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
 
@@ -41,6 +42,20 @@ def job_trace_events(run: Run, job_id: str) -> pd.DataFrame | None:
         return pd.concat([read_trace(f) for f in files], ignore_index=True)
     except TraceFormatError:
         return None
+
+
+def trace_step_metrics(run: Run) -> pd.DataFrame:
+    """Per (job, rank, traced step) overlap from every job's traces (a loader: reads disk), as
+    :func:`overlap_from_trace` rows with a ``job_id`` column. A job whose traces are missing or
+    unreadable has no rows (its numbers then come from the recorded collectives)."""
+    frames = []
+    for job_id in run.jobs["job_id"]:
+        if not run.traced_steps(str(job_id)):
+            continue
+        events = job_trace_events(run, str(job_id))
+        if events is not None and not events.empty:
+            frames.append(overlap_from_trace(events).assign(job_id=str(job_id)))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["job_id", *TRACE_COLUMNS])
 
 
 def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
