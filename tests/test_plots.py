@@ -36,11 +36,29 @@ def summary() -> pd.DataFrame:
 def test_breakdown_stacks_to_step_time() -> None:
     s = summary()
     fig = breakdown_figure(s)
-    assert fig.layout.barmode == "stack" and len(fig.data) == 4
-    total = sum(np.asarray(t.y, float) for t in fig.data)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert fig.layout.barmode == "stack" and len(bars) == 4
+    total = sum(np.asarray(t.y, float) for t in bars)
     order = s.assign(o=s.variant.map({"single": 0, "ring": 1, "bucketed": 2})).sort_values(["o", "world_size", "bucket_mb"])["step_ms"].to_numpy(float)
     assert np.allclose(total, order)
     assert "5 MB" in " ".join(fig.data[0].x)  # bucket shown where a variant has several
+    whiskers = [t for t in fig.data if t.type == "scatter"][0]
+    assert np.allclose(np.asarray(whiskers.error_y.array, float), order * 0.1)  # p90 - median
+    assert np.allclose(np.asarray(whiskers.error_y.arrayminus, float), order * 0.1)  # median - p10
+    assert fig.layout.yaxis.range is None  # no outlier: plotly's own range
+
+
+def test_one_exploded_job_does_not_squash_the_overview() -> None:
+    s = summary()
+    s.loc[0, ["step_ms", "step_ms_p10", "step_ms_p90", "compute_ms"]] = [830.0, 12.0, 900.0, 26.0]
+    s.loc[0, "other_ms"] = 830.0 - 26.0
+    s["noisy"] = [True, False, False, False]
+    fig = breakdown_figure(s)
+    top = fig.layout.yaxis.range[1]
+    assert 40 * 1.1 < top < 40 * 1.1 * 1.2  # the highest p90 of the other jobs (44), plus headroom
+    assert any("830" in a.text for a in fig.layout.annotations)
+    whiskers = [t for t in fig.data if t.type == "scatter"][0]
+    assert list(whiskers.marker.symbol).count("x") == 1  # the noisy job is marked
 
 
 def test_empty_inputs_give_explanatory_figures() -> None:

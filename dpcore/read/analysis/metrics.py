@@ -152,3 +152,19 @@ def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
     df["comm_fraction"] = (df["exposed_ms"] / df["step_ms"]).where(df["step_ms"] > 0)
     df["other_ms"] = (df["step_ms"] - df["compute_ms"] - df["exposed_ms"].fillna(0)).clip(lower=0)
     return df.reset_index(drop=True)
+
+
+def step_ranks(rows: pd.DataFrame, job_id: str, step: int, source: str | None = None) -> pd.DataFrame:
+    """Per rank, the numbers of ONE step (what the Timeline draws): T, C, E and overlap, from the
+    trace when the step is traced and the trace shows comm (or ``source`` says so), else from
+    the intervals. Columns: rank, step_ms, comm_ms, exposed_ms, overlap_pct, source."""
+    cols = ["rank", "step_ms", "comm_ms", "exposed_ms", "overlap_pct", "source"]
+    g = rows[(rows["job_id"] == job_id) & (rows["step"] == step)].sort_values("rank")
+    if g.empty:
+        return pd.DataFrame(columns=cols)
+    has_trace = bool(g["traced"].all() and g["trace_comm_ms"].notna().all() and g["trace_comm_ms"].sum() > 0)
+    use_trace = has_trace if source is None else (source == "trace" and has_trace)
+    p = "trace_" if use_trace else ""
+    return pd.DataFrame({"rank": g["rank"].astype(int), "step_ms": g["step_ms"], "comm_ms": g[f"{p}comm_ms"],
+                         "exposed_ms": g[f"{p}exposed_ms"], "overlap_pct": g[f"{p}overlap_pct"],
+                         "source": "trace" if use_trace else "intervals"}, columns=cols).reset_index(drop=True)

@@ -96,8 +96,19 @@ def key(run: A.Run) -> tuple:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
+def trace_steps(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+    # per-step overlap of every job's traces: read once per run, shared by every view
+    return A.trace_step_metrics(_run)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
 def job_summary(_run: A.Run, run_key: tuple) -> pd.DataFrame:
-    return A.job_summary(_run)
+    return A.job_summary(_run, trace_steps(_run, run_key))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def step_metrics(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+    return A.step_metrics(_run.steps, _run.collectives, trace_steps(_run, run_key))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

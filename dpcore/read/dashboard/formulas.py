@@ -25,6 +25,9 @@ FORMULAS: dict[str, str] = {
     "algbw": "algbw = bytes / t (t = median time of one all-reduce).",
     "busbw": "busbw = algbw · 2(N−1)/N for all-reduce (nccl-tests); (N−1)/N for reduce-scatter "
              "and all-gather; 1 for broadcast.",
+    "comm_source": "Where comm, exposed comm and overlap come from: 'trace' = the torch.profiler trace of the "
+                   "traced steps (gloo spans / NCCL kernels); 'intervals' = the recorded collectives "
+                   "(collectives.csv) against the step's phases, used when the trace shows no communication.",
     "ring_wait": "For each ring step: transfer = the shortest matching send→recv time across ranks; wait = the rest.",
 }
 

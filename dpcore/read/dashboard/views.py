@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, figures
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS, scaling_caption
 from dpcore.read.plots.overview import comparison_figure
@@ -26,8 +27,17 @@ SUMMARY_CONFIG = {
     "comm_ops": NUM("comm ops", help=FORMULAS["comm_ops"], format="%d"),
     "comm_bytes": NUM("comm bytes", help=FORMULAS["comm_bytes"], format="compact"),
     "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),
+    "step_ms_p10": NUM("T p10", help="10th percentile of step time over the timed steps and ranks", format="%.2f"),
+    "step_ms_p90": NUM("T p90", help="90th percentile of step time over the timed steps and ranks", format="%.2f"),
+    "noisy": st.column_config.CheckboxColumn("noisy", help="p90/p10 of step time > 1.5: the median is unreliable"),
+    "comm_source": st.column_config.TextColumn("measured from", help="trace: torch.profiler spans/kernels of the "
+                                               "traced steps; intervals: recorded collectives (collectives.csv)"),
+    "overlap_gap": NUM("gap (pts)", help="overlap from the trace minus overlap from the intervals, same steps",
+                       format="%+.1f"),
+    "sources_disagree": st.column_config.CheckboxColumn("⚠", help="the two methods differ by more than 5 points"),
 }
-SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "step_ms", "comm_fraction", "overlap_pct", "comm_ops",
+SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90", "noisy",
+                "comm_fraction", "overlap_pct", "comm_source", "overlap_gap", "sources_disagree", "comm_ops",
                 "comm_bytes", "compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "throughput", "status"]
 
 
@@ -42,14 +52,42 @@ def overview_view(run) -> None:
     ordered = summary.assign(_o=variant_rank(summary["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
     st.dataframe(ordered[cols], hide_index=True,
                  column_config=SUMMARY_CONFIG, width="stretch")
-    st.caption(f"Medians over timed (unprofiled) steps and ranks. {FORMULAS['comm_fraction']} "
-               f"{FORMULAS['overlap_pct']} Hover a column header for its formula.")
+    st.caption(f"Step time T: median over the timed (untraced) steps and ranks, whiskers p10–p90; noisy = "
+               f"p90/p10 > 1.5. Comm, exposed comm and overlap: per traced step, from the trace where it shows "
+               f"communication, else from the recorded collectives (column 'measured from'); 'gap' is the trace's "
+               f"overlap minus the intervals' on the same steps, and ⚠ marks a gap above 5 points. "
+               f"{FORMULAS['comm_fraction']} {FORMULAS['overlap_pct']} Hover a column header for its formula.")
 
 
 def compare_overview(runs: list) -> None:
     """Step time of the same jobs in both runs, grouped bars."""
     st.plotly_chart(comparison_figure({r.path.name: data.job_summary(r, data.key(r)) for r in runs}),
                     key="ov-compare")
+
+
+def _step_cards(run, job: str, step: int, job_row: pd.Series) -> None:
+    """The drawn step's numbers per rank (they change with the step picker), beside the job's."""
+    source = job_row.get("comm_source") if isinstance(job_row.get("comm_source"), str) else None
+    ranks = A.step_ranks(data.step_metrics(run, data.key(run)), job, step, source)
+    if ranks.empty:
+        return
+    m = st.columns(4)
+    t_max = float(ranks["step_ms"].max())
+    m[0].metric(f"step {step}: T (slowest rank)", f"{t_max:.2f} ms",
+                delta=f"{t_max - job_row['step_ms']:+.2f} ms vs job median", delta_color="inverse",
+                help=FORMULAS["step_ms"])
+    m[1].metric("comm C (mean over ranks)", f"{ranks['comm_ms'].mean():.2f} ms", help=FORMULAS["comm_ms"])
+    m[2].metric("exposed E (mean over ranks)", f"{ranks['exposed_ms'].mean():.2f} ms", help=FORMULAS["exposed_ms"])
+    ov = ranks["overlap_pct"].mean()
+    m[3].metric("overlap (mean over ranks)", "n/a" if pd.isna(ov) else f"{ov:.0f} %", help=FORMULAS["overlap_pct"])
+    job_line = pd.DataFrame([{"rank": "job median", "step_ms": job_row["step_ms"], "comm_ms": job_row["comm_ms"],
+                              "exposed_ms": job_row["exposed_ms"], "overlap_pct": job_row["overlap_pct"],
+                              "source": f"{job_row.get('comm_source', '')} (all traced steps)"}])
+    table = pd.concat([ranks.assign(rank=ranks["rank"].map(lambda r: f"rank {r}")), job_line], ignore_index=True)
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "rank": st.column_config.TextColumn(f"step {step}"),
+        **{k: SUMMARY_CONFIG[k] for k in ("step_ms", "comm_ms", "exposed_ms", "overlap_pct")},
+        "source": st.column_config.TextColumn("measured from", help=FORMULAS.get("comm_source", ""))})
 
 
 def _default_job(jobs: pd.DataFrame, summary: pd.DataFrame) -> int:
@@ -83,12 +121,7 @@ def timeline_view(run, root) -> None:
     st.plotly_chart(fig, key=f"tl-{run.path}-{job}-{step}")
     row = summary[summary["job_id"] == job] if "job_id" in summary else summary.iloc[:0]
     if len(row):
-        r, m = row.iloc[0], st.columns(4)
-        m[0].metric("step T (median)", f"{r['step_ms']:.2f} ms", help=FORMULAS["step_ms"])
-        m[1].metric("comm C", f"{r['comm_ms']:.2f} ms", help=FORMULAS["comm_ms"])
-        m[2].metric("exposed E", f"{r['exposed_ms']:.2f} ms", help=FORMULAS["exposed_ms"])
-        m[3].metric("overlap", "n/a" if pd.isna(r["overlap_pct"]) else f"{r['overlap_pct']:.0f} %",
-                    help=FORMULAS["overlap_pct"])
+        _step_cards(run, job, int(step), row.iloc[0])
     traced = step in traced_steps
     source = ("each rank's torch.profiler trace (placed on the shared clock by its clock-sync markers; "
               "if they are missing, from steps.csv and collectives.csv)" if traced else

@@ -45,8 +45,50 @@ def breakdown_figure(summary: pd.DataFrame, title: str | None = None) -> go.Figu
             hovertemplate=("%{x}<br>" + name + ": %{y:.2f} ms<br>step T: %{customdata[0]:.2f} ms"
                            "<br>comm fraction E/T: %{customdata[1]:.1%}<br>overlap: %{customdata[2]:.0f}%<extra></extra>"),
         )
-    fig.update_layout(barmode="stack", xaxis_title="variant × world size", yaxis_title="ms per step (median)")
+    _add_spread(fig, df)
+    fig.update_layout(barmode="stack", xaxis_title="variant × world size",
+                      yaxis_title="ms per step (median; whiskers p10–p90)")
     return base_layout(fig, title)
+
+
+#: A job whose median step time is this many times the run's median job is an outlier: the
+#: y-axis is not stretched for it (its bar is cut and labelled with its value instead).
+OUTLIER_FACTOR = 4.0
+
+
+def robust_y_max(step_ms: pd.Series, p90: pd.Series) -> float | None:
+    """Top of the y-axis so that one exploded job cannot squash every other bar: the highest
+    p90 among jobs whose median is within OUTLIER_FACTOR x the median job; None when no job
+    is an outlier (plotly's own range is then right)."""
+    med = float(step_ms.median())
+    ok = step_ms <= OUTLIER_FACTOR * med
+    if ok.all() or not ok.any():
+        return None
+    return 1.15 * float(pd.concat([step_ms[ok], p90[ok]]).max())
+
+
+def _add_spread(fig: go.Figure, df: pd.DataFrame) -> None:
+    """p10–p90 whiskers on top of each stack, a marker on noisy jobs, a capped y-axis."""
+    if "step_ms_p10" not in df or "step_ms_p90" not in df:
+        return
+    noisy = df["noisy"].fillna(False).astype(bool) if "noisy" in df else pd.Series(False, index=df.index)
+    fig.add_scatter(
+        x=df["label"], y=df["step_ms"], mode="markers", name="spread p10–p90 (timed steps)",
+        marker=dict(color="#444", size=5, symbol=["x" if n else "line-ew" for n in noisy]),
+        error_y=dict(type="data", symmetric=False, array=(df["step_ms_p90"] - df["step_ms"]).clip(lower=0),
+                     arrayminus=(df["step_ms"] - df["step_ms_p10"]).clip(lower=0), color="#444", thickness=1.2),
+        customdata=df[["step_ms_p10", "step_ms_p90"]].to_numpy(), text=["noisy: p90/p10 > 1.5" if n else ""
+                                                                       for n in noisy],
+        hovertemplate="%{x}<br>median %{y:.2f} ms, p10 %{customdata[0]:.2f}, p90 %{customdata[1]:.2f}"
+                      "<br>%{text}<extra></extra>")
+    top = robust_y_max(df["step_ms"], df["step_ms_p90"])
+    if top is None:
+        return
+    fig.update_yaxes(range=[0, top])
+    for label, v in zip(df["label"], df["step_ms"]):
+        if v > top:
+            fig.add_annotation(x=label, y=top, text=f"↑ {v:,.0f} ms", showarrow=False, yanchor="top",
+                               font=dict(size=11, color="#b00"))
 
 
 def comparison_figure(summaries: dict[str, pd.DataFrame]) -> go.Figure:
