@@ -16,7 +16,7 @@ from typing import Any
 import torch.distributed as dist
 
 from dpcore.contract.config import TrainConfig
-from dpcore.write.recorder import PhaseTimer, Recorder
+from dpcore.write.recorder import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.launch import DistContext, launch
 from dpcore.write.train import make_trainer
 
@@ -25,7 +25,7 @@ PAIR = ("bucketed", "torch_ddp")
 
 def _bench_rank(ctx: DistContext, cfg: TrainConfig, repeats: int, steps: int, warmup: int,
                 record: bool) -> dict[str, Any]:
-    trainers = {v: make_trainer(v, ctx, cfg, Recorder(v, ctx.rank) if record else None)
+    trainers = {v: make_trainer(v, ctx, cfg, Recorder(v, ctx.rank) if record else NULL_RECORDER)
                 for v in PAIR}
     batches = [trainers[PAIR[0]].batch(s) for s in range(4)]
     blocks: dict[str, list[float]] = {v: [] for v in PAIR}

@@ -230,6 +230,27 @@ def _rows(rec: Any) -> list[dict]:
     return rec.message_rows()
 
 
+def _check_null_recorder(n: int, rank: int) -> None:
+    """Recording must not change the result: the default null recorder and a real one give
+    bitwise identical tensors on every path (pipelined and batched), and the null one logs
+    nothing."""
+    from dpcore.write.recorder import NULL_RECORDER
+    paths = [(algo, lambda x, algo=algo, **kw: all_reduce(x, algo=algo, op="mean", **kw))
+             for algo in ALGOS]
+    paths += [("ring batched", lambda x, **kw: ring_all_reduce(x, op="mean", batched=True, **kw)),
+              ("naive batched", lambda x, **kw: naive_all_reduce(x, op="mean", batched=True,
+                                                                  **kw)),
+              ("ring sub-messages", lambda x, **kw: ring_all_reduce(x, op="mean", sub_bytes=400,
+                                                                    inflight=2, **kw))]
+    for where, fn in paths:
+        x = _data(rank, 1009, torch.float32, 21, integer=False)
+        y = x.clone()
+        fn(x)                                   # default: NULL_RECORDER
+        fn(y, recorder=comm_make_recorder(rank))
+        assert torch.equal(x, y), where
+    assert NULL_RECORDER.message_rows() == [] and NULL_RECORDER.collective_rows() == []
+
+
 def _check_subgroup(n: int, rank: int) -> None:
     """Group-aware p2p: a group whose global ranks are not 0..k-1."""
     members = [r for r in range(n) if r != 0] if n > 2 else list(range(n))
@@ -260,8 +281,8 @@ def _check_errors(n: int, rank: int) -> None:
 
 
 CHECKS = [_check_errors, _check_values, _check_identical_across_ranks, _check_noncontiguous,
-          _check_messages, _check_ring_pipelining, _check_batched, _check_subgroup,
-          _check_large_ring]
+          _check_messages, _check_ring_pipelining, _check_batched, _check_null_recorder,
+          _check_subgroup, _check_large_ring]
 
 
 def comm_worker(rank: int, world_size: int, tmp_dir: str) -> None:

@@ -1,24 +1,28 @@
-"""Multi-process DP wrappers on real gloo groups at 2 and 3 ranks (one launch per size).
+"""DP wrappers: the one interface, and the multi-process variants on real gloo groups.
 
-One worker per world size checks every variant: broadcast at construction, gradient equal to
-the single-process full-batch gradient (tied weight reduced once, i.e. not doubled), frozen
-parameter untouched, no_sync accumulation == bigger batch, and the Recorder's rows.
+One worker per world size (2 and 3 ranks, one launch each) checks every multi-process variant:
+broadcast at construction, gradient equal to the single-process full-batch gradient (tied
+weight reduced once, i.e. not doubled), frozen parameter untouched, no_sync accumulation ==
+bigger batch, the Recorder's rows, and the same gradients with the null recorder. The
+interface checks need no process group.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import TrainConfig
+from dpcore.contract.config import SINGLE_PROCESS, TrainConfig
 from dpcore.contract.errors import UsageError
-from dpcore.write.recorder import Recorder
 from dpcore.write.launch import launch
 from dpcore.write.models import build_model, loss_fn, make_batch, shard
-from dpcore.write.variants import (MULTIPROCESS, PROCESSES, VARIANTS, assign_buckets,
-                             launch_world_size, wrap)
+from dpcore.write.recorder import NULL_RECORDER, NullRecorder, Recorder
+from dpcore.write.variants import (MULTIPROCESS, REGISTRY, VARIANTS, Wrapper, assign_buckets,
+                                   wrap)
+from dpcore.write.variants.base import DPWrapper
 
 CFG = TrainConfig(model="toy", batch_size=4, lr=0.1)
 TOY_NAMES = [n for n, _ in build_model(CFG).named_parameters()]
@@ -84,6 +88,7 @@ def variant_checks(ctx: Any) -> dict[str, Any]:
         _backward(model, 1, ctx)
         model.finish_gradient_synchronization()
         r["grad_diff"] = _grad_diff(bare, ref1)
+        grads1 = {n: p.grad.clone() for n, p in bare.named_parameters() if p.grad is not None}
         r["tied_ratio"] = (bare.emb.weight.grad.norm() / ref1["emb.weight"].norm()).item()
         r["frozen_grad_none"] = bare.frozen.grad is None
         model.zero_grad()
@@ -107,9 +112,21 @@ def variant_checks(ctx: Any) -> dict[str, Any]:
         r["buckets_step3"] = sorted({row["bucket"] for row in rows if row["step"] == 3})
         r["times_ok"] = all(row["t_end_ns"] >= row["t_launch_ns"] > 0 for row in rows)
         r["n_buckets"] = len(getattr(model, "buckets", []))
+        r["null_grad_diff"] = _null_recorder_grad_diff(v, ctx, grads1)
         out[v] = r
         dist.barrier()
     return out
+
+
+def _null_recorder_grad_diff(v: str, ctx: Any, recorded: dict[str, torch.Tensor]) -> float:
+    """Step 1 again with the default (null) recorder: recording must not change the maths."""
+    model = wrap(v, build_model(CFG), bucket_mb=BUCKET_MB)
+    _backward(model, 1, ctx)
+    model.finish_gradient_synchronization()
+    got = {n: p.grad for n, p in model.module.named_parameters() if p.grad is not None}
+    if got.keys() != recorded.keys():
+        return float("inf")
+    return max((got[n] - recorded[n]).abs().max().item() for n in got)
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"ws{n}")
@@ -145,6 +162,14 @@ def test_no_sync_accumulates_like_a_bigger_batch(checks: Any) -> None:
         assert r["accum_diff"] < 1e-6, (v, r["accum_diff"])
 
 
+def test_null_recorder_gives_the_same_gradients(checks: Any) -> None:
+    for v, r in checks[1].items():
+        if v == "torch_ddp":  # recording swaps DDP's C++ path for our hook: float noise only
+            assert r["null_grad_diff"] < 1e-6, (v, r["null_grad_diff"])
+        else:                 # same code either way: bitwise equal
+            assert r["null_grad_diff"] == 0.0, (v, r["null_grad_diff"])
+
+
 def test_recorder_rows_per_step(checks: Any) -> None:
     _, res = checks
     expected = {"naive": 5, "overlap": 5, "flat": 1, "central": 1, "ring": 1, "bucketed": 3}
@@ -169,9 +194,103 @@ def test_assign_buckets_pure() -> None:
 
 def test_registry_and_wrap_errors() -> None:
     assert set(VARIANTS) == set(MULTIPROCESS) | {"single", "manual", "data_parallel"}
-    assert PROCESSES["manual"] == 1 and PROCESSES["ring"] == "N"
-    assert launch_world_size("single", 4) == 1 and launch_world_size("bucketed", 4) == 4
     with pytest.raises(UsageError, match="one process"):
         wrap("manual", torch.nn.Linear(2, 2))
     with pytest.raises(UsageError, match="valid choices"):
         wrap("nope", torch.nn.Linear(2, 2))
+
+
+# ------------------------------------------------------------------ the one interface
+def test_every_variant_is_a_complete_wrapper() -> None:
+    for v, cls in REGISTRY.items():
+        assert issubclass(cls, Wrapper), v
+        assert not inspect.isabstract(cls), (v, cls.__abstractmethods__)
+        assert cls.name == v
+        assert cls.processes == (1 if v in SINGLE_PROCESS else "N"), v
+        for call in ("forward", "finish_gradient_synchronization", "on_train_batch_start",
+                     "no_sync", "forward_loss", "optim_parameters"):
+            assert callable(getattr(cls, call)), (v, call)
+        assert cls.skip_reason is None and cls.loss_terms == 1, v  # per-instance only
+    assert inspect.isabstract(Wrapper) and inspect.isabstract(DPWrapper)
+
+
+def test_a_variant_missing_a_call_cannot_be_built() -> None:
+    class NoSync(DPWrapper):  # forgot _sync
+        name = "broken"
+
+    class NoFinish(Wrapper):  # forgot finish_gradient_synchronization
+        name = "broken"
+        processes = 1
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    with pytest.raises(TypeError, match="_sync"):
+        NoSync(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="finish_gradient_synchronization"):
+        NoFinish()
+
+
+@pytest.mark.parametrize("v", SINGLE_PROCESS)
+def test_one_process_variants_answer_every_call(v: str) -> None:
+    """The trainer's calls, on the one-process variants (no process group needed)."""
+    model = REGISTRY[v](build_model(CFG), replicas=2)
+    assert isinstance(model.module, torch.nn.Module)
+    if model.skip_reason is not None:  # data_parallel without 2 GPUs
+        assert v == "data_parallel" and "GPUs" in model.skip_reason
+        return
+    x, y = make_batch(CFG, "toy", 0, 8)
+    model.on_train_batch_start()
+    with model.no_sync():
+        assert not model.require_backward_grad_sync
+        loss = model.forward_loss(x, y, loss_fn("toy"))
+    assert model.require_backward_grad_sync
+    loss.backward()
+    model.finish_gradient_synchronization()
+    assert model.loss_terms == (2 if v == "manual" else 1)
+    params = model.optim_parameters()
+    assert params and all(p.requires_grad and p.grad is not None for p in params)
+    assert len(params) == model.loss_terms * 5  # toy: 5 trainable tensors per replica
+
+
+# ------------------------------------------------------------------ the null recorder
+def _public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {n: inspect.signature(f) for n, f in vars(cls).items()
+            if not n.startswith("_") and inspect.isfunction(f)}
+
+
+def test_null_recorder_has_every_recorder_method_with_its_signature() -> None:
+    real, null = _public_methods(Recorder), _public_methods(NullRecorder)
+    assert real and real == null  # every one overridden in NullRecorder itself, same signature
+    public_state = [a for a in Recorder.__slots__ if not a.startswith("_")]
+    rec = Recorder("job", 3, offset_ns=7)
+    for attr in public_state + ["enabled"]:
+        assert type(getattr(NULL_RECORDER, attr)) is type(getattr(rec, attr)), attr
+    assert rec.enabled and not NULL_RECORDER.enabled
+
+
+def test_null_recorder_records_nothing_and_keeps_no_state() -> None:
+    rec = NULL_RECORDER
+    rec.step = 5
+    assert rec.step == -1
+    with pytest.raises(AttributeError):
+        rec.job_id = "x"  # type: ignore[misc]
+    idx = rec.launch("all_reduce", "native", 8, 0)
+    assert idx == -1
+    rec.done(idx)
+    rec.message("ring", 0, "reduce_scatter", 0, 0, 1, 0, 8, 1, 2, "send")
+    assert rec.collective_rows() == [] and rec.message_rows() == []
+    import time
+    t0 = time.perf_counter_ns()
+    assert t0 <= rec.now() <= time.perf_counter_ns()  # still the clock
+
+
+def test_every_recorder_parameter_defaults_to_the_null_recorder() -> None:
+    from dpcore.write import comm, train
+    from dpcore.write.comm import central, naive, ring
+    from dpcore.write.variants import base, torch_ddp
+    fns = [wrap, train.make_trainer, train.Trainer, comm.all_reduce, comm.native_all_reduce,
+           ring.ring_all_reduce, naive.naive_all_reduce, central.central_all_reduce,
+           base.DPWrapper, base.broadcast_module, torch_ddp.TorchDDP]
+    for fn in fns:
+        assert inspect.signature(fn).parameters["recorder"].default is NULL_RECORDER, fn

@@ -62,20 +62,20 @@ def bench_worker(ctx: DistContext, job_id: str, algo: str, sizes: tuple[int, ...
         t = torch.full((numel,), float(ctx.rank + 1), device=ctx.device)
         n = repeats_for(nbytes, repeats)
         for _ in range(warmup):
-            all_reduce(t, algo, "sum", group=ctx.group)
+            all_reduce(t, algo, "sum")
         out = []
         for _ in range(n):
-            dist.barrier(group=ctx.group)
+            dist.barrier()
             sync()
             t0 = time.perf_counter_ns()
-            all_reduce(t, algo, "sum", group=ctx.group)
+            all_reduce(t, algo, "sum")
             sync()
             out.append((time.perf_counter_ns() - t0) / 1e6)
         times[nbytes] = out
         if algo != "native":
             rec.step = si
-            dist.barrier(group=ctx.group)
-            all_reduce(t, algo, "sum", group=ctx.group, recorder=rec, call=si)
+            dist.barrier()
+            all_reduce(t, algo, "sum", recorder=rec, call=si)
         ctx.report({"done": si + 1, "phase": f"{nbytes} B"})
     return {"times": times, "messages": rec.message_rows(), "offset_ns": offset}
 

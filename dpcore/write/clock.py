@@ -28,16 +28,16 @@ def measure_offset(ctx: DistContext, rounds: int = 20) -> tuple[int, int]:
     for peer in range(1, ctx.world_size):
         for _ in range(rounds):
             if ctx.rank == 0:
-                dist.recv(buf, src=peer, group=ctx.group)
+                dist.recv(buf, src=peer)
                 buf.fill_(time.perf_counter_ns())
-                dist.send(buf, dst=peer, group=ctx.group)
+                dist.send(buf, dst=peer)
             elif ctx.rank == peer:
                 t0 = time.perf_counter_ns()
-                dist.send(buf, dst=0, group=ctx.group)
-                dist.recv(buf, src=0, group=ctx.group)
+                dist.send(buf, dst=0)
+                dist.recv(buf, src=0)
                 t1 = time.perf_counter_ns()
                 rtt = t1 - t0
                 if best_rtt is None or rtt < best_rtt:
                     best_rtt, best_off = rtt, int(buf.item()) - (t0 + t1) // 2
-    dist.barrier(group=ctx.group)
+    dist.barrier()
     return (0, 0) if ctx.rank == 0 else (best_off, best_rtt or 0)

@@ -16,7 +16,6 @@ import functools
 import multiprocessing as mp
 import os
 import queue as _queue
-import socket
 import threading
 import time
 import traceback
@@ -41,9 +40,8 @@ class DistContext:
     backend: str
     device: torch.device
     threads: int
-    torchrun: bool = False
-    group: Any = None  # None == the default (world) process group
-    progress: Any = None  # callable(dict) forwarding progress events to the launcher, or None
+    #: Forwards rank 0's progress events to the launcher; None when nobody listens.
+    progress: Callable[[dict], None] | None = None
 
     def report(self, event: dict) -> None:
         """Send a progress event to the parent (rank 0 only; others are ignored)."""
@@ -187,7 +185,7 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
     ctx = DistContext(rank, env_ws, local_rank, backend, _device_for(backend, local_rank),
-                      threads, torchrun=True, progress=on_progress)
+                      threads, progress=on_progress)
     out: list[Any] = [None] * env_ws
     out[rank] = fn(ctx, *args)
     return out
@@ -273,10 +271,3 @@ def _reap(procs: list[Any], grace_s: float) -> None:
         if p.is_alive():
             p.kill()
             p.join(timeout=1.0)
-
-
-def free_port() -> int:
-    """A currently free TCP port on localhost (for tests that need a plain port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

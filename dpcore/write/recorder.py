@@ -19,10 +19,7 @@ from typing import Any
 
 import torch
 
-COLLECTIVE_COLUMNS = ["job_id", "rank", "step", "seq", "op", "algo", "bytes",
-                      "t_launch_ns", "t_start_ns", "t_end_ns", "bucket"]
-MESSAGE_COLUMNS = ["job_id", "algo", "rank", "step", "call", "phase", "ring_step", "src", "dst",
-                   "chunk", "bytes", "t_post_ns", "t_done_ns", "side"]
+from dpcore.contract.runformat import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, format_ns
 
 _perf_ns = time.perf_counter_ns
 
@@ -91,20 +88,17 @@ class Recorder:
     # -- export ------------------------------------------------------------------------
     def collective_rows(self) -> list[dict]:
         """Rows for collectives.csv (DESIGN.md columns)."""
-        out = []
-        for r in self._coll:
-            step, seq, op, algo, nbytes, t_launch, t_start, t_end, bucket = r[:9]
-            out.append({"job_id": self.job_id, "rank": self.rank, "step": step, "seq": seq,
-                        "op": op, "algo": algo, "bytes": nbytes, "t_launch_ns": t_launch,
-                        "t_start_ns": t_start if t_start >= 0 else "", "t_end_ns": t_end,
-                        "bucket": bucket})
-        return out
+        # the tuple is in the contract's column order (runformat.COLLECTIVE_COLUMNS)
+        return [dict(zip(COLLECTIVE_COLUMNS, (self.job_id, self.rank, step, seq, op, algo, nbytes,
+                                              t_launch, format_ns(t_start), t_end, bucket)))
+                for step, seq, op, algo, nbytes, t_launch, t_start, t_end, bucket in
+                (r[:9] for r in self._coll)]
 
     def message_rows(self) -> list[dict]:
         """Rows for messages.csv (DESIGN.md columns)."""
-        return [{"job_id": self.job_id, "algo": algo, "rank": self.rank, "step": step,
-                 "call": call, "phase": phase, "ring_step": rs, "src": src, "dst": dst,
-                 "chunk": chunk, "bytes": nbytes, "t_post_ns": tp, "t_done_ns": td, "side": side}
+        # the tuple is in the contract's column order (runformat.MESSAGE_COLUMNS)
+        return [dict(zip(MESSAGE_COLUMNS, (self.job_id, algo, self.rank, step, call, phase, rs, src, dst,
+                                           chunk, nbytes, tp, td, side)))
                 for (step, algo, call, phase, rs, src, dst, chunk, nbytes, tp, td, side)
                 in self._messages]
 

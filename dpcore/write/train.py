@@ -8,17 +8,17 @@ Usage on every rank of a launched job::
         recorder.step = step             # the CALLER tags collectives with the step number
         loss = tr.step(x, y, timer)      # timer.finish() then gives fwd/bwd/sync/opt ms
 
-Single-process variants (``variants.PROCESSES[v] == 1``: single, manual, data_parallel) run
-only in a job launched with ONE process (``variants.launch_world_size(v, N) == 1``); the
-logical world size N is passed as ``make_trainer(..., replicas=N)``: ``manual`` builds N
-replicas, ``data_parallel`` uses up to N GPUs, and all three consume the whole global batch
-``cfg.global_batch(N)`` (so ``single`` at N is the reference for the N-rank variants).
-Multi-process variants consume ``cfg.local_batch(world_size)`` samples per rank per step.
+Single-process variants (``REGISTRY[v].processes == 1``: single, manual, data_parallel) run
+only in a job launched with ONE process; the logical world size N is passed as
+``make_trainer(..., replicas=N)``: ``manual`` builds N replicas, ``data_parallel`` uses up to
+N GPUs, and all three consume the whole global batch ``cfg.global_batch(N)`` (so ``single`` at
+N is the reference for the N-rank variants). Multi-process variants consume
+``cfg.local_batch(world_size)`` samples per rank per step. Every variant answers the
+:class:`~dpcore.write.variants.Wrapper` calls, so the step below is the same code for all.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
 
 import torch
 import torch._dynamo  # noqa: F401  (see below)
@@ -27,43 +27,36 @@ from torch.profiler import record_function
 
 from dpcore.contract.config import TrainConfig
 from dpcore.contract.errors import UsageError, choices_error
-from dpcore.write.recorder import PhaseTimer
 from dpcore.write.launch import DistContext
 from dpcore.write.models import build_model, loss_fn, make_batch, shard
-from dpcore.write.variants import MULTIPROCESS, REGISTRY, SINGLE_PROCESS, VARIANTS, wrap
+from dpcore.write.recorder import NULL_RECORDER, PhaseTimer, Recorder
+from dpcore.write.variants import REGISTRY, VARIANTS, Wrapper, wrap
 
 # ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
-# importing it here lets the launcher's forkserver preload it once instead of in every rank.
-ModelFn = Callable[..., nn.Module]
+# importing it above lets the launcher's forkserver preload it once instead of in every rank.
 
 
 class Trainer:
     """A model wrapped in one DP variant plus its SGD optimizer (see module docstring)."""
 
-    def __init__(self, variant: str, ctx: DistContext, cfg: TrainConfig, recorder: Any = None,
-                 replicas: int | None = None, model_fn: ModelFn | None = None) -> None:
+    def __init__(self, variant: str, ctx: DistContext, cfg: TrainConfig,
+                 recorder: Recorder = NULL_RECORDER, replicas: int | None = None) -> None:
         if variant not in REGISTRY:
             raise choices_error("variant", variant, VARIANTS)
-        self.variant, self.ctx, self.cfg, self.recorder = variant, ctx, cfg, recorder
-        self.single_process = variant in SINGLE_PROCESS
+        self.ctx, self.cfg = ctx, cfg
+        self.single_process = REGISTRY[variant].processes == 1
         if self.single_process and ctx.world_size != 1:
             raise UsageError(f"variant {variant!r} runs in one process: launch it with world "
                              f"size 1 and pass the replica count as replicas=N "
                              f"(got a {ctx.world_size}-process job)")
         self.replicas = int(replicas or ctx.world_size)
-        module = (model_fn or build_model)(cfg, device=ctx.device)
-        if variant in MULTIPROCESS:
-            self.model = wrap(variant, module, bucket_mb=cfg.bucket_mb, group=ctx.group,
-                              recorder=recorder)
-        else:
-            self.model = REGISTRY[variant](module, replicas=self.replicas)
-        self.skip_reason: str | None = getattr(self.model, "skip_reason", None)
+        module = build_model(cfg, device=ctx.device)
+        self.model: Wrapper = (REGISTRY[variant](module, replicas=self.replicas)
+                               if self.single_process else
+                               wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder))
+        self.skip_reason: str | None = self.model.skip_reason
         self.loss_fn = loss_fn(cfg.model)
-        params = (self.model.optim_parameters() if hasattr(self.model, "optim_parameters")
-                  else [p for p in self.model.parameters() if p.requires_grad])
-        self.opt = torch.optim.SGD(params, lr=cfg.lr)
-        self._forward_loss = getattr(self.model, "forward_loss", None)
-        self._loss_terms = getattr(self.model, "loss_terms", 1)
+        self.opt = torch.optim.SGD(self.model.optim_parameters(), lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
                                              else ctx.world_size)
         self.samples_per_step = (self.global_batch if self.single_process
@@ -72,7 +65,7 @@ class Trainer:
         # callback), so "backward" would swallow the wait. On CPU, stamp the last gradient's
         # accumulation and end the bwd phase there: the rest of backward() is grad sync.
         self._last_grad_ns = 0
-        self._split_backward = variant == "torch_ddp" and ctx.device.type == "cpu"
+        self._split_backward = self.model.grad_sync_in_backward and ctx.device.type == "cpu"
         if self._split_backward:
             for p in self.module.parameters():
                 if p.requires_grad:
@@ -112,8 +105,7 @@ class Trainer:
         timer.start()
         m.on_train_batch_start()
         with record_function("forward"):
-            loss = (self._forward_loss(x, y, self.loss_fn) if self._forward_loss is not None
-                    else self.loss_fn(m(x), y))
+            loss = m.forward_loss(x, y, self.loss_fn)
         timer.mark("fwd")
         with record_function("backward"):
             loss.backward()
@@ -125,7 +117,7 @@ class Trainer:
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
         timer.mark("opt")
-        return float(loss.detach()) / self._loss_terms
+        return float(loss.detach()) / m.loss_terms
 
     def named_parameters_cpu(self) -> dict[str, torch.Tensor]:
         """Every parameter (frozen too) and buffer of the bare model, as CPU copies."""
@@ -135,14 +127,13 @@ class Trainer:
         return out
 
 
-def make_trainer(variant: str, ctx: DistContext, cfg: TrainConfig, recorder: Any = None, *,
-                 replicas: int | None = None, model_fn: ModelFn | None = None) -> Trainer:
+def make_trainer(variant: str, ctx: DistContext, cfg: TrainConfig,
+                 recorder: Recorder = NULL_RECORDER, *, replicas: int | None = None) -> Trainer:
     """Build ``cfg``'s model from ``cfg.seed``, wrap it in ``variant``, add SGD(lr=cfg.lr).
 
     ``replicas``: logical world size for single-process variants (default ctx.world_size).
-    ``model_fn(cfg, device=...)`` replaces :func:`dpcore.write.models.build_model` (tests).
     """
-    return Trainer(variant, ctx, cfg, recorder, replicas, model_fn)
+    return Trainer(variant, ctx, cfg, recorder, replicas)
 
 
 def local_context(device: torch.device | str | None = None) -> DistContext:

@@ -66,9 +66,9 @@ def _rank_spread(ctx: DistContext, params: dict[str, torch.Tensor]) -> float:
     """Max |params - rank 0's params| over all ranks (replicas must stay identical)."""
     flat = torch.cat([p.reshape(-1).double() for p in params.values()]).to(ctx.device)
     ref = flat.clone()
-    dist.broadcast(ref, src=0, group=ctx.group)
+    dist.broadcast(ref, src=0)
     spread = (flat - ref).abs().max().reshape(1)
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX, group=ctx.group)
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
     return float(spread.item())
 
 
@@ -82,7 +82,7 @@ def _verify_worker(ctx: DistContext, variants: list[str], cfg: TrainConfig) -> d
         # numpy, not tensors: torch pickles tensors as shared-memory fds, which can vanish
         # when the rank exits before the parent has read the result queue
         out[v] = ({k: t.numpy() for k, t in params.items()} if ctx.rank == 0 else None, spread)
-        dist.barrier(group=ctx.group)
+        dist.barrier()
     return out
 
 

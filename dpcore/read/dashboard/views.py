@@ -134,6 +134,26 @@ def timeline_view(run, root) -> None:
         f"(hover shows how many ops). {FORMULAS['overlap_pct']}")
 
 
+def measured_how(meta: dict) -> str:
+    """One sentence on the resources behind T(1) and T(N): threads per rank and core pinning."""
+    env = meta.get("environment") if isinstance(meta, dict) else None
+    env = env if isinstance(env, dict) else {}
+    tpr = env.get("threads_per_rank")
+    if isinstance(tpr, dict):  # runs written before the equal-threads policy: one value per world size
+        vals = sorted({str(v) for v in tpr.values()})
+        if len(vals) > 1:
+            return ("Caution: this run gave ranks of different world sizes different thread counts "
+                    f"({', '.join(f'N={k}: {v}' for k, v in tpr.items())}), so efficiency mixes the cost of "
+                    "communication with the loss of threads.")
+        tpr = vals[0] if vals else None
+    if tpr is None:
+        return ""
+    pin = env.get("pinning")
+    pinned = (" each rank pinned to its own cores" if pin == "per-rank"
+              else " ranks not pinned to cores" if pin else "")
+    return f"Every job ran with {tpr} thread(s) per rank{',' if pinned else ''}{pinned}, so T(1) and T(N) differ only by what data parallelism adds."
+
+
 def scaling_view(run) -> None:
     """Step time, throughput, speedup and efficiency against world size, in the run's scaling mode."""
     cfg = run.meta.get("config") or {} if isinstance(run.meta, dict) else {}
@@ -141,12 +161,12 @@ def scaling_view(run) -> None:
     mode = mode if mode in ("weak", "strong") else "weak"
     df = data.scaling(run, data.key(run), mode)
     st.plotly_chart(figures.scaling(run, data.key(run), mode), key=f"sc-{run.path}")
-    st.caption(scaling_caption(mode))
+    st.caption(scaling_caption(mode) + " " + measured_how(run.meta))
     if not df.empty and df["noisy"].any():
         cells = ", ".join(f"{v} ×{n}" for v, n in zip(df.loc[df["noisy"], "variant"],
                                                       df.loc[df["noisy"], "world_size"]))
         st.warning(f"Noisy measurements: {cells}. Their step times spread more than "
-                   "3× between p10 and p90, or efficiency came out above 100%, so another process "
+                   "1.5× between p10 and p90, or efficiency came out above 100%, so another process "
                    "probably competed for the cores. Re-run on an idle machine before trusting them.")
     if not df.empty:
         cfg_cols = {"step_ms": SUMMARY_CONFIG["step_ms"], "throughput": SUMMARY_CONFIG["throughput"],

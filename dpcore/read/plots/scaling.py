@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from dpcore.read.plots.style import base_layout, color_for, empty_figure, legend_right
 
 PANELS: list[tuple[str, str]] = [
-    ("step_ms", "step time T (ms)"), ("throughput", "throughput (samples/s)"),
+    ("step_ms", "step time T (ms), p10–p90 whiskers"), ("throughput", "throughput (samples/s)"),
     ("speedup", "speedup S(N)"), ("efficiency", "efficiency"),
 ]
 
@@ -31,7 +31,12 @@ def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None =
         row, c = divmod(i, 2)
         for variant, part in df.groupby("variant", sort=True):
             ov = oversub.loc[part.index]
-            fig.add_scatter(
+            spread = {}
+            if col == "step_ms" and {"step_ms_p10", "step_ms_p90"} <= set(part.columns):
+                spread = dict(error_y=dict(type="data", symmetric=False, thickness=1.2,
+                                           array=(part["step_ms_p90"] - part["step_ms"]).clip(lower=0),
+                                           arrayminus=(part["step_ms"] - part["step_ms_p10"]).clip(lower=0)))
+            fig.add_scatter(**spread,
                 x=part["world_size"], y=part[col], mode="lines+markers", name=str(variant),
                 legendgroup=str(variant), showlegend=i == 0, line=dict(color=color_for(str(variant))),
                 marker=dict(size=9, symbol=["x-open" if o else "circle" for o in ov]),

@@ -28,7 +28,9 @@ a lag of ``inflight`` positions so the main thread rarely blocks on them. Every 
 only on neighbours reaching an *earlier* position, so the ring cannot deadlock.
 
 Recording: one ``messages`` row per *sub-message* (the dashboard draws each row as a bar), with
-``chunk`` = the ring chunk index the sub-message belongs to.
+``chunk`` = the ring chunk index the sub-message belongs to. The loop always calls the
+recorder: with the default null recorder that costs ~0.2 us of no-op calls per message against
+~0.1 ms per gloo message (measured), not worth a second code path.
 """
 from __future__ import annotations
 

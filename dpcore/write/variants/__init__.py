@@ -1,9 +1,11 @@
-"""DP variants: one module per variant, one interface, one registry.
+"""DP variants: one module per variant, one interface (:class:`Wrapper`), one registry.
 
-``VARIANTS`` / ``MULTIPROCESS`` are DESIGN.md's names. ``PROCESSES[name]`` is the number of
-processes a job of that variant runs: ``1`` (single, manual, data_parallel: launch the job
-with world size 1 and pass the logical replica count N to
-``dpcore.write.train.make_trainer(..., replicas=N)``) or ``"N"`` (one process per rank).
+``VARIANTS`` / ``MULTIPROCESS`` / ``SINGLE_PROCESS`` are DESIGN.md's names (defined torch-free
+in :mod:`dpcore.contract.config`). Every class in ``REGISTRY`` derives from :class:`Wrapper`;
+its ``processes`` says how a job of it runs: ``1`` (single, manual, data_parallel: a job of one
+process, given the logical replica count N as
+``dpcore.write.train.make_trainer(..., replicas=N)``) or ``"N"`` (one process per rank, built
+with :func:`wrap`).
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import torch.nn as nn
 
 from dpcore.contract.config import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 from dpcore.contract.errors import UsageError, choices_error
+from dpcore.write.recorder import NULL_RECORDER, Recorder
+from dpcore.write.variants.base import Wrapper
 from dpcore.write.variants.bucketed import BucketedDP, assign_buckets
 from dpcore.write.variants.central import CentralDP
 from dpcore.write.variants.data_parallel import DataParallelDP
@@ -24,24 +28,19 @@ from dpcore.write.variants.ring import RingDP
 from dpcore.write.variants.single import SingleDP
 from dpcore.write.variants.torch_ddp import TorchDDP
 
-REGISTRY: dict[str, type[nn.Module]] = {
+REGISTRY: dict[str, type[Wrapper]] = {
     "single": SingleDP, "manual": ManualDP, "naive": NaiveDP, "flat": FlatDP,
     "central": CentralDP, "ring": RingDP, "overlap": OverlapDP, "bucketed": BucketedDP,
     "torch_ddp": TorchDDP, "data_parallel": DataParallelDP,
 }
 assert tuple(REGISTRY) == VARIANTS, "registry and DESIGN names must match"
-PROCESSES: dict[str, int | str] = {v: REGISTRY[v].processes for v in VARIANTS}
-
-
-def launch_world_size(variant: str, world_size: int) -> int:
-    """How many processes to launch for ``variant`` at logical world size ``world_size``."""
-    if variant not in REGISTRY:
-        raise choices_error("variant", variant, VARIANTS)
-    return 1 if PROCESSES[variant] == 1 else world_size
+assert all(REGISTRY[v].name == v for v in VARIANTS), "a class's name must be its registry key"
+assert {v for v in VARIANTS if REGISTRY[v].processes == 1} == set(SINGLE_PROCESS), \
+    "a class's processes must agree with dpcore.contract.config.SINGLE_PROCESS"
 
 
 def wrap(variant: str, module: nn.Module, *, bucket_mb: float = 25.0, group: Any = None,
-         recorder: Any = None) -> nn.Module:
+         recorder: Recorder = NULL_RECORDER) -> Wrapper:
     """Wrap ``module`` (already on this rank's device) in a multi-process DP variant.
 
     Needs an initialised process group. Every parameter and buffer is broadcast from rank 0
@@ -55,5 +54,5 @@ def wrap(variant: str, module: nn.Module, *, bucket_mb: float = 25.0, group: Any
     return REGISTRY[variant](module, bucket_mb=bucket_mb, group=group, recorder=recorder)
 
 
-__all__ = ["VARIANTS", "MULTIPROCESS", "SINGLE_PROCESS", "PROCESSES", "REGISTRY", "wrap",
-           "launch_world_size", "assign_buckets"]
+__all__ = ["VARIANTS", "MULTIPROCESS", "SINGLE_PROCESS", "REGISTRY", "Wrapper", "wrap",
+           "assign_buckets"]

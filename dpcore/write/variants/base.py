@@ -1,4 +1,4 @@
-"""The one interface every DP variant implements, plus helpers they share.
+"""The one interface every DP variant implements (:class:`Wrapper`), plus helpers they share.
 
 A wrapper is a drop-in replacement for ``DistributedDataParallel`` (Li et al., "PyTorch
 Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020): an
@@ -7,53 +7,60 @@ its order), which makes all replicas start equal (broadcast from rank 0 at const
 leaves every rank holding the AVERAGE gradient after ``finish_gradient_synchronization()``.
 ``no_sync()`` follows DDP: the decision is taken at forward time, and gradients of
 un-synchronised backwards accumulate locally until the next synchronised one.
+
+Why one declared base: the trainer drives every variant (one-process ones, our multi-process
+ones, PyTorch's DDP) with the same calls and never asks a wrapper what it can do; a variant
+that forgets a call fails at construction (``abc``), not in the middle of a sweep.
 """
 from __future__ import annotations
 
+import abc
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.profiler import record_function
 
+from dpcore.write.recorder import NULL_RECORDER, Recorder
+
 BROADCAST_CHUNK_BYTES = 64 * 1024 * 1024  # coalesce small tensors, bound the extra memory
+LossFn = Callable[[Any, torch.Tensor], torch.Tensor]
 
 
-class DPWrapper(nn.Module):
-    """Base class: shared constructor, forward, no_sync and the hooks' bookkeeping.
+class Wrapper(nn.Module, abc.ABC):
+    """Everything a training loop may call on a DP variant, with the common defaults.
 
-    Subclasses implement :meth:`_sync` (called by ``finish_gradient_synchronization`` when the
-    last forward ran with sync enabled) and may override :meth:`_prepare` (start of a
-    synchronised forward) and :meth:`on_train_batch_start`.
+    Subclasses set ``module`` and implement :meth:`forward` and
+    :meth:`finish_gradient_synchronization`; the rest defaults to "one model, one loss, no
+    per-batch state". No ``__init__`` here, so PyTorch's ``DistributedDataParallel`` can be
+    a subclass too (its constructor chains to ``nn.Module.__init__`` through this class).
     """
 
-    name = "base"
-    processes = "N"  # DESIGN.md: N processes, one per rank
+    name: ClassVar[str]                  # DESIGN.md's variant name
+    processes: ClassVar[int | str]       # 1 (one process, N replicas inside) or "N" (one per rank)
+    #: True when the wrapper waits for its collectives inside ``loss.backward()`` (DDP's
+    #: reducer), so the trainer must find the end of backward computation itself.
+    grad_sync_in_backward: ClassVar[bool] = False
+    module: nn.Module                    # the wrapped model (replica 0 for ``manual``)
+    #: Why this wrapper cannot train on this machine (reported as a skipped job), else None.
+    skip_reason: str | None = None
+    #: The loss of :meth:`forward_loss` is a sum of this many mean losses (``manual``: N).
+    loss_terms: int = 1
+    #: DDP's flag, False inside :meth:`no_sync` (gradients then accumulate locally).
+    require_backward_grad_sync: bool = True
 
-    def __init__(self, module: nn.Module, *, group: Any = None, recorder: Any = None,
-                 bucket_mb: float = 25.0, broadcast: bool = True) -> None:
-        super().__init__()
-        self.module = module
-        self.group = group
-        self.recorder = recorder
-        self.bucket_mb = float(bucket_mb)
-        self.world_size = dist.get_world_size(group) if dist.is_initialized() else 1
-        # parameters() de-duplicates, so a tied weight appears (and is reduced) once
-        self.trainable: list[nn.Parameter] = [p for p in module.parameters() if p.requires_grad]
-        self.require_backward_grad_sync = True
-        self._sync_pending = False  # did the last forward run with sync enabled?
-        self.calls = 0              # collectives issued (the ``call`` id of comm.all_reduce)
-        if broadcast and self.world_size > 1:
-            broadcast_module(module, group, recorder)
-
-    # -- DDP-compatible surface ------------------------------------------------------------
+    @abc.abstractmethod
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        self._sync_pending = self.require_backward_grad_sync
-        if self._sync_pending:
-            self._prepare()
-        return self.module(*args, **kwargs)
+        """Run the model on this process's inputs."""
+
+    @abc.abstractmethod
+    def finish_gradient_synchronization(self) -> None:
+        """Leave the averaged gradient in every ``param.grad`` (call after backward)."""
+
+    def on_train_batch_start(self) -> None:
+        """Reset per-batch state before the next batch (hook variants clear their handles)."""
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -65,6 +72,45 @@ class DPWrapper(nn.Module):
         finally:
             self.require_backward_grad_sync = old
 
+    def forward_loss(self, x: Any, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
+        """The loss to call ``backward()`` on (a sum of :attr:`loss_terms` mean losses)."""
+        return loss_fn(self(x), y)
+
+    def optim_parameters(self) -> list[nn.Parameter]:
+        """What the optimizer steps (every replica's parameters for ``manual``)."""
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+
+class DPWrapper(Wrapper):
+    """Base of the from-scratch multi-process variants: constructor, forward and sync gating.
+
+    Subclasses implement :meth:`_sync` (called by ``finish_gradient_synchronization`` when the
+    last forward ran with sync enabled) and may override :meth:`_prepare` (start of a
+    synchronised forward) and :meth:`on_train_batch_start`.
+    """
+
+    processes = "N"  # DESIGN.md: N processes, one per rank
+
+    def __init__(self, module: nn.Module, *, group: Any = None,
+                 recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0) -> None:
+        super().__init__()
+        self.module = module
+        self.group = group
+        self.recorder = recorder
+        self.bucket_mb = float(bucket_mb)
+        self.world_size = dist.get_world_size(group) if dist.is_initialized() else 1
+        # parameters() de-duplicates, so a tied weight appears (and is reduced) once
+        self.trainable: list[nn.Parameter] = [p for p in module.parameters() if p.requires_grad]
+        self._sync_pending = False  # did the last forward run with sync enabled?
+        if self.world_size > 1:
+            broadcast_module(module, group, recorder)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._sync_pending = self.require_backward_grad_sync
+        if self._sync_pending:
+            self._prepare()
+        return self.module(*args, **kwargs)
+
     def finish_gradient_synchronization(self) -> None:
         """Leave the averaged gradient in every ``param.grad`` (call after backward)."""
         if self._sync_pending:
@@ -72,15 +118,13 @@ class DPWrapper(nn.Module):
                 self._sync()
             self._sync_pending = False
 
-    def on_train_batch_start(self) -> None:
-        """Reset per-batch state before the next batch (hook variants clear their handles)."""
-
     # -- for subclasses --------------------------------------------------------------------
     def _prepare(self) -> None:
         """Called at the start of every synchronised forward."""
 
+    @abc.abstractmethod
     def _sync(self) -> None:
-        raise NotImplementedError
+        """Average the gradients of the last synchronised backward across the group."""
 
     def _grads(self) -> list[torch.Tensor]:
         """Every trainable gradient; an unused parameter gets zeros so ranks stay in step."""
@@ -95,7 +139,8 @@ def src_rank(group: Any) -> int:
     return 0 if group is None else dist.get_global_rank(group, 0)
 
 
-def broadcast_module(module: nn.Module, group: Any = None, recorder: Any = None) -> None:
+def broadcast_module(module: nn.Module, group: Any = None,
+                     recorder: Recorder = NULL_RECORDER) -> None:
     """Make every rank's parameters (frozen too) and buffers equal to rank 0's.
 
     Tensors are coalesced into flat chunks of at most 64 MiB per dtype/device, as DDP's
@@ -121,14 +166,12 @@ def broadcast_module(module: nn.Module, group: Any = None, recorder: Any = None)
             chunk, size = ([t], t.numel() * t.element_size()) if t is not None else ([], 0)
 
 
-def _broadcast_flat(chunk: list[torch.Tensor], src: int, group: Any, recorder: Any) -> None:
+def _broadcast_flat(chunk: list[torch.Tensor], src: int, group: Any, recorder: Recorder) -> None:
     flat = torch.cat([t.reshape(-1) for t in chunk])
-    idx = recorder.launch("broadcast", "native", flat.numel() * flat.element_size()) \
-        if recorder is not None else -1
+    idx = recorder.launch("broadcast", "native", flat.numel() * flat.element_size())
     with record_function("broadcast_params"):
         dist.broadcast(flat, src=src, group=group)
-    if recorder is not None:
-        recorder.done(idx)
+    recorder.done(idx)
     off = 0
     with torch.no_grad():
         for t in chunk:

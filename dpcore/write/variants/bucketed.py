@@ -17,7 +17,7 @@ collective sequence even if gradients become ready in a different order.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -83,12 +83,12 @@ class BucketedDP(DPWrapper):
                               self.bucket_mb * MB, [(p.dtype, p.device) for p in order])
         self.buckets = [_Bucket(k, [order[i] for i in idxs]) for k, idxs in enumerate(plan)]
         self._next = 0
-        self._hooks = []
         for b in self.buckets:
             for k, (p, view) in enumerate(zip(b.params, b.views)):
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(b, k, view)))
+                p.register_post_accumulate_grad_hook(self._make_hook(b, k, view))
 
-    def _make_hook(self, bucket: _Bucket, k: int, view: torch.Tensor) -> Any:
+    def _make_hook(self, bucket: _Bucket, k: int, view: torch.Tensor
+                   ) -> Callable[[nn.Parameter], None]:
         def hook(p: nn.Parameter) -> None:
             if not self._sync_pending:
                 return  # no_sync: the gradient accumulates locally, no collective
@@ -127,11 +127,9 @@ class BucketedDP(DPWrapper):
         rec = self.recorder
         with record_function(f"bucket{b.index}"):
             idx = rec.launch("all_reduce", "native", b.buffer.numel() * b.buffer.element_size(),
-                             b.index) if rec is not None else -1
+                             b.index)
             b.work = dist.all_reduce(b.buffer, group=self.group, async_op=True)
-            if rec is not None:
-                rec.track(idx, b.work)
-        self.calls += 1
+            rec.track(idx, b.work)
 
     def _prepare(self) -> None:
         for b in self.buckets:

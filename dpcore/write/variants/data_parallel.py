@@ -23,7 +23,7 @@ def gpu_count() -> int:
 class DataParallelDP(LocalWrapper):
     name = "data_parallel"
 
-    def __init__(self, module: nn.Module, *, replicas: int = 2, **_: Any) -> None:
+    def __init__(self, module: nn.Module, *, replicas: int = 2) -> None:
         super().__init__(module)
         n = gpu_count()
         self.dp: nn.DataParallel | None = None

@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.profiler import record_function
 
+from dpcore.write.comm import all_reduce
 from dpcore.write.variants.base import DPWrapper
 
 
@@ -51,36 +52,18 @@ class FlatDP(DPWrapper):
     def _reduce(self, flat: torch.Tensor, bucket: int) -> None:
         """Average ``flat`` in place across the group (blocking)."""
         rec = self.recorder
-        idx = rec.launch("all_reduce", self.algo, flat.numel() * flat.element_size(), bucket) \
-            if rec is not None else -1
+        idx = rec.launch("all_reduce", self.algo, flat.numel() * flat.element_size(), bucket)
         dist.all_reduce(flat, group=self.group)
-        if rec is not None:
-            rec.done(idx)
+        rec.done(idx)
         flat.div_(self.world_size)
-        self.calls += 1
 
 
 class FlatAlgoDP(FlatDP):
-    """Flat buffer averaged by ``dpcore.write.comm.all_reduce(..., algo=self.algo, op="mean")``.
-
-    ``algo`` may be overridden per instance (e.g. ``"native"``) to test the plumbing
-    independently of the from-scratch algorithms.
-    """
-
-    def __init__(self, module: nn.Module, *, algo: str | None = None, **kw: Any) -> None:
-        super().__init__(module, **kw)
-        if algo is not None:
-            self.algo = algo
-        from dpcore.write.comm import all_reduce  # import here: comm is optional until it is used
-
-        self._all_reduce = all_reduce
+    """Flat buffer averaged by ``dpcore.write.comm.all_reduce(..., algo=self.algo, op="mean")``."""
 
     def _reduce(self, flat: torch.Tensor, bucket: int) -> None:
         rec = self.recorder
-        idx = rec.launch("all_reduce", self.algo, flat.numel() * flat.element_size(), bucket) \
-            if rec is not None else -1
-        self._all_reduce(flat, algo=self.algo, op="mean", group=self.group, recorder=rec,
-                         call=bucket)  # call = index of this all-reduce within the step
-        if rec is not None:
-            rec.done(idx)
-        self.calls += 1
+        idx = rec.launch("all_reduce", self.algo, flat.numel() * flat.element_size(), bucket)
+        all_reduce(flat, algo=self.algo, op="mean", group=self.group, recorder=rec,
+                   call=bucket)  # call = index of this all-reduce within the step
+        rec.done(idx)

@@ -8,21 +8,20 @@ on the local GPUs (all on the CPU without GPUs).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-from typing import Any, Iterator
 
 import torch
 import torch.nn as nn
 from torch.profiler import record_function
 
+from dpcore.write.variants.base import LossFn
 from dpcore.write.variants.single import LocalWrapper
 
 
 class ManualDP(LocalWrapper):
     name = "manual"
 
-    def __init__(self, module: nn.Module, *, replicas: int = 2, **_: Any) -> None:
+    def __init__(self, module: nn.Module, *, replicas: int = 2) -> None:
         super().__init__(module)
         self.n = max(1, int(replicas))
         self.loss_terms = self.n
@@ -35,7 +34,6 @@ class ManualDP(LocalWrapper):
         self.devices = devices
         self._master = [torch.zeros(p.shape, dtype=p.dtype) for p in module.parameters()
                         if p.requires_grad]
-        self._sync = True
 
     def _trainable(self, rep: nn.Module) -> list[nn.Parameter]:
         return [p for p in rep.parameters() if p.requires_grad]
@@ -44,7 +42,7 @@ class ManualDP(LocalWrapper):
         outs = [rep(xs.to(d)) for rep, xs, d in zip(self.replicas, x.chunk(self.n), self.devices)]
         return torch.cat([o.to(self.devices[0]) for o in outs])
 
-    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, loss_fn: Any) -> torch.Tensor:
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
         """Sum of the replicas' local mean losses: backward gives each replica its own grad."""
         losses = []
         for i, (rep, d) in enumerate(zip(self.replicas, self.devices)):
@@ -56,16 +54,9 @@ class ManualDP(LocalWrapper):
     def optim_parameters(self) -> list[nn.Parameter]:
         return [p for rep in self.replicas for p in self._trainable(rep)]
 
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        old, self._sync = self._sync, False
-        try:
-            yield
-        finally:
-            self._sync = old
-
     def finish_gradient_synchronization(self) -> None:
-        if not self._sync or self.n == 1:
+        """Average the replicas' gradients on the CPU master copy (skipped in ``no_sync``)."""
+        if not self.require_backward_grad_sync or self.n == 1:
             return
         per_rep = [self._trainable(rep) for rep in self.replicas]
         with torch.no_grad():

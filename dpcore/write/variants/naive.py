@@ -18,10 +18,7 @@ class NaiveDP(DPWrapper):
         rec, ws = self.recorder, self.world_size
         for i, g in enumerate(self._grads()):
             with record_function(f"allreduce_param{i}"):
-                idx = rec.launch("all_reduce", "native", g.numel() * g.element_size()) \
-                    if rec is not None else -1
+                idx = rec.launch("all_reduce", "native", g.numel() * g.element_size())
                 dist.all_reduce(g, group=self.group)
-                if rec is not None:
-                    rec.done(idx)
+                rec.done(idx)
             g.div_(ws)
-            self.calls += 1

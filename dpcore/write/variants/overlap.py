@@ -27,7 +27,8 @@ class OverlapDP(DPWrapper):
         self._index = {id(p): i for i, p in enumerate(self.trainable)}
         self._handles: list[tuple[Any, torch.Tensor]] = []
         self._launched: set[int] = set()
-        self._hooks = [p.register_post_accumulate_grad_hook(self._hook) for p in self.trainable]
+        for p in self.trainable:
+            p.register_post_accumulate_grad_hook(self._hook)
 
     def _prepare(self) -> None:
         self._handles = []
@@ -44,14 +45,11 @@ class OverlapDP(DPWrapper):
     def _launch(self, i: int, grad: torch.Tensor) -> None:
         rec = self.recorder
         with record_function(f"allreduce_param{i}"):
-            idx = rec.launch("all_reduce", "native", grad.numel() * grad.element_size()) \
-                if rec is not None else -1
+            idx = rec.launch("all_reduce", "native", grad.numel() * grad.element_size())
             work = dist.all_reduce(grad, group=self.group, async_op=True)
-            if rec is not None:
-                rec.track(idx, work)
+            rec.track(idx, work)
         self._handles.append((work, grad))
         self._launched.add(i)
-        self.calls += 1
 
     def _sync(self) -> None:
         grads = self._grads()

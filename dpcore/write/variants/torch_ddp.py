@@ -3,10 +3,11 @@
 Same bucket cap as ``bucketed`` (``bucket_cap_mb=bucket_mb``). Buffers are broadcast once at
 construction and not before every forward (``broadcast_buffers=False``), as in every other
 variant here: none of our models change buffers during training, and a per-forward broadcast
-would be a collective no variant issues. With a recorder, a communication hook (Li et al.
-2020, section 3.3 / DDP comm hooks) launches each bucket's all-reduce itself, exactly as the
-built-in ``allreduce_hook`` does (divide by N, async all-reduce, future), and records it, so
-DDP's buckets appear in collectives.csv; without a recorder DDP keeps its C++ default path.
+would be a collective no variant issues. With a recording recorder, a communication hook (Li
+et al. 2020, section 3.3 / DDP comm hooks) launches each bucket's all-reduce itself, exactly as
+the built-in ``allreduce_hook`` does (divide by N, async all-reduce, future), and records it,
+so DDP's buckets appear in collectives.csv; with the null recorder DDP keeps its C++ default
+path (``recorder.enabled`` decides, once, here).
 """
 # no `from __future__ import annotations`: DDP checks the comm hook's annotations at runtime
 
@@ -20,6 +21,8 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
+from dpcore.write.recorder import NULL_RECORDER, Recorder
+from dpcore.write.variants.base import Wrapper
 
 # newer torch renamed the switch (and still syncs buffers at init, which we want)
 _NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
@@ -28,33 +31,30 @@ _NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
                            else {"broadcast_buffers": False})
 
 
-class TorchDDP(DistributedDataParallel):
-    """DDP plus the (no-op) dpcore wrapper methods."""
+class TorchDDP(DistributedDataParallel, Wrapper):
+    """DDP itself; :class:`Wrapper` adds the no-op dpcore calls (DDP's own ``forward``,
+    ``no_sync`` and ``module`` come first in the MRO)."""
 
     name = "torch_ddp"
     processes = "N"
+    grad_sync_in_backward = True  # the reducer waits for its buckets inside loss.backward()
 
-    def __init__(self, module: nn.Module, *, group: Any = None, recorder: Any = None,
-                 bucket_mb: float = 25.0) -> None:
+    def __init__(self, module: nn.Module, *, group: Any = None,
+                 recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0) -> None:
         dev = next(module.parameters()).device
         super().__init__(module, device_ids=[dev] if dev.type == "cuda" else None,
                          process_group=group, bucket_cap_mb=bucket_mb, **_NO_FORWARD_BUFFER_SYNC)
-        self.recorder = recorder
-        self.bucket_mb = float(bucket_mb)
-        if recorder is not None:
+        if recorder.enabled:
             self.register_comm_hook(_HookState(group, recorder), _recorded_allreduce_hook)
 
     def finish_gradient_synchronization(self) -> None:
         """No-op: DDP waits for its buckets at the end of backward."""
 
-    def on_train_batch_start(self) -> None:
-        """No-op: DDP resets its reducer itself in forward."""
-
 
 class _HookState:
     __slots__ = ("group", "recorder", "world_size")
 
-    def __init__(self, group: Any, recorder: Any) -> None:
+    def __init__(self, group: Any, recorder: Recorder) -> None:
         self.group = group
         self.recorder = recorder
         self.world_size = dist.get_world_size(group)
