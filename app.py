@@ -15,8 +15,10 @@ from dpcore.read.dashboard import data, launcher
 from dpcore.read.dashboard.runs import offer_other_run, pick_runs, runs_view
 from dpcore.read.dashboard.views import compare_overview, overview_view, scaling_view, timeline_view
 from dpcore.read.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
+from dpcore.read.dashboard.views_stragglers import stragglers_view
 
-VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Ring messages", "Bandwidth", "Buckets", "Traces", "New run"]
+VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Stragglers", "Ring messages", "Bandwidth", "Buckets", "Traces",
+         "New run"]
 INTRO = {
     "Overview": "How long one training step takes per variant and world size, and how much of it is communication.",
     "Timeline": "What every rank does during one step: compute above, communication below, on one clock.",
@@ -25,6 +27,7 @@ INTRO = {
     "Bandwidth": "All-reduce bandwidth against message size, measured like nccl-tests.",
     "Buckets": "How the gradient bucket size trades launch overhead against overlap.",
     "Traces": "The raw torch.profiler traces, for Perfetto or chrome://tracing.",
+    "Stragglers": "Which rank arrives last at each collective, and how long the others wait for it.",
 }
 
 st.set_page_config(page_title="dpcore · data-parallel profiler", page_icon="⚡", layout="wide")
@@ -102,6 +105,7 @@ else:
         "Overview": overview_view, "Scaling": scaling_view, "Bandwidth": bandwidth_view, "Buckets": buckets_view,
         "Ring messages": ring_view, "Timeline": lambda r: timeline_view(r, root),
         "Traces": lambda r: traces_view(r, root),
+        "Stragglers": lambda r: stragglers_view(r, root),
     }[view]
     for run in loaded:
         if len(loaded) > 1:

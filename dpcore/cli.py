@@ -1,4 +1,4 @@
-"""Command line: ``python -m dpcore {verify,profile,allreduce,analyze,summarize}``.
+"""Command line: ``python -m dpcore {verify,profile,allreduce,analyze,summarize,stragglers}``.
 
 Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one line>`` and
 exit status 2. The CLI computes nothing itself; it parses, validates and calls the modules
@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from dpcore.contract.config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, parse_bucket_sweep,
+from dpcore.contract.config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, parse_bucket_sweep, parse_delay,
                      parse_choices, parse_int_list, parse_size)
 from dpcore.contract.errors import UsageError
 from dpcore.write.progress import MODES
@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="label added to the generated run id")
     p.add_argument("--run-id", default=None, help="exact run directory name (must not exist)")
     p.add_argument("--progress", default="bar", help=f"one of {', '.join(MODES)}")
+    p.add_argument("--inject-delay", default=None, metavar="RANK:MS",
+                   help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
+    p.add_argument("--threads-per-rank", type=int, default=None,
+                   help="torch threads of every rank of every job (default: physical cores // "
+                        "largest world size, the same for all jobs so scaling compares like with like)")
 
     a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)")
     a.add_argument("--algos", default="native,ring,naive,central")
@@ -88,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summarize", help="per-job table of a run")
     s.add_argument("run")
     s.add_argument("--csv", action="store_true")
+
+    g = sub.add_parser("stragglers", help="which rank arrives last at the collectives, per job and rank")
+    g.add_argument("path", help="a run directory, a job's traces folder, or any folder of torch.profiler traces")
+    g.add_argument("--csv", action="store_true")
     return ap
 
 
@@ -136,11 +145,15 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
         variants=tuple(parse_choices(args.variants, "variant", VARIANTS)),
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")), bucket_sweep=sweep,
         trace=not args.no_trace, out=args.out, name=args.name, backend=args.backend,
-        timeout_s=args.timeout, progress=args.progress, run_id=_run_id(args.run_id))
+        timeout_s=args.timeout, progress=args.progress, run_id=_run_id(args.run_id),
+        threads_per_rank=args.threads_per_rank)
     if args.batch_size is None:
         from dpcore.write.models import default_batch_size
         args.batch_size = default_batch_size(args.model) or 32
+    delay = (parse_delay(args.inject_delay, max(opts.world_sizes)) if args.inject_delay is not None
+             else (-1, 0.0))
     cfg = TrainConfig(model=args.model, size=args.size, width=args.width,
+                      delay_rank=delay[0], delay_ms=delay[1],
                       batch_size=args.batch_size, scaling=args.scaling, steps=args.steps,
                       warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
                       bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed)
@@ -208,8 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         from dpcore.read.analysis import RunLoadError
         from dpcore.read.analysis.commands import analyze, summarize
         try:
-            out = (analyze(args.path, csv=args.csv) if args.command == "analyze"
-                   else summarize(args.run, csv=args.csv))
+            if args.command == "stragglers":
+                from dpcore.read.analysis.stragglers import stragglers_text
+                out = stragglers_text(args.path, csv=args.csv).rstrip("\n")
+            else:
+                out = (analyze(args.path, csv=args.csv) if args.command == "analyze"
+                       else summarize(args.run, csv=args.csv))
             print(out, end="" if args.csv else "\n")
         except (RunLoadError, OSError, ValueError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None

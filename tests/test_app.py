@@ -16,7 +16,8 @@ from streamlit.testing.v1 import AppTest
 from tests.fixtures_run import make_corrupt_runs, make_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Ring messages", "Bandwidth", "Buckets", "Traces", "New run"]
+VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Stragglers", "Ring messages", "Bandwidth", "Buckets", "Traces",
+         "New run"]
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,10 @@ class TrainConfig:
     lr: float = 0.01
     seed: int = 0
     dtype: str = "float32"
+    #: ``--inject-delay RANK:MS``: rank RANK sleeps MS ms in its forward every step, to show
+    #: what a straggler looks like (-1: nobody).
+    delay_rank: int = -1
+    delay_ms: float = 0.0
 
     def global_batch(self, world_size: int) -> int:
         return self.batch_size * world_size if self.scaling == "weak" else self.batch_size
@@ -102,3 +106,17 @@ def parse_bucket_sweep(text: str) -> tuple[float, ...]:
             raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB like 1,10,25,100")
         out.append(mb)
     return tuple(dict.fromkeys(out))
+
+
+def parse_delay(text: str, world_size: int) -> tuple[int, float]:
+    """'1:20' -> (rank 1, 20.0 ms), with a clear error naming the valid ranks."""
+    m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+(?:\.\d+)?)\s*", text or "")
+    if not m:
+        raise UsageError(f"bad --inject-delay {text!r}; use RANK:MS, e.g. 1:20 (rank 1 sleeps 20 ms "
+                         "in its forward every step)")
+    rank, ms = int(m.group(1)), float(m.group(2))
+    if rank >= world_size:
+        raise UsageError(f"--inject-delay rank {rank} does not exist; valid ranks: 0..{world_size - 1}")
+    if not 0 < ms <= 60_000:
+        raise UsageError(f"--inject-delay must sleep between 0 and 60000 ms, got {ms:g}")
+    return rank, ms

@@ -21,7 +21,7 @@ from dpcore.contract.metrics import bus_factor
 from dpcore.write.clock import measure_offset
 from dpcore.contract.errors import JobFailed
 from dpcore.write.recorder import Recorder
-from dpcore.write.launch import DistContext, launch, physical_cores, resolve_backend
+from dpcore.write.launch import DistContext, launch, physical_cores, pinning, resolve_backend, threads_per_rank
 from dpcore.write.progress import Progress
 from dpcore.contract.runformat import EXIT_CODES, allreduce_job_id
 from dpcore.write.rundir import RunWriter, environment
@@ -110,9 +110,12 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
     config = {"algos": list(opts.algos), "world_sizes": list(opts.world_sizes),
               "sizes": list(opts.sizes), "warmup": opts.warmup, "repeats": opts.repeats,
               "dtype": "float32"}
+    top = max(opts.world_sizes)
+    threads = threads_per_rank(top)  # one value for every cell, as in `profile`
+    pin = pinning(top, threads) == "per-rank"
     writer = RunWriter(opts.out, opts.name, command=argv, config=config,
-                       environment=environment(backend, list(opts.world_sizes)), kind="allreduce",
-                       run_id=opts.run_id)
+                       environment=environment(backend, list(opts.world_sizes), threads=threads, pin=pin),
+                       kind="allreduce", run_id=opts.run_id)
     cells = [(a, n) for n in opts.world_sizes for a in opts.algos]
     progress = Progress(opts.progress, len(cells))
     progress.run_start(str(writer.run_dir))
@@ -128,7 +131,7 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
             try:
                 res = launch(bench_worker, n, backend=backend, timeout_s=opts.timeout_s,
                              args=(jid, algo, opts.sizes, opts.warmup, opts.repeats),
-                             on_progress=progress.step)
+                             on_progress=progress.step, threads=threads, pin=pin)
                 cell = cell_rows(jid, algo, n, res)
                 rows += cell
                 writer.append_rows("allreduce", cell)

@@ -40,6 +40,8 @@ class DistContext:
     backend: str
     device: torch.device
     threads: int
+    #: CPUs this rank is pinned to (os.sched_setaffinity); empty when it is not pinned.
+    cpus: tuple[int, ...] = ()
     #: Forwards rank 0's progress events to the launcher; None when nobody listens.
     progress: Callable[[dict], None] | None = None
 
@@ -85,6 +87,42 @@ def threads_per_rank(ranks_on_host: int) -> int:
     return max(1, physical_cores() // max(1, ranks_on_host))
 
 
+def rank_cpus(local_rank: int, ranks_on_host: int, threads: int) -> tuple[int, ...]:
+    """The CPUs a rank is pinned to: a slice of its own, ``threads`` wide, of the CPUs this
+    process may use; () when the ranks' slices would not fit (then nobody is pinned: sharing
+    is better left to the OS scheduler than forced onto the same core).
+
+    Why pin: an unpinned rank migrates between cores and competes with its neighbours' OpenMP
+    threads, which is what makes small world-size-1 jobs explode under contention."""
+    try:
+        usable = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux: no affinity API
+        return ()
+    if threads < 1 or ranks_on_host * threads > len(usable):
+        return ()
+    return tuple(usable[local_rank * threads:(local_rank + 1) * threads])
+
+
+def pinning(ranks_on_host: int, threads: int) -> str:
+    """How ranks of this many local ranks x threads are placed: 'per-rank' (each on its own
+    CPUs) or why not, for run.json."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "unavailable (no sched_setaffinity on this OS)"
+    if not rank_cpus(0, ranks_on_host, threads):
+        return f"none ({ranks_on_host} ranks x {threads} threads exceed the usable CPUs)"
+    return "per-rank"
+
+
+def _pin(local_rank: int, ranks_on_host: int, threads: int) -> tuple[int, ...]:
+    cpus = rank_cpus(local_rank, ranks_on_host, threads)
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:  # a container may forbid it: run unpinned rather than fail
+            return ()
+    return cpus
+
+
 def is_oversubscribed(ranks_on_host: int) -> bool:
     """More ranks than physical cores: timings mean little (ranks time-slice one core)."""
     return ranks_on_host > physical_cores()
@@ -113,17 +151,18 @@ def _device_for(backend: str, local_rank: int) -> torch.device:
 
 
 def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, timeout_s: float,
-            fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int) -> None:
-    """Body of a spawned rank: join the group, run ``fn``, report result or error."""
+            fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int, pin: bool) -> None:
+    """Body of a spawned rank: pin, join the group, run ``fn``, report result or error."""
     _die_with_launcher(launcher_pid)
     try:
+        cpus = _pin(rank, world_size, threads) if pin else ()
         torch.set_num_threads(threads)
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
                               timeout=_dt.timedelta(seconds=timeout_s))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=_dt.timedelta(seconds=timeout_s))
         ctx = DistContext(rank, world_size, rank, backend, _device_for(backend, rank), threads,
-                          progress=lambda ev: results.put((rank, "progress", ev)))
+                          cpus=cpus, progress=lambda ev: results.put((rank, "progress", ev)))
         value = fn(ctx, *args)
         results.put((rank, "ok", value))
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
@@ -172,7 +211,8 @@ def _mp_context() -> Any:
 
 
 def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, timeout_s: float,
-                     args: tuple, on_progress: Callable[[dict], None] | None) -> list[Any]:
+                     args: tuple, on_progress: Callable[[dict], None] | None,
+                     threads: int | None = None, pin: bool = False) -> list[Any]:
     env_ws = int(os.environ["WORLD_SIZE"])
     if world_size not in (env_ws, 0):
         raise UsageError(f"world size {world_size} requested but torchrun started {env_ws} ranks; "
@@ -180,20 +220,21 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", env_ws))
     backend = resolve_backend(backend, env_ws, local_ws)
-    threads = threads_per_rank(local_ws)
+    threads = threads or threads_per_rank(local_ws)
+    cpus = _pin(local_rank, local_ws, threads) if pin else ()
     torch.set_num_threads(threads)
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
     ctx = DistContext(rank, env_ws, local_rank, backend, _device_for(backend, local_rank),
-                      threads, progress=on_progress)
+                      threads, cpus=cpus, progress=on_progress)
     out: list[Any] = [None] * env_ws
     out[rank] = fn(ctx, *args)
     return out
 
 
 def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", args: tuple = (),
-           timeout_s: float = 300.0,
-           on_progress: Callable[[dict], None] | None = None) -> list[Any]:
+           timeout_s: float = 300.0, on_progress: Callable[[dict], None] | None = None,
+           threads: int | None = None, pin: bool = False) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``world_size`` ranks and return their results by rank.
 
     Spawns the ranks on this host, or, under ``torchrun``, runs ``fn`` in the world torchrun
@@ -201,20 +242,24 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     sends with ``ctx.report(...)`` reach ``on_progress`` in the launching process. A rank that raises ends the
     job at once: the others are terminated and :class:`JobFailed` names the rank and its
     exception. A job running past ``timeout_s`` is killed the same way (``rank=-1``).
+
+    ``threads``: torch threads per rank (default cores // ranks on this host; ``profile``
+    passes one value for every job of a run, so T(1) and T(N) get the same resources).
+    ``pin``: pin each rank to its own CPUs (:func:`rank_cpus`) where they fit.
     """
     if world_size < 1:
         raise UsageError(f"world size must be >= 1, got {world_size}")
     if in_torchrun():
-        return _torchrun_launch(fn, world_size, backend, timeout_s, args, on_progress)
+        return _torchrun_launch(fn, world_size, backend, timeout_s, args, on_progress, threads, pin)
     backend = resolve_backend(backend, world_size)
-    threads = threads_per_rank(world_size)
+    threads = threads or threads_per_rank(world_size)
     ctx = _mp_context()
     store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
                           timeout=_dt.timedelta(seconds=timeout_s), wait_for_workers=False)
     results = ctx.Queue()
     procs = [ctx.Process(target=_worker, daemon=True, name=f"dpcore-rank{r}",
                          args=(r, world_size, backend, store.port, threads, timeout_s, fn, args,
-                               results, os.getpid()))
+                               results, os.getpid(), pin))
              for r in range(world_size)]
     out: list[Any] = [None] * world_size
     got: set[int] = set()

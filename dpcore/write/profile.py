@@ -26,7 +26,8 @@ from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS, TrainConfig
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.contract.intervals import comm_start, step_comm, union_length
 from dpcore.write.chrome import merge_job_traces
-from dpcore.write.launch import in_torchrun, launch, physical_cores, resolve_backend
+from dpcore.write.launch import (in_torchrun, launch, physical_cores, pinning, resolve_backend,
+                                 threads_per_rank)
 from dpcore.write.progress import Progress
 from dpcore.write.rundir import RunWriter, environment
 from dpcore.write.worker import JobSpec, profile_job
@@ -44,6 +45,7 @@ class ProfileOptions:
     timeout_s: float = 300.0
     progress: str = "bar"
     run_id: str | None = None
+    threads_per_rank: int | None = None   # None: physical cores // largest world size
 
 
 def plan_jobs(opts: ProfileOptions, cfg: TrainConfig, run_dir: Path | None) -> list[JobSpec]:
@@ -82,6 +84,8 @@ def validate(opts: ProfileOptions, cfg: TrainConfig) -> str:
                          f"{cfg.profile_steps}; use --no-trace to skip tracing")
     if cfg.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    if opts.threads_per_rank is not None and opts.threads_per_rank < 1:
+        raise UsageError(f"--threads-per-rank must be >= 1, got {opts.threads_per_rank}")
     if cfg.bucket_mb <= 0 or any(b <= 0 for b in opts.bucket_sweep):
         raise UsageError("bucket sizes must be > 0 MB")
     for ws in opts.world_sizes:
@@ -123,6 +127,7 @@ def record_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
         # (t_a, t_b) shared-clock brackets of each rank's dpcore_clock_sync#k markers
         "clock_sync_ns": {str(i): r["sync"] for i, r in enumerate(results) if r.get("trace")},
         "threads_per_rank": first.get("threads"),
+        "cpus_per_rank": {str(i): r.get("cpus", []) for i, r in enumerate(results)},
     }
     errors = [r["trace_error"] for r in results if r.get("trace_error")]
     if errors:
@@ -137,6 +142,14 @@ def record_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     return {"status": "complete", **extra}
 
 
+def _set_resources(world: Any, opts: ProfileOptions, ranks_on_host: int) -> None:
+    """Equal resources for every job of a run: the same threads per rank (cores // the most
+    ranks any job puts on this host, unless --threads-per-rank), and every rank pinned to its
+    own CPUs when all of them fit, so T(1) and T(N) differ only by what data parallelism adds."""
+    world.threads = opts.threads_per_rank or threads_per_rank(ranks_on_host)
+    world.pin = pinning(ranks_on_host, world.threads) == "per-rank"
+
+
 class LocalWorld:
     """Ranks spawned by dpcore on this host, one launch per job; this process writes."""
 
@@ -144,12 +157,16 @@ class LocalWorld:
 
     def __init__(self, opts: ProfileOptions, backend: str) -> None:
         self.opts, self.backend = opts, backend
+        multi = [v for v in opts.variants if v not in SINGLE_PROCESS]
+        self.ranks_on_host = max(opts.world_sizes) if multi else 1
+        _set_resources(self, opts, self.ranks_on_host)
 
     def plan(self, cfg: TrainConfig, run_dir: Path) -> tuple[list[JobSpec], list[str]]:
         return plan_jobs(self.opts, cfg, run_dir), []
 
     def environment(self) -> dict:
-        return environment(self.backend, list(self.opts.world_sizes))
+        return environment(self.backend, list(self.opts.world_sizes), threads=self.threads,
+                           pin=self.pin)
 
     def oversubscribed(self, spec: JobSpec) -> bool:
         return spec.processes > physical_cores()
@@ -161,7 +178,8 @@ class LocalWorld:
     def run(self, spec: JobSpec, cfg: TrainConfig, progress: Progress) -> list[Any] | None:
         """Every rank's result; JobFailed when a rank raised, died or timed out."""
         return launch(profile_job, spec.processes, backend=self.backend, args=(spec, cfg),
-                      timeout_s=self.opts.timeout_s, on_progress=progress.step)
+                      timeout_s=self.opts.timeout_s, on_progress=progress.step,
+                      threads=self.threads, pin=self.pin)
 
     def finish(self, status: str) -> None:
         """Nothing to tear down: launch() reaped every rank of every job."""
@@ -176,6 +194,7 @@ class TorchrunWorld:
         self.local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", self.ws))
         self.backend, self.writes = backend, self.rank == 0
         self.opts = replace(opts, world_sizes=(self.ws,))
+        _set_resources(self, opts, self.local_ws)
         if not dist.is_initialized():
             dist.init_process_group(backend, timeout=_dt.timedelta(seconds=opts.timeout_s))
 
@@ -185,7 +204,8 @@ class TorchrunWorld:
                 [v for v in self.opts.variants if v in SINGLE_PROCESS])
 
     def environment(self) -> dict:
-        return {**environment(self.backend, [self.ws], ranks_per_host=self.local_ws),
+        return {**environment(self.backend, [self.ws], ranks_per_host=self.local_ws,
+                              threads=self.threads, pin=self.pin),
                 "torchrun": True, "nnodes": self.ws // max(self.local_ws, 1)}
 
     def oversubscribed(self, spec: JobSpec) -> bool:
@@ -202,7 +222,8 @@ class TorchrunWorld:
             Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
         try:
             mine: Any = launch(profile_job, self.ws, backend=self.backend, args=(spec, cfg),
-                               timeout_s=self.opts.timeout_s, on_progress=progress.step)[self.rank]
+                               timeout_s=self.opts.timeout_s, on_progress=progress.step,
+                               threads=self.threads, pin=self.pin)[self.rank]
         except Exception as exc:  # noqa: BLE001 - reported through rank 0
             mine = {"error": f"rank {self.rank}: {type(exc).__name__}: {exc}\n"
                              f"{traceback.format_exc(limit=6)}"}

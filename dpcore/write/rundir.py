@@ -24,6 +24,7 @@ import torch
 from dpcore.contract import runformat as rf
 from dpcore.contract.errors import UsageError
 from dpcore.write.launch import is_oversubscribed, physical_cores, threads_per_rank
+from dpcore.write.launch import pinning as launch_pinning
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read the process umask once (os.umask can only be read by setting it)
@@ -73,7 +74,8 @@ def new_run_id(name: str | None = None) -> str:
     return "-".join(p for p in (stamp, safe, secrets.token_hex(2)) if p)
 
 
-def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None = None) -> dict:
+def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None = None,
+                threads: int | None = None, pin: bool = False) -> dict:
     """What the numbers were measured on. ``oversubscribed`` when any job has more ranks on
     this host than physical cores (its timings then mean little)."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -90,7 +92,9 @@ def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None
         "devices": devices,
         "cpu_cores": physical_cores(),
         "logical_cpus": os.cpu_count(),
-        "threads_per_rank": {str(n): threads_per_rank(n) for n in sorted(set(world_sizes))},
+        # one value for every job (cores // largest world size unless --threads-per-rank)
+        "threads_per_rank": threads or threads_per_rank(local),
+        "pinning": launch_pinning(local, threads or threads_per_rank(local)) if pin else "none",
         "oversubscribed": is_oversubscribed(local),
         "gpus": gpus,
     }

@@ -59,6 +59,7 @@ class Trainer:
         self.opt = torch.optim.SGD(self.model.optim_parameters(), lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
                                              else ctx.world_size)
+        self._delay_s = cfg.delay_ms / 1e3 if ctx.rank == cfg.delay_rank else 0.0
         self.samples_per_step = (self.global_batch if self.single_process
                                  else cfg.local_batch(ctx.world_size))
         # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
@@ -105,6 +106,8 @@ class Trainer:
         timer.start()
         m.on_train_batch_start()
         with record_function("forward"):
+            if self._delay_s:
+                time.sleep(self._delay_s)  # --inject-delay: a straggler, on purpose
             loss = m.forward_loss(x, y, self.loss_fn)
         timer.mark("fwd")
         with record_function("backward"):

@@ -154,4 +154,4 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     return {"steps": rows, "collectives": coll, "messages": msgs, "offset_ns": offset,
             "rtt_ns": rtt, "trace": str(trace_file) if trace_file and not trace_error else None,
             "trace_error": trace_error, "sync": sync,
-            "threads": ctx.threads}
+            "threads": ctx.threads, "cpus": list(ctx.cpus)}

@@ -1,0 +1,98 @@
+"""Stragglers view: which rank arrives last at the collectives, and what that costs the others.
+
+Why beside the overview: a slow step can be slow because one rank is late (a noisy neighbour,
+an uneven data loader) rather than because communication is slow; the wait/transfer split
+tells the two apart. Numbers come from `dpcore.read.analysis.stragglers` (the same functions
+as `python -m dpcore stragglers`), figures from `dpcore.read.plots.stragglers`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from dpcore.read.analysis.stragglers import (collective_waits, straggler_summary, straggler_threshold_pct,
+                                             straggler_verdict)
+from dpcore.read.dashboard import data
+from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
+
+FORMULA = ("For one collective matched across ranks (same job, step and sequence number): a rank's wait = "
+           "latest arrival − its own arrival; the rank with wait 0 arrived last (exact ties: each tied rank). "
+           "Start skew = latest − earliest start; end skew = latest − earliest end. Comm = end − arrival "
+           "= wait + transfer (the time after everyone arrived). Arrival = launch on the shared clock.")
+NUM = st.column_config.NumberColumn
+TABLE_CONFIG = {
+    "rank": NUM("rank", format="%d"),
+    "collectives": NUM("collectives", help="Collectives of this job seen on every rank (matched).", format="%d"),
+    "last_arrival_pct": NUM("arrived last %", help="Share of the collectives where this rank had wait 0.",
+                            format="%.0f%%"),
+    "mean_wait_ms": NUM("mean wait (ms)", help="Mean of latest arrival − own arrival.", format="%.3f"),
+    "p90_wait_ms": NUM("p90 wait (ms)", help="90th percentile of the wait.", format="%.3f"),
+    "wait_ms": NUM("total wait (ms)", help="Sum of the waits over the matched collectives.", format="%.2f"),
+    "transfer_ms": NUM("total transfer (ms)", help="Sum of (end − latest arrival), ≥ 0.", format="%.2f"),
+    "comm_ms": NUM("total comm (ms)", help="Sum of (end − own arrival) = wait + transfer.", format="%.2f"),
+    "wait_fraction": NUM("wait / comm", help="Total wait / total comm time.", format="percent"),
+    "mean_start_skew_ms": NUM("start skew (ms)", help="Mean of latest − earliest start per collective.",
+                              format="%.3f"),
+    "mean_end_skew_ms": NUM("end skew (ms)", help="Mean of latest − earliest end per collective.", format="%.3f"),
+}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def waits(_run, run_key: tuple) -> pd.DataFrame:
+    """collective_waits of the run's collectives.csv (cached per run and file stamp)."""
+    return collective_waits(_run.collectives)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def summary(_run, run_key: tuple) -> pd.DataFrame:
+    """straggler_summary per (job, rank) of the run (cached per run and file stamp)."""
+    return straggler_summary(waits(_run, run_key))
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _figures(_run, run_key: tuple, job_id: str) -> tuple[go.Figure, go.Figure]:
+    # cache_resource: hand back the same figures (see dashboard/figures.py on why not cache_data)
+    s = summary(_run, run_key)
+    s = s[s["job_id"] == job_id]
+    return (last_arrival_figure(s, "Who arrived last"),
+            wait_transfer_by_rank_figure(s, "Comm time per collective: waiting vs transfer"))
+
+
+def stragglers_view(run, root: Path) -> None:
+    """Job picker, the per-rank table, last-arrival bars, wait/transfer bars and the formula.
+
+    ``root`` (the profiles folder) keeps the views' common signature; everything shown comes
+    from the run's collectives.csv, already loaded and path-checked by `data.load_run`.
+    """
+    if run.collectives.empty:
+        st.info("This run recorded no collectives (an all-reduce benchmark run, or training jobs that did not "
+                "finish): stragglers are measured on the collectives of training jobs with 2 or more ranks.")
+        return
+    key = data.key(run)
+    table = summary(run, key)
+    if table.empty:
+        st.info("No collective of this run was seen on 2 or more ranks of a job (world size 1 only, or every "
+                "collective missing on some rank): there is nothing to match across ranks.")
+        return
+    jobs = list(dict.fromkeys(table["job_id"]))
+    # default: the job with the clearest straggler, the one that teaches the most
+    top = table.groupby("job_id", sort=False)["last_arrival_pct"].max()
+    default = str(top.idxmax()) if not top.empty else jobs[0]
+    job = st.selectbox("Job", jobs, index=jobs.index(default), key=f"sg-job-{run.path}")
+    rows = table[table["job_id"] == job]
+    ws = len(rows)
+    st.markdown(f"**{job}**: {straggler_verdict(rows)}.")
+    st.dataframe(rows.drop(columns="job_id"), hide_index=True, width="stretch", column_config=TABLE_CONFIG)
+    last_fig, split_fig = _figures(run, key, job)
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(last_fig, key=f"sg-last-{run.path}-{job}")
+    with right:
+        st.plotly_chart(split_fig, key=f"sg-split-{run.path}-{job}")
+    st.caption(f"{FORMULA} A rank is named the straggler when it arrived last in at least "
+               f"{straggler_threshold_pct(ws):.0f}% of the collectives (halfway between chance, 100/N, and "
+               "always). For asynchronous collectives (overlap, bucketed, DDP) a wait may have been spent "
+               "computing: it measures skew, not idle time.")
