@@ -24,22 +24,16 @@ from dpcore.write.recorder import Recorder
 from dpcore.write.launch import DistContext, launch, physical_cores, pinning, resolve_backend, threads_per_rank
 from dpcore.write.progress import Progress
 from dpcore.contract.runformat import EXIT_CODES, allreduce_job_id
-from dpcore.write.rundir import RunWriter, environment
+from dpcore.write.rundir import RunOptions, RunWriter, environment
 
 
 @dataclass(frozen=True)
-class AllreduceOptions:
+class AllreduceOptions(RunOptions):
     algos: tuple[str, ...]
     world_sizes: tuple[int, ...]
     sizes: tuple[int, ...]          # bytes
     warmup: int = 3
     repeats: int = 0                # 0 == adaptive: more repeats for small sizes
-    out: str = "profiles"
-    name: str | None = None
-    backend: str = "auto"
-    timeout_s: float = 300.0
-    progress: str = "bar"
-    run_id: str | None = None
 
 
 def repeats_for(nbytes: int, requested: int) -> int:

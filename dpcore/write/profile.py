@@ -29,22 +29,16 @@ from dpcore.write.chrome import merge_job_traces
 from dpcore.write.launch import (in_torchrun, launch, physical_cores, pinning, resolve_backend,
                                  threads_per_rank)
 from dpcore.write.progress import Progress
-from dpcore.write.rundir import RunWriter, environment
+from dpcore.write.rundir import RunOptions, RunWriter, environment
 from dpcore.write.worker import JobSpec, profile_job
 
 
 @dataclass(frozen=True)
-class ProfileOptions:
+class ProfileOptions(RunOptions):
     variants: tuple[str, ...]
     world_sizes: tuple[int, ...]
     bucket_sweep: tuple[float, ...] = ()
     trace: bool = True
-    out: str = "profiles"
-    name: str | None = None
-    backend: str = "auto"
-    timeout_s: float = 300.0
-    progress: str = "bar"
-    run_id: str | None = None
     threads_per_rank: int | None = None   # None: physical cores // largest world size
 
 

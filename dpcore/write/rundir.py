@@ -16,6 +16,7 @@ import platform
 import secrets
 import socket
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,19 @@ def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None
         "oversubscribed": is_oversubscribed(local),
         "gpus": gpus,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What every command that writes a run is told: where, under which name, on which backend,
+    how long a job may take and how progress is shown."""
+
+    out: str = "profiles"
+    name: str | None = None
+    backend: str = "auto"
+    timeout_s: float = 300.0
+    progress: str = "bar"
+    run_id: str | None = None
 
 
 class RunWriter:
