@@ -1,12 +1,14 @@
 """Benchmark: load a 4-rank x ~250k-event trace folder and compute per-rank overlap.
 
 Ours (dpcore.read.analysis.read_trace_dir + overlap_by_rank) vs Holistic Trace Analysis
-(TraceAnalysis(trace_dir).get_comm_comp_overlap). Each tool runs in a fresh subprocess, --repeat
-times (the median is printed: shared machines are noisy); we report wall time, CPU time of the
-process and its workers, peak RSS (VmHWM) minus the RSS after imports, so the numbers are the cost
-of the trace itself, and the largest peak RSS of any worker process (ours parses ranks in parallel
-processes; their memory is not in the parent's VmHWM). HTA is benchmark-only (pip install HolisticTraceAnalysis psutil), never a
-dependency; pass --hta-python to use an interpreter from a separate venv.
+(TraceAnalysis(trace_dir).get_comm_comp_overlap), on the same synthetic GPU traces. Each tool runs
+in a fresh subprocess, --repeat times, interleaved with the other tool so that a noisy minute
+slows both; the medians and their ratio ours/HTA (time, memory) are printed. Per run: wall time,
+CPU time of the process and its workers, peak RSS (VmHWM) and that minus the RSS after imports
+(the cost of the traces themselves), and the largest peak RSS of a worker process (both tools
+parse ranks in worker processes, whose memory is not in the parent's VmHWM); "memory" is the
+peak RSS of any process of a run. HTA is benchmark-only (pip install HolisticTraceAnalysis
+psutil), never a dependency; pass --hta-python to use an interpreter from a separate venv.
 
     python -m benchmarks.bench_trace_load [--dir /tmp/dpcore_bench] [--events 250000] [--hta-python PY] [--repeat 3]
 """
@@ -73,16 +75,24 @@ def run_child(python: str, tool: str, d: Path) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def median_run(python: str, tool: str, d: Path, repeat: int) -> dict:
-    """Run a tool `repeat` times; the run with the median wall time, with every run's seconds."""
-    runs = [run_child(python, tool, d) for _ in range(max(1, repeat))]
-    ok = sorted((r for r in runs if "error" not in r), key=lambda r: r["seconds"])
+def _median(runs: list[dict], key: str) -> float:
+    vals = sorted(r[key] for r in runs)
+    return vals[(len(vals) - 1) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+
+
+def summarize(tool: str, runs: list[dict]) -> dict:
+    """Medians over a tool's successful runs (shared machines are noisy), with every run's numbers.
+
+    ``mem_mb`` is the peak RSS of any process of a run (the parent, or its largest worker: both
+    tools parse ranks in worker processes), the memory the tool needs on one core.
+    """
+    ok = [dict(r, mem_mb=max(r["peak_mb"], r["worker_peak_mb"])) for r in runs if "error" not in r]
     if not ok:
-        return runs[-1]
-    med = dict(ok[(len(ok) - 1) // 2])
-    med["all_seconds"] = [round(r["seconds"], 2) for r in ok]
-    med["all_peak_mb"] = sorted(round(max(r["peak_mb"], r["worker_peak_mb"])) for r in ok)
-    return med
+        return runs[-1] if runs else {"tool": tool, "error": "not run"}
+    out = {k: _median(ok, k) for k in ("seconds", "cpu_s", "peak_mb", "import_mb", "worker_peak_mb", "mem_mb")}
+    out.update(tool=tool, rows=ok[0]["rows"], overlap_pct=ok[0]["overlap_pct"],
+               all_seconds=[round(r["seconds"], 2) for r in ok], all_mem_mb=[round(r["mem_mb"]) for r in ok])
+    return out
 
 
 def main() -> None:
@@ -92,23 +102,35 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--hta-python", default=sys.executable, help="interpreter with HTA installed")
     ap.add_argument("--skip-hta", action="store_true")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per tool; the median is shown")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per tool; the medians are shown")
     a = ap.parse_args()
     d = Path(a.dir)
     ensure_traces(d, a.events, a.ranks)
     size = sum(f.stat().st_size for f in d.glob("rank*.json*")) / 1e6
     print(f"{a.ranks} ranks, ~{a.events} events each, {size:.0f} MB gzipped")
-    results = [median_run(sys.executable, "ours", d, a.repeat)]
-    if not a.skip_hta:
-        results.append(median_run(a.hta_python, "hta", d, a.repeat))
-    for r in results:
+    tools = {"ours": sys.executable} if a.skip_hta else {"ours": sys.executable, "hta": a.hta_python}
+    runs: dict[str, list[dict]] = {t: [] for t in tools}
+    for _ in range(max(1, a.repeat)):  # interleaved, so a noisy minute slows both tools alike
+        for tool, python in tools.items():
+            runs[tool].append(run_child(python, tool, d))
+    results = {t: summarize(t, rs) for t, rs in runs.items()}
+    for r in results.values():
         if "error" in r:
             print(f"{r['tool']:>5}: failed: {r['error']}")
         else:
             print(f"{r['tool']:>5}: {r['seconds']:6.2f} s (cpu {r['cpu_s']:.2f} s)  peak RSS {r['peak_mb']:5.0f} MB "
                   f"(+{r['peak_mb'] - r['import_mb']:.0f} MB over imports), worker peak {r['worker_peak_mb']:.0f} MB  "
                   f"rows {r['rows']}  overlap% {r['overlap_pct']}")
-            print(f"       runs: {r['all_seconds']} s; peak RSS of any process per run: {r['all_peak_mb']} MB")
+            print(f"       runs: {r['all_seconds']} s; peak RSS of any process per run: {r['all_mem_mb']} MB")
+    ours, hta = results.get("ours", {}), results.get("hta", {})
+    if "seconds" in ours and "seconds" in hta:
+        diff = max(abs(ours["overlap_pct"][k] - v) for k, v in hta["overlap_pct"].items()) \
+            if set(ours["overlap_pct"]) == set(hta["overlap_pct"]) else float("nan")
+        pairs = [round(o["seconds"] / h["seconds"], 3) for o, h in zip(runs["ours"], runs["hta"])
+                 if "error" not in o and "error" not in h]
+        print(f"ratio ours/HTA: time {ours['seconds'] / hta['seconds']:.3f}x (medians; run by run {pairs}), "
+              f"memory {ours['mem_mb'] / hta['mem_mb']:.2f}x (peak RSS of any process); "
+              f"overlap% differs by at most {diff:.2f} points")
 
 
 if __name__ == "__main__":

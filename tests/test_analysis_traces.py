@@ -10,7 +10,7 @@ from dpcore.read.analysis import (RunLoadError, TraceFormatError, list_runs, loa
                              overlap_from_trace, read_trace, read_trace_dir)
 from dpcore.read.analysis.commands import analyze, summarize
 from dpcore.read.analysis.synthetic import gpu_trace, write_gpu_trace_dir
-from dpcore.read.analysis.tracefile import parse_trace
+from dpcore.read.analysis.tracefile import read_columns
 
 DATA = Path(__file__).parent / "data"
 
@@ -36,10 +36,10 @@ def test_gpu_kinds_ranks_steps(gpu_dir):
     assert ((per_step["overlap_pct"].dropna() >= 0) & (per_step["overlap_pct"].dropna() <= 100)).all()
 
 
-def test_batches_equal_whole_parse(gpu_dir):
+def test_small_windows_equal_one_window(gpu_dir):
     f = gpu_dir / "rank0.json.gz"
-    _, small = parse_trace(f, batch_bytes=2000)
-    _, big = parse_trace(f)
+    _, small = read_columns(f, window=2000)
+    _, big = read_columns(f, window=1 << 30)
     assert list(small.ts) == list(big.ts) and list(small.codes["name"]) == list(big.codes["name"])
 
 

@@ -19,22 +19,25 @@ from typing import Any, Iterable
 
 from dpcore.contract.messages import message_key, pair_messages
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
+from dpcore.contract.tracefile import load_trace
 from dpcore.write.rundir import atomic_write_bytes
 _MSG_TID_BASE = 900_000_000  # message lanes get tids far from OS thread ids and GPU streams
 _GPU_TID_BASE = 800_000_000
 
 
 def read_json_trace(path: Path | str) -> dict:
-    """Read a (possibly gzipped) Chrome trace file."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
+    """A Chrome trace file (gzipped or not, by magic number) as its JSON document.
+
+    The one trace reader (:mod:`dpcore.contract.tracefile`) that the analysis uses too, so a
+    file both sides accept is the same file; TraceFormatError (a ValueError) names a bad one.
+    """
+    meta, events = load_trace(path)
+    return {**meta, "traceEvents": events}
 
 
-def _sync_shift_us(events: list[dict], samples: list) -> float:
+def _sync_shift_us(events: list[Any], samples: list) -> float:
     """Microseconds to add to this trace's ``ts`` to land on the shared clock."""
-    timed = [e for e in events if "ts" in e]
+    timed = [e for e in events if type(e) is dict and "ts" in e]
     shift = trace_shift_us((e.get("name", "") for e in timed), (e["ts"] for e in timed), samples)
     if shift is None:
         raise ValueError(f"trace has no {SYNC_MARKER}#k event; cannot place it on the shared clock")
@@ -108,8 +111,8 @@ def merge_job_traces(rank_traces: dict[int, Path], sync: dict[int, list],
     events: list[dict] = []
     lo, hi = None, None
     for rank in sorted(rank_traces):
-        trace = read_json_trace(rank_traces[rank])
-        src = trace.get("traceEvents", [])
+        _, src = load_trace(rank_traces[rank])
+        src = [ev for ev in src if type(ev) is dict]  # the format allows nothing else
         shift = _sync_shift_us(src, sync[rank])
         cpu_pids = {ev.get("pid") for ev in src if ev.get("cat") in ("cpu_op", "user_annotation",
                                                                      "python_function")}

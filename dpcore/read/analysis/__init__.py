@@ -14,7 +14,7 @@ from dpcore.read.analysis.overlap import overlap_by_rank, overlap_from_trace, st
 from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, stragglers_from_traces
 from dpcore.read.analysis.summary import bucket_sweep, job_summary, scaling
 from dpcore.read.analysis.timeline import job_trace_events, timeline, trace_step_metrics
-from dpcore.read.analysis.tracefile import TraceFormatError
+from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.analysis.traces import KINDS, read_trace, read_trace_dir
 
 __all__ = ["step_metrics", "rank_metrics", "job_metrics", "step_ranks", "trace_step_metrics", "Run", "RunLoadError", "TraceFormatError", "KINDS", "load_run", "list_runs", "read_trace",

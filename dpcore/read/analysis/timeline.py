@@ -13,7 +13,7 @@ from dpcore.contract.intervals import merge
 from dpcore.read.analysis.load import Run
 from dpcore.read.analysis.overlap import (MS_NS, TRACE_COLUMNS, _trace_sets, comm_start_ns, compute_intervals_ns,
                                           overlap_from_trace)
-from dpcore.read.analysis.traces import TraceFormatError, read_trace
+from dpcore.read.analysis.traces import TraceFormatError, read_trace_files
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
 
 COLUMNS = ["rank", "lane", "name", "start_ms", "end_ms"]
@@ -39,7 +39,7 @@ def job_trace_events(run: Run, job_id: str) -> pd.DataFrame | None:
     if not files:
         return None
     try:
-        return pd.concat([read_trace(f) for f in files], ignore_index=True)
+        return read_trace_files(files)  # the reader of read_trace_dir, on the run's rank files
     except TraceFormatError:
         return None
 

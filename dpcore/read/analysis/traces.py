@@ -30,18 +30,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpcore.read.analysis.tracefile import Columns, TraceFormatError, parse_trace
+from dpcore.contract.tracefile import TraceFormatError
+from dpcore.read.analysis.tracefile import Columns, read_columns
 
 KINDS = ("compute", "comm", "memcpy", "sync", "other")
-EVENT_COLUMNS = ["ts", "dur", "name", "category", "pid", "tid", "stream", "rank", "kind", "step"]
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _PHASES = ("forward", "backward", "optimizer")
 _CPU_WAIT_RE = re.compile(r"wait|synchronize", re.IGNORECASE)
 _CPU_LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms|nccl:)")
-# Parse ranks in worker processes only when it pays: a worker costs ~0.05 s to fork, a rank of
-# 250k events (~45 MB of JSON) ~1.5 s of CPU to parse.
-PARALLEL_MIN_BYTES = 32 << 20
+# Read ranks in worker processes only when it pays: a worker costs ~0.05 s to fork, a rank of
+# 250k events (~45 MB of JSON) ~0.35 s of CPU to read.
+PARALLEL_MIN_BYTES = 64 << 20
 MAX_WORKERS = 4
 
 
@@ -61,9 +61,8 @@ def _gpu_kind(name: str, cat: str) -> str:
     return "other"
 
 
-def _codes_to_cat(codes: np.ndarray, table: dict) -> pd.Categorical:
-    cats = pd.Index(list(table.keys()), dtype=object)
-    return pd.Categorical.from_codes(codes, categories=cats)
+def _codes_to_cat(codes: np.ndarray, table: list) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, categories=pd.Index(table, dtype=object))
 
 
 def _rank_of(meta: dict, path: Path) -> int:
@@ -98,45 +97,61 @@ def _steps(ts: np.ndarray, dur: np.ndarray, names: list[str], name_codes: np.nda
     return out
 
 
+def _pair_kinds(names: list[str], cats: list[str], name_c: np.ndarray, cat_c: np.ndarray) -> np.ndarray:
+    """GPU kind code of each event, classified once per distinct (name, category) pair."""
+    pair = name_c.astype(np.int64) * max(1, len(cats)) + cat_c
+    if len(names) * max(1, len(cats)) <= 4 * len(pair) + 1024:  # dense table: no sort
+        present = np.flatnonzero(np.bincount(pair, minlength=len(names) * max(1, len(cats))))
+        lut = np.zeros(len(names) * max(1, len(cats)), np.int8)
+        lut[present] = [KINDS.index(_gpu_kind(names[u // len(cats)], cats[u % len(cats)])) for u in present]
+        return lut[pair]
+    uniq, inv = np.unique(pair, return_inverse=True)
+    kinds = [KINDS.index(_gpu_kind(names[u // len(cats)], cats[u % len(cats)])) for u in uniq]
+    return np.asarray(kinds, dtype=np.int8)[inv]
+
+
+def _launch_steps(step: np.ndarray, stream: np.ndarray, corr: np.ndarray) -> None:
+    """Kernels (stream >= 0) take the step of the CPU op that launched them (same correlation)."""
+    host = np.flatnonzero((stream < 0) & (corr > 0) & (step >= 0))
+    dev = np.flatnonzero((stream >= 0) & (corr > 0))
+    if not host.size or not dev.size:
+        return
+    top = int(corr.max())
+    if top <= 4 * len(corr) + 1024:  # dense lookup by correlation id; the first launch wins
+        by_corr = np.full(top + 1, -1, np.int64)
+        by_corr[corr[host][::-1]] = step[host][::-1]
+        found = by_corr[corr[dev]]
+        step[dev[found >= 0]] = found[found >= 0]
+        return
+    order = np.argsort(corr[host], kind="stable")
+    keys, vals = corr[host][order], step[host][order]
+    pos = np.clip(np.searchsorted(keys, corr[dev]), 0, keys.size - 1)
+    found = keys[pos] == corr[dev]
+    step[dev[found]] = vals[pos[found]]
+
+
 def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
     """Columns -> events DataFrame (see ANALYSIS_API.md) with kind and step assigned."""
-    ts, dur = np.frombuffer(cols.ts, dtype=np.float64), np.frombuffer(cols.dur, dtype=np.float64)
-    stream, corr = np.frombuffer(cols.stream, dtype=np.int64), np.frombuffer(cols.corr, dtype=np.int64)
-    codes = {k: np.frombuffer(v, dtype=np.int32) for k, v in cols.codes.items()}
-    names = list(cols.tables["name"].keys())
-    cats = list(cols.tables["cat"].keys())
-    name_c, cat_c = codes["name"], codes["cat"]
-    is_gpu_trace = any(c in ("kernel", "gpu_memcpy", "gpu_memset") for c in cats)
-    # kind per (name, category) pair, computed once per distinct pair
-    pair = name_c.astype(np.int64) * max(1, len(cats)) + cat_c
-    uniq, inv = np.unique(pair, return_inverse=True)
-    if is_gpu_trace:
-        kinds = [_gpu_kind(names[u // max(1, len(cats))], cats[u % max(1, len(cats))]) for u in uniq]
-        kind = np.asarray([KINDS.index(k) for k in kinds], dtype=np.int8)[inv]
+    ts, dur, stream, corr = cols.ts, cols.dur, cols.stream, cols.corr
+    names, cats = cols.tables["name"], cols.tables["cat"]
+    name_c, cat_c = cols.codes["name"], cols.codes["cat"]
+    if any(c in ("kernel", "gpu_memcpy", "gpu_memset") for c in cats):  # a GPU trace
+        kind = _pair_kinds(names, cats, name_c, cat_c)
+        step = _steps(ts, dur, names, name_c)
+        _launch_steps(step, stream, corr)
     else:
-        kind = _cpu_kinds(ts, dur, names, cats, name_c, cat_c, codes["tid"], codes["pid"])
-    step = _steps(ts, dur, names, name_c)
-    if is_gpu_trace and (corr > 0).any():  # kernels inherit the step of the CPU op that launched them
-        host = (stream < 0) & (corr > 0) & (step >= 0)
-        c_sorted = np.argsort(corr[host], kind="stable")
-        keys, vals = corr[host][c_sorted], step[host][c_sorted]
-        dev = (stream >= 0) & (corr > 0)
-        pos = np.clip(np.searchsorted(keys, corr[dev]), 0, max(0, keys.size - 1))
-        if keys.size:
-            found = keys[pos] == corr[dev]
-            dev_idx = np.flatnonzero(dev)
-            step[dev_idx[found]] = vals[pos[found]]
-    df = pd.DataFrame({
-        "ts": ts.copy(), "dur": dur.copy(),
-        "name": _codes_to_cat(name_c, cols.tables["name"]),
-        "category": _codes_to_cat(cat_c, cols.tables["cat"]),
-        "pid": _codes_to_cat(codes["pid"], cols.tables["pid"]),
-        "tid": _codes_to_cat(codes["tid"], cols.tables["tid"]),
-        "stream": stream.copy(), "rank": np.full(ts.size, rank, dtype=np.int64),
-        "kind": pd.Categorical.from_codes(kind.astype(np.int8), categories=list(KINDS)),
+        kind = _cpu_kinds(ts, dur, names, cats, name_c, cat_c, cols.codes["tid"], cols.codes["pid"])
+        step = _steps(ts, dur, names, name_c)
+    return pd.DataFrame({
+        "ts": ts, "dur": dur,
+        "name": _codes_to_cat(name_c, names),
+        "category": _codes_to_cat(cat_c, cats),
+        "pid": _codes_to_cat(cols.codes["pid"], cols.tables["pid"]),
+        "tid": _codes_to_cat(cols.codes["tid"], cols.tables["tid"]),
+        "stream": stream, "rank": np.full(ts.size, rank, dtype=np.int64),
+        "kind": pd.Categorical.from_codes(kind, categories=list(KINDS)),
         "step": step,
-    })
-    return df
+    }, copy=False)
 
 
 def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str], name_c: np.ndarray,
@@ -187,7 +202,7 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise TraceFormatError(f"trace file not found: {p}")
-    meta, cols = parse_trace(p)
+    meta, cols = read_columns(p)
     return events_frame(meta, cols, _rank_of(meta, p))
 
 
@@ -227,11 +242,12 @@ def _can_fork() -> bool:
 
 
 def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
-    """read_trace of each file, in order; large multi-file sets are parsed in worker processes.
+    """read_trace of each file, in order; large multi-file sets are read in worker processes.
 
-    JSON parsing is CPU-bound and holds the GIL, so ranks are parsed in parallel processes; each
-    returns its compact events frame (codes and float columns, ~50 bytes per event), never the
-    parsed JSON. Errors surface in file order, as in a serial read.
+    Processes, measured against threads and a serial read on 2 cores (4 x 250k events): threads
+    overlap as well (numpy and zlib release the GIL) but each thread's malloc arena keeps its
+    own freed memory (+35% peak RSS); workers return the compact events frame (~45 bytes per
+    event) and keep the parent's peak below a serial read's. Errors surface in file order.
     """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = min(len(files), cpus, MAX_WORKERS)
@@ -253,10 +269,35 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
         ex.shutdown(wait=True, cancel_futures=True)
 
 
-def read_trace_dir(path: str | Path) -> pd.DataFrame:
-    """All rank traces of a folder in one DataFrame (one file per rank; duplicates are an error)."""
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """``pd.concat(frames, ignore_index=True)``, then categoricals that concat turned into
+    objects (different categories per rank) made categoricals again, as read_trace_dir always
+    returned them; built from the codes instead of 1M objects (same categories, same codes)."""
+    cols: dict[str, object] = {}
+    for c in frames[0].columns:
+        parts = [f[c] for f in frames]
+        dtypes = [p.dtype for p in parts]
+        if not isinstance(dtypes[0], pd.CategoricalDtype):
+            cols[c] = np.concatenate([p.to_numpy() for p in parts])
+            continue
+        if all(d == dtypes[0] for d in dtypes):  # concat keeps the first frame's categories
+            cats = dtypes[0].categories
+        else:  # concat gives objects, and astype("category") their distinct values
+            union = [v for d in dtypes for v in d.categories.tolist()]
+            values = np.empty(len(union), dtype=object)
+            values[:] = union
+            cats = pd.Categorical(values).categories
+        codes = [cats.get_indexer(p.cat.categories).take(p.cat.codes.to_numpy()) if len(p) else
+                 np.zeros(0, np.int64) for p in parts]
+        dtype = dtypes[0] if cats is dtypes[0].categories else pd.CategoricalDtype(cats)
+        cols[c] = pd.Categorical.from_codes(np.concatenate(codes), dtype=dtype)
+    return pd.DataFrame(cols, copy=False)
+
+
+def read_trace_files(files: list[Path]) -> pd.DataFrame:
+    """Rank traces (one file per rank, in this order) in one events DataFrame; two files of one
+    rank are an error. Categories are unified across ranks (sorted when the ranks differ)."""
     frames, seen = [], {}
-    files = trace_files(path)
     reader = _read_traces(files)
     try:
         for f, df in zip(files, reader):
@@ -267,9 +308,9 @@ def read_trace_dir(path: str | Path) -> pd.DataFrame:
             frames.append(df)
     finally:
         reader.close()
-    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    for c in ("name", "category", "pid", "tid"):
-        if out[c].dtype != "category":
-            out[c] = out[c].astype("category")
-    out["kind"] = pd.Categorical(out["kind"], categories=list(KINDS))
-    return out
+    return _concat(frames) if len(frames) > 1 else frames[0]
+
+
+def read_trace_dir(path: str | Path) -> pd.DataFrame:
+    """All rank traces of a folder (see :func:`trace_files`) in one DataFrame."""
+    return read_trace_files(trace_files(path))

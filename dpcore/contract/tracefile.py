@@ -1,0 +1,285 @@
+"""Chrome trace files, byte level: the one reader that the writer and the analysis share.
+
+The writer (``dpcore.write.chrome``, which re-emits every event of every rank into the merged
+trace) needs the events as dicts; the analysis (``dpcore.read.analysis.tracefile``) needs a few
+columns of 250k+ events and cannot afford a dict per event. Both start here, so both agree on
+what a trace file is and fail the same way on files that are not one:
+
+* :func:`iter_trace_bytes` / :func:`read_trace_bytes`: the file's bytes, in pieces or whole,
+  gunzipped when it *is* gzip (by magic number, because a renamed or re-saved trace keeps its
+  content, not its suffix);
+* :func:`parse_trace`: the whole document (orjson when installed, else the stdlib ``json``;
+  both give the same values) as ``(metadata, traceEvents)``;
+* :func:`find_events_array` / :func:`parse_metadata`: where the ``traceEvents`` array starts,
+  and the metadata around it, for readers that scan the array themselves.
+
+Every problem is a :class:`TraceFormatError` whose one-line message names the file. The JSON
+Object Format (``{"traceEvents": [...], ...}``) and the JSON Array Format (a bare list of
+events) of the Trace Event Format are both accepted. Stdlib (+ optional orjson) only: this
+module is imported by the torch side and the pandas side alike.
+"""
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+try:  # optional speed-up; the stdlib parser gives the same values
+    import orjson as _orjson
+
+    loads: Callable[[bytes], Any] = _orjson.loads
+    DECODE_ERRORS: tuple[type[BaseException], ...] = (_orjson.JSONDecodeError, ValueError)
+except ImportError:  # pragma: no cover - exercised only without orjson
+    import json as _json
+
+    loads = _json.loads
+    DECODE_ERRORS = (ValueError, UnicodeDecodeError)
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK_BYTES = 4 << 20
+EVENTS_KEY = b'"traceEvents"'
+# a JSON string (with escapes) or a bracket: enough to track nesting depth outside strings
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_SPACE = b" \t\r\n"
+
+
+class TraceFormatError(ValueError):
+    """The file is not a readable Chrome trace (missing, empty, truncated, foreign).
+
+    A ValueError, so callers that already treat bad input as ValueError keep working; the
+    message is one line that names the file, for the CLI to print as is.
+    """
+
+
+def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES) -> Iterator[bytes]:
+    """The trace's JSON bytes in pieces of ``chunk`` bytes (the last may be shorter; None: one
+    piece), gunzipped on the fly when the file starts with the gzip magic number.
+
+    Pieces, so a reader that scans the bytes holds a few MB instead of the whole document.
+    Raises TraceFormatError for a missing/unreadable file, a corrupt or truncated gzip stream,
+    an empty file, and content that cannot be JSON (first character not ``{`` or ``[``).
+    """
+    p = Path(path)
+    try:
+        fh = p.open("rb")
+    except FileNotFoundError:
+        raise TraceFormatError(f"trace file not found: {p}") from None
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read trace {p}: {exc.strerror or exc}") from None
+    with fh:
+        try:
+            magic = fh.read(2)
+            pieces = _gunzip(fh, magic, chunk, p) if magic == GZIP_MAGIC else _plain(fh, magic, chunk)
+            seen = b""  # the document must start with { or [ (after whitespace)
+            for piece in pieces:
+                if seen is not None:
+                    seen += piece
+                    head = seen.lstrip(_SPACE)
+                    if not head:
+                        continue
+                    if head[:1] not in (b"{", b"["):
+                        raise TraceFormatError(f"not a JSON Chrome trace: {p}")
+                    piece, seen = seen, None
+                yield piece
+        except OSError as exc:
+            raise TraceFormatError(f"cannot read trace {p}: {exc.strerror or exc}") from None
+    if seen is not None:
+        raise TraceFormatError(f"empty trace file: {p}")
+
+
+def _plain(fh: BinaryIO, first: bytes, chunk: int | None) -> Iterator[bytes]:
+    data = first + fh.read(-1 if chunk is None else max(chunk - len(first), 1))
+    while data:
+        yield data
+        data = fh.read(-1 if chunk is None else chunk)
+
+
+def _gunzip(fh: BinaryIO, first: bytes, chunk: int | None, p: Path) -> Iterator[bytes]:
+    """Decompress a gzip file (one or more members, like gzip.decompress) into pieces of at
+    most ``chunk`` bytes (bounded even for a file that compresses 1000:1)."""
+    z, started, data = zlib.decompressobj(31), False, first
+    out: list[bytes] = []
+    size = 0
+    while True:
+        if not data:
+            data = fh.read(1 << 16)
+            if not data:
+                break
+        try:
+            out.append(z.decompress(data, 0 if chunk is None else chunk - size))
+        except zlib.error as exc:
+            raise TraceFormatError(f"truncated or corrupt gzip trace {p}: {exc}") from None
+        started, data, size = True, z.unconsumed_tail, size + len(out[-1])
+        if z.eof:  # a member ends: what follows must be another member
+            data, z, started = z.unused_data, zlib.decompressobj(31), False
+        if chunk is not None and size >= chunk:
+            yield b"".join(out)
+            out, size = [], 0
+    if started and not z.eof:
+        raise TraceFormatError(f"truncated or corrupt gzip trace {p}: stream ends early")
+    if out:
+        yield b"".join(out)
+
+
+def read_trace_bytes(path: str | Path) -> bytes:
+    """The trace's JSON bytes in one piece (see :func:`iter_trace_bytes` for the errors)."""
+    return b"".join(iter_trace_bytes(path, chunk=None))
+
+
+def parse_trace(buf: bytes, path: str | Path) -> tuple[dict[str, Any], list[Any]]:
+    """The whole document: (top-level metadata without ``traceEvents``, the events list).
+
+    One parser call over the whole buffer: simplest, and it yields the exact error (position
+    included) for truncated or invalid JSON. Events are returned as parsed; callers decide
+    what to do with non-object entries.
+    """
+    try:
+        doc = loads(buf)
+    except DECODE_ERRORS as exc:
+        raise TraceFormatError(f"truncated or invalid JSON in trace {path}: {exc}") from None
+    if isinstance(doc, list):
+        return {}, doc
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceFormatError(f"not a Chrome trace (no traceEvents list): {path}")
+    events = doc.pop("traceEvents")
+    return doc, events
+
+
+def load_trace(path: str | Path) -> tuple[dict[str, Any], list[Any]]:
+    """:func:`read_trace_bytes` then :func:`parse_trace`: what a reader that wants dicts calls."""
+    return parse_trace(read_trace_bytes(path), path)
+
+
+def _first_nonspace(buf: bytes, start: int = 0) -> int:
+    """Index of the first non-whitespace byte at or after ``start`` (len(buf) if none)."""
+    n = len(buf)
+    while start < n and buf[start] in _SPACE:
+        start += 1
+    return start
+
+
+def find_events_array(buf: bytes) -> int | None:
+    """Index of the ``[`` that opens the document's top-level ``traceEvents`` array.
+
+    For the Array Format that is the document's first byte. The key is looked up with a byte
+    search and accepted only where a string/bracket scan of the bytes before it proves it is a
+    key of the top-level object (not text inside a string, not a nested key). None when there
+    is no such array: the caller then falls back to :func:`parse_trace` for the verdict.
+    """
+    start = _first_nonspace(buf)
+    if buf[start:start + 1] == b"[":
+        return start
+    if buf[start:start + 1] != b"{":
+        return None
+    key = buf.find(EVENTS_KEY, start)
+    while key >= 0:
+        depth, last = 0, None
+        for m in _TOKEN.finditer(buf, start, key + len(EVENTS_KEY)):
+            tok = m.group()
+            if tok[:1] != b'"':
+                depth += 1 if tok in (b"{", b"[") else -1
+            last = m
+        colon = _first_nonspace(buf, key + len(EVENTS_KEY))
+        if (last is not None and last.span() == (key, key + len(EVENTS_KEY)) and depth == 1
+                and buf[colon:colon + 1] == b":"):  # a top-level key, not a string value
+            bracket = _first_nonspace(buf, colon + 1)
+            return bracket if buf[bracket:bracket + 1] == b"[" else None
+        key = buf.find(EVENTS_KEY, key + 1)
+    return None
+
+
+def _is_key_at_top(tail: bytes, key: bytes) -> bool:
+    """Whether ``key`` is a key of the top-level object in ``tail`` (the bytes after the events
+    array, which is itself inside that object)."""
+    depth = 1
+    for m in _TOKEN.finditer(tail):
+        tok = m.group()
+        if tok[:1] != b'"':
+            depth += 1 if tok in (b"{", b"[") else -1
+        elif depth == 1 and tok == key:
+            colon = _first_nonspace(tail, m.end())
+            if tail[colon:colon + 1] == b":":
+                return True
+    return False
+
+
+def parse_metadata(head: bytes, tail: bytes) -> dict[str, Any] | None:
+    """The document's metadata, from the bytes before its ``traceEvents`` array's ``[`` and
+    after its ``]`` (small: the array is the bulk of the file).
+
+    Parses the document with the array emptied. None when that is not a JSON object with
+    exactly that one ``traceEvents`` key, or, for the Array Format, when anything but
+    whitespace follows the array: the caller then falls back to :func:`parse_trace`, whose
+    verdict (and error message) is the reference.
+    """
+    if not head.strip(_SPACE):  # Array Format: the document is the array
+        return {} if not tail.strip(_SPACE) else None
+    if EVENTS_KEY in tail and _is_key_at_top(tail, EVENTS_KEY):  # a second one would win
+        return None
+    try:
+        doc = loads(head + b"[]" + tail)
+    except DECODE_ERRORS:
+        return None
+    if not isinstance(doc, dict) or doc.pop("traceEvents", None) != []:
+        return None
+    return doc
+
+
+# What the fields of a complete ('X') event mean to dpcore: the reference semantics, which
+# every reader applies to the parsed JSON values (the columnar reader to each distinct value).
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel"})
+X_FIELDS = ("ts", "dur", "name", "cat", "pid", "tid", "corr", "stream")
+
+
+def as_time(v: Any, path: str | Path) -> float:
+    """``ts``/``dur`` (µs): any number, or text Python reads as one; anything else is an error."""
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise TraceFormatError(f"event time {v!r} is not a number in trace {path}") from None
+
+
+def as_text(v: Any) -> str:
+    """``name``/``cat``: strings as they are, other values as Python prints them."""
+    return v if isinstance(v, str) else str(v)
+
+
+def as_ident(v: Any) -> Any:
+    """``pid``/``tid``: ints, strings and floats as they are (1 and 1.0 are one thread, as in a
+    dict); other values as Python prints them."""
+    return v if isinstance(v, (int, str, float)) else str(v)
+
+
+def as_id(v: Any) -> int:
+    """``args.correlation``/``args.stream``: int() of the value if it fits int64, else -1."""
+    try:
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+    return i if -(1 << 63) <= i < (1 << 63) else -1
+
+
+def x_event_fields(events: list[Any], path: str | Path) -> dict[str, list[Any]]:
+    """The X_FIELDS of every complete event (an object with ``"ph": "X"``), in file order.
+
+    Absent fields: ts/dur 0.0, name/cat "", pid/tid -1, corr/stream -1; ``args`` that is not an
+    object counts as absent; ``stream`` is read for device categories (DEVICE_CATS) only.
+    """
+    out: dict[str, list[Any]] = {f: [] for f in X_FIELDS}
+    for e in events:
+        if type(e) is not dict or e.get("ph") != "X":
+            continue
+        args = e.get("args")
+        args = args if isinstance(args, dict) else {}
+        cat = as_text(e.get("cat", ""))
+        out["ts"].append(as_time(e.get("ts", 0.0), path))
+        out["dur"].append(as_time(e.get("dur", 0.0), path))
+        out["name"].append(as_text(e.get("name", "")))
+        out["cat"].append(cat)
+        out["pid"].append(as_ident(e.get("pid", -1)))
+        out["tid"].append(as_ident(e.get("tid", -1)))
+        out["corr"].append(as_id(args.get("correlation")))
+        out["stream"].append(as_id(args.get("stream")) if cat in DEVICE_CATS else -1)
+    return out
