@@ -160,3 +160,37 @@ def test_analyze_and_summarize(runs, gpu_dir):
         analyze(str(good / "nope"))
     with pytest.raises(RunLoadError):
         summarize(str(good.parent / "holiday-photos"))
+
+
+@pytest.mark.parametrize("style", ["ncclKernel", "renamed"])
+def test_gpu_comm_found_by_name_and_by_the_profilers_collective_ranges(tmp_path, style):
+    """NCCL renamed its kernels once (ncclKernel_* -> ncclDevKernel_*) and may again: a kernel
+    launched from inside record_param_comms is comm whatever it is called, and the numbers equal
+    those of the same trace with today's kernel names."""
+    from dpcore.read.analysis.synthetic import COMM_KERNEL_NAMES, write_gpu_trace_dir
+    ref = overlap_by_rank(read_trace_dir(write_gpu_trace_dir(tmp_path / "ref", world_size=2, steps=2)[0].parent))
+    d = write_gpu_trace_dir(tmp_path / style, world_size=2, steps=2, comm_style=style)[0].parent
+    ev = read_trace_dir(d)
+    comm_names = set(ev.loc[ev["kind"] == "comm", "name"].astype(str))
+    assert comm_names == {COMM_KERNEL_NAMES[style]}
+    got = overlap_by_rank(ev)
+    assert got["comm_ms"].tolist() == pytest.approx(ref["comm_ms"].tolist())
+    assert got["overlap_pct"].tolist() == pytest.approx(ref["overlap_pct"].tolist())
+    assert (got["comm_ms"] > 0).all()
+
+
+def test_a_kernel_launched_outside_a_collective_range_stays_compute(tmp_path):
+    """The launch rule is what classifies a renamed kernel: without the record_param_comms range
+    (a trace cut to kernels only) the renamed kernel is compute, so the test above can fail."""
+    import gzip
+    import json
+
+    from dpcore.read.analysis.synthetic import COMM_KERNEL_NAMES, gpu_trace
+    doc = gpu_trace(0, world_size=2, steps=1, comm_style="renamed")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") not in
+                          ("record_param_comms", "c10d::allreduce_")]
+    f = tmp_path / "rank0.json.gz"
+    f.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    ev = read_trace(f)
+    assert (ev["name"].astype(str) == COMM_KERNEL_NAMES["renamed"]).any()
+    assert (ev.loc[ev["name"].astype(str) == COMM_KERNEL_NAMES["renamed"], "kind"] == "compute").all()

@@ -18,9 +18,21 @@ from typing import Any
 COMPUTE_STREAM, COMM_STREAM = 7, 20
 
 
+#: How the communication kernels are named: NCCL >= 2.19 (``ncclDevKernel_*``), older NCCL
+#: (``ncclKernel_*``), or a future rename that no name rule knows (only the profiler's
+#: ``record_param_comms`` range around the launch says it is a collective).
+COMM_KERNEL_NAMES = {
+    "ncclDevKernel": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+    "ncclKernel": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+    "renamed": "xcclAllReduceKernel_f32_ring(xcclDevComm*, unsigned long)",
+}
+
+
 def gpu_trace(rank: int, world_size: int = 4, steps: int = 4, kernels_per_step: int = 50,
-              seed: int = 0) -> dict[str, Any]:
-    """One rank's trace as a JSON-ready dict; ~3 events per kernel."""
+              seed: int = 0, comm_style: str = "ncclDevKernel") -> dict[str, Any]:
+    """One rank's trace as a JSON-ready dict; ~3 events per kernel (4 for a collective, whose
+    launch sits inside a ``record_param_comms`` range as in torch's traces)."""
+    comm_name = COMM_KERNEL_NAMES[comm_style]
     rng = random.Random(seed * 1000 + rank)
     pid, tid = 1000 + rank, 1000 + rank
     ev: list[dict[str, Any]] = []
@@ -32,13 +44,18 @@ def gpu_trace(rank: int, world_size: int = 4, steps: int = 4, kernels_per_step: 
         for k in range(n):
             comm = rng.random() < 0.2
             stream = COMM_STREAM if comm else COMPUTE_STREAM
-            name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)" if comm \
+            name = comm_name if comm \
                 else rng.choice(["ampere_sgemm_128x64_tn", "void at::native::vectorized_elementwise_kernel<4>",
                                  "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>"])
             if k % 97 == 5:
                 name, stream, comm = "Memcpy DtoD (Device -> Device)", COMPUTE_STREAM, False
             ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm" if not comm else "c10d::allreduce_",
                        "pid": pid, "tid": tid, "ts": t, "dur": 4.0, "args": {"External id": corr}})
+            if comm:
+                ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": pid, "tid": tid,
+                           "ts": t + 0.5, "dur": 3.0, "args": {"Collective name": "allreduce", "dtype": "Float",
+                                                                "In msg nelems": 1 << 20, "Group size": world_size,
+                                                                "Process Group Name": "0"}})
             ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": tid,
                        "ts": t + 1.0, "dur": 2.0, "args": {"correlation": corr, "External id": corr}})
             dur = float(round(rng.uniform(5.0, 60.0) * (3.0 if comm else 1.0)))  # whole µs: HTA rounds
@@ -65,13 +82,13 @@ def gpu_trace(rank: int, world_size: int = 4, steps: int = 4, kernels_per_step: 
 
 
 def write_gpu_trace_dir(path: str | Path, world_size: int = 4, steps: int = 4, kernels_per_step: int = 50,
-                        seed: int = 0, gz: bool = True) -> list[Path]:
+                        seed: int = 0, gz: bool = True, comm_style: str = "ncclDevKernel") -> list[Path]:
     """Write rank<r>.json[.gz] for every rank (torch's layout, one event per line) and return the paths."""
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
     out = []
     for r in range(world_size):
-        doc = gpu_trace(r, world_size, steps, kernels_per_step, seed)
+        doc = gpu_trace(r, world_size, steps, kernels_per_step, seed, comm_style)
         events = doc.pop("traceEvents")
         head = json.dumps(doc)[:-1]
         body = ",\n".join(json.dumps(e) for e in events)

@@ -3,9 +3,12 @@
 Classification (what the overlap numbers count):
 
 * GPU traces (NCCL): comm = kernels whose name starts with ``nccl`` (``ncclKernel_*``,
-  ``ncclDevKernel_*``); memcpy = Memcpy/Memset kernels and gpu_memcpy/gpu_memset events;
-  sync = ``*Sync*`` kernels and cuda*Synchronize runtime calls; compute = every other kernel.
-  This mirrors Holistic Trace Analysis' kernel typing so our overlap % matches HTA's.
+  ``ncclDevKernel_*``) AND kernels launched from inside the profiler's collective ranges
+  (``record_param_comms``, ``nccl:*``, ``c10d::*``; matched by correlation id), so a future
+  kernel rename cannot hide communication; memcpy = Memcpy/Memset kernels and
+  gpu_memcpy/gpu_memset events; sync = ``*Sync*`` kernels and cuda*Synchronize runtime calls;
+  compute = every other kernel. On today's kernel names this is Holistic Trace Analysis'
+  kernel typing, so our overlap % matches HTA's.
 * CPU traces (gloo), checked against real torch 2.x traces: gloo runs each collective as a
   ``gloo:<op>`` span on a ``pt_gloo_runloop`` worker thread -> comm (``gloo:barrier`` -> sync:
   it moves no data, and dpcore aligns step starts with one). The main thread (the one
@@ -30,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.intervals import merge
 from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.analysis.tracefile import Columns, read_columns
 
@@ -39,6 +43,11 @@ _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _PHASES = ("forward", "backward", "optimizer")
 _CPU_WAIT_RE = re.compile(r"wait|synchronize", re.IGNORECASE)
 _CPU_LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms|nccl:)")
+_NCCL_KERNEL = re.compile(r"^(void\s+)?nccl", re.IGNORECASE)
+#: CPU ranges that the profiler opens around a collective call, whatever its kernel is named:
+#: ``record_param_comms`` (carries the collective's name, sizes and group in its args),
+#: ``nccl:<op>`` and the ``c10d::<op>_`` dispatcher ops.
+_COMM_RANGE_RE = re.compile(r"^(record_param_comms$|nccl:|c10d::)")
 # Read ranks in worker processes only when it pays: a worker costs ~0.05 s to fork, a rank of
 # 250k events (~45 MB of JSON) ~0.35 s of CPU to read.
 PARALLEL_MIN_BYTES = 64 << 20
@@ -49,7 +58,7 @@ def _gpu_kind(name: str, cat: str) -> str:
     if cat in ("gpu_memcpy", "gpu_memset"):
         return "memcpy"
     if cat in ("kernel", "cuda_driver_kernel"):
-        if name.startswith("nccl"):
+        if _NCCL_KERNEL.match(name):  # ncclKernel_* (NCCL < 2.19), ncclDevKernel_* (later)
             return "comm"
         if name.startswith(("Memcpy", "Memset", "dma")) or "Memcpy" in name:
             return "memcpy"
@@ -110,6 +119,42 @@ def _pair_kinds(names: list[str], cats: list[str], name_c: np.ndarray, cat_c: np
     return np.asarray(kinds, dtype=np.int8)[inv]
 
 
+def _comm_by_launch(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str],
+                    name_c: np.ndarray, cat_c: np.ndarray, stream: np.ndarray, corr: np.ndarray,
+                    pid_c: np.ndarray, tid_c: np.ndarray) -> None:
+    """Kernels launched from inside a collective's CPU range are comm, whatever they are called.
+
+    Why: classifying by kernel name alone broke Holistic Trace Analysis twice when NCCL renamed
+    its kernels (``ncclKernel_*`` -> ``ncclDevKernel_*``). The profiler's own collective
+    metadata does not depend on names: torch wraps every collective call in a
+    ``record_param_comms`` range (and ``nccl:*`` / ``c10d::*`` ops), and the launch of each
+    kernel (a ``cudaLaunchKernel`` runtime event) shares a correlation id with the kernel.
+    So a kernel whose launch lies inside such a range on the same thread is communication.
+    """
+    range_code = np.asarray([bool(_COMM_RANGE_RE.match(n)) for n in names] + [False], dtype=bool)
+    host = (stream < 0) & range_code[name_c]
+    if not host.any():
+        return
+    runtime = np.asarray([c in ("cuda_runtime", "cuda_driver") for c in cats] + [False], dtype=bool)
+    launch = (stream < 0) & (corr > 0) & runtime[cat_c]
+    thread = pid_c.astype(np.int64) * (int(tid_c.max(initial=0)) + 1) + tid_c
+    inside = np.zeros(ts.size, dtype=bool)
+    for th in np.unique(thread[host]):
+        h = host & (thread == th)
+        starts, ends = merge(ts[h], ts[h] + dur[h])
+        cand = np.flatnonzero(launch & (thread == th))
+        idx = np.searchsorted(starts, ts[cand], side="right") - 1
+        ok = idx >= 0
+        ok[ok] &= ts[cand][ok] < ends[idx[ok]]
+        inside[cand[ok]] = True
+    comm_corr = np.unique(corr[inside])
+    if not comm_corr.size:
+        return
+    kernel = np.asarray([c in ("kernel", "cuda_driver_kernel") for c in cats] + [False], dtype=bool)
+    dev = (stream >= 0) & kernel[cat_c] & np.isin(corr, comm_corr)
+    kind[dev & (kind == KINDS.index("compute"))] = KINDS.index("comm")
+
+
 def _launch_steps(step: np.ndarray, stream: np.ndarray, corr: np.ndarray) -> None:
     """Kernels (stream >= 0) take the step of the CPU op that launched them (same correlation)."""
     host = np.flatnonzero((stream < 0) & (corr > 0) & (step >= 0))
@@ -137,6 +182,8 @@ def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
     name_c, cat_c = cols.codes["name"], cols.codes["cat"]
     if any(c in ("kernel", "gpu_memcpy", "gpu_memset") for c in cats):  # a GPU trace
         kind = _pair_kinds(names, cats, name_c, cat_c)
+        _comm_by_launch(kind, ts, dur, names, cats, name_c, cat_c, stream, corr, cols.codes["pid"],
+                        cols.codes["tid"])
         step = _steps(ts, dur, names, name_c)
         _launch_steps(step, stream, corr)
     else:
