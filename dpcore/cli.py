@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="label added to the generated run id")
     p.add_argument("--run-id", default=None, help="exact run directory name (must not exist)")
     p.add_argument("--progress", default="bar", help=f"one of {', '.join(MODES)}")
+    p.add_argument("--no-pin", action="store_true",
+                   help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
     p.add_argument("--inject-delay", default=None, metavar="RANK:MS",
                    help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
     p.add_argument("--threads-per-rank", type=int, default=None,
@@ -146,7 +148,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")), bucket_sweep=sweep,
         trace=not args.no_trace, out=args.out, name=args.name, backend=args.backend,
         timeout_s=args.timeout, progress=args.progress, run_id=_run_id(args.run_id),
-        threads_per_rank=args.threads_per_rank)
+        threads_per_rank=args.threads_per_rank, pin=not args.no_pin)
     if args.batch_size is None:
         from dpcore.write.models import default_batch_size
         args.batch_size = default_batch_size(args.model) or 32

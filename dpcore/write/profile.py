@@ -40,6 +40,7 @@ class ProfileOptions(RunOptions):
     bucket_sweep: tuple[float, ...] = ()
     trace: bool = True
     threads_per_rank: int | None = None   # None: physical cores // largest world size
+    pin: bool = True                      # pin each rank to its own CPUs where they fit
 
 
 def plan_jobs(opts: ProfileOptions, cfg: TrainConfig, run_dir: Path | None) -> list[JobSpec]:
@@ -141,7 +142,7 @@ def _set_resources(world: Any, opts: ProfileOptions, ranks_on_host: int) -> None
     ranks any job puts on this host, unless --threads-per-rank), and every rank pinned to its
     own CPUs when all of them fit, so T(1) and T(N) differ only by what data parallelism adds."""
     world.threads = opts.threads_per_rank or threads_per_rank(ranks_on_host)
-    world.pin = pinning(ranks_on_host, world.threads) == "per-rank"
+    world.pin = opts.pin and pinning(ranks_on_host, world.threads) == "per-rank"
 
 
 class LocalWorld:
