@@ -80,7 +80,7 @@ def _step_cards(run, job: str, step: int, job_row: pd.Series) -> None:
     m[2].metric("exposed E (mean over ranks)", f"{ranks['exposed_ms'].mean():.2f} ms", help=FORMULAS["exposed_ms"])
     ov = ranks["overlap_pct"].mean()
     m[3].metric("overlap (mean over ranks)", "n/a" if pd.isna(ov) else f"{ov:.0f} %", help=FORMULAS["overlap_pct"])
-    job_line = pd.DataFrame([{"rank": "job median", "step_ms": job_row["step_ms"], "comm_ms": job_row["comm_ms"],
+    job_line = pd.DataFrame([{"rank": "job (T: median)", "step_ms": job_row["step_ms"], "comm_ms": job_row["comm_ms"],
                               "exposed_ms": job_row["exposed_ms"], "overlap_pct": job_row["overlap_pct"],
                               "source": f"{job_row.get('comm_source', '')} (all traced steps)"}])
     table = pd.concat([ranks.assign(rank=ranks["rank"].map(lambda r: f"rank {r}")), job_line], ignore_index=True)
