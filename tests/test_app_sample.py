@@ -68,3 +68,28 @@ def test_timeline_from_trace_and_from_csv_on_the_sample():
     # ring's p2p transfers are invisible to the gloo trace: its comm lane comes from the CSV
     r = timeline(run, "ring-ws2", traced)
     assert set(r.loc[r["lane"] == "comm", "rank"]) == {0, 1}
+
+
+def test_timeline_cards_follow_the_picked_step(monkeypatch):
+    """The cards and the per-rank table show the drawn step (known answer: that step's rows of
+    step_metrics), not the job median, and they change when another step is picked."""
+    from dpcore.read.analysis import step_metrics, step_ranks, trace_step_metrics
+    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    run = load_run(SAMPLE / "sample-train")
+    rows = step_metrics(run.steps, run.collectives, trace_step_metrics(run))
+    job = "torch_ddp-ws2-b1"
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.sidebar.radio(key="view").set_value("Timeline").run()
+    at.selectbox(key=f"tl-job-{run.path}").set_value(job).run()
+    seen = {}
+    for step in (0, run.traced_steps(job)[0]):
+        at.selectbox(key=f"tl-step-{run.path}-{job}").set_value(step).run()
+        assert not at.exception
+        want = step_ranks(rows, job, step, "trace")
+        t_card = next(m for m in at.metric if m.label.startswith(f"step {step}:"))
+        assert t_card.value == f"{want['step_ms'].max():.2f} ms"
+        table = at.dataframe[0].value
+        assert table.iloc[:2]["step_ms"].round(4).tolist() == want["step_ms"].round(4).tolist()
+        assert table.iloc[:2]["comm_ms"].round(4).tolist() == want["comm_ms"].round(4).tolist()
+        seen[step] = t_card.value
+    assert len(set(seen.values())) == 2  # a timed and a traced step: different numbers
