@@ -7,7 +7,8 @@ import time
 import pytest
 
 from dpcore.contract.errors import JobFailed, UsageError
-from dpcore.write.launch import launch, resolve_backend, threads_per_rank, physical_cores
+from dpcore.write.launch import launch, resolve_backend
+from dpcore.write.resources import physical_cores, threads_per_rank
 from tests import workers
 
 

@@ -21,7 +21,8 @@ from dpcore.contract.metrics import bus_factor
 from dpcore.write.clock import measure_offset
 from dpcore.contract.errors import JobFailed
 from dpcore.write.recorder import Recorder
-from dpcore.write.launch import DistContext, launch, physical_cores, pinning, resolve_backend, threads_per_rank
+from dpcore.write.launch import DistContext, launch, resolve_backend
+from dpcore.write.resources import physical_cores, pinning, threads_per_rank
 from dpcore.write.progress import Progress
 from dpcore.contract.runformat import EXIT_CODES, allreduce_job_id
 from dpcore.write.rundir import RunOptions, RunWriter, environment

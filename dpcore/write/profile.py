@@ -26,8 +26,9 @@ from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS, TrainConfig
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.contract.intervals import comm_start, step_comm, union_length
 from dpcore.write.chrome import merge_job_traces
-from dpcore.write.launch import (in_torchrun, launch, physical_cores, pinning, resolve_backend,
-                                 threads_per_rank)
+from dpcore.write.launch import in_torchrun, launch, resolve_backend
+from dpcore.write.resources import (physical_cores, pinning,
+                                     threads_per_rank)
 from dpcore.write.progress import Progress
 from dpcore.write.rundir import RunOptions, RunWriter, environment
 from dpcore.write.worker import JobSpec, profile_job
