@@ -24,8 +24,8 @@ import torch
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.errors import UsageError
-from dpcore.write.launch import is_oversubscribed, physical_cores, threads_per_rank
-from dpcore.write.launch import pinning as launch_pinning
+from dpcore.write.resources import is_oversubscribed, physical_cores, threads_per_rank
+from dpcore.write.resources import pinning as launch_pinning
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read the process umask once (os.umask can only be read by setting it)
