@@ -15,10 +15,11 @@ from dpcore.read.dashboard import data, launcher
 from dpcore.read.dashboard.runs import offer_other_run, pick_runs, runs_view
 from dpcore.read.dashboard.views import compare_overview, overview_view, scaling_view, timeline_view
 from dpcore.read.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
+from dpcore.read.dashboard.import_view import import_view
 from dpcore.read.dashboard.views_stragglers import stragglers_view
 
 VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Stragglers", "Ring messages", "Bandwidth", "Buckets", "Traces",
-         "New run"]
+         "New run", "Import"]
 INTRO = {
     "Overview": "How long one training step takes per variant and world size, and how much of it is communication.",
     "Timeline": "What every rank does during one step: compute above, communication below, on one clock.",
@@ -28,6 +29,7 @@ INTRO = {
     "Buckets": "How the gradient bucket size trades launch overhead against overlap.",
     "Traces": "The raw torch.profiler traces, for Perfetto or chrome://tracing.",
     "Stragglers": "Which rank arrives last at each collective, and how long the others wait for it.",
+    "Import": "Traces you already have (torch.profiler, tensorboard_trace_handler, torchtitan) as a run.",
 }
 
 st.set_page_config(page_title="dpcore · data-parallel profiler", page_icon="⚡", layout="wide")
@@ -76,6 +78,8 @@ if runs.empty:
         st.rerun()
     if view == "New run":
         launcher.new_run_form(root, APP_DIR)
+    if view == "Import":
+        import_view(root)
     st.stop()
 
 chosen = pick_runs(runs)
@@ -86,7 +90,7 @@ for run_id in chosen:
         loaded.append(data.load_run(path, root))
     except Exception as exc:  # noqa: BLE001 - RunLoadError names the file; anything else is still a bad run
         st.warning(f"Run `{run_id}` could not be loaded: {exc}")
-if not loaded and view not in ("Runs", "New run"):
+if not loaded and view not in ("Runs", "New run", "Import"):
     st.info("Pick another run in the sidebar.")
     st.stop()
 
@@ -98,6 +102,8 @@ if view == "Runs":
 elif view == "New run":
     st.caption(f"Starts `python -m dpcore profile … --progress json` in the background; the run is written to `{root}`.")
     launcher.new_run_form(root, APP_DIR)
+elif view == "Import":
+    safely(lambda: import_view(root), "The import")
 else:
     if view == "Overview" and len(loaded) > 1:
         safely(lambda: compare_overview(loaded), "The comparison")

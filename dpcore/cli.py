@@ -15,7 +15,7 @@ import sys
 import threading
 
 from dpcore.contract.config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, parse_bucket_sweep, parse_delay,
-                     parse_choices, parse_int_list, parse_size)
+                     parse_choices, parse_int_list, parse_size, check_model_name, is_model_spec)
 from dpcore.contract.errors import UsageError
 from dpcore.write.progress import MODES
 
@@ -29,12 +29,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _train_args(p: argparse.ArgumentParser, default_model: str) -> None:
-    p.add_argument("--model", default=default_model, help=f"one of {', '.join(MODELS)}")
-    p.add_argument("--size", default="tiny", help=f"transformer size: {', '.join(SIZES)}")
-    p.add_argument("--width", type=int, default=512, help="mlp hidden width")
+    p.add_argument("--model", default=default_model,
+                   help=f"one of {', '.join(MODELS)}, or MODULE:FUNCTION: your own model, "
+                        "FUNCTION() in MODULE (found in the current directory or on PYTHONPATH) "
+                        "returning a dpcore.Workload(model, make_batch, loss_fn)")
+    p.add_argument("--size", default="tiny",
+                   help=f"transformer size: {', '.join(SIZES)} (ignored for MODULE:FUNCTION)")
+    p.add_argument("--width", type=int, default=512,
+                   help="mlp hidden width (ignored for MODULE:FUNCTION)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="per-rank batch (weak scaling) or global batch (strong); default 32, "
-                        "einsum 5120 (DESIGN's b)")
+                        "einsum 5120 (DESIGN's b), MODULE:FUNCTION its Workload.batch_size or 32")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
@@ -99,13 +104,34 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("stragglers", help="which rank arrives last at the collectives, per job and rank")
     g.add_argument("path", help="a run directory, a job's traces folder, or any folder of torch.profiler traces")
     g.add_argument("--csv", action="store_true")
+
+    i = sub.add_parser("import", help="turn a folder of torch.profiler traces into a run directory")
+    i.add_argument("traces", help="a folder of traces (searched recursively: rank<r>.json, *.pt.trace.json[.gz], "
+                                  "torchtitan's iteration_<k>/rank<r>_trace.json) or one trace file")
+    i.add_argument("--out", default="profiles")
+    i.add_argument("--name", default=None, help="label added to the generated run id")
+    i.add_argument("--iteration", type=int, default=None,
+                   help="torchtitan layout: which iteration_<k> folder (default: the latest)")
+    i.add_argument("--align-clocks", default="auto", choices=("auto", "always", "never"),
+                   help="shift ranks onto rank 0's clock by matched collective ends (auto: only when "
+                        "the traces come from several hosts)")
     return ap
 
 
-def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> None:
-    parse_choices(args.model, "model", MODELS + extra, all_ok=False)
+def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = (),
+                 world_sizes: "tuple[int, ...] | list[int]" = (1,)) -> "object | None":
+    """Validate --model; for MODULE:FUNCTION load the workload here, once, in this process
+    (import, FUNCTION(), a 2 x world-size batch, one forward + loss), so every mistake is one
+    line and exit 2 before any rank starts or any run directory exists. Returns the workload
+    (None for a built-in model)."""
+    check_model_name(args.model, extra)
+    if is_model_spec(args.model):
+        from dpcore.write.workload import check_workload
+
+        return check_workload(args.model, args.seed, world_sizes)
     if args.model == "transformer":
         parse_choices(args.size, "size", SIZES, all_ok=False)
+    return None
 
 
 def _run_id(text: str | None) -> str | None:
@@ -117,15 +143,18 @@ def _run_id(text: str | None) -> str | None:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    _check_model(args, ("toy",))
+    check_model_name(args.model, ("toy",))
     if args.world_size < 1:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
     if args.steps < 1:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     variants = parse_choices(args.variants, "variant", VARIANTS)
-    from dpcore.write.verify import format_table, run_verify, verify_config
+    workload = _check_model(args, ("toy",), (args.world_size,))
+    from dpcore.write.verify import format_table, run_verify, spec_bucket_mb, verify_config
 
     given = {k: getattr(args, k) for k in ("batch_size", "lr") if getattr(args, k) is not None}
+    if workload is not None:  # already loaded: size the buckets from it, no second FUNCTION()
+        given["bucket_mb"] = spec_bucket_mb(workload.model)  # type: ignore[attr-defined]
     cfg = verify_config(args.model, args.steps, size=args.size, width=args.width, seed=args.seed,
                         **given)
     rows, ok = run_verify(args.world_size, model=args.model, steps=args.steps, variants=variants,
@@ -137,7 +166,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     from dpcore.write.profile import ProfileOptions, run_profile
 
-    _check_model(args)
+    check_model_name(args.model)
     parse_choices(args.scaling, "scaling mode", SCALING, all_ok=False)
     parse_choices(args.progress, "progress mode", MODES, all_ok=False)
     sweep = parse_bucket_sweep(args.bucket_sweep)
@@ -149,7 +178,10 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
         trace=not args.no_trace, out=args.out, name=args.name, backend=args.backend,
         timeout_s=args.timeout, progress=args.progress, run_id=_run_id(args.run_id),
         threads_per_rank=args.threads_per_rank, pin=not args.no_pin)
-    if args.batch_size is None:
+    workload = _check_model(args, (), opts.world_sizes)
+    if args.batch_size is None and workload is not None:
+        args.batch_size = getattr(workload, "batch_size", None) or 32
+    elif args.batch_size is None:
         from dpcore.write.models import default_batch_size
         args.batch_size = default_batch_size(args.model) or 32
     delay = (parse_delay(args.inject_delay, max(opts.world_sizes)) if args.inject_delay is not None
@@ -220,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_profile(args, ["python", "-m", "dpcore", *argv])
         if args.command == "allreduce":
             return _cmd_allreduce(args, ["python", "-m", "dpcore", *argv])
+        if args.command == "import":
+            from dpcore.read.importer import import_text, import_traces
+            print(import_text(import_traces(args.traces, args.out, args.name, iteration=args.iteration,
+                                            align=args.align_clocks, command=["python", "-m", "dpcore", *argv])))
+            return 0
         from dpcore.read.analysis import RunLoadError
         from dpcore.read.analysis.commands import analyze, summarize
         try:

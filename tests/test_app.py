@@ -17,7 +17,7 @@ from tests.fixtures_run import make_corrupt_runs, make_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Stragglers", "Ring messages", "Bandwidth", "Buckets", "Traces",
-         "New run"]
+         "New run", "Import"]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_every_view_renders(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> 
     for view in VIEWS:
         at.sidebar.radio(key="view").set_value(view).run()
         assert not problems(at), (view, problems(at))
-        if view not in ("Runs", "Traces", "New run"):
+        if view not in ("Runs", "Traces", "New run", "Import"):
             assert at.get("plotly_chart"), f"{view} drew no chart"
     at.sidebar.radio(key="view").set_value("Runs").run()
     warnings = " ".join(w.value for w in at.warning)

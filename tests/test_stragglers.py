@@ -174,7 +174,7 @@ def test_run_directory_text_and_csv(tmp_path: Path) -> None:
 
 def test_errors_name_the_path(tmp_path: Path, trace_dir: Path) -> None:
     cases = {
-        str(trace_dir / "rank0.json"): "expected a run directory or a folder of traces, got a file",
+        str(trace_dir / "rank0.json"): "traces of one rank only",  # a single trace file holds one rank
         str(tmp_path / "missing"): "no such file or directory",
         str(_run(tmp_path, None)): "has no collectives",
     }

@@ -18,6 +18,32 @@ ALGOS = ("native", "ring", "naive", "central")
 MODELS = ("mlp", "transformer", "einsum")
 SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
 SCALING = ("weak", "strong")
+#: ``--model MODULE:FUNCTION``: a user's own model (a function returning a ``dpcore.Workload``).
+MODEL_SPEC = "MODULE:FUNCTION"
+_SPEC_RE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)")
+
+
+def is_model_spec(name: str) -> bool:
+    """True for ``MODULE:FUNCTION`` (a user's model), False for a built-in model name."""
+    return ":" in name
+
+
+def parse_model_spec(text: str) -> tuple[str, str]:
+    """'pkg.mod:build' -> ('pkg.mod', 'build'); torch-free so the CLI can check it cheaply."""
+    m = _SPEC_RE.fullmatch(text.strip())
+    if not m:
+        raise UsageError(f"bad --model {text!r}; use {MODEL_SPEC} with a dotted module name and "
+                         "a function name, e.g. my_model:build")
+    return m.group(1), m.group(2)
+
+
+def check_model_name(name: str, extra: tuple[str, ...] = ()) -> None:
+    """Accept a built-in model (``MODELS`` + ``extra``) or a well-formed ``MODULE:FUNCTION``."""
+    if is_model_spec(name):
+        parse_model_spec(name)
+    elif name not in MODELS + extra:
+        raise UsageError(f"--model must be one of {', '.join(MODELS + extra)} or {MODEL_SPEC}, "
+                         f"got {name!r}")
 
 
 @dataclass(frozen=True)

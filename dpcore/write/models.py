@@ -191,6 +191,12 @@ def default_batch_size(model: str) -> int | None:
     return EINSUM_BATCH if model == "einsum" else None
 
 
+def batch_generator(seed: int, step: int) -> torch.Generator:
+    """The CPU generator of step ``step``'s global batch: a pure function of (seed, step), so
+    every variant and every rank draws the same data (built-in models and user workloads)."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + 17) % (2**63))
+
+
 def make_batch(cfg: TrainConfig, model_name: str, step: int, global_batch: int,
                seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Deterministic CPU batch ``(x, y)`` of ``global_batch`` samples for ``step``.
@@ -199,8 +205,7 @@ def make_batch(cfg: TrainConfig, model_name: str, step: int, global_batch: int,
     uses rows ``[r*local:(r+1)*local]`` (see :func:`shard`).
     """
     _check_model(model_name)
-    s = cfg.seed if seed is None else seed
-    g = torch.Generator().manual_seed((s * 1_000_003 + step * 7919 + 17) % (2**63))
+    g = batch_generator(cfg.seed if seed is None else seed, step)
     dtype = getattr(torch, cfg.dtype)
     b = global_batch
     if model_name == "mlp":

@@ -25,12 +25,14 @@ import torch._dynamo  # noqa: F401  (see below)
 import torch.nn as nn
 from torch.profiler import record_function
 
-from dpcore.contract.config import TrainConfig
+from dpcore.contract.config import TrainConfig, is_model_spec
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.launch import DistContext
-from dpcore.write.models import build_model, loss_fn, make_batch, shard
+from dpcore.write.models import build_model, loss_fn, make_batch
 from dpcore.write.recorder import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.variants import REGISTRY, VARIANTS, Wrapper, wrap
+from dpcore.write.workload import (Inputs, TupleInputs, Workload, load_workload, shard_batch,
+                                   workload_batch)
 
 # ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
 # importing it above lets the launcher's forkserver preload it once instead of in every rank.
@@ -50,12 +52,17 @@ class Trainer:
                              f"size 1 and pass the replica count as replicas=N "
                              f"(got a {ctx.world_size}-process job)")
         self.replicas = int(replicas or ctx.world_size)
-        module = build_model(cfg, device=ctx.device)
+        # A user's MODULE:FUNCTION is loaded here, in this rank, with torch seeded from
+        # cfg.seed: same initial weights everywhere, and nothing of the user's pickled.
+        self.workload: Workload | None = (load_workload(cfg.model, cfg.seed)
+                                          if is_model_spec(cfg.model) else None)
+        module = (TupleInputs(self.workload.model).to(ctx.device) if self.workload
+                  else build_model(cfg, device=ctx.device))
         self.model: Wrapper = (REGISTRY[variant](module, replicas=self.replicas)
                                if self.single_process else
                                wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder))
         self.skip_reason: str | None = self.model.skip_reason
-        self.loss_fn = loss_fn(cfg.model)
+        self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
         self.opt = torch.optim.SGD(self.model.optim_parameters(), lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
                                              else ctx.world_size)
@@ -80,20 +87,27 @@ class Trainer:
         """The bare model (replica 0 for ``manual``)."""
         return self.model.module
 
-    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, step: int) -> tuple[Inputs, torch.Tensor]:
         """This trainer's share of step ``step``'s global batch, on its device."""
-        x, y = make_batch(self.cfg, self.cfg.model, step, self.global_batch, self.cfg.seed)
+        if self.workload:
+            x, y = workload_batch(self.cfg.model, self.workload, step, self.global_batch,
+                                  self.cfg.seed)
+        else:
+            x, y = make_batch(self.cfg, self.cfg.model, step, self.global_batch, self.cfg.seed)
         return self.shard(x, y)
 
-    def shard(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Slice a global batch to this rank's contiguous shard (whole batch for one process)."""
+    def shard(self, x: Inputs, y: torch.Tensor) -> tuple[Inputs, torch.Tensor]:
+        """Slice a global batch to this rank's contiguous shard (whole batch for one process).
+
+        ``x`` is a tensor or a :class:`~dpcore.write.workload.Batch` of tensors (a user's
+        tuple inputs): every tensor keeps the same rows."""
         if not self.single_process:
-            x = shard(x, self.ctx.rank, self.ctx.world_size)
-            y = shard(y, self.ctx.rank, self.ctx.world_size)
+            x = shard_batch(x, self.ctx.rank, self.ctx.world_size)
+            y = shard_batch(y, self.ctx.rank, self.ctx.world_size)
         dev = self.ctx.device
         return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, timer: PhaseTimer) -> float:
+    def step(self, x: Inputs, y: torch.Tensor, timer: PhaseTimer) -> float:
         """One optimizer step on this rank's batch; returns the (replica-mean) loss.
 
         Phases: forward (incl. loss), backward (hook variants launch collectives here),

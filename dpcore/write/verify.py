@@ -19,25 +19,42 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import TrainConfig
+from dpcore.contract.config import TrainConfig, is_model_spec
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.write.recorder import PhaseTimer
 from dpcore.write.launch import DistContext, in_torchrun, launch
 from dpcore.write.models import MODEL_NAMES
 from dpcore.write.train import local_context, make_trainer
 from dpcore.write.variants import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
+from dpcore.write.workload import load_workload, param_bytes
 
 # per-rank batch and bucket size used by verify (small buckets -> several buckets even on toy)
 VERIFY_BATCH = {"toy": 4, "mlp": 8, "transformer": 2, "einsum": 16}
 VERIFY_BUCKET_MB = {"toy": 0.0004, "mlp": 1.0, "transformer": 1.0, "einsum": 4.0}
 VERIFY_LR = {"toy": 0.1}
 COLUMNS = ("variant", "world_size", "max_abs_diff", "tolerance", "verdict")
+#: A user's MODULE:FUNCTION model: per-rank batch, and buckets sized so that its gradients
+#: fill about this many of them (several buckets, whatever the model's size).
+SPEC_VERIFY_BATCH, SPEC_VERIFY_BUCKETS = 4, 4
 
 
 def verify_config(model: str, steps: int, **overrides: Any) -> TrainConfig:
-    """The training config every variant of a verify run shares (weak scaling, fixed seed)."""
+    """The training config every variant of a verify run shares (weak scaling, fixed seed).
+
+    For a user's ``MODULE:FUNCTION`` the bucket size comes from its parameter bytes (the
+    workload is loaded here, in this process), so ``bucketed`` and ``torch_ddp`` really
+    split the gradients into several buckets."""
+    if is_model_spec(model):
+        bucket_mb = overrides.pop("bucket_mb", None)
+        if bucket_mb is None:
+            bucket_mb = spec_bucket_mb(load_workload(model, overrides.get("seed", 0)).model)
+        base = dict(model=model, batch_size=SPEC_VERIFY_BATCH, scaling="weak", steps=steps,
+                    warmup=0, profile_steps=0, bucket_mb=bucket_mb, lr=0.01, seed=0)
+        base.update(overrides)
+        return TrainConfig(**base)
     if model not in MODEL_NAMES:
-        raise UsageError(f"unknown model {model!r}; valid choices: {', '.join(MODEL_NAMES)}")
+        raise UsageError(f"unknown model {model!r}; valid choices: {', '.join(MODEL_NAMES)} "
+                         "or MODULE:FUNCTION")
     base = dict(model=model, batch_size=VERIFY_BATCH[model], scaling="weak", steps=steps,
                 warmup=0, profile_steps=0, bucket_mb=VERIFY_BUCKET_MB[model],
                 lr=VERIFY_LR.get(model, 0.01), seed=0)
@@ -45,10 +62,21 @@ def verify_config(model: str, steps: int, **overrides: Any) -> TrainConfig:
     return TrainConfig(**base)
 
 
+def spec_bucket_mb(model: torch.nn.Module) -> float:
+    """Verify's bucket size for a user's model: its trainable bytes split about
+    ``SPEC_VERIFY_BUCKETS`` ways, so the bucketed variants really use several buckets."""
+    return max(param_bytes(model) / SPEC_VERIFY_BUCKETS / 2**20, 1e-6)
+
+
 def tolerance(cfg: TrainConfig) -> float:
-    """Allowed max |diff|: float32 summation-order noise grows with steps; half types are loose."""
+    """Allowed max |diff|: float32 summation-order noise grows with steps; half types are loose.
+
+    Wide reductions (transformer, einsum) and users' models, whose size we do not know, get
+    10x: still far below what a real DP bug costs (x N gradients, a tied weight reduced twice,
+    a lost bucket), which moves parameters by about lr * |grad| per step."""
     per_step = 1e-6 if cfg.dtype == "float32" else 1e-2
-    return per_step * max(1, cfg.steps) * (10 if cfg.model in ("transformer", "einsum") else 1)
+    wide = cfg.model in ("transformer", "einsum") or is_model_spec(cfg.model)
+    return per_step * max(1, cfg.steps) * (10 if wide else 1)
 
 
 def _train(ctx: DistContext, variant: str, cfg: TrainConfig, replicas: int | None

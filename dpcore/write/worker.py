@@ -9,21 +9,17 @@ traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up ste
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import torch
 import torch.distributed as dist
 
-from dpcore.contract.clocksync import marker_name
 from dpcore.write.clock import measure_offset
 from dpcore.contract.config import TrainConfig
 from dpcore.write.recorder import PhaseTimer, Recorder
 from dpcore.write.launch import DistContext
+from dpcore.write.tracing import TraceCapture
 
 
 @dataclass(frozen=True)
@@ -37,25 +33,6 @@ class JobSpec:
     processes: int
     bucket_mb: float
     trace_dir: str | None  # None == --no-trace
-
-
-@contextlib.contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Send this process's fd 2 to ``path`` (Kineto prints start/stop chatter straight to
-    stderr, which would shred the progress bars); restored afterwards."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(path, "ab") as log:
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-    if path.exists() and all(ln.startswith("USDT:") for ln in path.read_text(errors="replace")
-                             .splitlines()):
-        path.unlink()  # only Kineto's start/stop chatter: leave no noise file in the run
 
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
@@ -102,56 +79,26 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     for s in range(cfg.steps):
         one_step(s, False, True)
 
-    trace_file, trace_error = None, ""
-    sync: list[tuple[int, int]] = []  # (t_a, t_b) around each dpcore_clock_sync#k marker
+    capture = None
     if profile_steps:
-        Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
-        trace_file = Path(spec.trace_dir) / f"rank{ctx.rank}.json.gz"
-        acts = [torch.profiler.ProfilerActivity.CPU]
-        if ctx.is_cuda:
-            acts.append(torch.profiler.ProfilerActivity.CUDA)
-
-        def export(prof: Any) -> None:
-            # A trace that cannot be written must not cost the timed steps already measured.
-            nonlocal trace_error
-            tmp = trace_file.with_name(f".rank{ctx.rank}.{os.getpid()}.tmp.json.gz")
-            try:
-                prof.export_chrome_trace(str(tmp))
-                os.replace(tmp, trace_file)
-            except OSError as exc:
-                trace_error = f"trace export failed on rank {ctx.rank}: {exc}"
-
         first = cfg.steps  # the profiler's warm-up step; ProfilerStep#N == our step index N
-        last = cfg.steps + profile_steps
-        A = torch.profiler.ProfilerAction
-
-        def sched(n: int) -> Any:
-            if n == first:
-                return A.WARMUP
-            if first < n < last:
-                return A.RECORD
-            return A.RECORD_AND_SAVE if n == last else A.NONE
-
-        log = Path(spec.trace_dir) / f"rank{ctx.rank}.profiler.log"
-        prof = torch.profiler.profile(activities=acts, schedule=sched, on_trace_ready=export)
-        # Start numbering at `first` so trace steps and steps.csv rows share one index.
-        prof.step_num, prof.current_action = first, sched(first)
-        with _stderr_to(log), prof:
-            prof.add_metadata_json("dpcore", '{"job_id": "%s", "rank": %d, "offset_ns": %d}'
-                                   % (spec.job_id, ctx.rank, offset))
-            for step in range(first, last + 1):
+        capture = TraceCapture(spec.trace_dir, ctx.rank, spec.job_id, offset, first=first + 1,
+                               last=first + profile_steps, warmup_step=first, cuda=ctx.is_cuda)
+        capture.start()
+        try:
+            for step in range(first, first + profile_steps + 1):
                 if step > first:
-                    for _ in range(3):
-                        t_a = rec.now()
-                        with torch.profiler.record_function(marker_name(len(sync))):
-                            t_b = rec.now()
-                        sync.append((t_a, t_b))
+                    capture.markers(rec.now)
                 one_step(step, step > first, step > first)
-                prof.step()
+                capture.step()
+        finally:
+            capture.stop()
+    trace_file = capture.trace_file if capture else None
+    trace_error = capture.error if capture else ""
     keep = {r["step"] for r in rows}
     coll = [c for c in rec.collective_rows() if c["step"] in keep]
     msgs = [m for m in rec.message_rows() if m["step"] in keep]
     return {"steps": rows, "collectives": coll, "messages": msgs, "offset_ns": offset,
-            "rtt_ns": rtt, "trace": str(trace_file) if trace_file and not trace_error else None,
-            "trace_error": trace_error, "sync": sync,
+            "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None,
+            "trace_error": trace_error, "sync": capture.sync if capture else [],
             "threads": ctx.threads, "cpus": list(ctx.cpus)}

@@ -44,7 +44,8 @@ def _trace_folder_ranks(trace_dir: Path) -> pd.DataFrame:
 def analyze(path: str, csv: bool = False) -> str:
     """Per-rank overlap % (HTA definition), comm, exposed comm and compute, per traced step.
 
-    PATH is a folder of per-rank torch.profiler traces (ours or foreign) or a run directory; for
+    PATH is a folder of per-rank torch.profiler traces (ours or foreign; searched recursively,
+    see :func:`dpcore.read.analysis.traces.trace_files`), one trace file, or a run directory; for
     a run directory every job with traces is analysed (on the steps steps.csv marks profiled:
     the rows `summarize` uses, so its overlap of a job is the mean over ranks of these) and CSV
     rows gain a leading job_id column. ms columns are means per step; ``steps`` says how many.
@@ -53,9 +54,7 @@ def analyze(path: str, csv: bool = False) -> str:
     p = Path(path)
     if not p.exists():
         raise ValueError(f"no such file or directory: {p}")
-    if p.is_file():
-        raise ValueError(f"expected a run directory or a folder of traces, got a file: {p}")
-    if not (p / RUN_JSON).exists():
+    if p.is_file() or not (p / RUN_JSON).exists():  # one trace file, or a folder of them (recursive)
         df = _trace_folder_ranks(p)
         if csv:
             return df.to_csv(index=False, columns=ANALYZE_COLUMNS, float_format="%.4f")

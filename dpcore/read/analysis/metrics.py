@@ -76,10 +76,10 @@ def trace_rows(trace_steps: pd.DataFrame) -> pd.DataFrame:
 
 def _ratio_of_sums(g: pd.DataFrame, prefix: str) -> dict:
     comm = g[f"{prefix}comm_ms"].sum()
-    ov = g[f"{prefix}overlapped_ms"].sum()
+    ov = g[f"{prefix}overlapped_ms"].sum(min_count=1)  # all missing (unknown phases): missing, not 0
     n = len(g)
     return {"steps": n, "overlap_pct": 100.0 * ov / comm if comm > 0 else np.nan,
-            "comm_ms": comm / n, "exposed_comm_ms": g[f"{prefix}exposed_ms"].sum() / n,
+            "comm_ms": comm / n, "exposed_comm_ms": g[f"{prefix}exposed_ms"].sum(min_count=1) / n,
             "compute_ms": g[f"{prefix}compute_ms"].sum() / n, "overlapped_ms": ov / n}
 
 
@@ -128,8 +128,10 @@ def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
     timed = pd.concat([timed, rows[rows["traced"] & ~rows["job_id"].isin(set(timed["job_id"]))]])
     out = []
     for job_id, g in timed.groupby("job_id", sort=False):
-        per_step = g.groupby("step").agg(samples=("samples", "sum"), t=("step_ms", "max"))
-        thr = (per_step["samples"] / (per_step["t"] / 1e3)).replace([np.inf], np.nan)
+        per_step = g.groupby("step").agg(samples=("samples", "sum"), known=("samples", "count"),
+                                         t=("step_ms", "max"))
+        # no sample count (an imported trace never has one): throughput is missing, not 0
+        thr = (per_step["samples"].where(per_step["known"] > 0) / (per_step["t"] / 1e3)).replace([np.inf], np.nan)
         q = g["step_ms"].quantile([0.1, 0.5, 0.9])
         out.append({"job_id": job_id, "step_ms": q[0.5], "step_ms_p10": q[0.1], "step_ms_p50": q[0.5],
                     "step_ms_p90": q[0.9], "step_ms_std": g["step_ms"].std(ddof=0),
@@ -139,7 +141,11 @@ def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
     df = pd.DataFrame(out)
     p10, p90 = df["step_ms_p10"], df["step_ms_p90"]
     df["noisy"] = ((p10 > 0) & (p90 / p10 > NOISY_SPREAD)).fillna(False).astype(bool)
-    trace = _mean_over_ranks(rank_metrics(rows, "trace"))
+    per_rank_trace = rank_metrics(rows, "trace")
+    # no phases recorded (an imported trace that names none): every such step is traced, so
+    # compute is the trace's compute (the same union the overlap is measured against), not 0
+    df["compute_ms"] = df["compute_ms"].fillna(df["job_id"].map(per_rank_trace.groupby("job_id")["compute_ms"].mean()))
+    trace = _mean_over_ranks(per_rank_trace)
     trace = trace[trace["comm_ms"] > 0]  # a trace that shows no comm cannot measure overlap
     ivals = _mean_over_ranks(rank_metrics(rows, "intervals"))
     chosen = pd.concat([trace.assign(comm_source="trace"),

@@ -68,7 +68,12 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
         t0, step_ms = float(rec["t_start_ns"]), float(rec["step_ms"])
         idx = groups.get((rec["job_id"], int(rec["rank"]), int(rec["step"])), [])
         comm = step_comm(c_start[idx], c_end[idx], t0, step_ms) if idx else (np.empty(0), np.empty(0))
-        s = overlap_stats(comm, compute_intervals_ns(rec))
+        compute = compute_intervals_ns(rec)
+        s = overlap_stats(comm, compute)
+        if np.isnan(compute[0]).any() or np.isnan(compute[1]).any():
+            # a phase is unknown (an imported trace names no such range): where compute lay in
+            # the step is unknown too, so overlap and exposed comm are missing, not guessed
+            s = {**s, "overlapped": np.nan, "exposed": np.nan, "overlap_pct": np.nan}
         compute_ms = sum(float(rec[k]) for k in ("fwd_ms", "bwd_ms", "opt_ms"))
         exposed = s["exposed"] / MS_NS
         rows.append({
@@ -77,7 +82,8 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
             "step_ms": step_ms, **{k: float(rec[k]) for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")},
             "compute_ms": compute_ms, "comm_ms": s["comm"] / MS_NS,
             "overlapped_ms": s["overlapped"] / MS_NS, "exposed_ms": exposed,
-            "other_ms": max(0.0, step_ms - compute_ms - exposed), "overlap_pct": s["overlap_pct"],
+            "other_ms": max(0.0, step_ms - compute_ms - exposed) if not np.isnan(exposed + compute_ms) else np.nan,
+            "overlap_pct": s["overlap_pct"],
             "comm_fraction": exposed / step_ms if step_ms > 0 else float("nan"),
             # counted from collectives.csv when the run has it (one definition), else steps.csv's
             "comm_ops": len(idx) if have_coll else rec.get("comm_ops"),

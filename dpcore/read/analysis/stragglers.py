@@ -173,7 +173,7 @@ def _fmt(df: pd.DataFrame) -> str:
 
 def _load(p: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     """(waits, collectives dropped as unmatched per job) of a run directory or a traces folder."""
-    if (p / "run.json").exists():
+    if p.is_dir() and (p / "run.json").exists():
         try:
             coll = load_run(p).collectives
         except RunLoadError as exc:
@@ -205,16 +205,15 @@ def _load(p: Path) -> tuple[pd.DataFrame, dict[str, int]]:
 def stragglers_text(path: str, csv: bool = False) -> str:
     """What ``python -m dpcore stragglers PATH [--csv]`` prints: one row per (job, rank).
 
-    PATH is a run directory (its collectives.csv, shared clock) or a folder of per-rank
-    torch.profiler traces (its folder name is the job id). CSV columns: SUMMARY_COLUMNS, starting
+    PATH is a run directory (its collectives.csv, shared clock), a folder of per-rank
+    torch.profiler traces searched recursively (its folder name is the job id) or one trace file
+    (which holds one rank: an error that says so). CSV columns: SUMMARY_COLUMNS, starting
     ``job_id, rank, collectives, last_arrival_pct, mean_wait_ms``. Text: per job a header, the
     table and :func:`straggler_verdict`. Raises ValueError with one line naming the path.
     """
     p = Path(path)
     if not p.exists():
         raise ValueError(f"no such file or directory: {p}")
-    if p.is_file():
-        raise ValueError(f"expected a run directory or a folder of traces, got a file: {p}")
     waits, dropped = _load(p)
     summary = straggler_summary(waits)
     if csv:

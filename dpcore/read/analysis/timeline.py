@@ -64,12 +64,17 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
         return None
     job = run.jobs[run.jobs["job_id"] == job_id]
     sync = job["clock_sync_ns"].iloc[0] if "clock_sync_ns" in job and len(job) else None
+    # imported runs (dpcore import): no sync markers in a foreign trace; the importer recorded
+    # each rank's shift instead (0 on one host, minus the estimated offset across hosts)
+    shifts = job["clock_shift_us"].iloc[0] if "clock_shift_us" in job and len(job) else None
     rows = []
     for rank, all_ev in events.groupby("rank", sort=True):
         ev = all_ev[all_ev["step"] == step]
         if ev.empty:
             return None
         shift_us = _sync_shift_us(all_ev, sync, int(rank))
+        if shift_us is None and isinstance(shifts, dict) and shifts.get(str(rank)) is not None:
+            shift_us = float(shifts[str(rank)])
         if shift_us is None:
             return None
         to_ms = lambda us: ((np.asarray(us) + shift_us) * 1e3 - t0_ns) / MS_NS  # noqa: E731

@@ -18,11 +18,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
 from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.analysis.kinds import KINDS, classify
 from dpcore.read.analysis.tracefile import Columns, read_columns
 
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_ITER_RE = re.compile(r"iteration_(\d+)")
+_TB_RE = re.compile(r"(?P<worker>.+)\.(?P<stamp>\d+)\.pt\.trace\.json(\.gz)?")
 # Read ranks in worker processes only when it pays: a worker costs ~0.05 s to fork, a rank of
 # 250k events (~45 MB of JSON) ~0.35 s of CPU to read.
 PARALLEL_MIN_BYTES = 64 << 20
@@ -62,6 +65,17 @@ def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
     }, copy=False)
 
 
+def read_trace_meta(path: str | Path) -> tuple[dict, pd.DataFrame]:
+    """(top-level metadata, events) of one trace: what :func:`read_trace` reads, plus the
+    trace's own description (``distributedInfo``, ``deviceProperties``, ``host_name``) that an
+    importer records as the run's environment."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceFormatError(f"trace file not found: {p}")
+    meta, cols = read_columns(p)
+    return meta, events_frame(meta, cols, _rank_of(meta, p))
+
+
 def read_trace(path: str | Path) -> pd.DataFrame:
     """Read one torch.profiler Chrome trace (.json or .json.gz) into the events DataFrame.
 
@@ -75,17 +89,69 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     return events_frame(meta, cols, _rank_of(meta, p))
 
 
-def trace_files(path: str | Path) -> list[Path]:
-    """Per-rank trace files of a folder: rank*.json[.gz] if any, else every *.json[.gz] but merged."""
-    d = Path(path)
-    if not d.is_dir():
-        raise TraceFormatError(f"trace folder not found: {d}")
-    all_json = sorted(f for f in d.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
-    ranked = [f for f in all_json if f.name.lower().startswith("rank")]
-    files = ranked or [f for f in all_json if not f.name.startswith("merged")]
+def trace_files(path: str | Path, iteration: int | None = None) -> list[Path]:
+    """The per-rank trace files at ``path``: the file itself, or a folder searched recursively.
+
+    Why recursive, and these rules: people point at what their training wrote. torchtitan
+    writes ``iteration_<k>/rank<r>_trace.json`` per profiling cycle (take iteration
+    ``iteration``, else the latest); ``tensorboard_trace_handler`` writes
+    ``<worker>.<stamp>.pt.trace.json[.gz]`` per worker and cycle (take each worker's latest
+    cycle); dpcore and many scripts write ``rank<r>.json[.gz]``. Files named like a trace
+    (``rank*``, ``*trace*``) win over other JSON; ``merged*`` and ``run.json`` never count.
+    """
+    p = Path(path)
+    if p.is_file():
+        if not p.name.endswith(TRACE_SUFFIXES):
+            raise TraceFormatError(f"not a Chrome trace file (*.json, *.json.gz): {p}")
+        return [p]
+    if not p.is_dir():
+        raise TraceFormatError(f"trace folder not found: {p}")
+    iters = iteration_dirs(p)
+    if iteration is not None and iteration not in iters:
+        have = ", ".join(map(str, sorted(iters))) or "none"
+        raise TraceFormatError(f"no iteration_{iteration} folder under {p} (iterations found: {have})")
+    if iters:
+        p = iters[iteration if iteration is not None else max(iters)]
+    found = sorted(f for f in _walk(p) if f.name.endswith(TRACE_SUFFIXES)
+                   and not f.name.startswith("merged") and f.name != RUN_JSON)
+    named = [f for f in found if f.name.lower().startswith("rank") or "trace" in f.name.lower()]
+    files = _latest_cycles(named or found)
     if not files:
-        raise TraceFormatError(f"no Chrome trace files (*.json, *.json.gz) in {d}")
+        raise TraceFormatError(f"no Chrome trace files (*.json, *.json.gz) in {p}")
     return files
+
+
+def iteration_dirs(path: Path) -> dict[int, Path]:
+    """{k: folder} of torchtitan's ``iteration_<k>`` trace folders under ``path`` (itself included)."""
+    out: dict[int, Path] = {}
+    for d in [path, *(f for f in _walk(path, dirs=True))]:
+        m = _ITER_RE.fullmatch(d.name)
+        if m and d.is_dir():
+            out.setdefault(int(m.group(1)), d)
+    return out
+
+
+def _walk(path: Path, dirs: bool = False) -> Iterator[Path]:
+    """Files (or folders) under ``path``, recursively, skipping hidden folders; no symlinked folders."""
+    for root, subdirs, names in os.walk(path):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        for n in (subdirs if dirs else names):
+            yield Path(root) / n
+
+
+def _latest_cycles(files: list[Path]) -> list[Path]:
+    """Of tensorboard_trace_handler's files, each worker's latest cycle (largest stamp); others kept."""
+    best: dict[tuple[Path, str], tuple[int, Path]] = {}
+    out = []
+    for f in files:
+        m = _TB_RE.fullmatch(f.name)
+        if m is None:
+            out.append(f)
+            continue
+        key, stamp = (f.parent, m.group("worker")), int(m.group("stamp"))
+        if key not in best or stamp > best[key][0]:
+            best[key] = (stamp, f)
+    return sorted(out + [f for _, f in best.values()])
 
 
 def _json_bytes(path: Path) -> int:
@@ -180,6 +246,11 @@ def read_trace_files(files: list[Path]) -> pd.DataFrame:
     return _concat(frames) if len(frames) > 1 else frames[0]
 
 
-def read_trace_dir(path: str | Path) -> pd.DataFrame:
-    """All rank traces of a folder (see :func:`trace_files`) in one DataFrame."""
-    return read_trace_files(trace_files(path))
+def read_trace_dir(path: str | Path, iteration: int | None = None) -> pd.DataFrame:
+    """All rank traces of a folder, or one trace file (see :func:`trace_files`), in one DataFrame."""
+    return read_trace_files(trace_files(path, iteration))
+
+
+def concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Events frames of several ranks in one, categories unified (as :func:`read_trace_files`)."""
+    return _concat(frames) if len(frames) > 1 else frames[0]

@@ -1,0 +1,86 @@
+"""The dashboard's Import page: traces you already have -> a run, then open it.
+
+Why in the app: the people with traces (from ``tensorboard_trace_handler``, torchtitan, their
+own ``export_chrome_trace``) are often not at a terminal; the page does what
+``python -m dpcore import`` does (the same :func:`dpcore.read.importer.import_traces`) and then
+opens the new run on its Overview. Traces come from a path on this machine (a folder, searched
+recursively, or one file) or are uploaded; uploads are written to a temporary folder only for
+the import (the run keeps its own copies under ``traces/``).
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+
+from dpcore.contract.errors import UsageError
+from dpcore.contract.runformat import TRACE_SUFFIXES
+from dpcore.read.importer import import_traces
+
+LOCAL, UPLOAD = "A folder or file on this machine", "Upload trace files"
+
+
+def save_uploads(files: list[tuple[str, bytes]], folder: Path) -> Path:
+    """Write uploaded (name, bytes) into ``folder`` under safe, distinct base names; returns it.
+
+    Why renamed: an upload's name is whatever the browser sent; only its base name, made of
+    letters, digits and ``._-``, lands on disk, so no name can point outside ``folder``.
+    """
+    used: set[str] = set()
+    for i, (name, data) in enumerate(files):
+        base = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name).lstrip(".") or f"trace{i}.json"
+        if not base.endswith(TRACE_SUFFIXES):
+            raise UsageError(f"not a Chrome trace file (*.json, *.json.gz): {name}")
+        while base in used:
+            base = f"{i}_{base}"
+        used.add(base)
+        (folder / base).write_bytes(data)
+    return folder
+
+
+def _run_import(source: str, uploads: list, name: str, iteration: int | None, root: Path) -> str | None:
+    """Import; the new run's id, or None after showing the one-line error."""
+    label = name.strip() or None
+    try:
+        if source == LOCAL:
+            result = import_traces(Path(st.session_state.get("imp-path", "").strip()).expanduser(), root, label,
+                                   iteration=iteration)
+        else:
+            with tempfile.TemporaryDirectory(prefix="dpcore-upload-") as tmp:
+                folder = save_uploads([(f.name, f.getvalue()) for f in uploads], Path(tmp))
+                result = import_traces(folder, root, label, iteration=iteration)
+    except (UsageError, ValueError, OSError) as exc:
+        st.error(f"Import failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        return None
+    return result.run_dir.name
+
+
+def import_view(root: Path) -> None:
+    """Path or uploads, a name, Import; on success ``st.session_state['open_run']`` is the new run
+    (app.py then selects it and shows its Overview) and the page reruns."""
+    st.caption("Turn torch.profiler traces into a run: steps from the ProfilerStep#N markers, collectives from "
+               "the gloo spans or NCCL kernels, phases where the trace names them (else shown as missing). "
+               "Layouts: rank<r>.json, tensorboard_trace_handler's *.pt.trace.json[.gz], torchtitan's "
+               f"iteration_<k>/rank<r>_trace.json (the latest iteration unless you pick one). Written to `{root}`.")
+    source = st.radio("Traces from", [LOCAL, UPLOAD], key="imp-source", horizontal=True)
+    uploads: list = []
+    if source == LOCAL:
+        st.text_input("Path", key="imp-path", placeholder="/path/to/profile_trace or /path/to/rank0.json")
+    else:
+        uploads = st.file_uploader("Trace files (one per rank)", type=["json", "gz"], accept_multiple_files=True,
+                                   key="imp-files") or []
+    c = st.columns(2)
+    name = c[0].text_input("Name (added to the run id)", key="imp-name", placeholder="e.g. my-ddp-job")
+    it = c[1].text_input("Iteration (torchtitan layout; empty = latest)", key="imp-iteration")
+    ready = bool(st.session_state.get("imp-path", "").strip()) if source == LOCAL else bool(uploads)
+    if not st.button("Import", type="primary", key="imp-go", disabled=not ready):
+        return
+    if it.strip() and not it.strip().isdigit():
+        st.error(f"Iteration must be a whole number, got {it!r}")
+        return
+    run_id = _run_import(source, uploads, name, int(it) if it.strip() else None, root)
+    if run_id is not None:
+        st.session_state["open_run"] = run_id
+        st.rerun()

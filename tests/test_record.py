@@ -1,0 +1,174 @@
+"""``dpcore.record`` on a user's own loop: a plain DDP loop at 2 gloo ranks, one process without a
+process group, a dpcore.wrap wrapper, and failures; every run must read back through the analysis
+the dashboard uses."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+from dpcore.write.record import record
+
+WARMUP, PROFILE, STEPS = 2, 2, 8
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                         nn.Linear(256, 8))
+
+
+def _loop(rec, model: nn.Module, steps: int = STEPS, fail_at: int | None = None) -> None:
+    """The user's training loop: nothing dpcore-specific but the step and phase marks."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1 + (dist.get_rank() if dist.is_initialized() else 0))
+    for i in range(steps):
+        x, y = torch.randn(32, 64, generator=g), torch.randint(0, 8, (32,), generator=g)
+        with rec.step():
+            if i == fail_at:
+                raise ValueError("boom in the user's loop")
+            with rec.phase("forward"):
+                loss = nn.functional.cross_entropy(model(x), y)
+            with rec.phase("backward"):
+                loss.backward()
+            with rec.phase("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+
+def _rank(rank: int, world: int, store: str, out: str, kind: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        if kind == "ddp":
+            model: nn.Module = DistributedDataParallel(_net(), bucket_cap_mb=0.1)
+        else:
+            import dpcore.write.variants as variants
+            model = variants.wrap(kind, _net(), bucket_mb=0.1)
+        with record(out, name=kind, model=model, warmup=WARMUP, profile_steps=PROFILE,
+                    samples=32) as rec:
+            _loop(rec, model)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(tmp_path: Path, kind: str) -> Path:
+    out = tmp_path / "profiles"
+    mp.spawn(_rank, args=(2, str(tmp_path / "store"), str(out), kind), nprocs=2, join=True)
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def _check_readable(run_dir: Path, job: str, ws: int, comm: bool) -> None:
+    """What the dashboard and `summarize` show must be sane numbers."""
+    from dpcore.read.analysis import job_summary, load_run, timeline
+    from dpcore.read.analysis.commands import summarize
+
+    run = load_run(run_dir)
+    assert run.meta["status"] == "complete" and run.meta["kind"] == "record"
+    st = run.steps
+    assert sorted(st["rank"].unique()) == list(range(ws))
+    assert sorted(st["step"].unique()) == list(range(WARMUP, STEPS))
+    traced = run.traced_steps(job)
+    assert traced == list(range(WARMUP, WARMUP + PROFILE))
+    assert (st["step_ms"] > 0).all() and (st["fwd_ms"] > 0).all() and (st["bwd_ms"] > 0).all()
+    s = job_summary(run).set_index("job_id").loc[job]
+    assert s["step_ms"] > 0 and s["n_steps"] > 0
+    if comm:
+        assert s["comm_ms"] > 0
+        assert (st["comm_ops"] > 0).all()
+        coll = run.collectives
+        assert (coll["t_end_ns"] >= coll["t_launch_ns"]).all() and set(coll["op"]) == {"all_reduce"}
+    lanes = timeline(run, job, traced[0])
+    assert set(lanes["rank"]) == set(range(ws)) and "compute" in set(lanes["lane"])
+    if comm:
+        assert "comm" in set(lanes["lane"])
+    assert job in summarize(str(run_dir))
+    assert (run_dir / "traces" / job / "merged.json.gz").exists()
+
+
+def test_plain_ddp_loop_at_two_gloo_ranks(tmp_path: Path) -> None:
+    run_dir = _spawn(tmp_path, "ddp")
+    meta = json.loads((run_dir / "run.json").read_text())
+    job = meta["jobs"][0]
+    assert job["id"] == "torch_ddp-ws2-b0.1" and job["variant"] == "torch_ddp"
+    assert job["status"] == "complete" and set(job["clock_offsets_ns"]) == {"0", "1"}
+    assert meta["config"]["model"] == "Sequential" and meta["config"]["steps"] == STEPS - WARMUP
+    assert sorted(job["traces"]) == ["merged.json.gz", "rank0.json.gz", "rank1.json.gz"]
+    _check_readable(run_dir, job["id"], 2, comm=True)
+
+
+def test_dpcore_wrap_wrapper_records_its_collectives(tmp_path: Path) -> None:
+    run_dir = _spawn(tmp_path, "bucketed")
+    _check_readable(run_dir, "bucketed-ws2-b0.1", 2, comm=True)
+
+
+def test_one_process_without_a_process_group(tmp_path: Path) -> None:
+    assert not dist.is_initialized()
+    model = _net()
+    with record(tmp_path, model=model, warmup=WARMUP, profile_steps=PROFILE) as rec:
+        _loop(rec, model)
+    assert rec.run_dir is not None and rec.run_dir.parent == tmp_path
+    meta = json.loads((rec.run_dir / "run.json").read_text())
+    assert meta["jobs"][0]["id"] == "user-ws1"
+    _check_readable(rec.run_dir, "user-ws1", 1, comm=False)
+
+
+def test_without_phase_marks_and_trace(tmp_path: Path) -> None:
+    from dpcore.read.analysis import load_run
+
+    with record(tmp_path, warmup=0, trace=False) as rec:
+        for _ in range(3):
+            with rec.step():
+                torch.randn(64, 64) @ torch.randn(64, 64)
+    run = load_run(rec.run_dir)
+    assert list(run.steps["step"]) == [0, 1, 2] and not run.steps["profiled"].any()
+    assert (run.steps["sync_ms"] > 0).all()  # unmarked time counts as sync / other
+    assert not (rec.run_dir / "traces").exists()
+
+
+def test_an_exception_keeps_the_data_and_fails_the_run(tmp_path: Path) -> None:
+    model = _net()
+    with pytest.raises(ValueError, match="boom"):
+        with record(tmp_path, model=model, warmup=1, profile_steps=2) as rec:
+            _loop(rec, model, fail_at=5)
+    meta = json.loads((rec.run_dir / "run.json").read_text())
+    assert meta["status"] == "failed"
+    job = meta["jobs"][0]
+    assert job["status"] == "failed" and "boom in the user's loop" in job["error"]
+    rows = (rec.run_dir / "steps.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4  # header + steps 1..4 (step 5 raised)
+
+
+def test_ctrl_c_is_interrupted(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with record(tmp_path, warmup=0, trace=False) as rec:
+            for i in range(3):
+                with rec.step():
+                    if i == 2:
+                        raise KeyboardInterrupt
+    meta = json.loads((rec.run_dir / "run.json").read_text())
+    assert meta["status"] == "interrupted" and meta["jobs"][0]["status"] == "interrupted"
+    assert len((rec.run_dir / "steps.csv").read_text().splitlines()) == 1 + 2
+
+
+def test_bad_marks_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="warmup"):
+        record(tmp_path, warmup=-1)
+    with pytest.raises(ValueError, match="profile_steps"):
+        record(tmp_path, profile_steps=0)
+    with pytest.raises(RuntimeError, match="inside rec.step"):
+        with record(tmp_path, warmup=0, trace=False) as rec:
+            with rec.phase("forward"):
+                pass
+    with pytest.raises(ValueError, match="unknown phase"):
+        rec.phase("backwards")
+
