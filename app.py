@@ -12,7 +12,8 @@ from collections.abc import Callable
 import streamlit as st
 
 from dpcore.read.dashboard import data, launcher
-from dpcore.read.dashboard.runs import offer_other_run, pick_runs, runs_view
+from dpcore.read.dashboard.runs import folders, offer_other_run, pick_runs, runs_view
+from dpcore.read.dashboard.text import md
 from dpcore.read.dashboard.views import compare_overview, overview_view, scaling_view, timeline_view
 from dpcore.read.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
 from dpcore.read.dashboard.import_view import import_view
@@ -42,7 +43,7 @@ def safely(fn: Callable[[], None], where: str) -> None:
     try:
         fn()
     except Exception as exc:  # noqa: BLE001 - hostile data must not crash the app
-        st.error(f"{where} could not be drawn: {type(exc).__name__}: {exc}")
+        st.error(f"{where} could not be drawn: {type(exc).__name__}: {md(exc)}")
         with st.expander("Details"):
             st.code(traceback.format_exc(), language=None)
 
@@ -63,7 +64,7 @@ launcher.show_result()
 
 runs, warnings = data.list_runs(root)
 for w in warnings:
-    st.warning(f"Skipped an unreadable run: {w}")
+    st.warning(f"Skipped an unreadable run: {md(w)}")
 
 if runs.empty:
     st.title("No profiling runs yet")
@@ -82,14 +83,14 @@ if runs.empty:
         import_view(root)
     st.stop()
 
-chosen = pick_runs(runs)
+chosen = pick_runs(runs)  # folder names: unique, unlike run ids (a copied run keeps its id)
+paths = dict(zip(folders(runs), runs["path"]))
 loaded = []
-for run_id in chosen:
-    path = runs.loc[runs["run_id"] == run_id, "path"].iloc[0]
+for folder in chosen:
     try:
-        loaded.append(data.load_run(path, root))
+        loaded.append(data.load_run(paths[folder], root))
     except Exception as exc:  # noqa: BLE001 - RunLoadError names the file; anything else is still a bad run
-        st.warning(f"Run `{run_id}` could not be loaded: {exc}")
+        st.warning(f"Run {md(folder)} could not be loaded: {md(exc)}")
 if not loaded and view not in ("Runs", "New run", "Import"):
     st.info("Pick another run in the sidebar.")
     st.stop()
@@ -115,6 +116,6 @@ else:
     }[view]
     for run in loaded:
         if len(loaded) > 1:
-            st.subheader(f"Run {run.path.name}")
+            st.subheader(f"Run {md(run.path.name)}")
         offer_other_run(runs, view, run.path.name)
-        safely(lambda: render(run), f"{view} of run {run.path.name}")
+        safely(lambda: render(run), f"{view} of run {md(run.path.name)}")

@@ -20,7 +20,9 @@ module is imported by the torch side and the pandas side alike.
 """
 from __future__ import annotations
 
+import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +41,9 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 4 << 20
+#: Largest trace file opened (compressed size on disk). Real rank traces are tens to hundreds of
+#: MB; the cap only stops a runaway or hostile file (e.g. a sparse 1 TB file) from being read.
+MAX_TRACE_FILE_BYTES = 16 << 30
 EVENTS_KEY = b'"traceEvents"'
 # a JSON string (with escapes) or a bracket: enough to track nesting depth outside strings
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
@@ -53,19 +58,55 @@ class TraceFormatError(ValueError):
     """
 
 
+class NotRegularFileError(OSError):
+    """A path that is not a regular file of acceptable size (a FIFO, device, socket, folder, or
+    a file above the caller's cap); its message names the path."""
+
+
+def open_regular(path: str | Path, max_bytes: int) -> BinaryIO:
+    """Open ``path`` for binary reading only if it is a regular file of at most ``max_bytes``.
+
+    Why: run folders are user-supplied. ``open()`` on a FIFO blocks until a writer appears (the
+    dashboard never renders) and ``/dev/zero`` reads forever; so the path is stat'ed first, opened
+    with O_NONBLOCK (a FIFO that appeared after the stat does not block the open either) and the
+    opened descriptor is checked again. Symlinks are followed: which of them may be trusted is the
+    caller's rule (see ``dpcore.read.analysis.load``). Raises FileNotFoundError when missing,
+    NotRegularFileError for a special or oversized file, other OSError as the system reports them.
+    """
+    p = Path(path)
+    _check_regular(os.stat(p), p, max_bytes)
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _check_regular(os.fstat(fd), p, max_bytes)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_regular(st: os.stat_result, p: Path, max_bytes: int) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFileError(f"not a regular file (a pipe, device or folder): {p}")
+    if st.st_size > max_bytes:
+        raise NotRegularFileError(f"file larger than {max_bytes >> 20} MiB ({st.st_size >> 20} MiB): {p}")
+
+
 def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES) -> Iterator[bytes]:
     """The trace's JSON bytes in pieces of ``chunk`` bytes (the last may be shorter; None: one
     piece), gunzipped on the fly when the file starts with the gzip magic number.
 
     Pieces, so a reader that scans the bytes holds a few MB instead of the whole document.
-    Raises TraceFormatError for a missing/unreadable file, a corrupt or truncated gzip stream,
+    Only a regular file of at most MAX_TRACE_FILE_BYTES is opened (:func:`open_regular`).
+    Raises TraceFormatError for a missing/unreadable/special/oversized file, a corrupt or truncated gzip stream,
     an empty file, and content that cannot be JSON (first character not ``{`` or ``[``).
     """
     p = Path(path)
     try:
-        fh = p.open("rb")
+        fh = open_regular(p, MAX_TRACE_FILE_BYTES)
     except FileNotFoundError:
         raise TraceFormatError(f"trace file not found: {p}") from None
+    except NotRegularFileError as exc:
+        raise TraceFormatError(f"cannot read trace: {exc}") from None
     except OSError as exc:
         raise TraceFormatError(f"cannot read trace {p}: {exc.strerror or exc}") from None
     with fh:

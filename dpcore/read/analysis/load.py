@@ -2,12 +2,16 @@
 
 Only JSON and CSV are read (never pickle): opening someone's run must not execute anything.
 Every problem is reported as RunLoadError naming the offending file, so the dashboard can warn
-about one bad run and still list the others.
+about one bad run and still list the others. A profiles folder is user-supplied, so a file is
+opened only when it is a regular file below MAX_RUN_FILE_BYTES (a FIFO would block the reader,
+/dev/zero would fill the memory), run.json must have the shape the rest of the code assumes,
+and with ``root`` given (the dashboard) nothing that resolves outside ``root`` is opened.
 """
 from __future__ import annotations
 
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,9 +19,13 @@ from typing import Callable
 import pandas as pd
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.tracefile import NotRegularFileError, open_regular
 
 COLUMNS = rf.TABLES
 JOB_COLUMNS = rf.JOB_FIELDS
+#: Largest run.json or CSV table read; far above any real run, small enough to keep a hostile
+#: or runaway file from exhausting the memory.
+MAX_RUN_FILE_BYTES = 512 << 20
 RUN_COLUMNS = ["run_id", "path", "created", "finished", "status", "model", "size", "variants", "world_sizes",
                "backend", "device", "kinds", "oversubscribed"]
 
@@ -37,16 +45,19 @@ class Run:
     collectives: pd.DataFrame
     messages: pd.DataFrame
     allreduce: pd.DataFrame
+    #: The folder the run was confined to when loaded (the dashboard's profiles folder), else None.
+    root: Path | None = None
 
     def trace_files(self, job_id: str) -> dict[str, Path]:
-        """{"rank0": path, ..., "merged": path} of the job's traces that exist on disk."""
+        """{"rank0": path, ..., "merged": path} of the job's traces that exist on disk (regular
+        files; with ``root`` set, only those that resolve inside it)."""
         d = rf.trace_dir(self.path, job_id)
         out: dict[str, Path] = {}
-        if not d.is_dir():
+        if not d.is_dir() or (self.root is not None and not _inside(d, self.root)):
             return out
         for f in sorted(d.iterdir()):
             key = rf.trace_key(f.name)
-            if key is not None and f.is_file():
+            if key is not None and f.is_file() and (self.root is None or _inside(f, self.root)):
                 out.setdefault(key, f)
         return out
 
@@ -67,27 +78,77 @@ class Run:
         return [f for k, f in self.trace_files(job_id).items() if rf.is_rank_trace(k)]
 
 
-def _read_meta(path: Path) -> dict:
-    f = path / rf.RUN_JSON
-    if not f.is_file():
-        raise RunLoadError(f"not a run directory (no {rf.RUN_JSON}): {path}")
+def _inside(path: Path, root: Path) -> bool:
+    """True when ``path``, symlinks resolved, lies inside ``root`` (also resolved)."""
     try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RunLoadError(f"truncated or invalid JSON in {f}: {exc}") from None
+        return Path(path).resolve().is_relative_to(Path(root).resolve())
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop
+        return False
+
+
+def _read_file(f: Path, root: Path | None) -> bytes | None:
+    """The bytes of one run file, None when it does not exist; RunLoadError naming the file
+    when it lies outside ``root``, is not a regular file, or is larger than MAX_RUN_FILE_BYTES."""
+    if root is not None and (os.path.lexists(f) and not _inside(f, root)):
+        raise RunLoadError(f"{f} resolves outside the profiles folder {root}; not read")
+    try:
+        with open_regular(f, MAX_RUN_FILE_BYTES) as fh:
+            data = fh.read(MAX_RUN_FILE_BYTES + 1)  # the file may grow after the size check
+    except FileNotFoundError:
+        return None
+    except NotRegularFileError as exc:
+        raise RunLoadError(str(exc)) from None
+    except OSError as exc:
+        raise RunLoadError(f"cannot read {f}: {exc.strerror or exc}") from None
+    if len(data) > MAX_RUN_FILE_BYTES:
+        raise RunLoadError(f"file larger than {MAX_RUN_FILE_BYTES >> 20} MiB: {f}")
+    return data
+
+
+def _check_meta(meta: object, f: Path) -> dict:
+    """run.json as the loaders and views use it, or RunLoadError naming the file.
+
+    Why every field is checked here: the code downstream calls ``.get`` on config/environment
+    and iterates jobs; one hand-edited run.json with a string there must fail as *this* run's
+    warning, not as an AttributeError that takes the whole run list down.
+    """
     if not isinstance(meta, dict) or not isinstance(meta.get("jobs", []), list) or \
             not ({"run_id", "jobs", "config"} & meta.keys()):
         raise RunLoadError(f"not a dpcore run.json (expected an object with run_id/config/jobs): {f}")
+    for key in ("config", "environment"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            raise RunLoadError(f"malformed {f}: {key!r} must be an object, got {type(meta[key]).__name__}")
+    for i, job in enumerate(meta.get("jobs") or []):
+        if not isinstance(job, dict):
+            raise RunLoadError(f"malformed {f}: jobs[{i}] must be an object, got {type(job).__name__}")
+        jid = job.get("id", job.get("job_id"))
+        if jid is not None and not isinstance(jid, str):
+            raise RunLoadError(f"malformed {f}: jobs[{i}].id must be a string")
+    for key in ("run_id", "created", "finished", "status"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise RunLoadError(f"malformed {f}: {key!r} must be a string, got {type(meta[key]).__name__}")
     return meta
 
 
-def _read_csv(path: Path, table: str) -> pd.DataFrame:
+def _read_meta(path: Path, root: Path | None = None) -> dict:
+    f = path / rf.RUN_JSON
+    data = _read_file(f, root)
+    if data is None:
+        raise RunLoadError(f"not a run directory (no {rf.RUN_JSON}): {path}")
+    try:
+        meta = json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunLoadError(f"truncated or invalid JSON in {f}: {exc}") from None
+    except RecursionError:
+        raise RunLoadError(f"invalid {f}: JSON nested too deeply") from None
+    return _check_meta(meta, f)
+
+
+def _read_csv(path: Path, table: str, root: Path | None = None) -> pd.DataFrame:
     f = path / rf.table_file(table)
     cols = COLUMNS[table]
-    if not f.exists():
-        return pd.DataFrame(columns=cols)
-    data = f.read_bytes()
-    if not data.strip():
+    data = _read_file(f, root)
+    if data is None or not data.strip():
         return pd.DataFrame(columns=cols)
     if not data.endswith(b"\n"):
         raise RunLoadError(f"truncated CSV (no final newline): {f}")
@@ -125,14 +186,23 @@ def _jobs_frame(meta: dict) -> pd.DataFrame:
     return df[JOB_COLUMNS + extra]
 
 
-def load_run(path: str | Path) -> Run:
-    """Load a run directory; raises RunLoadError naming the missing/truncated/foreign file."""
+def load_run(path: str | Path, root: str | Path | None = None) -> Run:
+    """Load a run directory; raises RunLoadError naming the missing/truncated/foreign file.
+
+    ``root`` confines the load (the dashboard passes its profiles folder): the run folder and
+    every file opened, trace files included (:meth:`Run.trace_files`), must resolve inside it,
+    checked before anything is read. Without it (the CLI on a path the user named) symlinks
+    are followed.
+    """
     p = Path(path)
+    r = Path(root) if root is not None else None
+    if r is not None and not _inside(p, r):
+        raise RunLoadError(f"{p} resolves outside the profiles folder {r}; not read")
     if not p.is_dir():
         raise RunLoadError(f"run directory not found: {p}")
-    meta = _read_meta(p)
-    tables = {t: _read_csv(p, t) for t in COLUMNS}
-    return Run(path=p, meta=meta, jobs=_jobs_frame(meta), **tables)
+    meta = _read_meta(p, r)
+    tables = {t: _read_csv(p, t, r) for t in COLUMNS}
+    return Run(path=p, meta=meta, jobs=_jobs_frame(meta), root=r, **tables)
 
 
 def _join(values: "pd.Series") -> str:
@@ -152,6 +222,20 @@ def run_row(run: Run) -> dict:
             "oversubscribed": bool(env.get("oversubscribed")) or bool(jobs["oversubscribed"].fillna(False).any())}
 
 
+def is_utf8(name: str) -> bool:
+    """Whether a file name decoded from the file system is valid UTF-8 (no surrogate escapes)."""
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def printable(path: str | Path) -> str:
+    """A path as valid text: bytes that are not UTF-8 shown as \\xNN escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def list_runs(root: str | Path = "profiles",
               loader: "Callable[[Path], Run] | None" = None) -> tuple[pd.DataFrame, list[str]]:
     """All loadable runs under root, newest first, plus one warning per unreadable run (names the file).
@@ -165,14 +249,21 @@ def list_runs(root: str | Path = "profiles",
     if not r.is_dir():
         return pd.DataFrame(columns=RUN_COLUMNS), [f"profiles folder not found: {r}"]
     for d in sorted(r.iterdir()):
-        if not d.is_dir() or d.name.startswith((".", "_")):
+        if d.name.startswith((".", "_")) or not d.is_dir():
+            continue
+        if not is_utf8(d.name):  # cannot be shown, hashed by Streamlit's cache, or put in a URL
+            warnings.append(f"run folder name is not valid UTF-8, skipped: {printable(d)}")
             continue
         try:
             rows.append(run_row(loader(d)))
         except RunLoadError as exc:
             warnings.append(str(exc))
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            warnings.append(f"cannot load run {d}: {exc}")
+        except RecursionError:
+            warnings.append(f"cannot load run {d}: data nested too deeply")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # the loader validates what it reads; this is the net that keeps one run's surprise
+            # (a bug, a file changed mid-read) from hiding every other run
+            warnings.append(f"cannot load run {d}: {type(exc).__name__}: {exc}")
     df = pd.DataFrame(rows, columns=RUN_COLUMNS)
     if not df.empty:
         df = df.assign(_k=df["created"].fillna("").astype(str)).sort_values(

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
-from dpcore.contract.tracefile import TraceFormatError
+from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, TraceFormatError, open_regular
 from dpcore.read.analysis.kinds import KINDS, classify
 from dpcore.read.analysis.tracefile import Columns, read_columns
 
@@ -70,7 +70,7 @@ def read_trace_meta(path: str | Path) -> tuple[dict, pd.DataFrame]:
     trace's own description (``distributedInfo``, ``deviceProperties``, ``host_name``) that an
     importer records as the run's environment."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():  # a FIFO or device exists but is refused, by name, when opened
         raise TraceFormatError(f"trace file not found: {p}")
     meta, cols = read_columns(p)
     return meta, events_frame(meta, cols, _rank_of(meta, p))
@@ -83,7 +83,7 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     or has no rank (distributedInfo.rank, else 'rank<r>' in the file name).
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():  # a FIFO or device exists but is refused, by name, when opened
         raise TraceFormatError(f"trace file not found: {p}")
     meta, cols = read_columns(p)
     return events_frame(meta, cols, _rank_of(meta, p))
@@ -156,10 +156,10 @@ def _latest_cycles(files: list[Path]) -> list[Path]:
 
 def _json_bytes(path: Path) -> int:
     """Uncompressed size of a trace file (gzip's ISIZE trailer; exact below 4 GiB), 0 if unreadable."""
-    try:
-        with path.open("rb") as fh:
+    try:  # regular files only: a FIFO would block here (the read proper reports it by name)
+        with open_regular(path, MAX_TRACE_FILE_BYTES) as fh:
             if fh.read(2) != b"\x1f\x8b":
-                return path.stat().st_size
+                return os.fstat(fh.fileno()).st_size
             fh.seek(-4, os.SEEK_END)
             return int.from_bytes(fh.read(4), "little")
     except OSError:

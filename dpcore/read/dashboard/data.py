@@ -15,7 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, open_regular
 from dpcore.read import analysis as A
+from dpcore.read.analysis.load import printable
 
 APP_DIR = Path(__file__).resolve().parents[3]  # the repository root, where app.py lives
 
@@ -51,10 +53,11 @@ def root_stamp(root: Path) -> tuple:
         return ()
     items = []
     for child in sorted(root.iterdir()):
+        name = printable(child.name)  # Streamlit's cache hashes the stamp as UTF-8
         try:
-            items.append((child.name, (child / rf.RUN_JSON).stat().st_mtime_ns))
+            items.append((name, (child / rf.RUN_JSON).stat().st_mtime_ns))
         except OSError:
-            items.append((child.name, 0))
+            items.append((name, 0))
     return tuple(items)
 
 
@@ -62,7 +65,9 @@ def root_stamp(root: Path) -> tuple:
 def _list_runs(root: str, stamp: tuple) -> tuple[pd.DataFrame, list[str]]:
     # each run goes through the per-run cache: a run.json rewrite of one run (a profile started
     # from this page writes one after every job) re-parses that run only
-    return A.list_runs(root, loader=lambda d: _load(str(Path(d).resolve()), _stamp(Path(d))))
+    # the folder is checked against root before anything in it is read (a link out of the
+    # profiles folder is reported by load_run(root=...), not parsed and then filtered)
+    return A.list_runs(root, loader=lambda d: load_run(d, Path(root)))
 
 
 def list_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -79,15 +84,16 @@ def list_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _load(path: str, stamp: tuple) -> A.Run:
-    return A.load_run(path)
+def _load(path: str, stamp: tuple, root: str) -> A.Run:
+    # root confines every file the loader opens (run files and, later, the run's traces)
+    return A.load_run(path, root=root)
 
 
 def load_run(path: Path | str, root: Path) -> A.Run:
-    """Load one run (cached). Raises RunLoadError for a bad run, ValueError for a path outside root."""
+    """Load one run (cached). Raises RunLoadError for a bad run or a path outside root."""
     if not inside(path, root):
-        raise ValueError(f"{path} is outside the profiles folder {root}")
-    return _load(str(Path(path).resolve()), _stamp(Path(path)))
+        raise A.RunLoadError(f"{path} resolves outside the profiles folder {root}; not read")
+    return _load(str(Path(path).resolve()), _stamp(Path(path)), str(root.resolve()))
 
 
 def key(run: A.Run) -> tuple:
@@ -169,4 +175,10 @@ def file_reader(path: Path, root: Path):
     """A zero-argument reader for `st.download_button` so a trace is read only when clicked."""
     if not inside(path, root):
         raise ValueError(f"{path} is outside the profiles folder {root}")
-    return lambda: Path(path).read_bytes()
+
+    def read() -> bytes:  # checked again when clicked: the file may have been replaced since
+        if not inside(path, root):
+            raise ValueError(f"{path} is outside the profiles folder {root}")
+        with open_regular(path, MAX_TRACE_FILE_BYTES) as fh:
+            return fh.read()
+    return read

@@ -18,6 +18,7 @@ import streamlit as st
 from dpcore.contract.errors import UsageError
 from dpcore.contract.runformat import TRACE_SUFFIXES
 from dpcore.read.importer import import_traces
+from dpcore.read.dashboard.text import md
 
 LOCAL, UPLOAD = "A folder or file on this machine", "Upload trace files"
 
@@ -52,7 +53,7 @@ def _run_import(source: str, uploads: list, name: str, iteration: int | None, ro
                 folder = save_uploads([(f.name, f.getvalue()) for f in uploads], Path(tmp))
                 result = import_traces(folder, root, label, iteration=iteration)
     except (UsageError, ValueError, OSError) as exc:
-        st.error(f"Import failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        st.error(f"Import failed: {md(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__}")
         return None
     return result.run_dir.name
 

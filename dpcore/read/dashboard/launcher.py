@@ -20,6 +20,7 @@ from pathlib import Path
 import streamlit as st
 
 from dpcore.contract.config import MODELS, SIZES, VARIANTS, parse_bucket_sweep
+from dpcore.read.dashboard.text import md
 
 QUICK = dict(model="mlp", size="tiny", variants=["single", "flat", "ring", "overlap", "bucketed"],
              world_sizes=[1, 2], steps=6, bucket_mb=25.0, bucket_sweep=[])
@@ -156,7 +157,7 @@ def follow() -> None:
         st.markdown(f"**Profiling** · `{' '.join(launch.cmd[1:])}`")
         st.progress(frac, text=f"{text} · {time.time() - launch.started:.0f} s")
         # a skipped job (e.g. data_parallel without GPUs) carries its reason in "error" too
-        errors = [f"{e.get('job_id', '?')}: {e['error']}" for e in events
+        errors = [f"{md(e.get('job_id', '?'))}: {md(e['error'])}" for e in events
                   if e.get("error") and e.get("status", "failed") == "failed"]
         if errors:
             st.error("\n\n".join(errors))
@@ -178,7 +179,7 @@ def show_result() -> None:
     if not res:
         return
     if res["rc"] == 0:
-        st.success(f"Profile finished: opened run `{Path(res['run_dir'] or '?').name}`.")
+        st.success(f"Profile finished: opened run {md(Path(res['run_dir'] or '?').name)}.")
     if res.get("errors"):
         st.error("Jobs that failed (the other jobs' results are kept):\n\n" + "\n\n".join(res["errors"]))
     if res["rc"] != 0:

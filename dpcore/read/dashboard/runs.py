@@ -3,11 +3,19 @@
 Why the environment box is loud: numbers from an oversubscribed CPU job (more busy threads than
 cores) or from a run where a variant was skipped are easy to misread; the warning says so in
 plain words next to the numbers instead of in a log nobody reads.
+
+Why runs are picked by folder, not run id: run ids come from run.json, and a copied run
+(``cp -r``) keeps its id; the folder name is unique under the profiles folder. Everything from
+a run that lands in Markdown goes through :func:`~dpcore.read.dashboard.text.md`.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
+
+from dpcore.read.dashboard.text import md
 
 RUN_COLS = ["run_id", "created", "status", "model", "size", "variants", "world_sizes", "backend", "device", "kinds"]
 
@@ -21,49 +29,65 @@ def _has_kind(runs: pd.DataFrame, kind: str) -> pd.Series:
     return runs["kinds"].fillna("").astype(str).str.split(",").apply(lambda ks: kind in ks)
 
 
+def folders(runs: pd.DataFrame) -> list[str]:
+    """The folder name of each run (unique under the profiles folder): the picker's keys."""
+    return [Path(str(p)).name for p in runs["path"]]
+
+
 def default_run(runs: pd.DataFrame) -> str:
-    """Newest complete run with training jobs (the views most people open first), else the
-    newest complete run, else the newest of any status."""
+    """Folder of the newest complete run with training jobs (the views most people open
+    first), else of the newest complete run, else of the newest of any status."""
+    runs = runs.assign(_folder=folders(runs))
     done = runs[runs["status"] == "complete"]
     train = done[_has_kind(done, "train")]
     pick = train if not train.empty else done if not done.empty else runs
-    return str(pick["run_id"].iloc[0])
+    return str(pick["_folder"].iloc[0])
 
 
-def run_with(runs: pd.DataFrame, view: str, run_id: str) -> str | None:
-    """For a view the chosen run has no data for, the newest run that has it (else None)."""
+def run_with(runs: pd.DataFrame, view: str, folder: str) -> str | None:
+    """For a view the chosen run (by folder) has no data for, the newest run's folder that has it (else None)."""
     kind = VIEW_NEEDS.get(view)
     if kind is None:
         return None
-    have = runs[_has_kind(runs, kind)]
-    if have.empty or run_id in set(have["run_id"].astype(str)):
+    have = runs.assign(_folder=folders(runs))
+    have = have[_has_kind(have, kind)]
+    if have.empty or folder in set(have["_folder"]):
         return None
-    return str(have["run_id"].iloc[0])
+    return str(have["_folder"].iloc[0])
 
 
-def offer_other_run(runs: pd.DataFrame, view: str, run_id: str) -> None:
+def offer_other_run(runs: pd.DataFrame, view: str, folder: str) -> None:
     """Say plainly that this run has nothing for the view, with a one-click switch."""
-    other = run_with(runs, view, run_id)
+    other = run_with(runs, view, folder)
     if other is None:
         return
     kind = "all-reduce benchmark" if VIEW_NEEDS[view] == "allreduce" else "training jobs"
-    st.info(f"Run `{run_id}` has no {kind}; `{other}` has.")
-    if st.button(f"Open {other}", key=f"open-{view}-{other}"):
+    st.info(f"Run {md(folder)} has no {kind}; {md(other)} has.")
+    if st.button(f"Open {md(other)}", key=f"open-{view}-{other}"):
         st.session_state["open_run_keep_view"] = other
         st.rerun()
 
 
-def pick_runs(runs: pd.DataFrame) -> list[str]:
-    """Sidebar: one run (default newest complete) and, in compare mode, a second one. Returns run ids."""
+def run_labels(runs: pd.DataFrame) -> dict[str, str]:
+    """{folder: picker label}: "run_id · status", plus the folder where two runs share a run id."""
     ids = [str(r) for r in runs["run_id"]]
-    status = dict(zip(ids, runs["status"].astype(str)))
-    if st.session_state.get("run_a") not in ids:
+    dup = {r for r in ids if ids.count(r) > 1}
+    return {f: f"{r} ({f}) · {s}" if r in dup else f"{r} · {s}"
+            for f, r, s in zip(folders(runs), ids, runs["status"].astype(str))}
+
+
+def pick_runs(runs: pd.DataFrame) -> list[str]:
+    """Sidebar: one run (default newest complete) and, in compare mode, a second one. Returns
+    the chosen runs' folder names (unique, unlike run ids)."""
+    labels = run_labels(runs)
+    keys = list(labels)
+    if st.session_state.get("run_a") not in keys:
         st.session_state["run_a"] = default_run(runs)
-    fmt = lambda r: f"{r} · {status.get(r, '?')}"  # noqa: E731
-    a = st.sidebar.selectbox("Run", ids, key="run_a", format_func=fmt, help="Runs under the profiles folder, newest first.")
+    fmt = lambda f: labels.get(f, f)  # noqa: E731 - option labels are plain text, not Markdown
+    a = st.sidebar.selectbox("Run", keys, key="run_a", format_func=fmt, help="Runs under the profiles folder, newest first.")
     chosen = [a]
-    if len(ids) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
-        others = [r for r in ids if r != a]
+    if len(keys) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
+        others = [f for f in keys if f != a]
         if st.session_state.get("run_b") not in others:
             st.session_state["run_b"] = others[0]
         chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt))
@@ -84,31 +108,31 @@ def environment_box(run) -> None:
     devices = env.get("devices")
     devices = ", ".join(map(str, devices)) if isinstance(devices, list) else str(devices or env.get("device", "?"))
     with st.container(border=True):
-        st.markdown(f"**{meta.get('run_id', run.path.name)}** · status **{meta.get('status', '?')}** · "
-                    f"created {meta.get('created', '?')}")
+        st.markdown(f"**{md(meta.get('run_id', run.path.name))}** · status **{md(meta.get('status', '?'))}** · "
+                    f"created {md(meta.get('created', '?'))}")
         c = st.columns(5)
         c[0].metric("backend", str(env.get("backend", "?")))
         c[1].metric("device", str(env.get("device", "?")), help=devices)
         c[2].metric("CPU cores", str(env.get("cpu_cores", "?")), help=f"logical CPUs: {env.get('logical_cpus', '?')}")
         c[3].metric("GPUs", str(env.get("gpus", 0)))
         c[4].metric("model", f"{cfg.get('model', '?')} {cfg.get('size', '') or ''}".strip())
-        st.caption(f"Devices: {devices} · threads per rank: {_threads(env)} · host {env.get('host', '?')} · "
-                   f"torch {env.get('torch', '?')} · batch/rank {cfg.get('batch_size', '?')} · "
-                   f"{cfg.get('scaling', '?')} scaling · {cfg.get('steps', '?')} steps")
+        st.caption(f"Devices: {md(devices)} · threads per rank: {md(_threads(env))} · host {md(env.get('host', '?'))} · "
+                   f"torch {md(env.get('torch', '?'))} · batch/rank {md(cfg.get('batch_size', '?'))} · "
+                   f"{md(cfg.get('scaling', '?'))} scaling · {md(cfg.get('steps', '?'))} steps")
         jobs = run.jobs
         over = jobs[jobs["oversubscribed"].fillna(False).astype(bool)] if "oversubscribed" in jobs else jobs.iloc[:0]
         if len(over):
             st.warning(f"**Oversubscribed:** {len(over)} job(s) ran more busy threads than this machine has CPU "
-                       f"cores ({env.get('cpu_cores', '?')}): {', '.join(map(str, over['job_id']))}. Their timings "
+                       f"cores ({md(env.get('cpu_cores', '?'))}): {md(', '.join(map(str, over['job_id'])))}. Their timings "
                        "measure CPU contention, not the algorithm; compare them with care.")
         elif env.get("oversubscribed"):
             st.warning("**Oversubscribed:** this run put more busy threads on the machine than it has CPU cores.")
         for _, j in jobs.iterrows():
             reason = j.get("skip_reason")
             if j.get("status") == "skipped" or (isinstance(reason, str) and reason):
-                st.warning(f"**Skipped** `{j['job_id']}`: {reason or 'no reason recorded'}")
+                st.warning(f"**Skipped** {md(j['job_id'])}: {md(reason or 'no reason recorded')}")
             elif j.get("status") in ("failed", "interrupted"):
-                st.error(f"**{j['status'].capitalize()}** `{j['job_id']}`: {j.get('error') or 'no error text'}")
+                st.error(f"**{j['status'].capitalize()}** {md(j['job_id'])}: {md(j.get('error') or 'no error text')}")
 
 
 def runs_view(runs: pd.DataFrame, loaded: list) -> None:
@@ -120,7 +144,7 @@ def runs_view(runs: pd.DataFrame, loaded: list) -> None:
     for run in loaded:
         environment_box(run)
         jobs = run.jobs
-        with st.expander(f"Jobs of {run.path.name} ({len(jobs)})"):
+        with st.expander(f"Jobs of {md(run.path.name)} ({len(jobs)})"):
             show = [c for c in ["job_id", "kind", "variant", "algo", "world_size", "bucket_mb", "status",
                                 "oversubscribed", "skip_reason", "error"] if c in jobs.columns]
             st.dataframe(jobs[show], hide_index=True, width="stretch")

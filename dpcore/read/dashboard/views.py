@@ -11,6 +11,7 @@ import streamlit as st
 from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, figures
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS, scaling_caption
+from dpcore.read.dashboard.text import md
 from dpcore.read.plots.overview import comparison_figure
 from dpcore.read.plots.style import variant_rank
 
@@ -143,7 +144,7 @@ def measured_how(meta: dict) -> str:
         vals = sorted({str(v) for v in tpr.values()})
         if len(vals) > 1:
             return ("Caution: this run gave ranks of different world sizes different thread counts "
-                    f"({', '.join(f'N={k}: {v}' for k, v in tpr.items())}), so efficiency mixes the cost of "
+                    f"({md(', '.join(f'N={k}: {v}' for k, v in tpr.items()))}), so efficiency mixes the cost of "
                     "communication with the loss of threads.")
         tpr = vals[0] if vals else None
     if tpr is None:
@@ -151,7 +152,7 @@ def measured_how(meta: dict) -> str:
     pin = env.get("pinning")
     pinned = (" each rank pinned to its own cores" if pin == "per-rank"
               else " ranks not pinned to cores" if pin else "")
-    return f"Every job ran with {tpr} thread(s) per rank{',' if pinned else ''}{pinned}, so T(1) and T(N) differ only by what data parallelism adds."
+    return f"Every job ran with {md(tpr)} thread(s) per rank{',' if pinned else ''}{pinned}, so T(1) and T(N) differ only by what data parallelism adds."
 
 
 def scaling_view(run) -> None:
@@ -165,7 +166,7 @@ def scaling_view(run) -> None:
     if not df.empty and df["noisy"].any():
         cells = ", ".join(f"{v} ×{n}" for v, n in zip(df.loc[df["noisy"], "variant"],
                                                       df.loc[df["noisy"], "world_size"]))
-        st.warning(f"Noisy measurements: {cells}. Their step times spread more than "
+        st.warning(f"Noisy measurements: {md(cells)}. Their step times spread more than "
                    "1.5× between p10 and p90, or efficiency came out above 100%, so another process "
                    "probably competed for the cores. Re-run on an idle machine before trusting them.")
     if not df.empty:

@@ -16,6 +16,7 @@ import streamlit as st
 from dpcore.read.analysis.stragglers import (collective_waits, straggler_summary, straggler_threshold_pct,
                                              straggler_verdict)
 from dpcore.read.dashboard import data
+from dpcore.read.dashboard.text import md
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
 
 FORMULA = ("For one collective matched across ranks (same job, step and sequence number): a rank's wait = "
@@ -84,7 +85,7 @@ def stragglers_view(run, root: Path) -> None:
     job = st.selectbox("Job", jobs, index=jobs.index(default), key=f"sg-job-{run.path}")
     rows = table[table["job_id"] == job]
     ws = len(rows)
-    st.markdown(f"**{job}**: {straggler_verdict(rows)}.")
+    st.markdown(f"**{md(job)}**: {straggler_verdict(rows)}.")
     st.dataframe(rows.drop(columns="job_id"), hide_index=True, width="stretch", column_config=TABLE_CONFIG)
     last_fig, split_fig = _figures(run, key, job)
     left, right = st.columns(2)
