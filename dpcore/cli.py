@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from dpcore.contract.config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, parse_bucket_sweep, parse_delay,
+from dpcore.contract.config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, check_timeout, parse_bucket_sweep, parse_delay,
                      parse_choices, parse_int_list, parse_size, check_model_name, is_model_spec)
 from dpcore.contract.errors import UsageError
 from dpcore.write.progress import MODES
@@ -134,6 +134,41 @@ def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = (),
     return None
 
 
+def _check_int(option: str, value: "int | None", minimum: int, note: str = "") -> None:
+    """An integer option below its minimum is one line naming the option and the range."""
+    if value is not None and value < minimum:
+        raise UsageError(f"{option} must be >= {minimum}{note}, got {value}")
+
+
+def _check_train_args(args: argparse.Namespace) -> None:
+    """The numbers shared by ``profile`` and ``verify``, refused before anything is imported or
+    run: a zero or negative --timeout makes every rendezvous fail at once with pages of c10d
+    frames, nan/inf overflow it, --width 0 builds an empty model and --lr nan trains to nan,
+    and both were recorded as complete runs."""
+    check_timeout(args.timeout)
+    _check_int("--width", args.width, 1)
+    _check_int("--batch-size", args.batch_size, 1)
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr >= 0):
+        raise UsageError(f"--lr must be a finite number >= 0, got {args.lr:g}")
+
+
+def _check_out(out: str) -> None:
+    """--out must be (or be creatable as) a writable folder. Checked here, before any rank
+    starts, so a file in the way or a read-only folder is one line and exit 2, not an OSError
+    reported as if measured jobs had been kept. The nearest existing ancestor decides."""
+    path = os.path.abspath(out)
+    probe = path
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise UsageError(f"--out {out}: not a folder (a file is in the way); choose a writable folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: {probe} is not writable; choose a writable folder")
+
+
 def _run_id(text: str | None) -> str | None:
     """Run ids become folder names under --out: letters, digits, '-', '_' and '.' only."""
     if text is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", text):
@@ -144,6 +179,7 @@ def _run_id(text: str | None) -> str | None:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     check_model_name(args.model, ("toy",))
+    _check_train_args(args)
     if args.world_size < 1:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
     if args.steps < 1:
@@ -167,6 +203,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     from dpcore.write.profile import ProfileOptions, run_profile
 
     check_model_name(args.model)
+    _check_train_args(args)
     parse_choices(args.scaling, "scaling mode", SCALING, all_ok=False)
     parse_choices(args.progress, "progress mode", MODES, all_ok=False)
     sweep = parse_bucket_sweep(args.bucket_sweep)
@@ -191,6 +228,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
                       batch_size=args.batch_size, scaling=args.scaling, steps=args.steps,
                       warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
                       bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed)
+    _check_out(args.out)
     code, run_dir = run_profile(opts, cfg, argv)
     if run_dir is not None and opts.progress != "json":
         _print_run_end(run_dir, code)
@@ -222,15 +260,19 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     from dpcore.write.allreduce import AllreduceOptions, run_allreduce
 
     parse_choices(args.progress, "progress mode", MODES, all_ok=False)
+    check_timeout(args.timeout)
+    _check_int("--warmup", args.warmup, 0)
+    _check_int("--repeats", args.repeats, 0, " (0 = adaptive)")
     opts = AllreduceOptions(
         algos=tuple(parse_choices(args.algos, "algorithm", ALGOS)),
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")),
         sizes=_allreduce_sizes(args.sizes),
-        warmup=max(0, args.warmup), repeats=max(0, args.repeats), out=args.out, name=args.name,
+        warmup=args.warmup, repeats=args.repeats, out=args.out, name=args.name,
         backend=args.backend, timeout_s=args.timeout, progress=args.progress,
         run_id=_run_id(args.run_id))
     if not opts.sizes:
         raise UsageError("--sizes is empty; give sizes like 1KB,64KB,1MB")
+    _check_out(args.out)
     return run_allreduce(opts, argv)
 
 

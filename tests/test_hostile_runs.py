@@ -259,3 +259,27 @@ def test_run_data_is_not_rendered_as_markdown(template: Path, tmp_path: Path,
     assert "boom" in shown and "**bold**" in plain(shown)
     for body in bodies:
         assert "](" not in body and "**bold**" not in body, body
+
+
+def test_a_run_whose_writer_died_is_listed_stale(tmp_path, monkeypatch):
+    """A launcher killed with -9 leaves its run 'running' forever; the dashboard lists it 'stale'
+    (its owner pid is gone on this host), while a live owner's run stays 'running'."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from dpcore.read.dashboard import data
+    from tests.fixtures_run import make_run
+    root = tmp_path / "profiles"
+    root.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for run_id, pid in (("20250101-000000-dead", dead.pid), ("20250102-000000-live", os.getpid())):
+        run = make_run(root, run_id)
+        meta = json.loads((run / "run.json").read_text())
+        meta.update(status="running", owner={"pid": pid, "host": socket.gethostname()})
+        (run / "run.json").write_text(json.dumps(meta))
+    runs, warnings = data.list_runs(root.resolve())
+    status = dict(zip(runs["run_id"], runs["status"]))
+    assert status == {"20250101-000000-dead": "stale", "20250102-000000-live": "running"}, (status, warnings)

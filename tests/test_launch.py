@@ -96,3 +96,42 @@ def test_threads_per_rank_divides_physical_cores():
     cores = physical_cores()
     assert threads_per_rank(1) == cores
     assert threads_per_rank(cores * 4) == 1
+
+
+def test_interrupt_between_rank_starts_reraises_and_reaps(monkeypatch):
+    """Ctrl-C/SIGTERM (KeyboardInterrupt) right after the first rank started, before the
+    second: the moment issue 4 describes. launch must re-raise the interrupt (not an
+    AssertionError), reap the started rank and never join the unstarted ones."""
+    import multiprocessing
+    import dpcore.write.launch as launch_mod
+
+    proc_cls = launch_mod._mp_context().Process
+    real_start, real_join = proc_cls.start, proc_cls.join
+    starts, joined_unstarted = [], []
+
+    def start(self):
+        if starts:
+            raise KeyboardInterrupt
+        real_start(self)
+        starts.append(self.pid)
+
+    def join(self, timeout=None):
+        if self.pid is None:
+            joined_unstarted.append(self.name)
+        real_join(self, timeout)
+
+    monkeypatch.setattr(proc_cls, "start", start)
+    monkeypatch.setattr(proc_cls, "join", join)
+    with pytest.raises(KeyboardInterrupt):
+        launch(workers.sum_ranks, 3, args=(1.0,), timeout_s=30)
+    assert len(starts) == 1
+    assert joined_unstarted == []  # never joined a rank that was never started
+    assert not _alive(starts[0])  # the one started rank was reaped
+    assert starts[0] not in {p.pid for p in multiprocessing.active_children()}
+
+
+def test_killed_rank_is_blamed_with_its_signal_not_the_peer():
+    with pytest.raises(JobFailed) as info:
+        launch(workers.sigkill_rank1, 2, timeout_s=30)
+    assert info.value.rank == 1, info.value.message
+    assert "SIGKILL" in info.value.message

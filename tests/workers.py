@@ -43,3 +43,38 @@ def report_progress(ctx):
     for i in range(3):
         ctx.report({"done": i + 1})
     return ctx.rank
+
+
+def sigkill_rank1(ctx):
+    """Rank 1 dies by SIGKILL (no exception, no result); rank 0 then fails in the barrier
+    with a connection error of its own, which must not take the blame."""
+    if ctx.rank == 1:
+        time.sleep(0.2)
+        os.kill(os.getpid(), 9)
+    dist.barrier()
+    time.sleep(30)
+
+
+def hanging_workload():
+    """``--model tests.workers:hanging_workload``: trains normally for its first forwards, then
+    hangs for good from the 4th forward of a rank on (with --warmup 1 --steps 2 that is the
+    profiler's own warm-up step, while the rank's stderr goes to rank<r>.profiler.log)."""
+    import dpcore
+
+    calls = {"n": 0}
+
+    class Hang(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            calls["n"] += 1
+            if calls["n"] >= 4:
+                time.sleep(120)
+            return self.lin(x)
+
+    def make_batch(n, gen):
+        return torch.randn(n, 4, generator=gen), torch.randn(n, 2, generator=gen)
+
+    return dpcore.Workload(Hang(), make_batch, torch.nn.functional.mse_loss, batch_size=4)

@@ -146,3 +146,18 @@ def parse_delay(text: str, world_size: int) -> tuple[int, float]:
     if not 0 < ms <= 60_000:
         raise UsageError(f"--inject-delay must sleep between 0 and 60000 ms, got {ms:g}")
     return rank, ms
+
+
+#: Longest accepted job timeout (seconds): beyond it c10d's millisecond timeouts overflow.
+MAX_TIMEOUT_S = 1e6
+
+
+def check_timeout(timeout_s: float, option: str = "--timeout") -> float:
+    """A job timeout must be a finite number of seconds in (0, MAX_TIMEOUT_S]: 0 or less makes
+    every rendezvous fail at once with pages of c10d C++ frames, and nan/inf overflow it.
+    One rule for the CLI (before anything runs) and the launcher (library callers)."""
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
+            and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise UsageError(f"{option} must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}, "
+                         f"got {timeout_s:g}")
+    return float(timeout_s)

@@ -21,9 +21,11 @@ are float milliseconds.
 from __future__ import annotations
 
 import math
+import os
 import re
+import socket
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from dpcore.contract.config import BUCKET_SENSITIVE
 
@@ -172,3 +174,44 @@ def parse_ns(value: Any) -> int | None:
 def format_ns(ns: int | None) -> int | str:
     """The writer's side of :func:`parse_ns`: an unknown (None or negative) time is an empty cell."""
     return "" if ns is None or ns < 0 else int(ns)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists on this host and is not a zombie (a killed launcher
+    whose parent has not reaped it yet is as dead as one that was reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    except (OverflowError, ValueError):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): kill(0) answered, so it exists
+
+
+def is_stale(meta: dict, *, alive: Callable[[int], bool] = pid_alive,
+             host: str | None = None) -> bool:
+    """True when run.json ``meta`` says ``running`` but the process writing it is gone.
+
+    Why: a launcher killed by ``kill -9`` (or a power cut) never marks its run, which would
+    then read ``running`` forever. RunWriter records ``owner: {pid, host}``; a run is stale
+    when its owner ran on this host (``host``, default this machine's name) and ``alive(pid)``
+    says it no longer exists. Runs from another host, or written before owners were recorded,
+    are never called stale: nothing here can know. A reused pid makes a dead run look alive
+    (a missed stale, never a false one)."""
+    if meta.get("status") != "running":
+        return False
+    owner = meta.get("owner")
+    if not isinstance(owner, dict):
+        return False
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if owner.get("host") != (socket.gethostname() if host is None else host):
+        return False
+    return not alive(pid)

@@ -11,23 +11,29 @@ avoiding ``fork`` of a parent that may hold threads or CUDA state.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import multiprocessing as mp
 import os
 import queue as _queue
+import signal
 import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
 
+from dpcore.contract.config import check_timeout
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.write.resources import _pin, threads_per_rank
 
 BACKENDS = ("auto", "gloo", "nccl")
+#: After a rank reports an error, how long to look for a rank that died meanwhile: a rank killed
+#: by a signal sends nothing, and its peers' "Connection closed by peer" usually arrives first.
+BLAME_GRACE_S = 1.0
 
 
 @dataclass
@@ -181,6 +187,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     """
     if world_size < 1:
         raise UsageError(f"world size must be >= 1, got {world_size}")
+    check_timeout(timeout_s)
     if in_torchrun():
         return _torchrun_launch(fn, world_size, backend, timeout_s, args, on_progress, threads, pin)
     backend = resolve_backend(backend, world_size)
@@ -195,10 +202,13 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
              for r in range(world_size)]
     out: list[Any] = [None] * world_size
     got: set[int] = set()
+    started: list[Any] = []
     ok = False
     try:
         for p in procs:
-            p.start()
+            with _signals_deferred():  # a rank is either started and tracked, or not started
+                p.start()
+                started.append(p)
         deadline = time.monotonic() + timeout_s
         while len(got) < world_size:
             try:
@@ -211,9 +221,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
                             rank, status, value = results.get(timeout=0.5)
                             break
                         except _queue.Empty:
-                            raise JobFailed(r, f"process exited with code {p.exitcode} "
-                                               "without a result (killed, out of memory, "
-                                               "or crashed in native code)") from None
+                            raise JobFailed(r, _death_text(p.exitcode)) from None
                 else:
                     if time.monotonic() > deadline:
                         raise JobFailed(-1, f"timed out after {timeout_s:.0f} s "
@@ -224,18 +232,85 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
                     on_progress(value)
                 continue
             if status == "error":
-                raise JobFailed(rank, value)
+                raise _blame(rank, value, procs, got)
             out[rank] = value
             got.add(rank)
         ok = True
         return out
     finally:
-        _reap(procs, grace_s=5.0 if ok else 0.0)
+        with _signals_deferred():  # a second Ctrl-C must not cut the teardown short
+            _reap(started, grace_s=5.0 if ok else 0.0)
         del store
 
 
+def _death_text(exitcode: int) -> str:
+    """How a rank process ended without a result, as torchrun says it: the signal's name for
+    a negative exit code (``-9`` -> SIGKILL), else the exit code."""
+    if exitcode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"was killed by signal {-exitcode}"
+        how += f" (exit code {exitcode})"
+    else:
+        how = f"exited with code {exitcode}"
+    return (f"process {how} without a result (killed, out of memory, or crashed in native "
+            "code)")
+
+
+def _blame(rank: int, error: str, procs: list[Any], done: set[int]) -> JobFailed:
+    """The JobFailed for a job in which ``rank`` reported ``error``.
+
+    Why wait before blaming: when a rank dies (``kill -9``, the OOM killer, a segfault) it
+    reports nothing, and its peers fail a moment later with "Connection closed by peer", which
+    names the wrong rank. So for up to :data:`BLAME_GRACE_S` we look for a rank process that
+    ended abnormally (non-zero exit code: a rank that raised reports it and exits with 0);
+    if one did, it is the cause, and the peer's error is kept as context."""
+    end = time.monotonic() + BLAME_GRACE_S
+    while True:
+        codes = {r: p.exitcode for r, p in enumerate(procs) if r != rank and r not in done}
+        dead = [r for r, c in codes.items() if c not in (None, 0)]
+        if dead:
+            first = error.strip().splitlines()[0] if error.strip() else ""
+            return JobFailed(dead[0], f"{_death_text(codes[dead[0]])}; rank {rank} then "
+                                      f"failed: {first}")
+        if all(c is not None for c in codes.values()) or time.monotonic() >= end:
+            return JobFailed(rank, error)
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for the duration of the block, then deliver them as they came.
+
+    Why: Ctrl-C or the dashboard's Stop (SIGTERM) can land at any bytecode. Inside
+    ``Process.start`` it could leave a rank running that the launcher does not know it started,
+    and inside the teardown it would cut the reaping short; both would leave orphans. The
+    blocks are short (one start, one teardown), and the signal is re-raised right after, so
+    the run still ends ``interrupted``. Python runs signal handlers in the main thread only,
+    so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            if handler is not None:  # None: installed outside Python; cannot be restored
+                signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
+
+
 def _reap(procs: list[Any], grace_s: float) -> None:
-    """Stop every rank: join for ``grace_s``, then terminate, then kill. No orphans survive."""
+    """Stop every rank: join for ``grace_s``, then terminate, then kill. No orphans survive.
+
+    Only started processes can be joined; one that never started (the launch was interrupted
+    before its turn) is skipped rather than tripping multiprocessing's assertion."""
+    procs = [p for p in procs if p.pid is not None]
     end = time.monotonic() + grace_s
     for p in procs:
         if p.is_alive():

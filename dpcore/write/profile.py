@@ -138,6 +138,24 @@ def record_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     return {"status": "complete", **extra}
 
 
+def drop_rank_leftovers(trace_dir: str | None) -> None:
+    """Remove what killed ranks leave in a job's trace folder: ``rank<r>.profiler.log`` (a
+    rank's stderr while tracing, normally removed by the rank itself when it holds only
+    Kineto's chatter) and half-exported ``.rank<r>.<pid>.tmp.json.gz`` files; then the folder
+    itself if nothing else is in it. A rank killed at --timeout or by Ctrl-C runs no cleanup
+    of its own, and these files are noise in the run directory, never a trace."""
+    if not trace_dir:
+        return
+    tdir = Path(trace_dir)
+    for pattern in ("rank*.profiler.log", ".rank*.tmp.json.gz"):
+        for path in tdir.glob(pattern):
+            path.unlink(missing_ok=True)
+    try:
+        tdir.rmdir()  # only succeeds when empty
+    except OSError:
+        pass
+
+
 def _set_resources(world: Any, opts: ProfileOptions, ranks_on_host: int) -> None:
     """Equal resources for every job of a run: the same threads per rank (cores // the most
     ranks any job puts on this host, unless --threads-per-rank), and every rank pinned to its
@@ -173,9 +191,13 @@ class LocalWorld:
 
     def run(self, spec: JobSpec, cfg: TrainConfig, progress: Progress) -> list[Any] | None:
         """Every rank's result; JobFailed when a rank raised, died or timed out."""
-        return launch(profile_job, spec.processes, backend=self.backend, args=(spec, cfg),
-                      timeout_s=self.opts.timeout_s, on_progress=progress.step,
-                      threads=self.threads, pin=self.pin)
+        try:
+            return launch(profile_job, spec.processes, backend=self.backend, args=(spec, cfg),
+                          timeout_s=self.opts.timeout_s, on_progress=progress.step,
+                          threads=self.threads, pin=self.pin)
+        except BaseException:  # failed, timed out or interrupted: ranks were killed mid-trace
+            drop_rank_leftovers(spec.trace_dir)
+            raise
 
     def finish(self, status: str) -> None:
         """Nothing to tear down: launch() reaped every rank of every job."""

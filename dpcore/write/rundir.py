@@ -64,6 +64,12 @@ class RunOptions:
     run_id: str | None = None
 
 
+def _unwritable(root: Path, exc: OSError) -> UsageError:
+    """A run folder that cannot be made under --out: one line, before anything ran."""
+    return UsageError(f"--out {root}: cannot create a run folder there ({exc.strerror}); "
+                      "choose a writable folder")
+
+
 class RunWriter:
     """Owns one ``profiles/<run_id>/`` folder for the lifetime of a profiler invocation."""
 
@@ -71,7 +77,14 @@ class RunWriter:
                  command: list[str], config: dict, environment: dict,
                  kind: str = "profile", run_id: str | None = None) -> None:
         root = Path(out_root)
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UsageError(f"--out {root}: not a folder (a file is in the way); "
+                             "choose a writable folder") from None
+        except OSError as exc:  # read-only, no permission, disk gone: nothing ran yet
+            raise UsageError(f"--out {root}: cannot create it ({exc.strerror}); "
+                             "choose a writable folder") from None
         if run_id is not None:  # an exact id (e.g. the committed sample): never overwrite
             self.run_id, self.run_dir = run_id, root / run_id
             try:
@@ -79,6 +92,8 @@ class RunWriter:
             except FileExistsError:
                 raise UsageError(f"run directory {self.run_dir} already exists; "
                                  "choose another --run-id or remove it") from None
+            except OSError as exc:
+                raise _unwritable(root, exc) from None
         while run_id is None:  # two runs started in the same second get different ids
             self.run_id = new_run_id(name)
             self.run_dir = root / self.run_id
@@ -87,9 +102,14 @@ class RunWriter:
                 break
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise _unwritable(root, exc) from None
         self.meta: dict[str, Any] = {
             "run_id": self.run_id, "name": name or "", "kind": kind,
             "created": now_iso(), "finished": None, "status": "running",
+            # who writes this run: a reader seeing "running" whose owner is gone shows it stale
+            # (runformat.is_stale); a killed launcher cannot mark its own run
+            "owner": {"pid": os.getpid(), "host": socket.gethostname()},
             "command": command, "config": config, "environment": environment, "jobs": [],
         }
         self._rows: dict[str, list[dict]] = {t: [] for t in rf.TABLES}

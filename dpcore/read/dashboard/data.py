@@ -80,7 +80,19 @@ def list_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
         ok = [inside(p, root) for p in runs["path"]]
         warnings += [f"{p} resolves outside the profiles folder {root}; ignored" for p, k in zip(runs["path"], ok) if not k]
         runs = runs[ok].reset_index(drop=True)
+        runs["status"] = [_live_status(p, s, root) for p, s in zip(runs["path"], runs["status"])]
     return runs, warnings
+
+
+def _live_status(path: str, status: object, root: Path) -> object:
+    """'stale' for a run still marked running whose writer is gone (checked on every rerun, not
+    cached: a killed launcher changes no file, so no cache key would notice)."""
+    if status != "running":
+        return status
+    try:
+        return "stale" if rf.is_stale(load_run(path, root).meta) else status
+    except Exception:  # noqa: BLE001 - an unreadable run keeps the status it listed with
+        return status
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from dpcore.contract import runformat as rf
+
 from dpcore.read.dashboard.text import md
 
 RUN_COLS = ["run_id", "created", "status", "model", "size", "variants", "world_sizes", "backend", "device", "kinds"]
@@ -108,7 +110,7 @@ def environment_box(run) -> None:
     devices = env.get("devices")
     devices = ", ".join(map(str, devices)) if isinstance(devices, list) else str(devices or env.get("device", "?"))
     with st.container(border=True):
-        st.markdown(f"**{md(meta.get('run_id', run.path.name))}** · status **{md(meta.get('status', '?'))}** · "
+        st.markdown(f"**{md(meta.get('run_id', run.path.name))}** · status **{md('stale' if rf.is_stale(meta) else meta.get('status', '?'))}** · "
                     f"created {md(meta.get('created', '?'))}")
         c = st.columns(5)
         c[0].metric("backend", str(env.get("backend", "?")))
