@@ -35,10 +35,11 @@ def piece_numbers(keys: Sequence[Hashable], sides: Sequence[str], posts: Sequenc
     return out
 
 
-def pair_messages(keys: Sequence[Hashable], sides: Sequence[str],
-                  posts: Sequence[float]) -> list[tuple[int, int]]:
-    """(send index, receive index) of every message seen on both sides, in send-posting order."""
-    pieces = piece_numbers(keys, sides, posts)
+def pair_messages(keys: Sequence[Hashable], sides: Sequence[str], posts: Sequence[float],
+                  pieces: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """(send index, receive index) of every message seen on both sides, in send-posting order.
+    ``pieces``: :func:`piece_numbers` of the same rows, when the caller has them already."""
+    pieces = piece_numbers(keys, sides, posts) if pieces is None else pieces
     recv = {(keys[i], pieces[i]): i for i in range(len(keys)) if sides[i] == "recv"}
     sends = sorted((i for i in range(len(keys)) if sides[i] == "send"), key=lambda i: posts[i])
     return [(i, recv[(keys[i], pieces[i])]) for i in sends if (keys[i], pieces[i]) in recv]

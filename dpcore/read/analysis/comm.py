@@ -58,12 +58,13 @@ def message_pairs(messages: pd.DataFrame) -> pd.DataFrame:
     receive's post/done times (``*_send`` / ``*_recv``), paired by
     :func:`dpcore.contract.messages.pair_messages`."""
     keys = [k for k in MESSAGE_KEY if k in messages.columns]
-    idx = pair_messages(_keys(messages), messages["side"].tolist(), messages["t_post_ns"].tolist())
+    row_keys, sides, posts = _keys(messages), messages["side"].tolist(), messages["t_post_ns"].tolist()
+    pieces = piece_numbers(row_keys, sides, posts)
+    idx = pair_messages(row_keys, sides, posts, pieces)
     snd = messages.iloc[[a for a, _ in idx]].reset_index(drop=True)
     rcv = messages.iloc[[b for _, b in idx]].reset_index(drop=True)
     out = snd[keys].copy()
-    out["piece"] = np.asarray(piece_numbers(_keys(messages), messages["side"].tolist(),
-                                            messages["t_post_ns"].tolist()), dtype=np.int64)[[a for a, _ in idx]]
+    out["piece"] = np.asarray([pieces[a] for a, _ in idx], dtype=np.int64)
     for c in ("t_post_ns", "t_done_ns"):
         out[f"{c}_send"], out[f"{c}_recv"] = snd[c].to_numpy(), rcv[c].to_numpy()
     return out
