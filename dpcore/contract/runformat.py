@@ -12,6 +12,8 @@ A run is ``<out>/<run_id>/`` holding::
     collectives.csv   one row per (job, rank, collective call)
     messages.csv      one row per point-to-point message of the from-scratch algorithms
     allreduce.csv     one row per (allreduce job, size)
+    grads.csv         one row per (job, rank, step, gradient): when backward produced it
+    memory.csv        one row per (job, rank): bytes of parameters, gradients, optimizer state, peak
     traces/<job_id>/rank<r>.json.gz   torch.profiler Chrome trace of one rank
     traces/<job_id>/merged.json.gz    all ranks on one clock, messages drawn as flows
 
@@ -56,12 +58,34 @@ SCHEMA: dict[str, dict[str, str]] = {
         "job_id": "str", "algo": "str", "world_size": "int", "bytes": "int", "repeats": "int",
         "time_ms": "float", "algbw_gbps": "float", "busbw_gbps": "float",
     },
+    # dpcore's additions to DESIGN.md's four tables (older runs lack them: read as empty).
+    # grads: one row per gradient per recorded step of a multi-process job; ``param`` is the
+    # index among the model's trainable parameters in registration order, ``t_ready_ns`` the
+    # moment autograd finished accumulating it (what a bucket's readiness is made of, and
+    # what the what-if model re-packs into buckets of other sizes).
+    "grads": {
+        "job_id": "str", "rank": "int", "step": "int", "param": "int", "name": "str",
+        "bytes": "int", "t_ready_ns": "ns",
+    },
+    # memory: one row per (job, rank): bytes this rank holds of each kind (each tensor storage
+    # counted once), and the peak seen during a step (``peak_method`` says how it was taken).
+    "memory": {
+        "job_id": "str", "rank": "int", "variant": "str", "world_size": "int", "device": "str",
+        "param_bytes": "int", "grad_bytes": "int", "optim_bytes": "int", "other_bytes": "int",
+        "peak_bytes": "int", "peak_method": "str",
+    },
 }
+#: The tables DESIGN.md itself lists (the others are dpcore's documented additions).
+DESIGN_TABLES = ("steps", "collectives", "messages", "allreduce")
 TABLES: dict[str, list[str]] = {t: list(cols) for t, cols in SCHEMA.items()}
 STEP_COLUMNS = TABLES["steps"]
 COLLECTIVE_COLUMNS = TABLES["collectives"]
 MESSAGE_COLUMNS = TABLES["messages"]
 ALLREDUCE_COLUMNS = TABLES["allreduce"]
+GRAD_COLUMNS = TABLES["grads"]
+MEMORY_COLUMNS = TABLES["memory"]
+#: Tables a profiling job's ranks fill (steps, written with comm columns attached, aside).
+JOB_TABLES = ("collectives", "messages", "grads", "memory")
 
 #: The columns that name one point-to-point message on both of its sides (sender and receiver
 #: log a row each); pipelined sub-messages of one chunk share the key (see ``contract.messages``).

@@ -115,8 +115,8 @@ def record_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     steps = [row for r in results for row in r["steps"]]
     attach_comm(steps, [row for r in results for row in r["collectives"]])
     writer.append_rows("steps", steps)
-    for table in ("collectives", "messages"):
-        writer.append_rows(table, [row for r in results for row in r[table]])
+    for table in rf.JOB_TABLES:
+        writer.append_rows(table, [row for r in results for row in r.get(table, [])])
     extra: dict[str, Any] = {
         "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(results)},
         "clock_rtt_ns": {str(i): r["rtt_ns"] for i, r in enumerate(results)},

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from dpcore.contract.runformat import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, format_ns
+from dpcore.contract.runformat import COLLECTIVE_COLUMNS, GRAD_COLUMNS, MESSAGE_COLUMNS, format_ns
 
 _perf_ns = time.perf_counter_ns
 
@@ -32,7 +32,8 @@ class Recorder:
     loop; rows logged outside a step carry -1.
     """
 
-    __slots__ = ("job_id", "rank", "offset_ns", "step", "_coll", "_messages")
+    __slots__ = ("job_id", "rank", "offset_ns", "step", "_coll", "_messages", "_grads",
+                 "_params")
     enabled = True  # False only for NullRecorder
 
     def __init__(self, job_id: str, rank: int, offset_ns: int = 0) -> None:
@@ -45,6 +46,9 @@ class Recorder:
         self._coll: list[list[Any]] = []
         # Message rows are tuples appended as-is (two clock reads + one append per message).
         self._messages: list[tuple] = []
+        # Gradient-ready rows: (step, param index, t_ready); names/bytes come from _params.
+        self._grads: list[tuple[int, int, int]] = []
+        self._params: list[tuple[str, int]] = []
 
     def now(self) -> int:
         """Current time in ns on the job's shared clock."""
@@ -85,6 +89,15 @@ class Recorder:
         self._messages.append((self.step, algo, call, phase, ring_step, src, dst, chunk,
                                int(nbytes), t_post, t_done, side))
 
+    # -- gradients ---------------------------------------------------------------------
+    def set_params(self, params: list[tuple[str, int]]) -> None:
+        """Name and bytes of each trainable parameter, by the index :meth:`grad_ready` gets."""
+        self._params = list(params)
+
+    def grad_ready(self, param: int) -> None:
+        """Log that backward finished accumulating parameter ``param``'s gradient now."""
+        self._grads.append((self.step, param, _perf_ns() + self.offset_ns))
+
     # -- export ------------------------------------------------------------------------
     def collective_rows(self) -> list[dict]:
         """Rows for collectives.csv (DESIGN.md columns)."""
@@ -102,10 +115,18 @@ class Recorder:
                 for (step, algo, call, phase, rs, src, dst, chunk, nbytes, tp, td, side)
                 in self._messages]
 
+    def grad_rows(self) -> list[dict]:
+        """Rows for grads.csv (runformat.GRAD_COLUMNS)."""
+        params = self._params
+        return [dict(zip(GRAD_COLUMNS, (self.job_id, self.rank, step, i, params[i][0],
+                                        params[i][1], t)))
+                for step, i, t in self._grads if i < len(params)]
+
     def clear(self) -> None:
         """Drop everything logged so far (e.g. after warm-up steps)."""
         self._coll.clear()
         self._messages.clear()
+        self._grads.clear()
 
 
 class NullRecorder(Recorder):
@@ -152,10 +173,19 @@ class NullRecorder(Recorder):
                 chunk: int, nbytes: int, t_post: int, t_done: int, side: str) -> None:
         pass
 
+    def set_params(self, params: list[tuple[str, int]]) -> None:
+        pass
+
+    def grad_ready(self, param: int) -> None:
+        pass
+
     def collective_rows(self) -> list[dict]:
         return []
 
     def message_rows(self) -> list[dict]:
+        return []
+
+    def grad_rows(self) -> list[dict]:
         return []
 
     def clear(self) -> None:

@@ -63,7 +63,7 @@ class Trainer:
                                wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder))
         self.skip_reason: str | None = self.model.skip_reason
         self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
-        self.opt = torch.optim.SGD(self.model.optim_parameters(), lr=cfg.lr)
+        self.opt = self.model.make_optimizer(torch.optim.SGD, lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
                                              else ctx.world_size)
         self._delay_s = cfg.delay_ms / 1e3 if ctx.rank == cfg.delay_rank else 0.0
@@ -74,13 +74,26 @@ class Trainer:
         # accumulation and end the bwd phase there: the rest of backward() is grad sync.
         self._last_grad_ns = 0
         self._split_backward = self.model.grad_sync_in_backward and ctx.device.type == "cpu"
-        if self._split_backward:
-            for p in self.module.parameters():
-                if p.requires_grad:
-                    p.register_post_accumulate_grad_hook(self._grad_ready)
+        self._recorder = recorder
+        # grads.csv: when each gradient became ready (one clock read per gradient), for the
+        # multi-process variants that a profile records; the what-if model re-packs these.
+        log_grads = recorder.enabled and not self.single_process
+        if self._split_backward or log_grads:
+            named = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
+            if log_grads:
+                recorder.set_params([(n, p.numel() * p.element_size()) for n, p in named])
+            for i, (_, p) in enumerate(named):
+                p.register_post_accumulate_grad_hook(self._make_grad_hook(i, log_grads))
 
-    def _grad_ready(self, _param: torch.Tensor) -> None:
-        self._last_grad_ns = time.perf_counter_ns()
+    def _make_grad_hook(self, index: int, log: bool):  # type: ignore[no-untyped-def]
+        rec, split = self._recorder, self._split_backward
+
+        def hook(_param: torch.Tensor) -> None:
+            if split:
+                self._last_grad_ns = time.perf_counter_ns()
+            if log:
+                rec.grad_ready(index)
+        return hook
 
     @property
     def module(self) -> nn.Module:

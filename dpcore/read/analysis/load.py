@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -45,6 +45,9 @@ class Run:
     collectives: pd.DataFrame
     messages: pd.DataFrame
     allreduce: pd.DataFrame
+    #: dpcore's additions (runformat's docstring): per-gradient ready times, memory per rank.
+    grads: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rf.GRAD_COLUMNS))
+    memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rf.MEMORY_COLUMNS))
     #: The folder the run was confined to when loaded (the dashboard's profiles folder), else None.
     root: Path | None = None
 

@@ -80,6 +80,28 @@ class Wrapper(nn.Module, abc.ABC):
         """What the optimizer steps (every replica's parameters for ``manual``)."""
         return [p for p in self.module.parameters() if p.requires_grad]
 
+    def make_optimizer(self, optimizer_cls: type[torch.optim.Optimizer],
+                       **kwargs: Any) -> torch.optim.Optimizer:
+        """The optimizer the trainer steps: ``optimizer_cls(optim_parameters(), **kwargs)``.
+
+        Why a method: a sharded variant (ZeRO-1, FSDP) owns how its optimizer is built (a
+        shard of the state per rank), and the trainer must not need to know which one it has.
+        """
+        return optimizer_cls(self.optim_parameters(), **kwargs)
+
+    def memory_tensors(self, optimizer: torch.optim.Optimizer | None = None
+                       ) -> dict[str, list[torch.Tensor]]:
+        """The tensors this rank holds, by kind: ``params``, ``grads``, ``optim`` (optimizer
+        state), ``other`` (communication buffers, gathered copies). Sharded variants override
+        it to report their shards; memory.csv counts each storage once."""
+        params = [p for p in self.module.parameters()]
+        grads = [p.grad for p in params if p.grad is not None]
+        optim: list[torch.Tensor] = []
+        if optimizer is not None:
+            for state in optimizer.state.values():
+                optim.extend(v for v in state.values() if isinstance(v, torch.Tensor))
+        return {"params": params, "grads": grads, "optim": optim, "other": []}
+
 
 class DPWrapper(Wrapper):
     """Base of the from-scratch multi-process variants: constructor, forward and sync gating.
