@@ -134,6 +134,23 @@ def test_interrupt_while_ranks_start_marks_the_run_interrupted(monkeypatch, tmp_
         Path(f"/proc/{starts[0]}/stat").read_text().split()[2] == "Z"
 
 
+def test_interrupt_while_jobs_are_planned_marks_the_run_interrupted(monkeypatch, tmp_path, capsys):
+    """Ctrl-C after run.json exists but before the job loop (while jobs are planned) must not
+    leave the run `running` with nobody writing it."""
+    from dpcore.cli import main
+    import dpcore.write.profile as profile_mod
+
+    def plan(self, cfg, run_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(profile_mod.LocalWorld, "plan", plan)
+    rc = main(["profile", "--variants", "flat", "--world-sizes", "2", "--width", "16",
+               "--steps", "2", "--no-trace", "--progress", "none", "--out", str(tmp_path)])
+    assert rc == 130, capsys.readouterr().err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((run / rf.RUN_JSON).read_text())["status"] == "interrupted"
+
+
 # --- issue 7b: a run whose launcher died is stale -------------------------------------------
 
 def test_run_json_names_its_owner(tmp_path):

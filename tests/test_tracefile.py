@@ -274,3 +274,19 @@ def test_contract_reader_is_stdlib_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("chunk", [contract.CHUNK_BYTES, None])
+def test_gzip_bomb_is_refused_before_it_fills_memory(tmp_path, monkeypatch, chunk):
+    """A small .gz that inflates ~1000:1 stops at the content cap with one line naming it."""
+    monkeypatch.setattr(contract, "MAX_TRACE_JSON_BYTES", 1 << 20)
+    bomb = tmp_path / "rank0.json.gz"
+    bomb.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (64 << 20), 9))
+    assert bomb.stat().st_size < (1 << 20)  # small on disk
+    with pytest.raises(contract.TraceFormatError, match="larger than 1 MiB once decompressed"):
+        for _ in contract.iter_trace_bytes(bomb, chunk=chunk):
+            pass
+    plain = tmp_path / "big.json"
+    plain.write_bytes(b'{"traceEvents": [' + b" " * (2 << 20) + b"]}")
+    with pytest.raises(contract.TraceFormatError, match="decompressed"):
+        contract.read_trace_bytes(plain)

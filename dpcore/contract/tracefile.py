@@ -44,6 +44,10 @@ CHUNK_BYTES = 4 << 20
 #: Largest trace file opened (compressed size on disk). Real rank traces are tens to hundreds of
 #: MB; the cap only stops a runaway or hostile file (e.g. a sparse 1 TB file) from being read.
 MAX_TRACE_FILE_BYTES = 16 << 30
+#: Largest trace *content* read (after gunzip). Deflate compresses up to ~1000:1, so a few MB
+#: on disk can claim terabytes: without this cap a gzip bomb would fill the memory before any
+#: check on the file size could help. Real rank traces decompress to well under 1 GiB.
+MAX_TRACE_JSON_BYTES = 4 << 30
 EVENTS_KEY = b'"traceEvents"'
 # a JSON string (with escapes) or a bracket: enough to track nesting depth outside strings
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
@@ -109,12 +113,16 @@ def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES) -> Itera
         raise TraceFormatError(f"cannot read trace: {exc}") from None
     except OSError as exc:
         raise TraceFormatError(f"cannot read trace {p}: {exc.strerror or exc}") from None
+    total = 0
     with fh:
         try:
             magic = fh.read(2)
             pieces = _gunzip(fh, magic, chunk, p) if magic == GZIP_MAGIC else _plain(fh, magic, chunk)
             seen = b""  # the document must start with { or [ (after whitespace)
             for piece in pieces:
+                total += len(piece)
+                if total > MAX_TRACE_JSON_BYTES:
+                    raise _too_big(p)
                 if seen is not None:
                     seen += piece
                     head = seen.lstrip(_SPACE)
@@ -130,6 +138,11 @@ def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES) -> Itera
         raise TraceFormatError(f"empty trace file: {p}")
 
 
+def _too_big(p: Path) -> TraceFormatError:
+    return TraceFormatError(f"trace content larger than {MAX_TRACE_JSON_BYTES >> 20} MiB once "
+                            f"decompressed (a gzip bomb, or too large to analyse here): {p}")
+
+
 def _plain(fh: BinaryIO, first: bytes, chunk: int | None) -> Iterator[bytes]:
     data = first + fh.read(-1 if chunk is None else max(chunk - len(first), 1))
     while data:
@@ -142,7 +155,7 @@ def _gunzip(fh: BinaryIO, first: bytes, chunk: int | None, p: Path) -> Iterator[
     most ``chunk`` bytes (bounded even for a file that compresses 1000:1)."""
     z, started, data = zlib.decompressobj(31), False, first
     out: list[bytes] = []
-    size = 0
+    size = total = 0
     while True:
         if not data:
             data = fh.read(1 << 16)
@@ -153,6 +166,9 @@ def _gunzip(fh: BinaryIO, first: bytes, chunk: int | None, p: Path) -> Iterator[
         except zlib.error as exc:
             raise TraceFormatError(f"truncated or corrupt gzip trace {p}: {exc}") from None
         started, data, size = True, z.unconsumed_tail, size + len(out[-1])
+        total += len(out[-1])
+        if total > MAX_TRACE_JSON_BYTES:  # checked per 64 KiB read, before anything piles up
+            raise _too_big(p)
         if z.eof:  # a member ends: what follows must be another member
             data, z, started = z.unused_data, zlib.decompressobj(31), False
         if chunk is not None and size >= chunk:

@@ -276,22 +276,25 @@ def run_profile(opts: ProfileOptions, cfg: TrainConfig, argv: list[str]) -> tupl
         writer = RunWriter(wopts.out, wopts.name, command=argv, config=config,
                            environment=world.environment(), run_id=wopts.run_id)
     run_dir = world.run_dir(writer)
-    jobs, skipped = world.plan(cfg, run_dir)
-    steps_total = cfg.warmup + cfg.steps + (cfg.profile_steps + 1 if wopts.trace else 0)
-    progress = Progress(wopts.progress if world.writes else "none", len(jobs))
-    progress.run_start(str(run_dir))
-    if writer:
-        for v in skipped:
-            writer.add_job({"id": rf.job_id(v, 1, cfg.bucket_mb), "kind": "train", "variant": v,
-                            "world_size": 1, "status": "skipped",
-                            "skip_reason": "single-process variant: run it without torchrun"})
-        for spec in jobs:
-            writer.add_job({"id": spec.job_id, "kind": "train", "variant": spec.variant,
-                            "world_size": spec.world_size, "processes": spec.processes,
-                            "bucket_mb": spec.bucket_mb, "status": "pending",
-                            "oversubscribed": world.oversubscribed(spec)})
     failed, status = 0, "failed"  # until the loop has really finished
+    progress: Progress | None = None
+    # One try from the moment run.json exists: a Ctrl-C while jobs are planned or listed
+    # must end the run "interrupted", never leave it "running" with nobody writing it.
     try:
+        jobs, skipped = world.plan(cfg, run_dir)
+        steps_total = cfg.warmup + cfg.steps + (cfg.profile_steps + 1 if wopts.trace else 0)
+        progress = Progress(wopts.progress if world.writes else "none", len(jobs))
+        progress.run_start(str(run_dir))
+        if writer:
+            for v in skipped:
+                writer.add_job({"id": rf.job_id(v, 1, cfg.bucket_mb), "kind": "train", "variant": v,
+                                "world_size": 1, "status": "skipped",
+                                "skip_reason": "single-process variant: run it without torchrun"})
+            for spec in jobs:
+                writer.add_job({"id": spec.job_id, "kind": "train", "variant": spec.variant,
+                                "world_size": spec.world_size, "processes": spec.processes,
+                                "bucket_mb": spec.bucket_mb, "status": "pending",
+                                "oversubscribed": world.oversubscribed(spec)})
         for spec in jobs:
             if writer:
                 writer.add_job({"id": spec.job_id, "status": "running"})
@@ -312,6 +315,7 @@ def run_profile(opts: ProfileOptions, cfg: TrainConfig, argv: list[str]) -> tupl
     finally:
         if writer:
             writer.close(status)  # whatever ended the loop, no job stays "running"
-        progress.run_end(str(run_dir), status)
+        if progress is not None:
+            progress.run_end(str(run_dir), status)
     world.finish(status)
     return rf.EXIT_CODES[status], (run_dir if writer else None)
