@@ -18,9 +18,11 @@ from dpcore.read.dashboard.views import compare_overview, overview_view, scaling
 from dpcore.read.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
 from dpcore.read.dashboard.import_view import import_view
 from dpcore.read.dashboard.views_stragglers import stragglers_view
+from dpcore.read.dashboard.views_memory import memory_view
+from dpcore.read.dashboard.views_whatif import whatif_view
 
-VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Stragglers", "Ring messages", "Bandwidth", "Buckets", "Traces",
-         "New run", "Import"]
+VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Stragglers", "Memory", "Ring messages", "Bandwidth", "Buckets", "What-if",
+         "Traces", "New run", "Import"]
 INTRO = {
     "Overview": "How long one training step takes per variant and world size, and how much of it is communication.",
     "Timeline": "What every rank does during one step: compute above, communication below, on one clock.",
@@ -30,6 +32,8 @@ INTRO = {
     "Buckets": "How the gradient bucket size trades launch overhead against overlap.",
     "Traces": "The raw torch.profiler traces, for Perfetto or chrome://tracing.",
     "Stragglers": "Which rank arrives last at each collective, and how long the others wait for it.",
+    "Memory": "Memory per rank against step time for every variant, and the bytes each one moves per step.",
+    "What-if": "A measured bucketed/DDP job replayed at other bucket sizes, world sizes and networks.",
     "Import": "Traces you already have (torch.profiler, tensorboard_trace_handler, torchtitan) as a run.",
 }
 
@@ -109,10 +113,12 @@ else:
     if view == "Overview" and len(loaded) > 1:
         safely(lambda: compare_overview(loaded), "The comparison")
     render = {
-        "Overview": overview_view, "Scaling": scaling_view, "Bandwidth": bandwidth_view, "Buckets": buckets_view,
+        "Overview": lambda r: overview_view(r, peers=loaded), "Scaling": scaling_view, "Bandwidth": bandwidth_view, "Buckets": buckets_view,
         "Ring messages": ring_view, "Timeline": lambda r: timeline_view(r, root),
         "Traces": lambda r: traces_view(r, root),
         "Stragglers": lambda r: stragglers_view(r, root),
+        "Memory": lambda r: memory_view(r, root),
+        "What-if": whatif_view,
     }[view]
     for run in loaded:
         if len(loaded) > 1:

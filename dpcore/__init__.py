@@ -4,6 +4,13 @@ Public API (imports are lazy so ``import dpcore`` stays cheap for the CLI and th
 
 - ``dpcore.wrap(variant, module, *, bucket_mb=25.0, group=None)``: a DDP-like wrapper of a
   multi-process variant around ``module`` (process group already initialised).
+  ``dpcore.wrap("fsdp", module, compute_dtype=None)``: the from-scratch FSDP wrapper (>= 2-D
+  parameters sharded; ``.module`` holds the shards, ``gather_full_params()`` the full ones;
+  ``compute_dtype=torch.bfloat16`` all-gathers and computes in bf16, master weights float32).
+- ``dpcore.shard_optimizer(params, optimizer_cls, **kwargs)``: a ``torch.optim.Optimizer``
+  whose state is sharded across the default process group (ZeRO-1): each rank keeps state for
+  and steps its share of the parameters, then broadcasts them. Use it in your own loop after
+  averaging gradients (DDP, ``dpcore.wrap``); it needs Adam-like state to save memory.
 - ``dpcore.load_run(path)``: open a run directory (see docs / DESIGN.md).
 - ``dpcore.Workload(model, make_batch, loss_fn)``: what a user's ``--model MODULE:FUNCTION``
   returns (``examples/my_model.py``).
@@ -16,13 +23,17 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["wrap", "load_run", "Workload", "record", "VARIANTS", "ALGOS", "__version__"]
+__all__ = ["wrap", "shard_optimizer", "load_run", "Workload", "record", "VARIANTS", "ALGOS",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("wrap", "VARIANTS"):
         from dpcore.write import variants
         return getattr(variants, name)
+    if name == "shard_optimizer":
+        from dpcore.write.zero import shard_optimizer
+        return shard_optimizer
     if name == "ALGOS":
         from dpcore.write.comm import ALGOS
         return ALGOS

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from dpcore.contract.config import (ALGOS, MODELS, SCALING, SIZES, VARIANTS, TrainConfig, check_timeout, parse_bucket_sweep, parse_delay,
+from dpcore.contract.config import (ALGOS, MODELS, OPTIMIZERS, SCALING, SIZES, VARIANTS, TrainConfig, check_timeout, parse_bucket_sweep, parse_delay,
                      parse_choices, parse_int_list, parse_size, check_model_name, is_model_spec)
 from dpcore.contract.errors import UsageError
 from dpcore.write.progress import MODES
@@ -42,6 +42,9 @@ def _train_args(p: argparse.ArgumentParser, default_model: str) -> None:
                         "einsum 5120 (DESIGN's b), MODULE:FUNCTION its Workload.batch_size or 32")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+                   help="torch.optim class of every variant: sgd (default), adam, adamw. SGD keeps "
+                        "no state, so ZeRO-1's saving (zero1, torch_zero1) only shows with adam/adamw")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="auto", help="auto (nccl if enough GPUs, else gloo), gloo, nccl")
     p.add_argument("--timeout", type=float, default=300.0,
@@ -80,18 +83,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch threads of every rank of every job (default: physical cores // "
                         "largest world size, the same for all jobs so scaling compares like with like)")
 
-    a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)")
-    a.add_argument("--algos", default="native,ring,naive,central")
-    a.add_argument("--world-sizes", default="2,4")
-    a.add_argument("--sizes", default="1KB,64KB,1MB,16MB,64MB")
-    a.add_argument("--warmup", type=int, default=3)
-    a.add_argument("--repeats", type=int, default=0, help="0 = adaptive (more for small sizes)")
-    a.add_argument("--backend", default="auto")
-    a.add_argument("--timeout", type=float, default=300.0)
-    a.add_argument("--out", default="profiles")
+    a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)",
+                       description="Time every all-reduce algorithm at every world size and message size "
+                                   "(float32, sum) and check each result, like nccl-tests' #wrong; the table "
+                                   "(repeats, median time, algbw, busbw = algbw * 2(N-1)/N, #wrong) is printed and "
+                                   "written as a run that the dashboard's Bandwidth and Ring messages views open.")
+    a.add_argument("--algos", default="native,ring,naive,central",
+                   help=f"comma-separated algorithms, or all: {', '.join(ALGOS)} (native = the backend's own "
+                        "dist.all_reduce; the others are dpcore's from-scratch ones) (default: all four)")
+    a.add_argument("--world-sizes", default="2,4",
+                   help="comma-separated numbers of ranks; one job per (algorithm, world size) (default 2,4)")
+    a.add_argument("--sizes", default="1KB,64KB,1MB,16MB,64MB",
+                   help="comma-separated message sizes in bytes, KB, MB or GB (binary: 1MB = 2^20 bytes), "
+                        "each a multiple of 4 bytes (float32) (default 1KB,64KB,1MB,16MB,64MB)")
+    a.add_argument("--warmup", type=int, default=3,
+                   help="untimed all-reduce calls per size before the timed ones (default 3)")
+    a.add_argument("--repeats", type=int, default=0,
+                   help="timed calls per size; the table shows their median (default 0 = adaptive: 50 up to "
+                        "64 KiB, 20 up to 4 MiB, 10 above)")
+    a.add_argument("--backend", default="auto", help="auto (nccl if enough GPUs, else gloo), gloo, nccl")
+    a.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds before a hung job is killed and reported (default 300)")
+    a.add_argument("--out", default="profiles", help="folder the run directory is written into (default profiles)")
     a.add_argument("--name", default=None, help="label added to the generated run id")
     a.add_argument("--run-id", default=None, help="exact run directory name (must not exist)")
-    a.add_argument("--progress", default="bar", help=f"one of {', '.join(MODES)}")
+    a.add_argument("--progress", default="bar",
+                   help=f"one of {', '.join(MODES)}: a terminal bar, JSON lines (for the dashboard), or nothing")
 
     z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
     z.add_argument("path")
@@ -104,6 +121,23 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("stragglers", help="which rank arrives last at the collectives, per job and rank")
     g.add_argument("path", help="a run directory, a job's traces folder, or any folder of torch.profiler traces")
     g.add_argument("--csv", action="store_true")
+
+    w = sub.add_parser("whatif", help="predict a bucketed/torch_ddp job's step time at other buckets, "
+                                      "world sizes and networks (trace-driven replay)")
+    w.add_argument("run", help="a run directory with a bucketed or torch_ddp job")
+    w.add_argument("--job", required=True, help="the measured job to start from, e.g. bucketed-ws2-b25")
+    w.add_argument("--bucket-mb", default=None, help="bucket sizes in MB, e.g. 1,4,25 (default: the run's)")
+    w.add_argument("--world-sizes", default=None, help="e.g. 1,2,8 (default: the run's)")
+    w.add_argument("--bandwidth-gbps", type=float, default=None,
+                   help="per-link bandwidth B in GB/s (default: fitted from an allreduce run or the job)")
+    w.add_argument("--latency-us", type=float, default=None,
+                   help="per-message latency alpha in us (default: fitted like B)")
+    w.add_argument("--algo", default="ring", help="all-reduce algorithm of the alpha-beta model: "
+                                                  "ring, native, central, naive (default ring)")
+    w.add_argument("--allreduce-run", default=None,
+                   help="fit alpha and B from this `allreduce` run (default: the run's own allreduce rows, "
+                        "else the job's collectives)")
+    w.add_argument("--csv", action="store_true")
 
     i = sub.add_parser("import", help="turn a folder of torch.profiler traces into a run directory")
     i.add_argument("traces", help="a folder of traces (searched recursively: rank<r>.json, *.pt.trace.json[.gz], "
@@ -192,7 +226,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if workload is not None:  # already loaded: size the buckets from it, no second FUNCTION()
         given["bucket_mb"] = spec_bucket_mb(workload.model)  # type: ignore[attr-defined]
     cfg = verify_config(args.model, args.steps, size=args.size, width=args.width, seed=args.seed,
-                        **given)
+                        optimizer=args.optimizer, **given)
     rows, ok = run_verify(args.world_size, model=args.model, steps=args.steps, variants=variants,
                           backend=args.backend, timeout_s=args.timeout, cfg=cfg)
     print(format_table(rows))
@@ -227,7 +261,8 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
                       delay_rank=delay[0], delay_ms=delay[1],
                       batch_size=args.batch_size, scaling=args.scaling, steps=args.steps,
                       warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
-                      bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed)
+                      bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed,
+                      optimizer=args.optimizer)
     _check_out(args.out)
     code, run_dir = run_profile(opts, cfg, argv)
     if run_dir is not None and opts.progress != "json":
@@ -273,7 +308,13 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     if not opts.sizes:
         raise UsageError("--sizes is empty; give sizes like 1KB,64KB,1MB")
     _check_out(args.out)
-    return run_allreduce(opts, argv)
+    code, run_dir = run_allreduce(opts, argv)
+    if opts.progress != "json":  # the table through the read wing: the numbers `summarize` prints
+        from dpcore.read.analysis.commands import allreduce_text
+        print(allreduce_text(run_dir), end="")
+        status = {0: "complete", 130: "interrupted"}.get(code, "failed")
+        print(f"\nrun {status}: {run_dir}", file=sys.stderr)
+    return code
 
 
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:
@@ -305,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "stragglers":
                 from dpcore.read.analysis.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv).rstrip("\n")
+            elif args.command == "whatif":
+                from dpcore.read.analysis.whatif_report import whatif_text
+                out = whatif_text(args.run, args.job, args.bucket_mb, args.world_sizes, args.bandwidth_gbps,
+                                  args.latency_us, args.algo, args.csv, args.allreduce_run)
+                out = out if args.csv else out.rstrip("\n")
             else:
                 out = (analyze(args.path, csv=args.csv) if args.command == "analyze"
                        else summarize(args.run, csv=args.csv))

@@ -48,7 +48,7 @@ def test_bad_input_through_the_real_entry_point(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: unknown variant bogus; valid choices: single, manual, naive, flat, central, ring, "
-        "overlap, bucketed, torch_ddp, data_parallel or all"]
+        "overlap, bucketed, torch_ddp, data_parallel, zero1, torch_zero1, fsdp, torch_fsdp or all"]
 
 
 def test_analyze_missing_path_is_one_line(capsys, tmp_path):

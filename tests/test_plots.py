@@ -41,7 +41,7 @@ def test_breakdown_stacks_to_step_time() -> None:
     total = sum(np.asarray(t.y, float) for t in bars)
     order = s.assign(o=s.variant.map({"single": 0, "ring": 1, "bucketed": 2})).sort_values(["o", "world_size", "bucket_mb"])["step_ms"].to_numpy(float)
     assert np.allclose(total, order)
-    assert "5 MB" in " ".join(fig.data[0].x)  # bucket shown where a variant has several
+    assert "5 MiB" in " ".join(fig.data[0].x)  # bucket shown where a variant has several (binary units)
     whiskers = [t for t in fig.data if t.type == "scatter"][0]
     assert np.allclose(np.asarray(whiskers.error_y.array, float), order * 0.1)  # p90 - median
     assert np.allclose(np.asarray(whiskers.error_y.arrayminus, float), order * 0.1)  # median - p10
@@ -145,3 +145,22 @@ def test_ring_figures() -> None:
                                                    end_ms=[1.0]))])
 def test_timeline_ignores_broken_rows(bad: pd.DataFrame) -> None:
     assert isinstance(timeline_figure(bad), go.Figure)
+
+
+def test_timeline_colours_each_collective_family() -> None:
+    from dpcore.read.analysis.kinds import comm_op
+    from dpcore.read.plots.style import OP_COLORS
+
+    names = {"gloo:allgather": "all_gather", "fsdp_all_gather": "all_gather", "all_gather #3": "all_gather",
+             "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL": "reduce_scatter", "gloo:reduce_scatter": "reduce_scatter",
+             "gloo:all_reduce": "all_reduce", "all_reduce #0": "all_reduce", "gloo:broadcast": "broadcast",
+             "gloo:send": "send_recv", "mystery": "other"}
+    assert {n: comm_op(n) for n in names} == names
+    df = pd.DataFrame(dict(rank=[0] * 5, lane=["compute", "comm", "comm", "comm", "comm"],
+                           name=["forward", "fsdp_all_gather", "gloo:allgather", "reduce_scatter #2", "all_reduce #3"],
+                           start_ms=[0, 1, 1.01, 5, 6], end_ms=[10, 1.01, 2, 6, 7]))
+    fig = timeline_figure(df, max_bars_per_lane=1)  # force merging: families must stay apart
+    bars = {t.name: t for t in fig.data}
+    assert set(bars) == {"compute", "all-gather", "reduce-scatter", "all-reduce"}
+    assert bars["all-gather"].marker.color == OP_COLORS["all_gather"] != bars["all-reduce"].marker.color
+    assert len(bars["all-gather"].x) == 1 and len(bars["reduce-scatter"].x) == 1  # the two all-gathers merged

@@ -18,7 +18,8 @@ from dpcore.contract.runformat import ALLREDUCE_COLUMNS, COLLECTIVE_COLUMNS, MES
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--model", "mlp", "--width", "64", "--batch-size", "8", "--steps", "3", "--warmup", "1",
          "--profile-steps", "2", "--progress", "none"]
-MULTI = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp")
+MULTI = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp", "zero1",
+         "torch_zero1", "fsdp", "torch_fsdp")
 
 
 def _env(**extra: str) -> dict:
@@ -64,7 +65,7 @@ def test_run_json_has_every_job(full_run):
     expected = {"single-ws1", "manual-ws2", "data_parallel-ws2"}
     for v in MULTI:
         for ws in (1, 2):
-            if v in ("bucketed", "torch_ddp"):
+            if v in ("bucketed", "torch_ddp", "zero1", "torch_zero1"):
                 expected |= {f"{v}-ws{ws}-b0.1", f"{v}-ws{ws}-b25"}
             else:
                 expected.add(f"{v}-ws{ws}")

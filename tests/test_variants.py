@@ -20,7 +20,7 @@ from dpcore.contract.errors import UsageError
 from dpcore.write.launch import launch
 from dpcore.write.models import build_model, loss_fn, make_batch, shard
 from dpcore.write.recorder import NULL_RECORDER, NullRecorder, Recorder
-from dpcore.write.variants import (MULTIPROCESS, REGISTRY, VARIANTS, Wrapper, assign_buckets,
+from dpcore.write.variants import (MULTIPROCESS, REGISTRY, REPLICATED, VARIANTS, Wrapper, assign_buckets,
                                    wrap)
 from dpcore.write.variants.base import DPWrapper
 
@@ -69,7 +69,7 @@ def _backward(model: Any, step: int, ctx: Any) -> None:
 def variant_checks(ctx: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     ref1, ref23 = _full_grads([1]), _full_grads([2, 3])
-    for v in MULTIPROCESS:
+    for v in REPLICATED:  # the sharded variants: tests/test_sharded.py
         r: dict[str, Any] = {}
         bare = build_model(CFG, seed=100 + ctx.rank)  # different start on every rank
         r["spread_before"] = _spread(_flat(bare))

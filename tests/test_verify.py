@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from dpcore.contract.errors import UsageError
-from dpcore.write.verify import COLUMNS, format_table, max_abs_diff, run_verify, tolerance, verify_config
+from dpcore.write.verify import (COLUMNS, compute_tolerance, format_table, max_abs_diff, run_verify,
+                                  tolerance, verify_config)
 
 
 @pytest.mark.parametrize("ws", [2, 3])
@@ -13,7 +14,8 @@ def test_all_variants_match_single(ws: int) -> None:
     rows, ok = run_verify(ws, model="toy", steps=4, backend="gloo", timeout_s=120)
     by = {r["variant"]: r for r in rows}
     assert list(by) == ["single", "manual", "naive", "flat", "central", "ring", "overlap",
-                        "bucketed", "torch_ddp", "data_parallel"]
+                        "bucketed", "torch_ddp", "data_parallel", "zero1", "torch_zero1", "fsdp",
+                        "fsdp[float16]", "fsdp[bfloat16]", "torch_fsdp"]
     assert all(set(COLUMNS) <= set(r) for r in rows)
     assert ok
     for v, r in by.items():
@@ -21,10 +23,14 @@ def test_all_variants_match_single(ws: int) -> None:
         if v == "data_parallel" and torch.cuda.device_count() < 2:
             assert r["verdict"].startswith("skipped: ") and "GPUs" in r["verdict"]
             continue
+        if v == "torch_fsdp" and r["verdict"].startswith("skipped: "):
+            continue  # a backend without reduce_scatter_tensor: skipped with the reason
         assert r["verdict"] == "match", (v, r)
-        assert 0.0 <= r["max_abs_diff"] <= r["tolerance"] == tolerance(verify_config("toy", 4))
+        cfg = verify_config("toy", 4)
+        tol = compute_tolerance(cfg, v[5:-1]) if v.startswith("fsdp[") else tolerance(cfg)
+        assert 0.0 <= r["max_abs_diff"] <= r["tolerance"] == tol
     table = format_table(rows)
-    assert "bucketed" in table and "match" in table and len(table.splitlines()) == 12
+    assert "bucketed" in table and "match" in table and len(table.splitlines()) == 18
 
 
 def test_subset_and_bad_names() -> None:
@@ -44,3 +50,22 @@ def test_max_abs_diff_detects_differences() -> None:
     assert max_abs_diff(a, {"w": a["w"]}) == float("inf")
     # a bug as small as a 0.1% learning-rate change is far above the tolerance
     assert tolerance(verify_config("toy", 5)) < 1e-5
+
+
+def test_sharded_variants_verify_with_adam() -> None:
+    """--optimizer adam: ZeRO-1 and FSDP step Adam on shards and still end where single ends;
+    the half-compute rows train with SGD against single with SGD (named so)."""
+    cfg = verify_config("toy", 3, optimizer="adam")
+    rows, ok = run_verify(2, steps=3, variants=["single", "zero1", "torch_zero1", "fsdp"],
+                          backend="gloo", timeout_s=120, cfg=cfg)
+    by = {r["variant"]: r for r in rows}
+    assert list(by) == ["single", "zero1", "torch_zero1", "fsdp", "fsdp[float16,sgd]",
+                        "fsdp[bfloat16,sgd]"]
+    assert ok, rows
+    assert by["zero1"]["tolerance"] == tolerance(cfg) == 10 * tolerance(verify_config("toy", 3))
+
+
+def test_compute_tolerance_is_stated_per_dtype() -> None:
+    cfg = verify_config("toy", 4)
+    assert compute_tolerance(cfg, "float16") == 4 * 2.0 ** -12
+    assert compute_tolerance(cfg, "bfloat16") == 8 * compute_tolerance(cfg, "float16")

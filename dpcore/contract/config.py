@@ -10,10 +10,24 @@ from dpcore.contract.errors import UsageError
 # DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
 # dpcore.write.variants and dpcore.write.comm re-export them next to their implementations).
 VARIANTS = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
-            "torch_ddp", "data_parallel")
-MULTIPROCESS = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp")
+            "torch_ddp", "data_parallel", "zero1", "torch_zero1", "fsdp", "torch_fsdp")
+MULTIPROCESS = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp",
+                "zero1", "torch_zero1", "fsdp", "torch_fsdp")
+#: Multi-process variants that shard state across ranks (ZeRO-1: optimizer state; FSDP:
+#: parameters, gradients and optimizer state). The rest of MULTIPROCESS replicate everything.
+SHARDED = ("zero1", "torch_zero1", "fsdp", "torch_fsdp")
+#: ... of which these shard the parameters themselves (full ones exist only while computing).
+PARAM_SHARDED = ("fsdp", "torch_fsdp")
+REPLICATED = tuple(v for v in MULTIPROCESS if v not in SHARDED)
+#: ``--optimizer``: the torch.optim class every variant's optimizer is built from. SGD (the
+#: default) has no state, so ZeRO-1's saving only shows with adam / adamw.
+OPTIMIZERS = ("sgd", "adam", "adamw")
+#: ``compute_dtype`` of ``fsdp`` (``TrainConfig.compute_dtype``); "" = compute in float32.
+COMPUTE_DTYPES = ("float16", "bfloat16")
 SINGLE_PROCESS = ("single", "manual", "data_parallel")
-BUCKET_SENSITIVE = ("bucketed", "torch_ddp")  # variants whose job id carries the bucket size
+#: variants whose job id carries the bucket size (zero1 / torch_zero1 average gradients in
+#: bucketed / DDP buckets)
+BUCKET_SENSITIVE = ("bucketed", "torch_ddp", "zero1", "torch_zero1")
 ALGOS = ("native", "ring", "naive", "central")
 MODELS = ("mlp", "transformer", "einsum")
 SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
@@ -67,6 +81,10 @@ class TrainConfig:
     #: what a straggler looks like (-1: nobody).
     delay_rank: int = -1
     delay_ms: float = 0.0
+    #: ``--optimizer``: one of OPTIMIZERS (torch.optim.SGD / Adam / AdamW with ``lr``).
+    optimizer: str = "sgd"
+    #: fsdp only: all-gather and compute in this dtype (one of COMPUTE_DTYPES), "" = float32.
+    compute_dtype: str = ""
 
     def global_batch(self, world_size: int) -> int:
         return self.batch_size * world_size if self.scaling == "weak" else self.batch_size

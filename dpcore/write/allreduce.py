@@ -5,11 +5,16 @@ time is the slowest rank's (the collective is done only when every rank is done)
 cell reports the median. algbw = bytes / time; busbw = algbw * 2(N-1)/N, nccl-tests'
 convention, which makes the number comparable to the link bandwidth whatever N is.
 One call per from-scratch cell is run with the message recorder on, for the ring view.
+
+Like nccl-tests' ``#wrong``, every cell also checks the result: one more call on inputs whose
+sum is known exactly (:func:`check_input`: small integers, exact in float32 whatever order the
+algorithm adds them in) counts the elements that differ from the expected sum, summed over
+ranks. The counts go into the job's run.json entry (``wrong_elements``: {bytes: count}), so
+allreduce.csv keeps DESIGN's columns; ``summarize`` and this command print them.
 """
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -43,14 +48,38 @@ def repeats_for(nbytes: int, requested: int) -> int:
     return 50 if nbytes <= 64 * 1024 else 20 if nbytes <= 4 * 2**20 else 10
 
 
+#: Input values repeat with this period along the tensor, so a chunk delivered to the wrong
+#: place is caught, while every sum stays a small integer (exact in float32).
+CHECK_PERIOD = 1024
+
+
+def check_input(numel: int, rank: int, device: Any = "cpu") -> torch.Tensor:
+    """Rank r's input of the correctness call: x[i] = (i mod 1024) + r + 1."""
+    return (torch.arange(numel, device=device) % CHECK_PERIOD).to(torch.float32) + float(rank + 1)
+
+
+def expected_sum(numel: int, world_size: int, device: Any = "cpu") -> torch.Tensor:
+    """The exact all-reduce sum of :func:`check_input` over ``world_size`` ranks:
+    N·(i mod 1024) + N(N+1)/2."""
+    n = world_size
+    return (torch.arange(numel, device=device) % CHECK_PERIOD).to(torch.float32) * n + n * (n + 1) / 2
+
+
+def count_wrong(result: torch.Tensor, world_size: int) -> int:
+    """Elements of an all-reduce result of :func:`check_input` that differ from the exact sum."""
+    return int((result != expected_sum(result.numel(), world_size, result.device)).sum().item())
+
+
 def bench_worker(ctx: DistContext, job_id: str, algo: str, sizes: tuple[int, ...],
                  warmup: int, repeats: int) -> dict[str, Any]:
-    """Per rank: time every size; returns per-repeat times and one recorded call's messages."""
+    """Per rank: time every size; returns per-repeat times, one recorded call's messages and,
+    per size, how many elements of a checked call were wrong on this rank."""
     from dpcore.write.comm import all_reduce
 
     offset, _ = measure_offset(ctx)
     rec = Recorder(job_id, ctx.rank, offset)
     times: dict[int, list[float]] = {}
+    wrong: dict[int, int] = {}
     sync = (lambda: torch.cuda.synchronize()) if ctx.is_cuda else (lambda: None)
     for si, nbytes in enumerate(sizes):
         numel = nbytes // 4  # sizes are validated to be whole float32 counts
@@ -67,12 +96,26 @@ def bench_worker(ctx: DistContext, job_id: str, algo: str, sizes: tuple[int, ...
             sync()
             out.append((time.perf_counter_ns() - t0) / 1e6)
         times[nbytes] = out
+        t.copy_(check_input(numel, ctx.rank, ctx.device))  # the recorded call is the checked call
+        dist.barrier()
         if algo != "native":
             rec.step = si
-            dist.barrier()
             all_reduce(t, algo, "sum", recorder=rec, call=si)
+        else:
+            all_reduce(t, algo, "sum")
+        sync()
+        wrong[nbytes] = count_wrong(t, ctx.world_size)
         ctx.report({"done": si + 1, "phase": f"{nbytes} B"})
-    return {"times": times, "messages": rec.message_rows(), "offset_ns": offset}
+    return {"times": times, "wrong": wrong, "messages": rec.message_rows(), "offset_ns": offset}
+
+
+def wrong_elements(results: list[dict]) -> dict[str, int]:
+    """{bytes (as a JSON key): wrong elements summed over ranks} of one cell."""
+    total: dict[str, int] = {}
+    for r in results:
+        for nbytes, n in r.get("wrong", {}).items():
+            total[str(nbytes)] = total.get(str(nbytes), 0) + int(n)
+    return total
 
 
 def cell_rows(job_id: str, algo: str, n: int, results: list[dict]) -> list[dict]:
@@ -90,17 +133,9 @@ def cell_rows(job_id: str, algo: str, n: int, results: list[dict]) -> list[dict]
     return rows
 
 
-def format_table(rows: list[dict]) -> str:
-    head = f"{'algo':>8} {'ranks':>5} {'size(B)':>12} {'count':>11} {'time(us)':>10} " \
-           f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12}"
-    lines = ["# all-reduce, float32, sum; busbw = algbw * 2(N-1)/N (nccl-tests)", head]
-    for r in rows:
-        lines.append(f"{r['algo']:>8} {r['world_size']:>5} {r['bytes']:>12} {r['bytes'] // 4:>11} "
-                     f"{r['time_ms'] * 1e3:>10.1f} {r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f}")
-    return "\n".join(lines)
-
-
-def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
+def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, str]:
+    """Run every (algorithm, world size) cell into a run directory; returns the exit code and the
+    run directory (the CLI prints its table through the read wing, as `summarize` does)."""
     backend = resolve_backend(opts.backend, max(opts.world_sizes))
     config = {"algos": list(opts.algos), "world_sizes": list(opts.world_sizes),
               "sizes": list(opts.sizes), "warmup": opts.warmup, "repeats": opts.repeats,
@@ -114,7 +149,6 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
     cells = [(a, n) for n in opts.world_sizes for a in opts.algos]
     progress = Progress(opts.progress, len(cells))
     progress.run_start(str(writer.run_dir))
-    rows: list[dict] = []
     failed, status = 0, "failed"  # until the loop has really finished
     try:
         for algo, n in cells:
@@ -128,11 +162,10 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
                              args=(jid, algo, opts.sizes, opts.warmup, opts.repeats),
                              on_progress=progress.step, threads=threads, pin=pin)
                 cell = cell_rows(jid, algo, n, res)
-                rows += cell
                 writer.append_rows("allreduce", cell)
                 writer.append_rows("messages", [m for r in res for m in r["messages"]])
-                writer.add_job({"id": jid, "status": "complete", "clock_offsets_ns":
-                                {str(i): r["offset_ns"] for i, r in enumerate(res)}})
+                writer.add_job({"id": jid, "status": "complete", "wrong_elements": wrong_elements(res),
+                                "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(res)}})
                 progress.job_end(jid, "complete")
             except JobFailed as exc:
                 failed += 1
@@ -144,7 +177,4 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> int:
     finally:
         writer.close(status)
         progress.run_end(str(writer.run_dir), status)
-    if opts.progress != "json":
-        print(format_table(rows))
-        print(f"\nrun {status}: {writer.run_dir}", file=sys.stderr)
-    return EXIT_CODES[status]
+    return EXIT_CODES[status], str(writer.run_dir)

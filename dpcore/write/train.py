@@ -18,6 +18,7 @@ N is the reference for the N-rank variants). Multi-process variants consume
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -30,7 +31,7 @@ from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.launch import DistContext
 from dpcore.write.models import build_model, loss_fn, make_batch
 from dpcore.write.recorder import NULL_RECORDER, PhaseTimer, Recorder
-from dpcore.write.variants import REGISTRY, VARIANTS, Wrapper, wrap
+from dpcore.write.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
 from dpcore.write.workload import (Inputs, TupleInputs, Workload, load_workload, shard_batch,
                                    workload_batch)
 
@@ -39,7 +40,7 @@ from dpcore.write.workload import (Inputs, TupleInputs, Workload, load_workload,
 
 
 class Trainer:
-    """A model wrapped in one DP variant plus its SGD optimizer (see module docstring)."""
+    """A model wrapped in one DP variant plus its ``cfg.optimizer`` (see module docstring)."""
 
     def __init__(self, variant: str, ctx: DistContext, cfg: TrainConfig,
                  recorder: Recorder = NULL_RECORDER, replicas: int | None = None) -> None:
@@ -60,10 +61,12 @@ class Trainer:
                   else build_model(cfg, device=ctx.device))
         self.model: Wrapper = (REGISTRY[variant](module, replicas=self.replicas)
                                if self.single_process else
-                               wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder))
+                               wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder,
+                                    compute_dtype=(cfg.compute_dtype or None)
+                                    if variant == "fsdp" else None))
         self.skip_reason: str | None = self.model.skip_reason
         self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
-        self.opt = self.model.make_optimizer(torch.optim.SGD, lr=cfg.lr)
+        self.opt = self.model.make_optimizer(optimizer_class(cfg.optimizer), lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
                                              else ctx.world_size)
         self._delay_s = cfg.delay_ms / 1e3 if ctx.rank == cfg.delay_rank else 0.0
@@ -75,6 +78,9 @@ class Trainer:
         self._last_grad_ns = 0
         self._split_backward = self.model.grad_sync_in_backward and ctx.device.type == "cpu"
         self._recorder = recorder
+        #: dpcore.write.memory's StepSampler during its one measured step, else None: the timed
+        #: steps pay one ``if`` per phase for it.
+        self.probe = None
         # grads.csv: when each gradient became ready (one clock read per gradient), for the
         # multi-process variants that a profile records; the what-if model re-packs these.
         log_grads = recorder.enabled and not self.single_process
@@ -124,27 +130,35 @@ class Trainer:
         """One optimizer step on this rank's batch; returns the (replica-mean) loss.
 
         Phases: forward (incl. loss), backward (hook variants launch collectives here),
-        grad_sync (waiting for / running the gradient averaging), optimizer (SGD step and
+        grad_sync (waiting for / running the gradient averaging), optimizer (step and
         zeroing gradients). ``recorder.step`` must be set by the caller beforehand.
         """
         if self.skip_reason:
             raise RuntimeError(self.skip_reason)
-        m = self.model
+        m, probe = self.model, self.probe
         timer.start()
         m.on_train_batch_start()
-        with record_function("forward"):
+        with record_function("forward"), (probe.forward() if probe else contextlib.nullcontext()):
             if self._delay_s:
                 time.sleep(self._delay_s)  # --inject-delay: a straggler, on purpose
             loss = m.forward_loss(x, y, self.loss_fn)
         timer.mark("fwd")
+        if probe:
+            probe.sample("forward")
         with record_function("backward"):
             loss.backward()
         timer.mark("bwd", at_ns=self._last_grad_ns if self._split_backward else None)
+        if probe:
+            probe.sample("backward")
         with record_function("grad_sync"):
             m.finish_gradient_synchronization()
         timer.mark("sync")
+        if probe:
+            probe.sample("grad_sync")
         with record_function("optimizer"):
             self.opt.step()
+            if probe:
+                probe.sample("optimizer")  # grads and optimizer state both alive
             self.opt.zero_grad(set_to_none=True)
         timer.mark("opt")
         return float(loss.detach()) / m.loss_terms
@@ -159,7 +173,7 @@ class Trainer:
 
 def make_trainer(variant: str, ctx: DistContext, cfg: TrainConfig,
                  recorder: Recorder = NULL_RECORDER, *, replicas: int | None = None) -> Trainer:
-    """Build ``cfg``'s model from ``cfg.seed``, wrap it in ``variant``, add SGD(lr=cfg.lr).
+    """Build ``cfg``'s model from ``cfg.seed``, wrap it in ``variant``, add cfg.optimizer(lr).
 
     ``replicas``: logical world size for single-process variants (default ctx.world_size).
     """

@@ -6,6 +6,12 @@ one process training on the whole global batch, up to float summation order. Bug
 as large differences: summing instead of averaging (x N), reducing a tied weight twice,
 touching a frozen parameter, skipping the initial broadcast, losing gradients of a bucket.
 
+Sharded variants (zero1, torch_zero1, fsdp, torch_fsdp) are compared on their FULL parameters
+(``gather_full_params()`` for the FSDPs). ``fsdp`` is also run with each half ``compute_dtype``
+(rows ``fsdp[float16]`` and ``fsdp[bfloat16]``): master weights stay float32, so the rows are held
+to :func:`compute_tolerance`, the half type's rounding per step (toy at 2 and 3 ranks, 5 steps:
+measured <= 1e-4 for float16 and <= 9e-4 for bfloat16, allowed 1.2e-3 and 9.8e-3).
+
 All multi-process variants run in ONE launch (sequentially, fresh model each), which keeps
 verify fast; if that launch fails, each variant is re-run alone so that one broken variant
 gets an ``error`` verdict instead of hiding the others. Single-process variants (single,
@@ -19,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import TrainConfig, is_model_spec
+from dpcore.contract.config import COMPUTE_DTYPES, TrainConfig, is_model_spec
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.write.recorder import PhaseTimer
 from dpcore.write.launch import DistContext, in_torchrun, launch
@@ -73,21 +79,71 @@ def tolerance(cfg: TrainConfig) -> float:
 
     Wide reductions (transformer, einsum) and users' models, whose size we do not know, get
     10x: still far below what a real DP bug costs (x N gradients, a tied weight reduced twice,
-    a lost bucket), which moves parameters by about lr * |grad| per step."""
+    a lost bucket), which moves parameters by about lr * |grad| per step. Adam / AdamW get
+    10x more: they divide each element's step by its own gradient scale, so the summation-order
+    noise of a near-zero gradient becomes a visible fraction of lr (measured on the tiny
+    transformer: ~2.5e-5 after 3 steps for every DP variant, torch's included)."""
     per_step = 1e-6 if cfg.dtype == "float32" else 1e-2
     wide = cfg.model in ("transformer", "einsum") or is_model_spec(cfg.model)
-    return per_step * max(1, cfg.steps) * (10 if wide else 1)
+    adaptive = cfg.optimizer in ("adam", "adamw")
+    return per_step * max(1, cfg.steps) * (10 if wide else 1) * (10 if adaptive else 1)
+
+
+def compute_tolerance(cfg: TrainConfig, compute_dtype: str) -> float:
+    """Allowed max |diff| of ``fsdp`` computing in a half type against float32 ``single``.
+
+    The forward/backward round to the half type's precision each step (unit roundoff u =
+    2^-11 for float16, 2^-8 for bfloat16) and the float32 update carries that error into the
+    parameters. Allowed: u/2 per step (10x for wide models), about 10x what toy shows at 2
+    and 3 ranks, while a DP bug (x N gradients, a lost shard, a stale weight) moves the
+    parameters by about lr x |grad| per step, far more."""
+    unit = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[compute_dtype]
+    wide = cfg.model in ("transformer", "einsum") or is_model_spec(cfg.model)
+    return unit / 2 * max(1, cfg.steps) * (10 if wide else 1)
+
+
+def verify_rows(wanted: list[str], optimizer: str = "sgd") -> list[str]:
+    """Row names in table order: the variants, plus ``fsdp[<dtype>]`` after ``fsdp``.
+
+    The half-compute rows always train with SGD (named ``fsdp[float16,sgd]`` when the run's
+    optimizer is another): Adam's step is about lr x sign(g) for tiny gradients, so rounding a
+    near-zero gradient can flip a whole step and no tolerance would separate noise from bugs;
+    the optimizer itself runs on float32 master shards either way (checked by the float32
+    ``fsdp`` row with the run's optimizer)."""
+    rows: list[str] = []
+    suffix = "" if optimizer == "sgd" else ",sgd"
+    for v in [v for v in VARIANTS if v in wanted]:
+        rows.append(v)
+        if v == "fsdp":
+            rows += [f"fsdp[{dt}{suffix}]" for dt in COMPUTE_DTYPES]
+    return rows
+
+
+def _split_row(row: str) -> tuple[str, str]:
+    """'fsdp[float16]' / 'fsdp[float16,sgd]' -> ('fsdp', 'float16'); 'zero1' -> ('zero1', '')."""
+    if row.endswith("]") and "[" in row:
+        v, dt = row[:-1].split("[", 1)
+        return v, dt.split(",")[0]
+    return row, ""
 
 
 def _train(ctx: DistContext, variant: str, cfg: TrainConfig, replicas: int | None
            ) -> tuple[dict[str, torch.Tensor] | None, str | None]:
+    variant, compute_dtype = _split_row(variant)
+    if compute_dtype:
+        cfg = replace(cfg, compute_dtype=compute_dtype, optimizer="sgd")
     tr = make_trainer(variant, ctx, cfg, replicas=replicas)
     if tr.skip_reason:
         return None, tr.skip_reason
     for step in range(cfg.steps):
         x, y = tr.batch(step)
         tr.step(x, y, PhaseTimer(ctx.device))
-    return tr.named_parameters_cpu(), None
+    gather = getattr(tr.model, "gather_full_params", None)
+    if gather is None:
+        return tr.named_parameters_cpu(), None
+    params = {n: t.detach().cpu().clone() for n, t in gather().items()}
+    params.update({n: b.detach().cpu().clone() for n, b in tr.module.named_buffers()})
+    return params, None
 
 
 def _rank_spread(ctx: DistContext, params: dict[str, torch.Tensor]) -> float:
@@ -104,12 +160,15 @@ def _verify_worker(ctx: DistContext, variants: list[str], cfg: TrainConfig) -> d
     """Rank body: train each variant; rank 0 returns final params, every rank the spread."""
     out: dict[str, Any] = {}
     for v in variants:
-        params, _ = _train(ctx, v, cfg, None)
-        assert params is not None
+        params, skip = _train(ctx, v, cfg, None)
+        if params is None:  # skipped with a reason (same decision on every rank)
+            out[v] = (None, 0.0, skip)
+            continue
         spread = _rank_spread(ctx, params)
         # numpy, not tensors: torch pickles tensors as shared-memory fds, which can vanish
         # when the rank exits before the parent has read the result queue
-        out[v] = ({k: t.numpy() for k, t in params.items()} if ctx.rank == 0 else None, spread)
+        out[v] = ({k: t.numpy() for k, t in params.items()} if ctx.rank == 0 else None, spread,
+                  None)
         dist.barrier()
     return out
 
@@ -144,7 +203,6 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
         raise UsageError(f"unknown variant {', '.join(bad)}; valid choices: {', '.join(VARIANTS)}")
     cfg = cfg or verify_config(model, steps)
     cfg = replace(cfg, steps=steps)
-    tol = tolerance(cfg)
     local = local_context()
     ref, _ = _train(local, "single", cfg, world_size)
     assert ref is not None
@@ -153,7 +211,12 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
         if v in wanted and v != "single":
             params, skip = _train(local, v, cfg, world_size)
             results[v] = (params, 0.0, skip)
-    multi = [v for v in wanted if v in MULTIPROCESS]
+    # the half-compute rows train with SGD: their reference is single with SGD
+    sgd_ref = ref
+    if cfg.optimizer != "sgd" and "fsdp" in wanted:
+        sgd_ref, _ = _train(local, "single", replace(cfg, optimizer="sgd"), world_size)
+        assert sgd_ref is not None
+    multi = [v for v in verify_rows(wanted, cfg.optimizer) if _split_row(v)[0] in MULTIPROCESS]
     if multi:
         try:
             got = [launch(_verify_worker, world_size, backend=backend, args=(multi, cfg),
@@ -169,19 +232,24 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
         if in_torchrun() and got and got[0][0] is None:
             return [], True
         for per_rank in got:
-            for v, (params, _) in per_rank[0].items():
+            for v, (params, _, skip) in per_rank[0].items():
+                if params is None:
+                    results[v] = (None, 0.0, skip)
+                    continue
                 spread = max(r[v][1] for r in per_rank if r is not None)
                 results[v] = ({k: torch.from_numpy(a) for k, a in params.items()}, spread, None)
     rows, ok = [], True
-    for v in [v for v in VARIANTS if v in wanted]:
+    for v in verify_rows(wanted, cfg.optimizer):
         params, spread, note = results[v]
+        compute_dtype = _split_row(v)[1]
+        tol = compute_tolerance(cfg, compute_dtype) if compute_dtype else tolerance(cfg)
         if note and note.startswith("error"):
             rows.append(_row(v, world_size, None, tol, note))
             ok = False
         elif params is None:
             rows.append(_row(v, world_size, None, tol, f"skipped: {note}"))
         else:
-            diff = max(max_abs_diff(params, ref), spread)
+            diff = max(max_abs_diff(params, sgd_ref if compute_dtype else ref), spread)
             verdict = "match" if diff <= tol else "DIFFERS"
             ok &= verdict == "match"
             rows.append(_row(v, world_size, diff, tol, verdict))

@@ -37,6 +37,7 @@ class JobSpec:
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
     """Run one job on this rank; return its rows for the run directory (parent writes them)."""
+    from dpcore.write.memory import measure_step
     from dpcore.write.train import make_trainer
 
     offset, rtt = measure_offset(ctx)
@@ -73,11 +74,24 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
         ctx.report({"done": done, "phase": "warmup" if step < 0 else
                     ("profiled" if profiled else "timed")})
 
+    memory: list[dict] = []
+
+    def measured(step: int) -> None:
+        # memory.csv: ONE untimed step sampled by dpcore.write.memory (no timed step pays)
+        memory.append(measure_step(trainer, lambda: one_step(step, False, False),
+                                   job_id=spec.job_id, variant=spec.variant,
+                                   world_size=spec.world_size, rank=ctx.rank))
+
     for w in range(cfg.warmup):
-        one_step(w - cfg.warmup, False, False)
+        if w == cfg.warmup - 1:
+            measured(w - cfg.warmup)  # the last warm-up step is the measured one
+        else:
+            one_step(w - cfg.warmup, False, False)
     rec.clear()
     for s in range(cfg.steps):
         one_step(s, False, True)
+    if not cfg.warmup:
+        measured(-1)  # no warm-up step to sample: an extra one, after the timed steps
 
     capture = None
     if profile_steps:
@@ -99,7 +113,7 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     coll = [c for c in rec.collective_rows() if c["step"] in keep]
     msgs = [m for m in rec.message_rows() if m["step"] in keep]
     grads = [g for g in rec.grad_rows() if g["step"] in keep]
-    return {"steps": rows, "collectives": coll, "messages": msgs, "grads": grads,
+    return {"steps": rows, "collectives": coll, "messages": msgs, "grads": grads, "memory": memory,
             "offset_ns": offset,
             "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None,
             "trace_error": trace_error, "sync": capture.sync if capture else [],

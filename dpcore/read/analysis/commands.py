@@ -9,7 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from dpcore.contract.runformat import RUN_JSON
+from dpcore.contract.units import EMPTY, binary_size
+from dpcore.read.analysis.comm import allreduce_bandwidth
 from dpcore.read.analysis.load import Run, RunLoadError, load_run
+from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import (NOISY_SPREAD, SOURCE_GAP_POINTS, rank_metrics, step_metrics,
                                           trace_rows)
 from dpcore.read.analysis.overlap import overlap_from_trace
@@ -77,29 +80,107 @@ def analyze(path: str, csv: bool = False) -> str:
 
 
 def summary_table(run: "Run") -> pd.DataFrame:
-    """`summarize`'s rows: job_summary with DESIGN's column names, in SUMMARIZE_COLUMNS order."""
-    s = job_summary(run).rename(columns={"exposed_ms": "exposed_comm_ms"})
-    return s[SUMMARIZE_COLUMNS]
+    """`summarize`'s rows: job_summary with DESIGN's column names, in SUMMARIZE_COLUMNS order,
+    then, when memory.csv has rows, MiB per rank (mean over ranks) of parameters, gradients,
+    optimizer state and the peak (:func:`summary_memory_columns`), and, when the run logged
+    collectives, the bus MiB per rank per step measured and expected (:func:`summary_volume_columns`)."""
+    s = job_summary(run).rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
+    for extra in (summary_memory_columns(run.memory),
+                  summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads)):
+        if not extra.empty:
+            s = s.merge(extra, on="job_id", how="left")
+    return s
+
+
+#: The all-reduce table (`allreduce`, and `summarize` on an all-reduce run), nccl-tests' columns:
+#: size, count (float32 elements), repeats, median time, algbw, busbw and #wrong.
+ALLREDUCE_TABLE = ["algo", "ranks", "size", "bytes", "count", "repeats", "time_us", "algbw_GB/s", "busbw_GB/s",
+                   "#wrong"]
+
+
+def _wrong(jobs: pd.DataFrame) -> dict[tuple[str, int], object]:
+    """{(job_id, bytes): wrong elements} from run.json's `wrong_elements` (absent: not checked)."""
+    out: dict[tuple[str, int], object] = {}
+    if "wrong_elements" not in jobs:
+        return out
+    for job, counts in zip(jobs["job_id"], jobs["wrong_elements"]):
+        if isinstance(counts, dict):
+            for nbytes, n in counts.items():
+                try:
+                    out[(str(job), int(nbytes))] = int(n)
+                except (TypeError, ValueError):
+                    continue
+    return out
+
+
+def allreduce_table(run: "Run") -> pd.DataFrame:
+    """One row per (all-reduce job, size): the numbers of `allreduce_bandwidth` (the dashboard's)
+    with the repeats and nccl-tests' #wrong (elements that differed from the exact sum in the
+    checked call; None where the run did not check)."""
+    ar = run.allreduce
+    if ar is None or ar.empty:
+        return pd.DataFrame(columns=ALLREDUCE_TABLE)
+    order = {j: i for i, j in enumerate(dict.fromkeys(ar["job_id"]))}  # the run's order: as measured
+    bw = allreduce_bandwidth(ar)
+    bw = bw.assign(_o=bw["job_id"].map(order)).sort_values(["_o", "bytes"], kind="stable").reset_index(drop=True)
+    reps = ar.drop_duplicates(["job_id", "bytes"]).set_index(["job_id", "bytes"])["repeats"]
+    wrong = _wrong(run.jobs)
+    keys = list(zip(bw["job_id"], bw["bytes"].astype(int)))
+    return pd.DataFrame({
+        "algo": bw["algo"], "ranks": bw["world_size"].astype(int), "size": [binary_size(b) for b in bw["bytes"]],
+        "bytes": bw["bytes"].astype(int), "count": (bw["bytes"] // 4).astype(int),
+        "repeats": [reps.get(k) for k in keys], "time_us": bw["time_ms"] * 1e3,
+        "algbw_GB/s": bw["algbw_gbps"], "busbw_GB/s": bw["busbw_gbps"],
+        "#wrong": [wrong.get((str(j), b)) for j, b in keys]})
+
+
+def allreduce_text(path: str) -> str:
+    """The all-reduce table of a run as text (what `allreduce` prints at the end, and `summarize`
+    on an all-reduce run), with a line per job whose results were wrong."""
+    run = load_run(Path(path))
+    t = allreduce_table(run)
+    if t.empty:
+        return f"{run.meta.get('run_id', Path(path).name)}: no all-reduce results\n"
+    shown = t.assign(**{"#wrong": [EMPTY if w is None or w != w else str(int(w)) for w in t["#wrong"]]})
+    text = shown.to_string(index=False, formatters={"time_us": "{:.1f}".format, "algbw_GB/s": "{:.3f}".format,
+                                                    "busbw_GB/s": "{:.3f}".format}, na_rep=EMPTY)
+    lines = [f"{run.meta.get('run_id', Path(path).name)} ({run.meta.get('status', '?')}): all-reduce, float32, "
+             "sum; busbw = algbw * 2(N-1)/N (nccl-tests)", text, "",
+             "time_us: median over the repeats of the slowest rank; #wrong: elements that differ from the exact "
+             f"sum in one checked call, summed over ranks ({EMPTY}: not checked by this run)."]
+    bad = t[pd.to_numeric(t["#wrong"], errors="coerce").fillna(0) > 0]
+    for _, r in bad.iterrows():
+        lines.append(f"WRONG RESULTS: {r['algo']} at {r['ranks']} ranks, {r['size']}: {int(r['#wrong'])} element(s)")
+    return "\n".join(lines) + "\n"
 
 
 def summarize(path: str, csv: bool = False) -> str:
     """The per-job table of a run: T over the timed steps (median, p10, p90, noisy), C/E/overlap
-    over the traced steps with their source and the gap between the two methods."""
+    over the traced steps with their source and the gap between the two methods. A run with
+    all-reduce benchmark jobs and no training job prints its bandwidth table instead."""
     p = Path(path)
     run = load_run(p)
     s = summary_table(run)
     if csv:
         return s.to_csv(index=False, float_format="%.4f")
+    if s.empty and run.allreduce is not None and not run.allreduce.empty:
+        return allreduce_text(path)
     if s.empty:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
-    view = s[_SUMMARY_VIEW].rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s",
-                                            "exposed_comm_ms": "exposed_ms", "comm_source": "source",
-                                            "overlap_gap": "gap_pts"})
+    extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if c in s]
+    view = s[_SUMMARY_VIEW + extra].rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s",
+                                                    "exposed_comm_ms": "exposed_ms", "comm_source": "source",
+                                                    "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
+                                                    "expected_bus_mib_per_step": "expected_MiB"})
     lines = [f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})", _fmt(view), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
              f"{NOISY_SPREAD:g}. comm/exposed/overlap: per traced step, from the trace (source=trace) or "
              "the recorded collectives (source=intervals); gap_pts = trace - intervals overlap on the "
-             f"same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree)."]
+             f"same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree)."
+             + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
+             + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
+                "variant's algorithm should move (README 'Memory and communication volume')."
+                if "bus_mib_per_step" in s else "")]
     return "\n".join(lines) + "\n"
 
 

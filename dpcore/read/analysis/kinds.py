@@ -200,3 +200,30 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     kind[on_main & (np.asarray([n == "grad_sync" for n in names], dtype=bool)[name_c])] = KINDS.index("sync")
     kind[is_gloo[name_c] & (on_main | is_barrier)] = KINDS.index("sync")
     return kind
+
+
+#: Collective families of a comm span or collective name, in match order (a name is normalised by
+#: lower-casing and dropping ``_``, ``-`` and spaces: ``gloo:allgather``, ``fsdp_all_gather``,
+#: ``ncclDevKernel_AllGather_RING_LL``, ``all_gather_into_tensor`` and collectives.csv's
+#: ``all_gather #3`` are all ``all_gather``).
+COMM_OPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("reduce_scatter", ("reducescatter",)),
+    ("all_gather", ("allgather",)),
+    ("all_reduce", ("allreduce",)),
+    ("broadcast", ("broadcast",)),
+    ("send_recv", ("send", "recv")),
+)
+
+
+def comm_op(name: str) -> str:
+    """The collective family of a comm span's name: ``reduce_scatter``, ``all_gather``,
+    ``all_reduce``, ``broadcast``, ``send_recv`` or ``other``.
+
+    Why by name: a trace says which collective a span is only in its name (gloo's ``gloo:<op>``,
+    NCCL's kernel names, dpcore's own ``record_function`` ranges), and collectives.csv rows are
+    drawn with their ``op``; the Timeline colours each family on its own."""
+    norm = str(name).lower().replace("_", "").replace("-", "").replace(" ", "")
+    for op, keys in COMM_OPS:
+        if any(k in norm for k in keys):
+            return op
+    return "other"

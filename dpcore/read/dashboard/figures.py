@@ -17,13 +17,14 @@ from dpcore.read.plots.bandwidth import bandwidth_figure
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.overview import breakdown_figure
 from dpcore.read.plots.ring import chunk_figure, message_count_figure, message_figure, wait_transfer_figure
+from dpcore.read.plots.ring_circle import ring_circle_figure
 from dpcore.read.plots.scaling import scaling_figure
 from dpcore.read.plots.timeline import timeline_figure
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def overview(_run, run_key: tuple) -> go.Figure:
-    return breakdown_figure(data.job_summary(_run, run_key), "Where a training step's time goes")
+def overview(_run, run_key: tuple, y_max: float | None = None) -> go.Figure:
+    return breakdown_figure(data.job_summary(_run, run_key), "Where a training step's time goes", y_max)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -47,10 +48,20 @@ def timeline(_run, run_key: tuple, job_id: str, step: int) -> go.Figure:
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
-def messages(_run, run_key: tuple, job_id: str, step: int, call: int, title: str) -> go.Figure:
+def messages(_run, run_key: tuple, job_id: str, step: int, call: int, title: str, show_pieces: bool = False,
+             label_size: int = 0) -> go.Figure:
     m = _run.messages
     sel = m[(m["job_id"] == job_id) & (m["step"] == step) & (m["call"] == call)]
-    return message_figure(sel, title)
+    return message_figure(sel, title, show_pieces, label_size)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def ring_circle(_run, run_key: tuple, job_id: str, step: int, call: int, world_size: int, chunk_bytes: str | None,
+                label_size: int) -> go.Figure:
+    t = data.ring_step_times(_run, run_key)
+    t = t[(t["job_id"] == job_id) & (t["call"] == call)]
+    t = t[t["step"] == step] if "step" in t.columns else t
+    return ring_circle_figure(world_size, t, data.chunk_matrix(world_size), chunk_bytes, label_size)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)

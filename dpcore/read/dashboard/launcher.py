@@ -114,9 +114,11 @@ def start(cmd: list[str], cwd: Path) -> Launch:
 
 
 def new_run_form(out_root: Path, cwd: Path) -> None:
-    """The form that starts a profile; disabled while one is running."""
+    """The form that starts a profile; disabled while one is running. Only the button starts it:
+    ``enter_to_submit=False``, because Enter in a field (typing a bucket sweep) starting a
+    minutes-long profile with half-filled values is the last thing a user wants."""
     busy = isinstance(st.session_state.get("launch"), Launch) and st.session_state["launch"].proc.poll() is None
-    with st.form("new_run"):
+    with st.form("new_run", enter_to_submit=False):
         c = st.columns(3)
         model = c[0].selectbox("Model", MODELS)
         size = c[1].selectbox("Size (transformer)", SIZES)

@@ -17,6 +17,8 @@ import streamlit as st
 
 from dpcore.contract import runformat as rf
 
+from dpcore.contract.units import EMPTY
+from dpcore.read.dashboard.tables import bucket_text, table_height
 from dpcore.read.dashboard.text import md
 
 RUN_COLS = ["run_id", "created", "status", "model", "size", "variants", "world_sizes", "backend", "device", "kinds"]
@@ -70,6 +72,31 @@ def offer_other_run(runs: pd.DataFrame, view: str, folder: str) -> None:
         st.rerun()
 
 
+#: How much each shared property counts when choosing the run to compare with: the same kind of
+#: jobs first (a training run against an all-reduce benchmark compares nothing), then the model.
+LIKENESS = {"kinds": 8, "model": 4, "size": 2, "backend": 1, "world_sizes": 1, "variants": 1, "device": 1}
+
+
+def default_second(runs: pd.DataFrame, first: str) -> str | None:
+    """Folder of the run most like ``first`` (same kind of jobs, then the same model, size,
+    backend, world sizes, variants, device; complete beats unfinished), newest on a tie; None
+    when there is no other run. Why: comparing a training run with a benchmark is never meant."""
+    runs = runs.assign(_folder=folders(runs)).reset_index(drop=True)
+    mine = runs[runs["_folder"] == first]
+    others = runs[runs["_folder"] != first]
+    if others.empty:
+        return None
+    if mine.empty:
+        return str(others["_folder"].iloc[0])
+    me = mine.iloc[0]
+    score = pd.Series(0.0, index=others.index)
+    for col, weight in LIKENESS.items():
+        if col in runs:
+            score += weight * (others[col].astype(str) == str(me[col])).astype(float)
+    score += 0.5 * (others["status"] == "complete").astype(float)
+    return str(others.loc[score.idxmax(), "_folder"])  # idxmax: the first (newest) of the best
+
+
 def run_labels(runs: pd.DataFrame) -> dict[str, str]:
     """{folder: picker label}: "run_id · status", plus the folder where two runs share a run id."""
     ids = [str(r) for r in runs["run_id"]]
@@ -91,7 +118,7 @@ def pick_runs(runs: pd.DataFrame) -> list[str]:
     if len(keys) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
         others = [f for f in keys if f != a]
         if st.session_state.get("run_b") not in others:
-            st.session_state["run_b"] = others[0]
+            st.session_state["run_b"] = default_second(runs, a) or others[0]
         chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt))
     return chosen
 
@@ -142,11 +169,12 @@ def runs_view(runs: pd.DataFrame, loaded: list) -> None:
     st.caption("Every run folder under the profiles directory, newest first. Pick one in the sidebar "
                "(default: the newest complete run), or switch on *Compare* to put two side by side.")
     cols = [c for c in RUN_COLS if c in runs.columns]
-    st.dataframe(runs[cols], hide_index=True, width="stretch")
+    st.dataframe(runs[cols], hide_index=True, width="stretch", height=table_height(len(runs)), placeholder=EMPTY)
     for run in loaded:
         environment_box(run)
         jobs = run.jobs
         with st.expander(f"Jobs of {md(run.path.name)} ({len(jobs)})"):
             show = [c for c in ["job_id", "kind", "variant", "algo", "world_size", "bucket_mb", "status",
                                 "oversubscribed", "skip_reason", "error"] if c in jobs.columns]
-            st.dataframe(jobs[show], hide_index=True, width="stretch")
+            shown = jobs[show].assign(bucket_mb=[bucket_text(v, b) for v, b in zip(jobs["variant"], jobs["bucket_mb"])])
+            st.dataframe(shown, hide_index=True, width="stretch", height=table_height(len(shown)), placeholder=EMPTY)

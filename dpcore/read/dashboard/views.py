@@ -8,11 +8,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from dpcore.contract.units import EMPTY
 from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, figures
+from dpcore.read.dashboard.compare import compare_overview, shared_y_max  # noqa: F401 - app.py imports it here
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS, scaling_caption
+from dpcore.read.dashboard.tables import bucket_text, overview_rows, table_height
 from dpcore.read.dashboard.text import md
-from dpcore.read.plots.overview import comparison_figure
 from dpcore.read.plots.style import variant_rank
 
 NUM = st.column_config.NumberColumn
@@ -26,7 +28,10 @@ SUMMARY_CONFIG = {
     "comm_fraction": NUM("comm fraction E/T", help=FORMULAS["comm_fraction"], format="percent"),
     "overlap_pct": NUM("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%"),
     "comm_ops": NUM("comm ops", help=FORMULAS["comm_ops"], format="%d"),
-    "comm_bytes": NUM("comm bytes", help=FORMULAS["comm_bytes"], format="compact"),
+    "comm_bytes": st.column_config.TextColumn("comm bytes", help=FORMULAS["comm_bytes"] + " Binary units (MiB = 2^20 B)."),
+    "bucket_mb": st.column_config.TextColumn("bucket", help="Gradient bucket cap (MiB) of bucketed variants; blank where "
+                                             "a variant does not bucket its gradients."),
+    "status": st.column_config.TextColumn("status", help="complete, or why the job has no numbers (skipped, failed)."),
     "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),
     "step_ms_p10": NUM("T p10", help="10th percentile of step time over the timed steps and ranks", format="%.2f"),
     "step_ms_p90": NUM("T p90", help="90th percentile of step time over the timed steps and ranks", format="%.2f"),
@@ -37,33 +42,30 @@ SUMMARY_CONFIG = {
                        format="%+.1f"),
     "sources_disagree": st.column_config.CheckboxColumn("⚠", help="the two methods differ by more than 5 points"),
 }
-SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90", "noisy",
+SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "status", "step_ms", "step_ms_p10", "step_ms_p90", "noisy",
                 "comm_fraction", "overlap_pct", "comm_source", "overlap_gap", "sources_disagree", "comm_ops",
-                "comm_bytes", "compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "throughput", "status"]
+                "comm_bytes", "compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "throughput"]
 
 
-def overview_view(run) -> None:
-    """Stacked step breakdown per (variant, world size) and the summary table."""
+def overview_view(run, peers: list | None = None) -> None:
+    """Stacked step breakdown per (variant, world size) and the summary table (every row shown).
+    ``peers``: the runs shown together in compare mode; their charts then share one y-axis."""
     summary = data.job_summary(run, data.key(run))
-    st.plotly_chart(figures.overview(run, data.key(run)), key=f"ov-{run.path}")
+    y_max = shared_y_max([data.job_summary(r, data.key(r)) for r in peers]) if peers and len(peers) > 1 else None
+    st.plotly_chart(figures.overview(run, data.key(run), y_max), key=f"ov-{run.path}")
     st.caption(BREAKDOWN_CAPTION)
     if summary.empty:
         return
     cols = [c for c in SUMMARY_COLS if c in summary.columns]
     ordered = summary.assign(_o=variant_rank(summary["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
-    st.dataframe(ordered[cols], hide_index=True,
-                 column_config=SUMMARY_CONFIG, width="stretch")
+    shown = overview_rows(ordered, run.jobs)[cols]
+    st.dataframe(shown, hide_index=True, column_config=SUMMARY_CONFIG, width="stretch",
+                 height=table_height(len(shown)), placeholder=EMPTY)
     st.caption(f"Step time T: median over the timed (untraced) steps and ranks, whiskers p10–p90; noisy = "
                f"p90/p10 > 1.5. Comm, exposed comm and overlap: per traced step, from the trace where it shows "
                f"communication, else from the recorded collectives (column 'measured from'); 'gap' is the trace's "
                f"overlap minus the intervals' on the same steps, and ⚠ marks a gap above 5 points. "
                f"{FORMULAS['comm_fraction']} {FORMULAS['overlap_pct']} Hover a column header for its formula.")
-
-
-def compare_overview(runs: list) -> None:
-    """Step time of the same jobs in both runs, grouped bars."""
-    st.plotly_chart(comparison_figure({r.path.name: data.job_summary(r, data.key(r)) for r in runs}),
-                    key="ov-compare")
 
 
 def _step_cards(run, job: str, step: int, job_row: pd.Series) -> None:
@@ -85,7 +87,7 @@ def _step_cards(run, job: str, step: int, job_row: pd.Series) -> None:
                               "exposed_ms": job_row["exposed_ms"], "overlap_pct": job_row["overlap_pct"],
                               "source": f"{job_row.get('comm_source', '')} (all traced steps)"}])
     table = pd.concat([ranks.assign(rank=ranks["rank"].map(lambda r: f"rank {r}")), job_line], ignore_index=True)
-    st.dataframe(table, hide_index=True, width="stretch", column_config={
+    st.dataframe(table, hide_index=True, width="stretch", placeholder=EMPTY, column_config={
         "rank": st.column_config.TextColumn(f"step {step}"),
         **{k: SUMMARY_CONFIG[k] for k in ("step_ms", "comm_ms", "exposed_ms", "overlap_pct")},
         "source": st.column_config.TextColumn("measured from", help=FORMULAS.get("comm_source", ""))})
@@ -174,4 +176,8 @@ def scaling_view(run) -> None:
                     "speedup": NUM("speedup S(N)", help=FORMULAS["speedup_" + mode], format="%.2f"),
                     "efficiency": NUM("efficiency", help=FORMULAS["efficiency_" + mode], format="percent"),
                     "ideal_speedup": NUM("ideal S(N)", format="%.0f")}
-        st.dataframe(df, hide_index=True, column_config=cfg_cols, width="stretch")
+        shown = df.assign(bucket_mb=[bucket_text(v, b) for v, b in zip(df["variant"], df["bucket_mb"])]) \
+            if {"variant", "bucket_mb"} <= set(df.columns) else df
+        cfg_cols["bucket_mb"] = SUMMARY_CONFIG["bucket_mb"]
+        st.dataframe(shown, hide_index=True, column_config=cfg_cols, width="stretch", placeholder=EMPTY,
+                     height=table_height(len(shown)))

@@ -1,75 +1,24 @@
-"""Ring messages, Bandwidth, Buckets and Traces views.
+"""Bandwidth, Buckets and Traces views (the Ring messages view lives in views_ring.py).
 
-Why the ring view puts the chunk slider next to the message lanes: the lanes show *when* bytes
-move, the slider shows *what* each rank holds after each step; together they explain why every
-rank ends with the full sum after 2(N−1) steps while sending only 2(N−1)/N of the tensor.
+Why the Traces view opens Perfetto itself: a trace is only useful once it is open in a trace
+viewer; a download plus a drag-and-drop loses most readers on the way. Download names carry the
+run id, so files from two runs never overwrite each other in a Downloads folder.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+import streamlit.components.v1 as components
 
+from dpcore.contract.units import EMPTY, binary_size
 from dpcore.read.dashboard import data, figures
 from dpcore.read.dashboard.formulas import FORMULAS
-
-ALGO_NOTES = {
-    "ring": "Ring: 2(N−1) steps, each rank sends one 1/N chunk per step to its right neighbour "
-            "(reduce-scatter adds, all-gather copies): 2N(N−1) chunk messages in all (each split into sub-messages when a chunk is large, to pipeline), bandwidth-optimal.",
-    "naive": "Naive: every rank sends its whole tensor to every other rank: N(N−1) full-size messages.",
-    "central": "Central: everything is gathered to rank 0, reduced there and broadcast back: rank 0 is the "
-               "bottleneck, its link carries 2(N−1) full tensors.",
-}
-
-
-def _pick(label: str, options: list, key: str, default=None, **kw):
-    index = options.index(default) if default in options else 0
-    return st.selectbox(label, options, index=index, key=key, **kw)
-
-
-def ring_view(run) -> None:
-    """Message lanes for one job/step/call, wait vs transfer per ring step, chunk slider, message counts."""
-    msgs = run.messages
-    if msgs.empty:
-        st.info("This run recorded no point-to-point messages: run the `ring`, `central` variants or "
-                "`python -m dpcore allreduce --algos ring,naive,central` to see them.")
-        return
-    counts = data.message_counts(run, data.key(run))
-    jobs = list(dict.fromkeys(counts["job_id"])) if not counts.empty else sorted(msgs["job_id"].unique())
-    ring_jobs = [j for j, a in zip(counts["job_id"], counts["algo"]) if a == "ring"] if not counts.empty else []
-    c1, c2, c3 = st.columns([2, 1, 1])
-    with c1:
-        job = _pick("Job", jobs, f"rg-job-{run.path}", ring_jobs[-1] if ring_jobs else None)
-    jm = msgs[msgs["job_id"] == job]
-    step = c2.selectbox("Step", sorted(int(s) for s in jm["step"].unique()), key=f"rg-step-{run.path}-{job}")
-    jm = jm[jm["step"] == step]
-    call = c3.selectbox("All-reduce call", sorted(int(c) for c in jm["call"].unique()),
-                        key=f"rg-call-{run.path}-{job}-{step}")
-    sel = jm[jm["call"] == call]
-    algo = str(sel["algo"].iloc[0]) if not sel.empty else "?"
-    ws = int(max(sel["src"].max(), sel["dst"].max()) + 1) if not sel.empty else 1
-    st.plotly_chart(figures.messages(run, data.key(run), job, step, call, f"{job} · {algo} · {len(sel) // 2} messages"),
-                    key=f"rg-{run.path}-{job}")
-    st.caption("Each rank is a lane. A message is a bar on the sender (above the lane centre: isend posted → "
-               "done) and on the receiver (below, faded: irecv posted → done), joined by an arrow. "
-               + ALGO_NOTES.get(algo, ""))
-    if algo == "ring":
-        left, right = st.columns(2)
-        with left:
-            st.markdown("**Wait vs transfer per ring step**")
-            st.plotly_chart(figures.wait_transfer(run, data.key(run), job, step, call), key=f"rg-wt-{run.path}-{job}")
-            st.caption(FORMULAS["ring_wait"])
-        with right:
-            st.markdown(f"**Which chunk each rank holds (N = {ws})**")
-            st.plotly_chart(figures.chunks(ws), key=f"rg-ch-{run.path}-{ws}")
-            st.caption("Move the slider through the steps. A cell counts how many ranks' gradients the rank's copy "
-                       "of that chunk already sums; after reduce-scatter each rank owns one complete chunk (N), "
-                       "all-gather then copies the complete chunks around the ring.")
-    st.markdown("**Messages per all-reduce call, per job**")
-    st.plotly_chart(figures.counts(run, data.key(run)), key=f"rg-cnt-{run.path}")
-    st.caption(" ".join(ALGO_NOTES.values()))
-
+from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
+from dpcore.read.dashboard.tables import bandwidth_rows, bucket_rows, table_height
+from dpcore.read.dashboard.views_ring import ring_view  # noqa: F401 - app.py imports it from here
 
 def bandwidth_view(run) -> None:
     """algbw/busbw against message size, log axes, per algorithm and world size."""
@@ -78,10 +27,13 @@ def bandwidth_view(run) -> None:
     st.caption(f"{FORMULAS['algbw']} {FORMULAS['busbw']} busbw makes different N comparable: for a "
                "bandwidth-optimal all-reduce it approaches the link speed. Small messages are latency-bound.")
     if not df.empty:
-        st.dataframe(df, hide_index=True, width="stretch", column_config={
+        shown = bandwidth_rows(df)
+        st.dataframe(shown, hide_index=True, width="stretch", height=table_height(len(shown)), placeholder=EMPTY,
+                     column_config={
             "algbw_gbps": st.column_config.NumberColumn("algbw (GB/s)", help=FORMULAS["algbw"], format="%.3f"),
             "busbw_gbps": st.column_config.NumberColumn("busbw (GB/s)", help=FORMULAS["busbw"], format="%.3f"),
-            "bytes": st.column_config.NumberColumn("bytes", format="compact")})
+            "size": st.column_config.TextColumn("size", help="Message size in binary units (MiB = 2^20 bytes)."),
+            "bytes": st.column_config.NumberColumn("bytes", format="%d")})
 
 
 def buckets_view(run) -> None:
@@ -89,7 +41,12 @@ def buckets_view(run) -> None:
     st.plotly_chart(figures.buckets(run, data.key(run)), key=f"bk-{run.path}")
     df = data.bucket_sweep(run, data.key(run))
     if not df.empty:
-        st.dataframe(df, hide_index=True, width="stretch", column_config={
+        shown = bucket_rows(df)
+        st.dataframe(shown, hide_index=True, width="stretch", height=table_height(len(shown)), placeholder=EMPTY,
+                     column_config={
+            "bucket_mb": st.column_config.TextColumn("bucket cap", help="Gradient bucket cap (MiB = 2^20 bytes)."),
+            "comm_ops": st.column_config.NumberColumn("all-reduces per step", format="%d",
+                                                      help="How many buckets the gradients made."),
             "step_ms": st.column_config.NumberColumn("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
             "exposed_ms": st.column_config.NumberColumn("exposed E (ms)", help=FORMULAS["exposed_ms"], format="%.2f"),
             "overlap_pct": st.column_config.NumberColumn("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%")})
@@ -97,11 +54,37 @@ def buckets_view(run) -> None:
                f"start after the whole backward and hides nothing. {FORMULAS['exposed_ms']} {FORMULAS['step_ms']}")
 
 
+def download_name(run, job: str, file_name: str) -> str:
+    """`<run_id>-<job_id>-rank0.json.gz`: the run id (from run.json, else the folder) keeps files of
+    two runs apart; anything but letters, digits, '.', '_' and '-' becomes '_'."""
+    meta = run.meta if isinstance(run.meta, dict) else {}
+    run_id = meta.get("run_id") if isinstance(meta.get("run_id"), str) and meta.get("run_id") else run.path.name
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{run_id}-{job}-{file_name}")
+
+
+def _perfetto_button(run, job: str, files: dict[str, Path], root: Path) -> None:
+    """Pick one trace file and open it in Perfetto with one click (or say why it cannot be)."""
+    names = sorted(files, key=lambda n: (n != "merged", n))
+    c1, c2 = st.columns([1, 3])
+    name = c1.selectbox("Trace to open", names, key=f"tr-open-{run.path}-{job}",
+                        help="merged: every rank in one trace, messages drawn as flows")
+    path = files[name]
+    size = path.stat().st_size
+    with c2:
+        if too_big(size):
+            st.info(f"{path.name} is {binary_size(size)}: above the {binary_size(MAX_EMBED_BYTES)} this page embeds "
+                    "for Perfetto. Download it below and drag it onto https://ui.perfetto.dev.")
+            return
+        components.html(perfetto_html(data.file_reader(path, root)(), f"{run.path.name} · {job} · {name}",
+                                      download_name(run, job, path.name)), height=72)
+
+
 def traces_view(run, root: Path) -> None:
-    """Download buttons for each rank's Chrome trace and the merged one, with how to open them."""
-    st.caption("Each file is a torch.profiler Chrome trace (gzip JSON). Open **https://ui.perfetto.dev** and drag the "
-               "file onto the page (no upload: Perfetto runs in your browser), or open `chrome://tracing` in "
-               "Chrome/Chromium and press *Load*. `merged` holds every rank in one trace, messages drawn as flows.")
+    """Open a trace in Perfetto with one click; download buttons for each rank's trace and the merged one."""
+    st.caption("Each file is a torch.profiler Chrome trace (gzip JSON). **Open in Perfetto** opens "
+               "https://ui.perfetto.dev in a new tab and hands it the trace from this page (nothing is uploaded; "
+               f"traces up to {binary_size(MAX_EMBED_BYTES)}). Or download a file and drag it onto Perfetto, or load "
+               "it in `chrome://tracing`. `merged` holds every rank in one trace, messages drawn as flows.")
     rows = []
     for job in run.jobs["job_id"]:
         files = data.trace_files(run, str(job), root)
@@ -112,11 +95,14 @@ def traces_view(run, root: Path) -> None:
         return
     job = st.selectbox("Job", [j for j, _ in rows], key=f"tr-job-{run.path}")
     files = dict(rows)[job]
+    _perfetto_button(run, job, files, root)
     cols = st.columns(min(4, len(files)))
     for i, (name, path) in enumerate(sorted(files.items(), key=lambda kv: (kv[0] != "merged", kv[0]))):
         size = path.stat().st_size
         cols[i % len(cols)].download_button(
-            f"{name} ({size / 1024:.0f} KB)", data.file_reader(path, root), file_name=f"{job}-{path.name}",
+            f"{name} ({binary_size(size)})", data.file_reader(path, root), file_name=download_name(run, job, path.name),
             mime="application/gzip", key=f"tr-{run.path}-{job}-{name}", on_click="ignore")
-    st.dataframe(pd.DataFrame({"file": [str(p.relative_to(run.path)) for p in files.values()],
-                               "bytes": [p.stat().st_size for p in files.values()]}), hide_index=True)
+    table = pd.DataFrame({"file": [str(p.relative_to(run.path)) for p in files.values()],
+                          "size": [binary_size(p.stat().st_size) for p in files.values()],
+                          "bytes": [p.stat().st_size for p in files.values()]})
+    st.dataframe(table, hide_index=True, height=table_height(len(table)), placeholder=EMPTY)

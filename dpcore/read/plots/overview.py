@@ -27,8 +27,9 @@ def label_jobs(summary: pd.DataFrame) -> pd.Series:
                       zip(summary["variant"], summary["world_size"], summary["bucket_mb"], multi)], index=summary.index)
 
 
-def breakdown_figure(summary: pd.DataFrame, title: str | None = None) -> go.Figure:
-    """Stacked bars per (variant, world size): compute-only + overlapped + exposed + other = step time."""
+def breakdown_figure(summary: pd.DataFrame, title: str | None = None, y_max: float | None = None) -> go.Figure:
+    """Stacked bars per (variant, world size): compute-only + overlapped + exposed + other = step time.
+    ``y_max``: a fixed top of the y-axis, so that two runs' charts side by side share one scale."""
     if summary is None or summary.empty:
         return empty_figure("No completed training jobs in this run.")
     df = summary.dropna(subset=["step_ms"])
@@ -45,7 +46,7 @@ def breakdown_figure(summary: pd.DataFrame, title: str | None = None) -> go.Figu
             hovertemplate=("%{x}<br>" + name + ": %{y:.2f} ms<br>step T: %{customdata[0]:.2f} ms"
                            "<br>comm fraction E/T: %{customdata[1]:.1%}<br>overlap: %{customdata[2]:.0f}%<extra></extra>"),
         )
-    _add_spread(fig, df)
+    _add_spread(fig, df, y_max)
     fig.update_layout(barmode="stack", xaxis_title="variant × world size",
                       yaxis_title="ms per step (median; whiskers p10–p90)")
     return base_layout(fig, title)
@@ -67,8 +68,8 @@ def robust_y_max(step_ms: pd.Series, p90: pd.Series) -> float | None:
     return 1.15 * float(pd.concat([step_ms[ok], p90[ok]]).max())
 
 
-def _add_spread(fig: go.Figure, df: pd.DataFrame) -> None:
-    """p10–p90 whiskers on top of each stack, a marker on noisy jobs, a capped y-axis."""
+def _add_spread(fig: go.Figure, df: pd.DataFrame, y_max: float | None = None) -> None:
+    """p10–p90 whiskers on top of each stack, a marker on noisy jobs, a capped (or given) y-axis."""
     if "step_ms_p10" not in df or "step_ms_p90" not in df:
         return
     noisy = df["noisy"].fillna(False).astype(bool) if "noisy" in df else pd.Series(False, index=df.index)
@@ -81,7 +82,7 @@ def _add_spread(fig: go.Figure, df: pd.DataFrame) -> None:
                                                                        for n in noisy],
         hovertemplate="%{x}<br>median %{y:.2f} ms, p10 %{customdata[0]:.2f}, p90 %{customdata[1]:.2f}"
                       "<br>%{text}<extra></extra>")
-    top = robust_y_max(df["step_ms"], df["step_ms_p90"])
+    top = y_max if y_max is not None else robust_y_max(df["step_ms"], df["step_ms_p90"])
     if top is None:
         return
     fig.update_yaxes(range=[0, top])

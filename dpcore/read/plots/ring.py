@@ -2,10 +2,12 @@
 
 Why: the ring all-reduce is easiest to understand by watching it. Each rank is a lane; every
 point-to-point message is a bar on the sender (isend posted → done) and on the receiver (irecv
-posted → done), joined by an arrow from send start to receive end. Reduce-scatter and all-gather
-get different colors, so the 2(N−1) steps and their chunk-sized messages are countable, and the
-same picture for `naive` (N(N−1) whole-tensor messages) or `central` (everything through rank 0)
-shows why the ring wins on bandwidth.
+posted → done) in two different colours, joined by an arrow from send start to receive end. The
+arrows of reduce-scatter and all-gather get different colors, so the 2(N−1) steps and their
+chunk-sized messages are countable, and the same picture for `naive` (N(N−1) whole-tensor
+messages) or `central` (everything through rank 0) shows why the ring wins on bandwidth. The
+pipelined ring splits a large chunk into sub-messages; drawn one by one they are a tangle, so
+by default each (chunk, ring step) is one arrow with its sub-messages aggregated.
 """
 from __future__ import annotations
 
@@ -15,45 +17,69 @@ import plotly.graph_objects as go
 
 from dpcore.contract.messages import pair_messages
 from dpcore.contract.runformat import MESSAGE_KEY
-from dpcore.read.plots.style import PHASE_COLORS, base_layout, color_for, empty_figure
+from dpcore.contract.units import binary_size
+from dpcore.read.plots.style import PHASE_COLORS, SIDE_COLORS, base_layout, color_for, empty_figure
 
 MAX_MESSAGES = 3000
+#: Bar patterns by phase, in the order phases first appear: the bar colour says send or receive.
+PATTERNS = ["", "/", "x", ".", "+"]
+SIDE_LABEL = {"send": "send", "recv": "receive"}  # bars run from isend/irecv posted to done
 
 
-def message_figure(msgs: pd.DataFrame, title: str | None = None) -> go.Figure:
-    """Lanes per rank: send bars above the lane center, receive bars below, arrows sender → receiver."""
+def aggregate_pieces(msgs: pd.DataFrame) -> pd.DataFrame:
+    """One row per logical message and side: the pipelined ring sends a chunk as S sub-messages
+    sharing one key (``MESSAGE_KEY``); they become one bar from the first post to the last
+    completion, with the bytes summed and ``pieces`` = S. Reshaping only."""
+    if msgs is None or msgs.empty:
+        return msgs
+    keys = [k for k in MESSAGE_KEY if k in msgs.columns] + ["rank", "side"]
+    g = msgs.groupby(keys, sort=False, dropna=False)
+    out = g.agg(t_post_ns=("t_post_ns", "min"), t_done_ns=("t_done_ns", "max"), bytes=("bytes", "sum"),
+                pieces=("t_post_ns", "size")).reset_index()
+    return out
+
+
+def message_figure(msgs: pd.DataFrame, title: str | None = None, show_pieces: bool = False,
+                   label_size: int = 0) -> go.Figure:
+    """Lanes per rank: send bars above the lane centre, receive bars below (different colours),
+    one arrow per message from send start to receive end, coloured by phase. Sub-messages of a
+    pipelined chunk are drawn as one message unless ``show_pieces``; ``label_size`` > 0 writes
+    the chunk on each arrow."""
     if msgs is None or msgs.empty:
         return empty_figure("No point-to-point messages for this selection.")
     msgs = msgs.head(2 * MAX_MESSAGES)
+    if "pieces" not in msgs:
+        msgs = msgs.assign(pieces=1) if show_pieces else aggregate_pieces(msgs)
     t0 = float(msgs["t_post_ns"].min())
     df = msgs.assign(start=(msgs["t_post_ns"] - t0) / 1e6, end=(msgs["t_done_ns"] - t0) / 1e6)
     df["y"] = df["rank"] + np.where(df["side"] == "send", -0.18, 0.18)
     fig = go.Figure()
-    for phase, part in df.groupby("phase", sort=False):
-        color = color_for(str(phase), PHASE_COLORS)
-        for side, opacity in (("send", 1.0), ("recv", 0.5)):
+    for i, (phase, part) in enumerate(df.groupby("phase", sort=False)):
+        for side in ("send", "recv"):
             p = part[part["side"] == side]
             if p.empty:
                 continue
             fig.add_bar(
                 y=p["y"], x=(p["end"] - p["start"]).clip(lower=1e-4), base=p["start"], orientation="h", width=0.3,
-                marker=dict(color=color, opacity=opacity, line_width=0), name=f"{phase} ({side})",
-                legendgroup=str(phase),
-                customdata=np.column_stack([p["src"], p["dst"], p["chunk"], p["bytes"], p["ring_step"],
-                                            p["end"] - p["start"]]),
-                hovertemplate=(f"{phase} {side}" + "<br>%{customdata[0]} → %{customdata[1]}, chunk %{customdata[2]}"
-                               "<br>%{customdata[3]:,} bytes, step %{customdata[4]}<br>%{customdata[5]:.3f} ms"
-                               "<extra></extra>"))
-        _add_arrows(fig, part, color, str(phase))
+                marker=dict(color=SIDE_COLORS[side], line=dict(color=color_for(str(phase), PHASE_COLORS), width=1),
+                            pattern=dict(shape=PATTERNS[i % len(PATTERNS)], fgcolor="white", solidity=0.3)),
+                name=f"{SIDE_LABEL[side]} · {phase}", legendgroup=f"{phase}-{side}",
+                customdata=np.column_stack([p["src"], p["dst"], p["chunk"], [binary_size(b) for b in p["bytes"]],
+                                            p["ring_step"], p["end"] - p["start"], p["pieces"]]),
+                hovertemplate=(f"{phase} {side}" + "<br>rank %{customdata[0]} → rank %{customdata[1]}, chunk "
+                               "%{customdata[2]}<br>%{customdata[3]} in %{customdata[6]} sub-message(s), ring step "
+                               "%{customdata[4]}<br>%{customdata[5]:.3f} ms<extra></extra>"))
+        _add_arrows(fig, part, color_for(str(phase), PHASE_COLORS), str(phase), label_size)
     ranks = sorted(int(r) for r in df["rank"].unique())
     fig.update_yaxes(tickvals=ranks, ticktext=[f"rank {r}" for r in ranks], autorange="reversed", title=None)
     fig.update_xaxes(title="ms since the first message was posted")
     fig.update_layout(barmode="overlay")
-    return base_layout(fig, title, height=max(260, 90 * len(ranks) + 120))
+    return base_layout(fig, title, height=max(300, 110 * len(ranks) + 140))
 
 
-def _add_arrows(fig: go.Figure, part: pd.DataFrame, color: str, phase: str) -> None:
-    """One line trace with None breaks (cheap even for thousands of arrows), arrowheads at the receiver."""
+def _add_arrows(fig: go.Figure, part: pd.DataFrame, color: str, phase: str, label_size: int = 0) -> None:
+    """One line trace with None breaks (cheap even for thousands of arrows), arrowheads at the
+    receiver; optional chunk labels at the arrows' midpoints."""
     keys = list(part[[k for k in MESSAGE_KEY if k in part.columns]].astype(str).itertuples(index=False))
     idx = pair_messages(keys, part["side"].tolist(), part["t_post_ns"].tolist())
     if not idx:
@@ -63,9 +89,16 @@ def _add_arrows(fig: go.Figure, part: pd.DataFrame, color: str, phase: str) -> N
     xs = np.column_stack([snd["start"], rcv["end"], np.full(n, np.nan)]).ravel()
     ys = np.column_stack([snd["y"], rcv["y"], np.full(n, np.nan)]).ravel()
     sym = np.tile(["circle", "arrow", "circle"], n)
-    fig.add_scatter(x=xs, y=ys, mode="lines+markers", line=dict(color=color, width=1),
-                    marker=dict(symbol=sym, size=np.tile([3, 9, 0], n), angleref="previous", color=color),
-                    name=f"{phase} message", legendgroup=phase, showlegend=False, hoverinfo="skip")
+    fig.add_scatter(x=xs, y=ys, mode="lines+markers", line=dict(color=color, width=1.5),
+                    marker=dict(symbol=sym, size=np.tile([4, 11, 0], n), angleref="previous", color=color),
+                    name=f"{phase} message →", legendgroup=f"{phase}-msg", hoverinfo="skip")
+    if label_size > 0:
+        pieces = snd["pieces"].to_numpy() if "pieces" in snd else np.ones(n)
+        text = [f"chunk {c}" + (f" ×{int(k)}" if k > 1 else "") for c, k in zip(snd["chunk"], pieces)]
+        fig.add_scatter(x=(snd["start"].to_numpy() + rcv["end"].to_numpy()) / 2,
+                        y=(snd["y"].to_numpy() + rcv["y"].to_numpy()) / 2, mode="text", text=text,
+                        textfont=dict(size=label_size, color=color), textposition="middle right",
+                        showlegend=False, hoverinfo="skip", legendgroup=f"{phase}-msg")
 
 
 def wait_transfer_figure(times: pd.DataFrame) -> go.Figure:

@@ -8,10 +8,13 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from dpcore.contract.units import mib_size
+
 VARIANT_COLORS: dict[str, str] = {
     "single": "#7f7f7f", "manual": "#bcbd22", "naive": "#d62728", "flat": "#ff7f0e", "central": "#8c564b",
     "ring": "#1f77b4", "overlap": "#17becf", "bucketed": "#2ca02c", "torch_ddp": "#9467bd",
     "data_parallel": "#e377c2", "native": "#9467bd",
+    "zero1": "#aec7e8", "torch_zero1": "#c5b0d5", "fsdp": "#98df8a", "torch_fsdp": "#ffbb78",
 }
 COMPONENT_COLORS: dict[str, str] = {
     "compute": "#4c78a8", "overlapped": "#72b7b2", "exposed": "#e45756", "other": "#bab0ac",
@@ -21,8 +24,26 @@ PHASE_COLORS: dict[str, str] = {
     "reduce_scatter": "#e45756", "all_gather": "#4c78a8", "gather": "#f58518", "broadcast": "#54a24b",
     "exchange": "#b279a2",
 }
+#: Bars of the message picture: a send and its receive must never look alike.
+SIDE_COLORS: dict[str, str] = {"send": "#f58518", "recv": "#72b7b2"}
 VARIANT_ORDER = ["single", "manual", "data_parallel", "naive", "flat", "central", "ring", "overlap", "bucketed",
-                 "torch_ddp"]
+                 "torch_ddp", "zero1", "torch_zero1", "fsdp", "torch_fsdp"]
+#: One color per collective (``dpcore.read.analysis.kinds.comm_op``), so the Timeline shows
+#: FSDP's all-gathers and reduce-scatters apart from DDP's all-reduces. All-reduce keeps the comm
+#: lane's orange; none is the compute blue.
+OP_COLORS: dict[str, str] = {
+    "all_reduce": "#f58518", "all_gather": "#b279a2", "reduce_scatter": "#e45756", "broadcast": "#54a24b",
+    "send_recv": "#9d755d", "other": "#bab0ac",
+}
+OP_LABELS: dict[str, str] = {
+    "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+    "broadcast": "broadcast", "send_recv": "send/recv", "other": "other comm",
+}
+#: Memory kinds (memory.csv), stacked in this order: what the model is, what backward adds,
+#: what the optimizer keeps, and the rest.
+MEMORY_COLORS: dict[str, str] = {
+    "param_bytes": "#4c78a8", "grad_bytes": "#f58518", "optim_bytes": "#54a24b", "other_bytes": "#bab0ac",
+}
 FALLBACK = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
@@ -66,8 +87,8 @@ def variant_rank(variants: pd.Series) -> pd.Series:
 
 
 def job_label(variant: object, world_size: object, bucket_mb: object = None, show_bucket: bool = False) -> str:
-    """Short x-axis label of a job: 'ring ×4' or 'bucketed ×2 · 5 MB'."""
+    """Short x-axis label of a job: 'ring ×4' or 'bucketed ×2 · 5 MiB' (binary units, as everywhere)."""
     label = f"{variant} ×{int(world_size)}" if world_size == world_size and world_size is not None else str(variant)
     if show_bucket and bucket_mb is not None and bucket_mb == bucket_mb:
-        label += f" · {float(bucket_mb):g} MB"
+        label += f" · {mib_size(bucket_mb)}"
     return label

@@ -6,6 +6,10 @@ Why reduce first: a torch.profiler trace easily holds 250,000 events; a browser 
 many SVG bars, and at screen resolution most of them are sub-pixel anyway. We merge intervals of
 a lane that touch within one "pixel" of time into a single bar (hover says how many ops it holds)
 until each lane has at most `max_bars_per_lane` bars.
+Why one colour per collective: sharded variants mix collectives in one step (FSDP all-gathers
+parameters before each module's forward and backward, then reduce-scatters gradients); the comm
+lane draws each family (``dpcore.read.analysis.kinds.comm_op``) in its own colour, and bars of
+different families are never merged into one.
 """
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.read.plots.style import LANE_COLORS, base_layout, empty_figure
+from dpcore.read.analysis.kinds import comm_op
+from dpcore.read.plots.style import LANE_COLORS, OP_COLORS, OP_LABELS, base_layout, empty_figure
 
 COLS = ["rank", "lane", "name", "start_ms", "end_ms"]
 
@@ -29,19 +34,23 @@ def _merge_lane(lane: pd.DataFrame, tol: float) -> pd.DataFrame:
     new = np.ones(len(lane), dtype=bool)
     new[1:] = starts[1:] > run_end[:-1] + tol
     g = lane.assign(_g=np.cumsum(new)).groupby("_g", sort=False)
+    extra = {"op": ("op", "first")} if "op" in lane else {}
     out = g.agg(rank=("rank", "first"), lane=("lane", "first"), name=("name", "first"),
-                start_ms=("start_ms", "min"), end_ms=("end_ms", "max"), ops=("ops", "sum"))
+                start_ms=("start_ms", "min"), end_ms=("end_ms", "max"), ops=("ops", "sum"), **extra)
     return out.reset_index(drop=True)
 
 
 def reduce_intervals(df: pd.DataFrame, max_bars_per_lane: int = 1500) -> pd.DataFrame:
-    """Cap the bars per (rank, lane) by merging near-adjacent intervals; adds an `ops` count column."""
+    """Cap the bars per (rank, lane) by merging near-adjacent intervals; adds an `ops` count column.
+
+    With an ``op`` column (the collective family of comm bars), only bars of one family merge."""
     df = df.assign(ops=1)
     if df.empty:
         return df
     span = float(df["end_ms"].max() - df["start_ms"].min()) or 1.0
     parts = []
-    for _, lane in df.groupby(["rank", "lane"], sort=True):
+    keys = ["rank", "lane"] + (["op"] if "op" in df else [])
+    for _, lane in df.groupby(keys, sort=True):
         tol = span / (4 * max_bars_per_lane)
         while len(lane) > max_bars_per_lane:
             lane, tol = _merge_lane(lane, tol), tol * 2
@@ -60,21 +69,28 @@ def lane_order(ranks: list[int]) -> list[str]:
 
 def timeline_figure(intervals: pd.DataFrame, title: str | None = None,
                     max_bars_per_lane: int = 1500) -> go.Figure:
-    """Horizontal bars (base = start, length = duration) in one trace per lane kind; zoom with the mouse."""
+    """Horizontal bars (base = start, length = duration): one trace for compute and one per
+    collective family on the comm lanes (all-reduce, all-gather, reduce-scatter, ...); zoom with the mouse."""
     if intervals is None or intervals.empty:
         return empty_figure("No intervals recorded for this job and step.")
-    df = reduce_intervals(intervals[COLS].dropna(subset=["start_ms", "end_ms"]), max_bars_per_lane)
+    df = intervals[COLS].dropna(subset=["start_ms", "end_ms"])
+    names = df["name"].astype(str)
+    ops = names.map({n: comm_op(n) for n in names.unique()})  # one classification per distinct name
+    df = df.assign(op=ops.where(df["lane"] == "comm", ""))
+    df = reduce_intervals(df, max_bars_per_lane)
     ranks = sorted(int(r) for r in df["rank"].unique())
     order = lane_order(ranks)
     fig = go.Figure()
-    for lane in ("compute", "comm"):
-        part = df[df["lane"] == lane]
+    kinds = [("compute", "", "compute", LANE_COLORS["compute"])] + [
+        ("comm", op, OP_LABELS[op], OP_COLORS[op]) for op in OP_COLORS]
+    for lane, op, label, color in kinds:
+        part = df[(df["lane"] == lane) & (df["op"] == op)]
         if part.empty:
             continue
         dur = (part["end_ms"] - part["start_ms"]).clip(lower=1e-4)
         fig.add_bar(
             y=[f"rank {int(r)} · {lane}" for r in part["rank"]], x=dur, base=part["start_ms"], orientation="h",
-            name=lane, marker_color=LANE_COLORS[lane], marker_line_width=0,
+            name=label, marker_color=color, marker_line_width=0,
             customdata=np.column_stack([part["name"].astype(str), dur, part["start_ms"]]),
             hovertemplate="%{customdata[0]}<br>start %{customdata[2]:.3f} ms · duration %{customdata[1]:.3f} ms"
                           "<extra>%{y}</extra>",

@@ -17,7 +17,7 @@ collective sequence even if gradients become ready in a different order.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -26,27 +26,7 @@ from torch.profiler import record_function
 
 from dpcore.write.variants.base import DPWrapper
 
-MB = 1024 * 1024  # bucket_cap_mb is MiB in DDP too
-
-
-def assign_buckets(sizes: Sequence[int], cap_bytes: float,
-                   keys: Sequence[Any] | None = None) -> list[list[int]]:
-    """Greedy bucket assignment of tensors given in launch order (pure, testable).
-
-    A bucket closes when adding the next tensor would pass ``cap_bytes`` (a tensor bigger
-    than the cap gets a bucket of its own) or when the key (dtype/device) changes.
-    """
-    buckets: list[list[int]] = []
-    size = 0.0
-    for i, nbytes in enumerate(sizes):
-        new_key = keys is not None and buckets and keys[buckets[-1][-1]] != keys[i]
-        if not buckets or new_key or size + nbytes > cap_bytes:
-            buckets.append([i])
-            size = float(nbytes)
-        else:
-            buckets[-1].append(i)
-            size += nbytes
-    return buckets
+from dpcore.contract.buckets import MB, assign_buckets  # noqa: F401  (re-exported)
 
 
 class _Bucket:
@@ -141,6 +121,14 @@ class BucketedDP(DPWrapper):
 
     def on_train_batch_start(self) -> None:
         self._prepare()
+
+    def memory_tensors(self, optimizer: torch.optim.Optimizer | None = None
+                       ) -> dict[str, list[torch.Tensor]]:
+        """As every variant, plus the bucket buffers: they outlive ``zero_grad(set_to_none)``,
+        so without them memory.csv would miss P bytes that DDP-style bucketing really holds."""
+        held = super().memory_tensors(optimizer)
+        held["other"] = held["other"] + [b.buffer for b in self.buckets]
+        return held
 
     def _sync(self) -> None:
         for b in self.buckets:  # buckets holding parameters that got no gradient

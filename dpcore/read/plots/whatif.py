@@ -1,0 +1,98 @@
+"""What-if figures (inputs: `dpcore.read.analysis.whatif` frames). Pure plotly, no st.* calls.
+
+Why three pictures: the breakdown says what the step would be made of (compute, comm hidden
+under backward, comm exposed after it); the replayed timeline shows why (which bucket waits for
+which gradients, and for the bucket before it); the sweep puts the prediction on the same axes
+as what the run measured, so the model's error is visible, not just claimed.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from dpcore.read.plots.style import COMPONENT_COLORS, LANE_COLORS, base_layout, empty_figure, legend_right
+
+#: Stacked parts of a predicted step, bottom to top: (column, legend, color).
+PARTS = [("compute_only_ms", "compute (no comm in flight)", COMPONENT_COLORS["compute"]),
+         ("hidden_comm_ms", "hidden comm (under backward)", COMPONENT_COLORS["overlapped"]),
+         ("exposed_comm_ms", "exposed comm", COMPONENT_COLORS["exposed"]),
+         ("other_ms", "other (bookkeeping)", COMPONENT_COLORS["other"])]
+MEASURED = dict(symbol="diamond", size=12, color="#000000")
+
+
+def _label(mb: float) -> str:
+    return f"{mb:g} MB"
+
+
+def breakdown_figure(cells: pd.DataFrame, chosen_mb: float | None = None) -> go.Figure:
+    """Stacked predicted step per bucket size (WHATIF_COLUMNS rows of one world size), with the
+    run's measured step time of the same cell as a black diamond."""
+    if cells is None or cells.empty:
+        return empty_figure("Nothing to predict.")
+    df = cells.sort_values("bucket_mb").assign(
+        compute_only_ms=lambda d: (d["compute_ms"] - d["hidden_comm_ms"]).clip(lower=0))
+    x = [_label(b) for b in df["bucket_mb"]]
+    fig = go.Figure()
+    for col, name, color in PARTS:
+        fig.add_bar(x=x, y=df[col], name=name, marker_color=color,
+                    hovertemplate=name + ": %{y:.1f} ms<extra></extra>")
+    meas = df["measured_step_ms"].notna() if "measured_step_ms" in df else pd.Series(False, index=df.index)
+    if meas.any():
+        fig.add_scatter(x=[xi for xi, m in zip(x, meas) if m], y=df.loc[meas, "measured_step_ms"], mode="markers",
+                        name="measured step (same cell)", marker=MEASURED,
+                        hovertemplate="measured %{y:.1f} ms<extra></extra>")
+    if chosen_mb is not None and chosen_mb in set(df["bucket_mb"]):
+        fig.add_annotation(x=_label(chosen_mb), y=float(df.loc[df["bucket_mb"] == chosen_mb, "step_ms"].iloc[0]),
+                           text="chosen", showarrow=True, arrowhead=2, ay=-30)
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="bucket size", type="category")
+    fig.update_yaxes(title="predicted step (ms)", rangemode="tozero")
+    return legend_right(base_layout(fig, None, height=380))
+
+
+def timeline_figure(lanes: pd.DataFrame) -> go.Figure:
+    """The replayed step: one row per rank (forward, backward, optimizer) and one comm row of
+    buckets; a tick where each bucket became ready on every rank. Input: ``replay_lanes``."""
+    if lanes is None or lanes.empty:
+        return empty_figure("No replay to draw.")
+    fig = go.Figure()
+    colors = {"forward": "#9ecae9", "backward": LANE_COLORS["compute"], "optimizer": "#54a24b",
+              "bucket": LANE_COLORS["comm"], "bookkeeping": COMPONENT_COLORS["other"]}
+    bars = lanes[lanes["kind"] != "ready"]
+    for kind, part in bars.groupby("kind", sort=False):
+        fig.add_bar(y=part["lane"], x=part["end_ms"] - part["start_ms"], base=part["start_ms"], orientation="h",
+                    name=str(kind), marker_color=colors.get(str(kind), "#bab0ac"), customdata=part["label"],
+                    marker_line=dict(width=0.5, color="white"),
+                    hovertemplate="%{customdata}<br>%{base:.1f} to %{x:.1f} ms long<extra></extra>")
+    ready = lanes[lanes["kind"] == "ready"]
+    if not ready.empty:
+        fig.add_scatter(y=ready["lane"], x=ready["start_ms"], mode="markers", name="bucket ready (all ranks)",
+                        marker=dict(symbol="line-ns-open", size=14, color="#e45756"), customdata=ready["label"],
+                        hovertemplate="%{customdata} ready at %{x:.1f} ms<extra></extra>")
+    order = list(dict.fromkeys(lanes["lane"]))
+    fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)
+    fig.update_xaxes(title="ms from the step's start", rangemode="tozero")
+    fig.update_layout(barmode="overlay", bargap=0.35)
+    return legend_right(base_layout(fig, None, height=120 + 45 * len(order)))
+
+
+def sweep_figure(pred: pd.DataFrame, measured: pd.DataFrame, x: str = "bucket_mb") -> go.Figure:
+    """Predicted step time against ``x`` (bucket_mb, log axis, or world_size), one line per value
+    of the other; the run's measured jobs as diamonds on the same axes."""
+    if pred is None or pred.empty:
+        return empty_figure("Nothing to predict.")
+    other = "world_size" if x == "bucket_mb" else "bucket_mb"
+    fig = go.Figure()
+    for val, part in pred.sort_values(x).groupby(other, sort=True):
+        name = f"predicted, {val:g} {'ranks' if other == 'world_size' else 'MB'}"
+        fig.add_scatter(x=part[x], y=part["step_ms"], mode="lines+markers", name=name,
+                        hovertemplate=name + "<br>%{x:g}: %{y:.1f} ms<extra></extra>")
+    if measured is not None and not measured.empty:
+        for val, part in measured.groupby(other, sort=True):
+            name = f"measured, {val:g} {'ranks' if other == 'world_size' else 'MB'}"
+            fig.add_scatter(x=part[x], y=part["step_ms"], mode="markers", name=name, marker=MEASURED | {"color": None},
+                            customdata=part["job_id"], hovertemplate="%{customdata}: %{y:.1f} ms<extra></extra>")
+    fig.update_xaxes(type="log" if x == "bucket_mb" else "linear",
+                     title="bucket size (MB)" if x == "bucket_mb" else "world size (ranks)")
+    fig.update_yaxes(title="step time (ms)", rangemode="tozero")
+    return legend_right(base_layout(fig, None, height=380))

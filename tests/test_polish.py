@@ -1,0 +1,279 @@
+"""Issue 12's "Polish that users hit": each item that can be checked without a browser.
+
+Why these tests: the polish items are easy to undo by accident (a new table forgets the binary
+units, a new figure reuses one colour for send and receive, a form goes back to submitting on
+Enter). Each test pins the behaviour a user saw fixed: known answers for the formatting rule,
+figure properties for the pure builders, the CLI's text, and the app's widgets via AppTest.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dpcore.contract.ringplan import ring_schedule
+from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
+from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
+from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
+from dpcore.read.dashboard.runs import default_second
+from dpcore.read.dashboard.tables import bucket_text, overview_rows, status_text, table_height
+from dpcore.read.plots.buckets import bucket_figure
+from dpcore.read.plots.ring import aggregate_pieces, message_figure
+from dpcore.read.plots.ring_circle import ring_circle_figure
+from dpcore.read.plots.style import SIDE_COLORS
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "profiles"
+APP = str(ROOT / "app.py")
+
+
+# --- one formatting rule: binary units, "—" for nothing -------------------------------------
+
+@pytest.mark.parametrize("value,text", [(16777216, "16 MiB"), (1024, "1 KiB"), (1536, "1.5 KiB"), (512, "512 B"),
+                                        (0, "0 B"), (3957800, "3.77 MiB"), (2**30, "1 GiB"), (17_000_000, "16.2 MiB"),
+                                        (None, "—"), (float("nan"), "—"), ("x", "—")])
+def test_binary_size_known_answers(value, text) -> None:
+    assert binary_size(value) == text
+
+
+def test_mib_and_cells() -> None:
+    assert mib_size(0.25) == "256 KiB" and mib_size(25) == "25 MiB" and mib_size(None) == EMPTY
+    assert cell(None) == cell(float("nan")) == cell("") == "—" and cell(3) == "3"
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+def test_empty_cells_say_what_they_mean() -> None:
+    assert status_text("skipped", "data_parallel", "data_parallel needs 2 or more GPUs on this host; found 0") == \
+        "skipped: needs 2 or more GPUs on this host; found 0"
+    assert status_text("failed", "ring", None, "rank 1 died (SIGKILL)\ntraceback") == "failed: rank 1 died (SIGKILL)"
+    assert status_text("complete", "ring", None) == "complete" and status_text(None, "ring", None) == "—"
+    assert bucket_text("ring", 25.0) == "" and bucket_text("bucketed", 1.0) == "1 MiB"
+    assert bucket_text("torch_ddp", 0.25) == "256 KiB"
+
+
+def test_overview_rows_and_height() -> None:
+    summary = pd.DataFrame(dict(job_id=["ring-ws2", "bucketed-ws2-b1", "data_parallel-ws2"],
+                                variant=["ring", "bucketed", "data_parallel"], world_size=2, bucket_mb=[25.0, 1.0, 25.0],
+                                status=["complete", "complete", "skipped"], comm_bytes=[16777216, 4 << 20, np.nan]))
+    jobs = pd.DataFrame(dict(job_id=["data_parallel-ws2"], skip_reason=["data_parallel needs 2 or more GPUs"],
+                             error=[None]))
+    rows = overview_rows(summary, jobs)
+    assert rows["bucket_mb"].tolist() == ["", "1 MiB", ""]
+    assert rows["comm_bytes"].tolist() == ["16 MiB", "4 MiB", "—"]
+    assert rows["status"].iloc[2] == "skipped: needs 2 or more GPUs"
+    assert table_height(25) > table_height(10) > table_height(1)  # every row shown, no inner scroll
+
+
+# --- compare mode ------------------------------------------------------------------------------
+
+def test_compare_defaults_to_a_run_of_the_same_kind() -> None:
+    runs = pd.DataFrame(dict(  # newest first, as list_runs returns them
+        path=["/p/bench-new", "/p/train-a", "/p/train-other-model", "/p/train-b"],
+        kinds=["allreduce", "train", "train", "train"], model=[None, "mlp", "transformer", "mlp"],
+        size=[None, "tiny", "tiny", "tiny"], backend="gloo", world_sizes=["2", "1,2", "1,2", "1,2"],
+        variants=["native,ring", "flat,ring", "flat,ring", "flat,ring"], device="cpu", status="complete"))
+    assert default_second(runs, "train-a") == "train-b"  # not the newer benchmark, not the other model
+    assert default_second(runs, "bench-new") == "train-a"  # nothing alike: the newest other
+    assert default_second(runs.iloc[:1], "bench-new") is None
+
+
+def test_config_difference_and_ratio_column() -> None:
+    a = {"config": {"model": "mlp", "width": 256, "steps": 10}, "environment": {"backend": "gloo", "host": "x"}}
+    b = {"config": {"model": "mlp", "width": 512, "steps": 10}, "environment": {"backend": "gloo", "host": "y"}}
+    diff = config_diff({"A": a, "B": b})
+    assert diff.to_dict("records") == [{"setting": "config.width", "A": "256", "B": "512"}]  # host never matters
+    assert config_diff({"A": a, "B": a}).empty
+    sa = pd.DataFrame(dict(variant=["ring", "flat"], world_size=[2, 2], bucket_mb=25.0, step_ms=[10.0, 8.0],
+                           exposed_ms=[2.0, 1.0]))
+    sb = sa.assign(step_ms=[15.0, 4.0])
+    t = ratio_table({"A": sa, "B": sb})
+    assert t["T: B/A"].tolist() == [1.5, 0.5] and t["job"].tolist() == ["ring ×2", "flat ×2"]
+    top = shared_y_max([sa.assign(step_ms_p90=[11.0, 9.0]), sb.assign(step_ms_p90=[16.0, 5.0])])
+    assert top == pytest.approx(1.08 * 16.0)  # one scale for both runs' charts
+
+
+# --- buckets -----------------------------------------------------------------------------------
+
+def test_bucket_lines_of_one_variant_are_distinguishable() -> None:
+    df = pd.DataFrame(dict(variant=["bucketed"] * 4, world_size=[1, 1, 2, 2], bucket_mb=[0.25, 25] * 2,
+                           step_ms=[3, 4, 9, 10], exposed_ms=[0, 0, 2, 6]))
+    fig = bucket_figure(df)
+    legend = [t for t in fig.data if t.showlegend]
+    assert [t.name for t in legend] == ["bucketed ×1", "bucketed ×2"]
+    one, two = legend
+    assert one.line.color == two.line.color  # colour = variant
+    assert one.line.dash != two.line.dash and one.marker.symbol != two.marker.symbol  # dash/marker = N
+    assert list(fig.layout.xaxis.ticktext) == ["256 KiB", "25 MiB"]
+
+
+def test_sample_script_sweeps_buckets_that_differ() -> None:
+    text = (ROOT / "scripts" / "make_sample.sh").read_text()
+    assert "--bucket-sweep 0.25,1,2" in text and "--bucket-sweep 1,4 " not in text
+
+
+# --- ring messages -----------------------------------------------------------------------------
+
+def pipelined_ring(n: int, pieces: int) -> pd.DataFrame:
+    """Messages of one ring all-reduce call at n ranks, each chunk sent as `pieces` sub-messages."""
+    rows, t = [], 0
+    for s in ring_schedule(n):
+        for k in range(pieces):
+            common = dict(job_id=f"ring-ws{n}", algo="ring", step=0, call=0, phase=s.phase, ring_step=s.ring_step,
+                          bytes=1 << 20, t_post_ns=t + k * 1000)
+            rows.append(dict(common, rank=s.rank, src=s.rank, dst=s.dst, chunk=s.send_chunk, side="send",
+                             t_done_ns=t + k * 1000 + 50_000))
+            rows.append(dict(common, rank=s.dst, src=s.rank, dst=s.dst, chunk=s.send_chunk, side="recv",
+                             t_done_ns=t + k * 1000 + 80_000))
+        t += 100_000
+    return pd.DataFrame(rows)
+
+
+def _arrows(fig: go.Figure) -> int:
+    return sum(int(np.isnan(np.asarray(t.x, float)).sum()) for t in fig.data
+               if isinstance(t, go.Scatter) and t.mode == "lines+markers")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_sub_messages_are_one_arrow_per_chunk_and_ring_step(n: int) -> None:
+    msgs = pipelined_ring(n, pieces=4)
+    assert len(aggregate_pieces(msgs)) == 2 * 2 * n * (n - 1)  # a send and a receive per chunk message
+    assert _arrows(message_figure(msgs)) == 2 * n * (n - 1)  # 2(N−1) steps × N chunk transfers
+    assert _arrows(message_figure(msgs, show_pieces=True)) == 4 * 2 * n * (n - 1)
+
+
+def test_send_and_receive_colours_differ_and_labels_are_optional() -> None:
+    fig = message_figure(pipelined_ring(3, pieces=2))
+    bars = [t for t in fig.data if isinstance(t, go.Bar)]
+    colours = {t.name.split(" ")[0]: t.marker.color for t in bars}
+    assert colours["send"] != colours["receive"] and SIDE_COLORS["send"] != SIDE_COLORS["recv"]
+    assert all(("send" in t.name) != ("receive" in t.name) and "·" in t.name for t in bars)  # legend: side · phase
+    assert not [t for t in fig.data if isinstance(t, go.Scatter) and t.mode == "text"]
+    labelled = message_figure(pipelined_ring(3, pieces=2), label_size=12)
+    texts = [t for t in labelled.data if isinstance(t, go.Scatter) and t.mode == "text"]
+    assert texts and texts[0].textfont.size == 12 and texts[0].text[0].endswith("×2")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_ring_circle_steps_through_the_plan(n: int) -> None:
+    fig = ring_circle_figure(n, chunk_bytes="4 MiB")
+    assert len(fig.frames) == 2 * (n - 1) == len(fig.layout.sliders[0].steps)
+    first = fig.frames[0]
+    heads, labels = first.data[1], first.data[2]
+    assert len(heads.x) == n  # one chunk transfer per rank per step, rank r -> r+1
+    plan = [s for s in ring_schedule(n) if s.phase == "reduce_scatter" and s.ring_step == 0]
+    assert list(labels.text) == [f"chunk {s.send_chunk} (4 MiB)" for s in plan]
+    assert first.name == "reduce-scatter step 1" and fig.frames[-1].name == f"all-gather step {n - 1}"
+    assert ring_circle_figure(3, label_size=0).frames[0].data[2].text[0] == ""
+
+
+def test_ring_view_on_an_allreduce_run_picks_message_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (SAMPLE / "sample-allreduce" / "run.json").exists():
+        pytest.skip("sample runs not present")
+    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.sidebar.selectbox(key="run_a").set_value("sample-allreduce").run()
+    at.sidebar.radio(key="view").set_value("Ring messages").run()
+    assert not at.exception and not at.error
+    picker = next(s for s in at.selectbox if s.label == "Message size")
+    assert "16 MiB" in picker.options and not [s for s in at.selectbox if s.label == "Step"]
+    assert any(t.label == "Show sub-messages" for t in at.toggle)
+    assert len(at.get("plotly_chart")) >= 4  # diagram, circle, wait/transfer, chunks, counts
+
+
+# --- traces ------------------------------------------------------------------------------------
+
+def test_open_in_perfetto_posts_the_trace_after_pong() -> None:
+    trace = b"\x1f\x8b fake gzip bytes"
+    page = perfetto_html(trace, "run </script><b>x", "run-job-rank0.json.gz")
+    assert "window.open(P.origin)" in page and '"PING"' in page and '"PONG"' in page
+    assert "perfetto: {buffer: bytes(), title: P.title, fileName: P.fileName}" in page
+    assert base64.b64encode(trace).decode() in page and "https://ui.perfetto.dev" in page
+    assert "</script><b>" not in page  # a title cannot break out of the script
+    assert too_big(MAX_EMBED_BYTES + 1) and not too_big(MAX_EMBED_BYTES)
+    with pytest.raises(ValueError):
+        perfetto_html(b"x" * (MAX_EMBED_BYTES + 1), "t", "f")
+
+
+def test_download_names_carry_the_run_id() -> None:
+    from dpcore.read.dashboard.views_comm import download_name
+
+    class FakeRun:
+        meta = {"run_id": "20250101-120000-mlp"}
+        path = Path("/profiles/copy-of-run")
+    assert download_name(FakeRun(), "ring-ws2", "rank0.json.gz") == "20250101-120000-mlp-ring-ws2-rank0.json.gz"
+    FakeRun.meta = {"run_id": "../../evil name"}
+    assert "/" not in download_name(FakeRun(), "ring-ws2", "merged.json.gz")
+
+
+# --- new run form ------------------------------------------------------------------------------
+
+def _blocks(node):
+    for child in getattr(node, "children", {}).values():
+        yield child
+        yield from _blocks(child)
+
+
+def test_enter_in_the_new_run_form_does_not_start_a_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.sidebar.radio(key="view").set_value("New run").run()
+    forms = [b for b in _blocks(at._tree) if getattr(b, "type", None) == "form"]
+    assert forms, "the New run form is not drawn"
+    assert all(not b.proto.form.enter_to_submit for b in forms)
+
+
+# --- CLI ---------------------------------------------------------------------------------------
+
+def test_every_allreduce_option_has_help(capsys: pytest.CaptureFixture) -> None:
+    from dpcore.cli import build_parser, main
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = [a for a in sub.choices["allreduce"]._actions if a.option_strings and a.dest != "help"]
+    assert options and all(a.help and a.help.strip() for a in options), [a.dest for a in options if not a.help]
+    with pytest.raises(SystemExit):
+        main(["allreduce", "--help"])
+    out = capsys.readouterr().out
+    assert all(a.option_strings[0] in out for a in options) and "#wrong" in out
+
+
+def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -> None:
+    from dpcore.read.analysis.commands import ALLREDUCE_TABLE, summarize
+
+    if not (SAMPLE / "sample-allreduce" / "run.json").exists():
+        pytest.skip("sample runs not present")
+    out = summarize(str(SAMPLE / "sample-allreduce"))
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["algo"])
+    assert header.split() == ALLREDUCE_TABLE
+    assert "16 MiB" in out and "repeats" in out
+    # a run written with the correctness check: its #wrong counts are printed, wrong ones loudly
+    run = shutil.copytree(SAMPLE / "sample-allreduce", tmp_path / "checked")
+    meta = json.loads((run / "run.json").read_text())
+    for j in meta["jobs"]:
+        j["wrong_elements"] = {str(b): (3 if j["id"] == "ring-ws2" and b == 1024 else 0) for b in meta["config"]["sizes"]}
+    (run / "run.json").write_text(json.dumps(meta))
+    out = summarize(str(run))
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(("ring", "native"))]
+    assert {r[-1] for r in rows} == {"0", "3"}
+    assert "WRONG RESULTS: ring at 2 ranks, 1 KiB: 3 element(s)" in out
+
+
+def test_correctness_check_counts_wrong_elements() -> None:
+    torch = pytest.importorskip("torch")
+    from dpcore.write.allreduce import check_input, count_wrong, expected_sum
+
+    for n, numel in [(2, 1), (3, 1031), (4, 4096)]:
+        total = sum(check_input(numel, r) for r in range(n))
+        assert torch.equal(total, expected_sum(numel, n)) and count_wrong(total, n) == 0
+        total[numel // 2] += 1  # one element wrong
+        assert count_wrong(total, n) == 1
+    swapped = torch.cat([check_input(1024, 0)[512:], check_input(1024, 0)[:512]]) * 2 + 1  # N=2, chunks swapped
+    assert count_wrong(swapped, 2) == 1024
