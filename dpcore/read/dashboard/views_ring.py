@@ -95,7 +95,7 @@ def ring_view(run) -> None:
                                   format_func=lambda v: "off" if v == 0 else f"{v} px")
     logical = len(aggregate_pieces(sel)) // 2
     what = f"message size {binary_size(sizes[step])} ({sizes[step]:,} B)" if step in sizes else f"step {step} · call {call}"
-    title = f"{job} · {algo} · {what} · {logical} messages" + (f" in {len(sel) // 2} sub-messages"
+    title = f"{job} · {algo} · {what}<br>{logical} messages" + (f" in {len(sel) // 2} sub-messages"
                                                                if len(sel) // 2 > logical else "")
     fig = figures.messages(run, data.key(run), job, step, call, title, pieces, label_size)
     if algo == "ring" and ws >= 2:

@@ -127,5 +127,7 @@ def ring_circle_figure(world_size: int, times: pd.DataFrame | None = None, matri
     fig.update_xaxes(visible=False, range=[-2.1, 2.1], scaleanchor="y")
     fig.update_yaxes(visible=False, range=[-1.5, 1.5])
     base_layout(fig, frames[0].layout.title.text, height=460)
-    fig.update_layout(margin=dict(l=10, r=10, t=90, b=10))
+    # two-line titles (step name + measured times): anchored a little lower so the first line
+    # is not clipped at the top of the chart's container
+    fig.update_layout(margin=dict(l=10, r=10, t=95, b=10), title_y=0.95)
     return fig

@@ -55,10 +55,16 @@ def color_for(name: str, table: dict[str, str] = VARIANT_COLORS) -> str:
 
 
 def base_layout(fig: go.Figure, title: str | None = None, height: int = 420) -> go.Figure:
-    """Common margins/legend so figures line up in the page and stay readable in screenshots."""
+    """Common margins/legend so figures line up in the page and stay readable in screenshots.
+
+    A two-line title (``<br>``) gets more room and is anchored lower: plotly measures a
+    top-anchored multi-line title from its last line, which would clip the first one."""
+    two = bool(title) and "<br>" in str(title)
     fig.update_layout(
-        title=dict(text=title, x=0.01, xanchor="left", y=0.99, yref="container", yanchor="top") if title else None,
-        height=height, template="plotly_white", margin=dict(l=60, r=20, t=85 if title else 60, b=50),
+        title=dict(text=title, x=0.01, xanchor="left", y=0.93 if two else 0.99, yref="container",
+                   yanchor="top") if title else None,
+        height=height + (50 if two else 0), template="plotly_white",
+        margin=dict(l=60, r=20, t=(135 if two else 85) if title else 60, b=50),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"),
         hovermode="closest",
     )
