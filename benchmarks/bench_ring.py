@@ -24,7 +24,10 @@ from dpcore.write.comm import ring as ring_mod
 
 def _worker(rank: int, world: int, store_path: str, sizes: list[int], repeats: int,
             algos: list[str], sub_bytes: int, inflight: int, threads: int,
-            out: dict) -> None:
+            out: dict, pin: bool = True) -> None:
+    if pin:  # as `python -m dpcore allreduce` does: each rank on its own CPUs
+        from dpcore.write.resources import _pin
+        _pin(rank, world, threads)
     torch.set_num_threads(threads)
     store = dist.FileStore(store_path, world)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
@@ -62,18 +65,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--inflight", type=int, default=ring_mod.DEFAULT_INFLIGHT,
                    help="ring receives posted ahead (0 = a whole step)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--no-pin", action="store_true",
+                   help="do not pin each rank to its own CPUs (the allreduce command pins)")
     a = p.parse_args(argv)
     sizes = [int(s * (1 << 20)) for s in a.sizes_mb]
     n = a.world_size
     with tempfile.TemporaryDirectory() as d, mp.Manager() as mgr:
         out = mgr.dict()
         mp.start_processes(_worker, args=(n, os.path.join(d, "store"), sizes, a.repeats,
-                                          a.algos, a.sub_kb * 1024, a.inflight, a.threads, out),
+                                          a.algos, a.sub_kb * 1024, a.inflight, a.threads, out,
+                                          not a.no_pin),
                            nprocs=n, start_method="spawn", join=True)
         results = dict(out)
     factor = 2 * (n - 1) / n if n > 1 else 1.0
     print(f"world={n} repeats={a.repeats} sub={a.sub_kb}KB inflight={a.inflight} "
-          f"threads/rank={a.threads} "
+          f"threads/rank={a.threads} pinned={not a.no_pin} "
           f"(busbw = bytes/t * 2(N-1)/N, median of interleaved repeats)")
     for nbytes in sizes:
         med = {k: statistics.median(v) for k, v in results[nbytes].items()}

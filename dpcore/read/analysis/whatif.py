@@ -1,7 +1,9 @@
 """What if: the step time of a measured bucketed/torch_ddp job at other buckets, ranks, networks.
 
 DataFrames in, DataFrames out: :func:`build_model` measures the source job (timelines, compute
-dilation kappa, alpha and B: ``whatif_fit``), :func:`predict` replays it for each cell
+dilation kappa, alpha and B: ``whatif_fit``; then the in-training comm slowdown kappa_comm,
+calibrated so that the replay of the source's own buckets reproduces its measured last all-reduce
+end: :func:`calibrate_comm`), :func:`predict` replays it for each cell
 (``whatif_model.replay``, whose docstring lists the model's assumptions), and
 :func:`whatif_table` adds the measured step time where the run has the same cell. The measured
 numbers are ``job_summary``'s (the ones ``summarize`` prints), never recomputed here.
@@ -9,7 +11,7 @@ numbers are ``job_summary``'s (the ones ``summarize`` prints), never recomputed 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -30,6 +32,8 @@ WHATIF_COLUMNS = ["world_size", "bucket_mb", "bandwidth_gbps", "latency_us", "st
 #: Collectives a backend runs at once per process group: gloo's ProcessGroupGloo has 2 worker
 #: threads (``Options::threads{2}`` in ProcessGroupGloo.hpp), NCCL one stream per group.
 STREAMS = {"gloo": 2, "nccl": 1}
+#: Upper bound of the fitted comm slowdown while backward runs (comm never stops entirely).
+KAPPA_COMM_MAX = 0.95
 
 
 @dataclass
@@ -47,6 +51,9 @@ class Model:
     bandwidth_source: str
     strong: bool
     streams: int
+    kappa_comm: float = 0.0
+    comm_scale: float = 1.0
+    calibration_source: str = "none"
 
 
 def whatif_jobs(run: Run) -> list[str]:
@@ -89,8 +96,53 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     # concurrency; a fit to the job's serial-equivalent service times already contains it
     backend = str((run.meta.get("environment") or {}).get("backend") or "gloo")
     streams = 1 if net["bandwidth_source"].startswith(JOB_FIT) else STREAMS.get(backend, 1)
-    return Model(src, kappa, ksrc, max(float(np.median(tails)), 0.0), algo, float(net["alpha_us"]),
-                 float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
+    model = Model(src, kappa, ksrc, max(float(np.median(tails)), 0.0), algo, float(net["alpha_us"]),
+                  float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
+    if latency_us is not None and bandwidth_gbps is not None:
+        model.calibration_source = "none (alpha and B given: used as they are)"
+        return model
+    return calibrate_comm(model)
+
+
+def _self_comm_end(model: Model) -> float:
+    return replay_cell(model, model.src.world_size, model.src.bucket_mb)[0]["comm_end_ms"]
+
+
+def _bisect(f, lo: float, hi: float, target: float, iters: int = 30) -> float:
+    """x in [lo, hi] with f(x) = target for an increasing f (the nearer end when out of range)."""
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def calibrate_comm(model: Model) -> Model:
+    """Fit the in-training comm rate to the source job (``whatif_model`` assumption 3b): the
+    ``kappa_comm`` with which the replay of the source's own buckets ends its last all-reduce
+    when collectives.csv says it did (median over the timed rank-steps). Monotone, so bisection.
+    When even ``kappa_comm = 0`` ends too late, the network measurement was slower than the job's
+    comm (a disturbed ``allreduce`` run): every all-reduce is scaled by ``comm_scale < 1``
+    instead; when even ``KAPPA_COMM_MAX`` ends too early, by ``comm_scale > 1`` on top."""
+    ends = [float(np.max(tl.comm_end)) for tl in model.src.timelines
+            if tl.comm_end.size and np.isfinite(tl.comm_end).all()]
+    if not ends or model.src.world_size < 2:
+        model.calibration_source = "none (no timed all-reduce in the source job)"
+        return model
+    target = float(np.median(ends))
+    at = lambda **kw: _self_comm_end(replace(model, **kw))  # noqa: E731
+    if at(kappa_comm=0.0) >= target:
+        model.comm_scale = _bisect(lambda s: at(comm_scale=s), 0.02, 1.0, target)
+        how = f"kappa_comm 0, all-reduces x {model.comm_scale:.2f} (network run slower than the job's comm)"
+    elif at(kappa_comm=KAPPA_COMM_MAX) >= target:
+        model.kappa_comm = _bisect(lambda k: at(kappa_comm=k), 0.0, KAPPA_COMM_MAX, target)
+        how = f"kappa_comm {model.kappa_comm:.2f}"
+    else:
+        model.kappa_comm = KAPPA_COMM_MAX
+        model.comm_scale = _bisect(lambda s: at(kappa_comm=KAPPA_COMM_MAX, comm_scale=s), 1.0, 50.0, target)
+        how = f"kappa_comm {KAPPA_COMM_MAX:g} (bound), all-reduces x {model.comm_scale:.2f}"
+    model.calibration_source = (f"{how}: replaying the source's own buckets ends the last all-reduce at "
+                                f"{target:.1f} ms from the step's start, as measured (median of {len(ends)})")
+    return model
 
 
 def _rank_steps(model: Model, n: int) -> dict[int, list[RankStep]]:
@@ -113,12 +165,14 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     lat = model.alpha_us if latency_us is None else latency_us
     buckets = pack_reverse(model.src.sizes.tolist(), bucket_mb, rule_for(model.src.variant))
     parts = np.array([allreduce_parts(model.algo, world_size, model.src.sizes[b].sum(), lat, bw)
-                      for b in buckets]).reshape(-1, 2)
-    reps = {s: replay(r, buckets, parts[:, 0], parts[:, 1], model.kappa, model.streams, model.tail_ms)
+                      for b in buckets]).reshape(-1, 2) * model.comm_scale
+    reps = {s: replay(r, buckets, parts[:, 0], parts[:, 1], model.kappa, model.streams, model.tail_ms,
+                      model.kappa_comm)
             for s, r in _rank_steps(model, world_size).items()}
-    cols = {"step_ms": [], "comm_ms": [], "exposed_comm_ms": [], "compute_ms": []}
+    cols = {"step_ms": [], "comm_ms": [], "exposed_comm_ms": [], "compute_ms": [], "comm_end_ms": []}
     for rp in reps.values():
         last = float(np.nanmax(rp.bucket_end)) if np.isfinite(rp.bucket_end).any() else 0.0
+        cols["comm_end_ms"] += [last] * len(rp.step_ms)
         opt = rp.step_ms - np.maximum(rp.bwd_end, last) - model.tail_ms
         cols["step_ms"] += list(rp.step_ms)
         cols["comm_ms"] += list(rp.comm_ms)

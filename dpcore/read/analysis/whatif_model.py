@@ -26,10 +26,19 @@ The model, and every assumption it makes:
    overlap and the transfers in flight share the bandwidth equally. That holds for α and B of
    one collective alone (an ``allreduce`` run, the user's); α and B fitted to a job's own
    serial-equivalent service times already contain the concurrency and replay with 1 stream.
-   Comm is not slowed by compute in the replay. α and B fitted to the job's own collectives
-   carry the contention the job saw; α and B of a stand-alone ``allreduce`` run do not (on a
-   loaded 2-core box in-job all-reduces ran up to 3x slower than stand-alone ones: the main
-   error of the README's accuracy table).
+   **Compute slows comm too** (``kappa_comm``): while backward runs on any participant, an
+   in-flight all-reduce (latency and transfer alike) progresses at rate ``1 - kappa_comm``,
+   else at rate 1: a collective goes at the pace of its slowest rank, and on a CPU box gloo's
+   threads get the core only part of the time while backward holds it (thread wake-ups per
+   message included, which is why small buckets suffer most). Nothing measures it directly, so
+   it is *calibrated on the source job* (``whatif.calibrate_comm``): the value with which the
+   replay of the source's own bucket plan ends its last all-reduce when collectives.csv says it
+   did. Assumption: the slowdown is a property of the machine and the model's compute, not of
+   the bucket size, so it carries over to other buckets. When the network measurement is slower
+   than the job's comm even with ``kappa_comm = 0`` (a disturbed ``allreduce`` run), every
+   all-reduce is scaled by a ``comm_scale < 1`` instead; at the bound, ``comm_scale > 1`` on top.
+   (Before this term the replay of a 32 MB job predicted its own step 18 % short: its 28 MiB
+   buckets took 30-40 ms in the job against ~13 ms stand-alone.)
 4. **Step** = forward + max(backward end, last all-reduce end) + ``tail_ms`` (measured
    bookkeeping after the last bucket: waits, DDP's copy-out) + optimizer.
 5. **Alpha-beta per algorithm** (Thakur et al. 2005; the busbw convention of nccl-tests):
@@ -168,7 +177,7 @@ class Replay:
 
 def replay(ranks: list[RankStep], buckets: list[list[int]], latency_ms: np.ndarray,
            transfer_ms: np.ndarray, kappa: float = 0.0, streams: int = 1,
-           tail_ms: float = 0.0) -> Replay:
+           tail_ms: float = 0.0, kappa_comm: float = 0.0) -> Replay:
     """Replay one step over all ranks (see the module docstring for the model).
 
     ``latency_ms`` / ``transfer_ms``: each bucket's alpha and bandwidth parts
@@ -190,6 +199,7 @@ def replay(ranks: list[RankStep], buckets: list[list[int]], latency_ms: np.ndarr
     start, end = np.full(nb, np.nan), np.full(nb, np.nan)
     lat_left, xfer_left = np.asarray(latency_ms, float).copy(), np.asarray(transfer_ms, float).copy()
     rate_c = max(1.0 - kappa, 1e-6)
+    rate_k = max(1.0 - kappa_comm, 1e-6)
     t, k_next, flying = 0.0, 0, []
     trace_t, trace_done = [0.0], [done.copy()]
     for _ in range(8 * (nb + n + 2) ** 2):
@@ -203,12 +213,14 @@ def replay(ranks: list[RankStep], buckets: list[list[int]], latency_ms: np.ndarr
             break
         rc = np.where(computing, rate_c if flying else 1.0, 0.0)
         moving = [k for k in flying if lat_left[k] <= 1e-12]
-        share = 1.0 / max(len(moving), 1)
+        # a collective runs at the pace of its slowest participant: slowed while any rank computes
+        rate_m = rate_k if computing.any() else 1.0
+        share = rate_m / max(len(moving), 1)
         dts = [f - t for f in fwd if f > t]
         for r in np.flatnonzero(computing):
             goal = need[r, k_next] if k_next < nb and done[r] < need[r, k_next] - 1e-9 else total[r]
             dts.append((goal - done[r]) / rc[r])
-        dts += [lat_left[k] for k in flying if lat_left[k] > 1e-12]
+        dts += [lat_left[k] / rate_m for k in flying if lat_left[k] > 1e-12]
         dts += [xfer_left[k] / share for k in moving]
         if not dts:
             break
@@ -221,7 +233,7 @@ def replay(ranks: list[RankStep], buckets: list[list[int]], latency_ms: np.ndarr
             bwd_end[r] = t
         for k in list(flying):
             if lat_left[k] > 1e-12:
-                lat_left[k] = max(lat_left[k] - dt, 0.0)
+                lat_left[k] = max(lat_left[k] - rate_m * dt, 0.0)
             elif k in moving:
                 xfer_left[k] -= share * dt
                 if xfer_left[k] <= 1e-9:

@@ -43,6 +43,7 @@ def _header(model: Model) -> list[str]:
             f"  comm slows compute by kappa = {model.kappa:.2f}: {model.kappa_source}",
             f"  alpha = {model.alpha_us:.1f} us: {model.alpha_source}",
             f"  B = {model.bandwidth_gbps:.3f} GB/s: {model.bandwidth_source}",
+            f"  compute slows comm, calibrated on the source job: {model.calibration_source}",
             f"  algorithm {model.algo}, {model.streams} collective(s) at once; bookkeeping after the last "
             f"bucket {model.tail_ms:.2f} ms"]
 
