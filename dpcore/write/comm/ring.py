@@ -17,6 +17,14 @@ Why *few, large* sub-messages and a small window: on this gloo/TCP setup each me
 about 0.1 ms of CPU (rendezvous, thread wake-ups) and every freshly allocated page a fault,
 so 2 MB sub-messages with ``inflight`` = 3 receives posted ahead beat finer pipelining.
 
+Small messages (measured, not fixed): at 1-4 MB on 2 ranks the ring reaches 0.2-1.0x of gloo's
+own all-reduce, at 16 MB ~1x and at 64 MB ~1.2x (``benchmarks/bench_ring``, ranks pinned).
+Timing each call shows why: 20-30 % of ``isend``/``irecv`` calls themselves block for ~3.5 ms
+(one scheduler tick) inside gloo, whether ranks are pinned or not and with or without a barrier
+before the call. A 1 MB all-reduce has only a handful of messages, so one stall dominates it;
+gloo's native all-reduce runs on the process group's worker thread and mostly escapes it.
+Finer pipelining (more, smaller messages) only adds more chances to stall.
+
 Buffers: reduce-scatter receives land in ``inflight`` preallocated scratch slots of one
 sub-chunk each (slot q % inflight, free again by the time position q + inflight is posted);
 all-gather receives land directly in the output tensor (so they can be posted up to a step
