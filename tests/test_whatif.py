@@ -254,7 +254,7 @@ def test_hand_written_run_without_grads_uses_bucket_launches(tmp_path: Path,
     assert predict(model, [8.0], [2])["step_ms"].iloc[0] == pytest.approx(65.0, rel=1e-6)
     # a job the model cannot start from: one line naming the valid jobs
     code, _, err = _cli("whatif", str(run), "--job", "single-ws1", capsys=capsys)
-    assert code == 2 and "valid choices: bucketed-ws2-b8" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "is a single job" in err and "bucketed-ws2-b8" in err and len(err.strip().splitlines()) == 1
 
 
 def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
@@ -287,3 +287,36 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     at = AppTest.from_function(page, args=(str(run.path),), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("plotly_chart")) == 3 and at.metric[0].value.endswith("ms")
+
+
+def test_job_fit_never_claims_infinite_bandwidth_when_bytes_do_not_explain_times():
+    """Times that shrink as buckets grow (per-message stalls, not bytes) once fitted B = inf GB/s
+    (the sample's 0.25 MB job); now alpha is 0, B a finite pure-transfer bound, and it says so."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dpcore.read.analysis.whatif_fit import fit_network
+
+    # two collectives per step, back to back: 10 KB takes 2 ms, 1 MB takes 1 ms
+    tl = SimpleNamespace(comm_start=np.array([0.0, 5.0]), comm_end=np.array([2.0, 6.0]),
+                         comm_bytes=np.array([10_000.0, 1_000_000.0]))
+    src = SimpleNamespace(job_id="j", world_size=2, timelines=[tl, tl])
+    net = fit_network(src, "ring", None, None, None)
+    assert net["alpha_us"] == 0.0 and "not fitted" in net["alpha_source"]
+    # pure transfer through the points: b = sum(x*y)/sum(x*x) ms per byte, ring factor 2(N-1)/N = 1
+    b = (10_000 * 2 + 1_000_000 * 1) / (10_000 ** 2 + 1_000_000 ** 2)
+    assert net["bandwidth_gbps"] == pytest.approx(1.0 / (b / 1e3) / 1e9)
+    assert np.isfinite(net["bandwidth_gbps"])
+
+
+def test_whatif_refuses_a_sharded_job_saying_why(capsys):
+    """zero1 buckets too, but its optimizer step communicates: refused with the reason and the
+    jobs it can replay, exit 2 (not 'unknown job')."""
+    from dpcore.cli import main
+
+    sample = Path(__file__).resolve().parents[1] / "profiles" / "sample-train"
+    rc = main(["whatif", str(sample), "--job", "zero1-ws2-b25"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "is a zero1 job" in err[0] and "bucketed-ws2-b25" in err[0]

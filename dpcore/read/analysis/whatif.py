@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.buckets import pack_reverse, rule_for
-from dpcore.contract.config import BUCKET_SENSITIVE
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.analysis.load import Run
 from dpcore.read.analysis.summary import job_summary
@@ -56,10 +55,16 @@ class Model:
     calibration_source: str = "none"
 
 
+#: Variants whose step the model describes: gradient buckets all-reduced during backward, then a
+#: local optimizer. zero1/torch_zero1 bucket too, but their optimizer step also communicates
+#: (parameters come back), which the replay does not model.
+WHATIF_VARIANTS = ("bucketed", "torch_ddp")
+
+
 def whatif_jobs(run: Run) -> list[str]:
     """The run's jobs the model can start from: completed bucketed/torch_ddp train jobs."""
     j = run.jobs
-    ok = j[j["variant"].isin(BUCKET_SENSITIVE) & (j["status"].fillna("complete") == "complete")]
+    ok = j[j["variant"].isin(WHATIF_VARIANTS) & (j["status"].fillna("complete") == "complete")]
     return [str(x) for x in ok["job_id"]]
 
 
@@ -75,6 +80,12 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     """Measure the source job. ``allreduce``: allreduce.csv rows to fit α and B from (default:
     the run's own). UsageError naming the valid choices for an unusable job or algorithm."""
     valid = whatif_jobs(run)
+    if job_id not in valid and job_id in set(run.jobs["job_id"].astype(str)):
+        row = run.jobs[run.jobs["job_id"].astype(str) == job_id].iloc[0]
+        why = (f"is a {row['variant']} job" if row["variant"] not in WHATIF_VARIANTS
+               else f"did not complete ({row['status']})")
+        raise UsageError(f"job {job_id!r} {why}; whatif replays completed "
+                         f"{' or '.join(WHATIF_VARIANTS)} jobs: {', '.join(valid) or 'none in this run'}")
     if job_id not in valid:
         raise choices_error("job", job_id, valid or ["(no completed bucketed or torch_ddp job in this run)"])
     algo = algo or "ring"

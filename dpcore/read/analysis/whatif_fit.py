@@ -250,12 +250,22 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
         b = max(float(np.sum(x * (y - a_ms)) / np.sum(x * x)), 1e-300)
     else:
         a_ms, b = fit_line(x, y)
+    if not b > 1e-12:  # sizes do not explain the times (or all are within the latency): a
+        # bandwidth of infinity would say "bytes are free"; fit the times as pure transfer
+        # instead, a stated upper bound on the per-byte cost
+        a_ms, b = 0.0, float(np.sum(x * y) / np.sum(x * x))
+        degenerate = True
+    else:
+        degenerate = False
     alpha, bw = alpha_beta_from_line(algo, n, a_ms, b)
     src_txt = f"{JOB_FIT} ({len(x)} all-reduces, serial-equivalent service times)"
     if out["alpha_us"] is None:
         out["alpha_us"] = alpha
-        out["alpha_source"] = src_txt if varied else \
-            f"unknown (buckets of one size, no allreduce run): default {DEFAULT_ALPHA_US:g} us"
+        out["alpha_source"] = (
+            "not fitted: the job's all-reduce times do not grow with their bytes, so all of "
+            "their time is charged to B (alpha 0; give --latency-us or an allreduce run)"
+            if degenerate else src_txt if varied else
+            f"unknown (buckets of one size, no allreduce run): default {DEFAULT_ALPHA_US:g} us")
     if out["bandwidth_gbps"] is None:
         out["bandwidth_gbps"], out["bandwidth_source"] = bw, src_txt
     return out

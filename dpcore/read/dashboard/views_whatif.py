@@ -51,6 +51,10 @@ def whatif_view(run: Run) -> None:
     key = data.key(run)
     sizes_of = dict(zip(run.jobs["job_id"], run.jobs["world_size"]))
     multi = [j for j in jobs if (sizes_of.get(j) or 0) >= 2] or jobs
+    # start from the biggest buckets (DDP's usual setting): their comm is the least dominated by
+    # per-message stalls that one job cannot calibrate (README, "How well it predicts")
+    buckets_of = dict(zip(run.jobs["job_id"], pd.to_numeric(run.jobs["bucket_mb"], errors="coerce")))
+    multi = sorted(multi, key=lambda j: -(buckets_of.get(j) or 0.0))
     c1, c2 = st.columns([2, 1])
     job = c1.selectbox("Measured job to start from", jobs, index=jobs.index(multi[0]), key=f"wi-job-{run.path}")
     algo = c2.selectbox("All-reduce algorithm", ALGOS, key=f"wi-algo-{run.path}")
