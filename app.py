@@ -113,7 +113,7 @@ else:
     if view == "Overview" and len(loaded) > 1:
         safely(lambda: compare_overview(loaded), "The comparison")
     render = {
-        "Overview": lambda r: overview_view(r, peers=loaded), "Scaling": scaling_view, "Bandwidth": bandwidth_view, "Buckets": buckets_view,
+        "Overview": lambda r: overview_view(r, peers=loaded), "Scaling": lambda r: scaling_view(r, peers=loaded), "Bandwidth": bandwidth_view, "Buckets": buckets_view,
         "Ring messages": ring_view, "Timeline": lambda r: timeline_view(r, root),
         "Traces": lambda r: traces_view(r, root),
         "Stragglers": lambda r: stragglers_view(r, root),

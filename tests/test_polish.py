@@ -277,3 +277,28 @@ def test_correctness_check_counts_wrong_elements() -> None:
         assert count_wrong(total, n) == 1
     swapped = torch.cat([check_input(1024, 0)[512:], check_input(1024, 0)[:512]]) * 2 + 1  # N=2, chunks swapped
     assert count_wrong(swapped, 2) == 1024
+
+
+def test_compare_mode_scaling_panels_share_y_axes():
+    """Two runs' scaling frames give one y top per panel (max over runs, p90 whiskers and the
+    ideal line included, efficiency at least 1), and the figure applies them panel by panel."""
+    import pandas as pd
+
+    from dpcore.read.plots.scaling import scaling_figure, shared_ranges
+
+    def frame(step, p90, thr, sp, eff):
+        return pd.DataFrame({"variant": ["flat", "flat"], "world_size": [1, 2], "step_ms": step,
+                             "step_ms_p10": step, "step_ms_p90": p90, "throughput": thr,
+                             "speedup": sp, "efficiency": eff, "ideal_speedup": [1, 2]})
+
+    a = frame([10, 12], [11, 30], [100, 160], [1.0, 1.6], [1.0, 0.8])
+    b = frame([20, 25], [21, 26], [50, 80], [1.0, 2.5], [1.0, 1.25])
+    tops = dict(shared_ranges([a, b]))
+    assert tops["step_ms"] == pytest.approx(30 * 1.08)      # run a's p90 whisker
+    assert tops["throughput"] == pytest.approx(160 * 1.08)
+    assert tops["speedup"] == pytest.approx(2.5 * 1.08)
+    assert tops["efficiency"] == pytest.approx(1.25 * 1.08)
+    fig = scaling_figure(a, ranges=tuple(tops.items()))
+    assert list(fig.layout.yaxis.range) == pytest.approx([0, 30 * 1.08])
+    assert list(fig.layout.yaxis4.range) == pytest.approx([0, 1.25 * 1.08])
+    assert scaling_figure(a).layout.yaxis.range is None      # one run alone: autorange

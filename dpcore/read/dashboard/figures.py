@@ -28,8 +28,8 @@ def overview(_run, run_key: tuple, y_max: float | None = None) -> go.Figure:
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def scaling(_run, run_key: tuple, mode: str) -> go.Figure:
-    return scaling_figure(data.scaling(_run, run_key, mode), mode)
+def scaling(_run, run_key: tuple, mode: str, ranges: tuple = ()) -> go.Figure:
+    return scaling_figure(data.scaling(_run, run_key, mode), mode, ranges=ranges)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)

@@ -11,6 +11,7 @@ import streamlit as st
 from dpcore.contract.units import EMPTY
 from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, figures
+from dpcore.read.plots.scaling import shared_ranges
 from dpcore.read.dashboard.compare import compare_overview, shared_y_max  # noqa: F401 - app.py imports it here
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS, scaling_caption
 from dpcore.read.dashboard.tables import bucket_text, overview_rows, table_height
@@ -157,13 +158,20 @@ def measured_how(meta: dict) -> str:
     return f"Every job ran with {md(tpr)} thread(s) per rank{',' if pinned else ''}{pinned}, so T(1) and T(N) differ only by what data parallelism adds."
 
 
-def scaling_view(run) -> None:
-    """Step time, throughput, speedup and efficiency against world size, in the run's scaling mode."""
+def _scaling_mode(run) -> str:
     cfg = run.meta.get("config") or {} if isinstance(run.meta, dict) else {}
     mode = str(cfg.get("scaling") or "weak").lower()
-    mode = mode if mode in ("weak", "strong") else "weak"
+    return mode if mode in ("weak", "strong") else "weak"
+
+
+def scaling_view(run, peers: list | None = None) -> None:
+    """Step time, throughput, speedup and efficiency against world size, in the run's scaling mode.
+    ``peers``: the runs shown together in compare mode; their panels then share y-axes."""
+    mode = _scaling_mode(run)
     df = data.scaling(run, data.key(run), mode)
-    st.plotly_chart(figures.scaling(run, data.key(run), mode), key=f"sc-{run.path}")
+    ranges = shared_ranges([data.scaling(r, data.key(r), _scaling_mode(r)) for r in peers]) \
+        if peers and len(peers) > 1 else ()
+    st.plotly_chart(figures.scaling(run, data.key(run), mode, ranges), key=f"sc-{run.path}")
     st.caption(scaling_caption(mode) + " " + measured_how(run.meta))
     if not df.empty and df["noisy"].any():
         cells = ", ".join(f"{v} ×{n}" for v, n in zip(df.loc[df["noisy"], "variant"],

@@ -19,8 +19,28 @@ PANELS: list[tuple[str, str]] = [
 ]
 
 
-def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None = None) -> go.Figure:
-    """2×2 panels against world size N, one line per variant, ideal speedup/efficiency dashed."""
+def shared_ranges(frames: list[pd.DataFrame]) -> tuple[tuple[str, float], ...]:
+    """One y-axis top per panel over several runs' scaling frames (compare mode), so the same
+    height means the same value in both runs' charts; p90 whiskers and the ideal lines count."""
+    tops: dict[str, float] = {}
+    for df in frames:
+        if df is None or df.empty:
+            continue
+        for col, _ in PANELS:
+            cols = [c for c in (col, "step_ms_p90" if col == "step_ms" else "",
+                                "ideal_speedup" if col == "speedup" else "") if c and c in df]
+            top = float(pd.concat([df[c] for c in cols]).max()) if cols else float("nan")
+            if col == "efficiency":
+                top = max(top, 1.0)
+            if pd.notna(top):
+                tops[col] = max(tops.get(col, 0.0), top)
+    return tuple((c, v * 1.08) for c, v in tops.items())
+
+
+def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None = None,
+                   ranges: tuple[tuple[str, float], ...] = ()) -> go.Figure:
+    """2×2 panels against world size N, one line per variant, ideal speedup/efficiency dashed.
+    ``ranges``: (panel column, y top) pairs from :func:`shared_ranges` (compare mode)."""
     if df is None or df.empty:
         return empty_figure("Scaling needs a variant measured at two or more world sizes.")
     fig = make_subplots(rows=2, cols=2, subplot_titles=[t for _, t in PANELS], horizontal_spacing=0.1,
@@ -54,5 +74,10 @@ def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None =
         fig.add_scatter(x=[None], y=[None], mode="markers", name="× = oversubscribed",
                         marker=dict(symbol="x-open", color="black", size=9), row=1, col=1)
     fig.update_xaxes(title="world size N", tickvals=ns)
+    tops = dict(ranges)
+    for i, (col, _) in enumerate(PANELS):
+        if col in tops:
+            row, c = divmod(i, 2)
+            fig.update_yaxes(range=[0, tops[col]], row=row + 1, col=c + 1)
     title = f"{mode} scaling" + (f" · {run_label}" if run_label else "")
     return legend_right(base_layout(fig, title, height=620))
