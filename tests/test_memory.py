@@ -89,7 +89,7 @@ def test_profile_writes_memory_csv_with_the_model_bytes(tmp_path: Path) -> None:
     width = 32
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPCORE_")}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "dpcore", "profile", "--variants", "bucketed", "--world-sizes", "2",
+    proc = subprocess.run([sys.executable, "-m", "dpcore", "profile", "--variants", "bucketed,torch_ddp", "--world-sizes", "2",
                            "--model", "mlp", "--width", str(width), "--batch-size", "4", "--steps", "2",
                            "--warmup", "1", "--no-trace", "--progress", "none", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)
@@ -102,11 +102,15 @@ def test_profile_writes_memory_csv_with_the_model_bytes(tmp_path: Path) -> None:
     # 16 Linear layers: 256 -> 32, 14 x 32 -> 32, 32 -> 10, weights and biases in float32
     expected = 4 * ((256 * width + width) + 14 * (width * width + width) + (width * 10 + 10))
     assert expected == 4 * sum(p.numel() for p in MLP(width).parameters())
-    assert sorted(int(r["rank"]) for r in rows) == [0, 1]
+    assert sorted((r["job_id"], int(r["rank"])) for r in rows) == \
+        [("bucketed-ws2-b25", 0), ("bucketed-ws2-b25", 1), ("torch_ddp-ws2-b25", 0), ("torch_ddp-ws2-b25", 1)]
     for r in rows:
-        assert r["job_id"] == "bucketed-ws2-b25" and r["variant"] == "bucketed" and r["device"] == "cpu"
-        assert int(r["param_bytes"]) == int(r["grad_bytes"]) == expected and int(r["optim_bytes"]) == 0
+        assert r["device"] == "cpu" and int(r["optim_bytes"]) == 0
         assert int(r["peak_bytes"]) >= 2 * expected and r["peak_method"] == CPU_METHOD
+        if r["variant"] == "bucketed":  # gradients are views into the bucket buffers: P once
+            assert int(r["param_bytes"]) == int(r["grad_bytes"]) + int(r["other_bytes"]) == expected
+        else:  # DDP keeps its reducer buckets beside the gradients: P twice
+            assert int(r["param_bytes"]) == int(r["grad_bytes"]) == int(r["other_bytes"]) == expected
     run = load_run(run_dir)
     mem = summary_memory_columns(run.memory)
     assert mem["param_mib"].iloc[0] == pytest.approx(expected / MIB)
@@ -272,3 +276,20 @@ def test_gpu_peak_comes_from_the_allocator() -> None:
                        world_size=1, rank=0)
     assert row["peak_method"] == "cuda_allocator" and row["device"].startswith("cuda")
     assert row["peak_bytes"] >= row["param_bytes"] + row["grad_bytes"] > 0
+
+
+def test_breakdown_gives_each_job_of_a_bucket_sweep_its_own_bars() -> None:
+    """Two bucketed jobs at the same world size (a sweep) must not stack on one bar: the bucket
+    size joins the label, and each bar's height is that job's own bytes."""
+    from dpcore.read.plots.memory import memory_breakdown_figure
+
+    rows = [dict(job_id=f"bucketed-ws2-b{b:g}", variant="bucketed", world_size=2, bucket_mb=b, rank=0,
+                 device="cpu", param_bytes=MIB, grad_bytes=MIB, optim_bytes=0, other_bytes=0,
+                 held_bytes=2 * MIB, peak_bytes=3 * MIB, peak_method=CPU_METHOD, step_ms=1.0,
+                 step_ms_p10=1.0, step_ms_p90=1.0) for b in (1.0, 25.0)]
+    import pandas as pd
+
+    fig = memory_breakdown_figure(pd.DataFrame(rows))
+    params = next(t for t in fig.data if t.name == "parameters")
+    assert list(params.x) == ["bucketed ×2 · 1 MiB · r0", "bucketed ×2 · 25 MiB · r0"]
+    assert list(params.y) == [1.0, 1.0]

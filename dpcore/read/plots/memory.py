@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dpcore.read.plots.style import (MEMORY_COLORS, OP_COLORS, OP_LABELS, base_layout, color_for, empty_figure,
-                                     job_label, variant_rank)
+                                     label_jobs, variant_rank)
 
 MIB = float(1 << 20)
 KIND_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optim_bytes": "optimizer state",
@@ -40,7 +40,7 @@ def memory_tradeoff_figure(jobs: pd.DataFrame, title: str | None = None) -> go.F
             spread = dict(error_x=dict(type="data", symmetric=False, thickness=1.2,
                                        array=(part["step_ms_p90"] - t).clip(lower=0).fillna(0),
                                        arrayminus=(t - part["step_ms_p10"]).clip(lower=0).fillna(0)))
-        labels = [job_label(v, n) for v, n in zip(part["variant"], part["world_size"])]
+        labels = label_jobs(df).loc[part.index].tolist()
         fig.add_scatter(
             x=t, y=part["peak_bytes"] / MIB, mode="markers+text", text=labels, textposition="top center",
             name=str(variant), marker=dict(size=12, color=color_for(str(variant)), line=dict(width=1, color="#333")),
@@ -60,7 +60,9 @@ def memory_breakdown_figure(table: pd.DataFrame, title: str | None = None) -> go
     if table is None or table.empty:
         return empty_figure(EMPTY)
     df = _ordered(table, ["job_id", "rank"])
-    x = [f"{job_label(v, n)} · r{int(r)}" for v, n, r in zip(df["variant"], df["world_size"], df["rank"])]
+    # one bar per (job, rank): the bucket size joins the label where a variant ran with several,
+    # else the jobs of a bucket sweep would stack on one bar
+    x = [f"{lab} · r{int(r)}" for lab, r in zip(label_jobs(df), df["rank"])]
     fig = go.Figure()
     for col, label in KIND_LABELS.items():
         mib = df[col].astype(float) / MIB

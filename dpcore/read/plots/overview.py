@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.read.plots.style import COMPONENT_COLORS, base_layout, empty_figure, job_label, variant_rank
+from dpcore.read.plots.style import COMPONENT_COLORS, base_layout, empty_figure, label_jobs, variant_rank
 
 PARTS: list[tuple[str, str, str]] = [
     ("compute_only", "compute (no comm in flight)", COMPONENT_COLORS["compute"]),
@@ -18,13 +18,6 @@ PARTS: list[tuple[str, str, str]] = [
     ("exposed_ms", "exposed comm E = |comm \\ compute|", COMPONENT_COLORS["exposed"]),
     ("other_ms", "other (idle, waits, Python)", COMPONENT_COLORS["other"]),
 ]
-
-
-def label_jobs(summary: pd.DataFrame) -> pd.Series:
-    """Bar labels; the bucket size is shown only for variants that were run with several."""
-    multi = summary.groupby("variant")["bucket_mb"].transform("nunique") > 1 if len(summary) else pd.Series(dtype=bool)
-    return pd.Series([job_label(v, w, b, bool(m)) for v, w, b, m in
-                      zip(summary["variant"], summary["world_size"], summary["bucket_mb"], multi)], index=summary.index)
 
 
 def breakdown_figure(summary: pd.DataFrame, title: str | None = None, y_max: float | None = None) -> go.Figure:

@@ -98,3 +98,13 @@ def job_label(variant: object, world_size: object, bucket_mb: object = None, sho
     if show_bucket and bucket_mb is not None and bucket_mb == bucket_mb:
         label += f" · {mib_size(bucket_mb)}"
     return label
+
+
+def label_jobs(jobs: pd.DataFrame) -> pd.Series:
+    """Labels of a frame's jobs (variant, world_size, bucket_mb columns); the bucket size is shown
+    only for variants that were run with several, so each job of a bucket sweep gets its own."""
+    if not len(jobs):
+        return pd.Series(dtype=object)
+    multi = jobs.groupby("variant")["bucket_mb"].transform("nunique") > 1
+    return pd.Series([job_label(v, w, b, bool(m)) for v, w, b, m in
+                      zip(jobs["variant"], jobs["world_size"], jobs["bucket_mb"], multi)], index=jobs.index)

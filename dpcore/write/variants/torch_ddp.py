@@ -44,20 +44,35 @@ class TorchDDP(DistributedDataParallel, Wrapper):
         dev = next(module.parameters()).device
         super().__init__(module, device_ids=[dev] if dev.type == "cuda" else None,
                          process_group=group, bucket_cap_mb=bucket_mb, **_NO_FORWARD_BUFFER_SYNC)
+        self._hook_state: _HookState | None = None
         if recorder.enabled:
-            self.register_comm_hook(_HookState(group, recorder), _recorded_allreduce_hook)
+            self._hook_state = _HookState(group, recorder)
+            self.register_comm_hook(self._hook_state, _recorded_allreduce_hook)
 
     def finish_gradient_synchronization(self) -> None:
         """No-op: DDP waits for its buckets at the end of backward."""
 
+    def memory_tensors(self, optimizer: torch.optim.Optimizer | None = None
+                       ) -> dict[str, list[torch.Tensor]]:
+        """As every variant, plus the reducer's bucket buffers seen by the comm hook: DDP keeps
+        them between steps (P bytes beside the gradients unless ``gradient_as_bucket_view``),
+        and without them memory.csv would under-report DDP by a whole model."""
+        held = super().memory_tensors(optimizer)
+        if self._hook_state is not None:
+            held["other"] = held["other"] + list(self._hook_state.buffers.values())
+        return held
+
 
 class _HookState:
-    __slots__ = ("group", "recorder", "world_size")
+    __slots__ = ("group", "recorder", "world_size", "buffers")
 
     def __init__(self, group: Any, recorder: Recorder) -> None:
         self.group = group
         self.recorder = recorder
         self.world_size = dist.get_world_size(group)
+        #: bucket index -> the reducer's flat bucket tensor (the reducer keeps it alive anyway;
+        #: held here only so memory.csv can count it)
+        self.buffers: dict[int, torch.Tensor] = {}
 
 
 def _recorded_allreduce_hook(state: _HookState, bucket: dist.GradBucket
@@ -65,6 +80,7 @@ def _recorded_allreduce_hook(state: _HookState, bucket: dist.GradBucket
     """Average a DDP bucket with an async all-reduce and log it in the Recorder."""
     buf = bucket.buffer()
     i = bucket.index()
+    state.buffers[i] = buf
     with record_function(f"bucket{i}"):
         buf.div_(state.world_size)
         idx = state.recorder.launch("all_reduce", "native", buf.numel() * buf.element_size(), i)
