@@ -124,4 +124,6 @@ else:
         if len(loaded) > 1:
             st.subheader(f"Run {md(run.path.name)}")
         offer_other_run(runs, view, run.path.name)
+        for w in run.warnings:  # rows the loader could not read and skipped
+            st.warning(md(w))
         safely(lambda: render(run), f"{view} of run {md(run.path.name)}")

@@ -283,3 +283,36 @@ def test_a_run_whose_writer_died_is_listed_stale(tmp_path, monkeypatch):
     runs, warnings = data.list_runs(root.resolve())
     status = dict(zip(runs["run_id"], runs["status"]))
     assert status == {"20250101-000000-dead": "stale", "20250102-000000-live": "running"}, (status, warnings)
+
+
+def test_a_damaged_cell_skips_its_row_with_a_warning_not_the_run(tmp_path, capsys):
+    """One unreadable number in steps.csv (and garbage rows in grads.csv / memory.csv, files
+    written by hand) used to fail every command on the run ('invalid literal for int()'); now
+    that row is skipped, named by line, and everything else is read."""
+    import shutil
+
+    from dpcore.cli import main
+    from dpcore.read.analysis import load_run
+
+    sample = Path(__file__).resolve().parents[1] / "profiles" / "sample-train"
+    if not sample.is_dir():
+        pytest.skip("no committed sample run")
+    run = tmp_path / "damaged"
+    shutil.copytree(sample, run)
+    lines = (run / "steps.csv").read_text().splitlines()
+    cells = lines[3].split(",")
+    cells[5] = "x"  # the step column of file line 4
+    lines[3] = ",".join(cells)
+    (run / "steps.csv").write_text("\n".join(lines) + "\n")
+    with open(run / "grads.csv", "a") as f:
+        f.write("bucketed-ws2-b25,0,notanint,3,x,12,\n")
+    good = load_run(sample)
+    bad = load_run(run)
+    assert len(bad.steps) == len(good.steps) - 1 and len(bad.grads) == len(good.grads)
+    assert bad.steps["step"].dtype.kind == "i"
+    assert any("steps.csv: 1 row(s) with unreadable numbers skipped (line 4)" in w for w in bad.warnings)
+    assert any("grads.csv: 1 row(s)" in w for w in bad.warnings)
+    assert main(["summarize", str(run), "--csv"]) == 0
+    captured = capsys.readouterr()
+    assert "warning:" in captured.err and "job_id,variant" in captured.out
+    assert main(["whatif", str(run), "--job", "bucketed-ws2-b25", "--world-sizes", "2", "--csv"]) == 0

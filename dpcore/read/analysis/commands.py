@@ -4,6 +4,7 @@ The CLI and the dashboard show the same numbers because both call the same analy
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,15 @@ SUMMARIZE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "step_ms", 
                      "sources_disagree", "compute_ms", "comm_fraction", "throughput", "oversubscribed"]
 _SUMMARY_VIEW = ["job_id", "status", "step_ms", "step_ms_p10", "step_ms_p90", "noisy", "compute_ms", "comm_ms",
                  "exposed_comm_ms", "overlap_pct", "comm_source", "overlap_gap", "comm_fraction", "throughput"]
+
+
+def load_run_reporting(path: str | Path) -> Run:
+    """:func:`load_run` for the CLI: what the loader worked around (rows with unreadable numbers
+    it skipped) goes to stderr, one line each, so ``--csv`` output on stdout stays clean."""
+    run = load_run(Path(path))
+    for w in run.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return run
 
 
 def _fmt(df: pd.DataFrame) -> str:
@@ -62,7 +72,7 @@ def analyze(path: str, csv: bool = False) -> str:
         if csv:
             return df.to_csv(index=False, columns=ANALYZE_COLUMNS, float_format="%.4f")
         return f"{p}  (ms per step)\n{_fmt(df[ANALYZE_COLUMNS])}\n"
-    run = load_run(p)
+    run = load_run_reporting(p)
     per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(run)), "trace")
     if per.empty:
         raise RunLoadError(f"no rank traces in run {p} (traces/<job_id>/rank<r>.json.gz)")
@@ -137,7 +147,7 @@ def allreduce_table(run: "Run") -> pd.DataFrame:
 def allreduce_text(path: str) -> str:
     """The all-reduce table of a run as text (what `allreduce` prints at the end, and `summarize`
     on an all-reduce run), with a line per job whose results were wrong."""
-    run = load_run(Path(path))
+    run = load_run_reporting(path)
     t = allreduce_table(run)
     if t.empty:
         return f"{run.meta.get('run_id', Path(path).name)}: no all-reduce results\n"
@@ -159,7 +169,7 @@ def summarize(path: str, csv: bool = False) -> str:
     over the traced steps with their source and the gap between the two methods. A run with
     all-reduce benchmark jobs and no training job prints its bandwidth table instead."""
     p = Path(path)
-    run = load_run(p)
+    run = load_run_reporting(p)
     s = summary_table(run)
     if csv:
         return s.to_csv(index=False, float_format="%.4f")
@@ -188,7 +198,7 @@ def run_end_table(path: str) -> tuple[str, int]:
     """What ``profile`` prints when its run ends: the completed jobs' summary (median step time,
     comm fraction, overlap, throughput), then one line per failed, skipped or interrupted job.
     Returns the text and the number of failed jobs."""
-    run = load_run(Path(path))
+    run = load_run_reporting(path)
     summary = job_summary(run)
     summary = summary[summary["status"] == "complete"]
     lines = []

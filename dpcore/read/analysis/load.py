@@ -50,6 +50,8 @@ class Run:
     memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rf.MEMORY_COLUMNS))
     #: The folder the run was confined to when loaded (the dashboard's profiles folder), else None.
     root: Path | None = None
+    #: One line per problem the loader worked around (rows with unreadable numbers, skipped).
+    warnings: tuple[str, ...] = ()
 
     def trace_files(self, job_id: str) -> dict[str, Path]:
         """{"rank0": path, ..., "merged": path} of the job's traces that exist on disk (regular
@@ -147,7 +149,8 @@ def _read_meta(path: Path, root: Path | None = None) -> dict:
     return _check_meta(meta, f)
 
 
-def _read_csv(path: Path, table: str, root: Path | None = None) -> pd.DataFrame:
+def _read_csv(path: Path, table: str, root: Path | None = None,
+              warnings: list[str] | None = None) -> pd.DataFrame:
     f = path / rf.table_file(table)
     cols = COLUMNS[table]
     data = _read_file(f, root)
@@ -165,6 +168,29 @@ def _read_csv(path: Path, table: str, root: Path | None = None) -> pd.DataFrame:
     for col, kind in rf.SCHEMA[table].items():
         if kind == "bool":  # "True"/"False" from Python's csv, 1/0 or true/false by hand
             df[col] = pd.Series(rf.parse_bools(df[col].tolist()), index=df.index, dtype=bool)
+    return _drop_unreadable(df, table, f, warnings)
+
+
+def _drop_unreadable(df: pd.DataFrame, table: str, f: Path, warnings: list[str] | None) -> pd.DataFrame:
+    """Rows whose numeric cells do not parse (a hand-edited or damaged file) are dropped, named
+    by line in one warning, instead of one bad cell failing every view of the run. Empty cells
+    stay NaN: a writer may leave a number unknown (``t_start_ns``)."""
+    bad = pd.Series(False, index=df.index)
+    for col, kind in rf.SCHEMA[table].items():
+        if kind not in ("int", "float", "ns") or df[col].dtype.kind in "iuf":
+            continue
+        num = pd.to_numeric(df[col], errors="coerce")
+        bad |= num.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
+        df[col] = num
+    if bad.any():
+        lines = ", ".join(str(i + 2) for i in df.index[bad][:5]) + (" ..." if bad.sum() > 5 else "")
+        msg = f"{f}: {int(bad.sum())} row(s) with unreadable numbers skipped (line {lines})"
+        if warnings is not None:
+            warnings.append(msg)
+        df = df[~bad].reset_index(drop=True)
+        for col, kind in rf.SCHEMA[table].items():  # whole numbers again once the bad rows are gone
+            if kind == "int" and df[col].notna().all():
+                df[col] = df[col].astype("int64")
     return df
 
 
@@ -204,8 +230,9 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     if not p.is_dir():
         raise RunLoadError(f"run directory not found: {p}")
     meta = _read_meta(p, r)
-    tables = {t: _read_csv(p, t, r) for t in COLUMNS}
-    return Run(path=p, meta=meta, jobs=_jobs_frame(meta), root=r, **tables)
+    warnings: list[str] = []
+    tables = {t: _read_csv(p, t, r, warnings) for t in COLUMNS}
+    return Run(path=p, meta=meta, jobs=_jobs_frame(meta), root=r, warnings=tuple(warnings), **tables)
 
 
 def _join(values: "pd.Series") -> str:

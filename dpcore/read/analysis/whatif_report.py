@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dpcore.contract.config import parse_int_list
 from dpcore.contract.errors import UsageError
+from dpcore.read.analysis.commands import load_run_reporting
 from dpcore.read.analysis.load import load_run
 from dpcore.read.analysis.whatif import WHATIF_COLUMNS, Model, whatif_table
 
@@ -54,7 +55,7 @@ def whatif_text(path: str, job: str, bucket_mb: str | None = None, world_sizes: 
     """The `whatif` command's output: CSV rows (WHATIF_COLUMNS, DESIGN's columns first) or a table
     with the fitted model's parameters and where each came from."""
     buckets, sizes = parse_buckets(bucket_mb), parse_world_sizes(world_sizes)
-    run = load_run(Path(path))
+    run = load_run_reporting(path)
     ar = load_run(Path(allreduce_run)).allreduce if allreduce_run else None
     if ar is not None and ar.empty:
         raise UsageError(f"--allreduce-run {allreduce_run}: no allreduce.csv rows; run "
