@@ -302,3 +302,15 @@ def test_compare_mode_scaling_panels_share_y_axes():
     assert list(fig.layout.yaxis.range) == pytest.approx([0, 30 * 1.08])
     assert list(fig.layout.yaxis4.range) == pytest.approx([0, 1.25 * 1.08])
     assert scaling_figure(a).layout.yaxis.range is None      # one run alone: autorange
+
+
+def test_new_run_command_carries_the_optimizer_and_refuses_unknown_ones(tmp_path):
+    """The New-run form can make the ZeRO trade visible (Adam); a value outside the CLI's
+    choices never reaches the command line."""
+    from dpcore.read.dashboard.launcher import build_command
+
+    cmd = build_command(tmp_path, "mlp", "tiny", ["zero1", "bucketed"], [1, 2], 5, 25.0, [], "adam")
+    assert cmd[cmd.index("--optimizer") + 1] == "adam"
+    assert build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [])[-1] == "sgd"
+    with pytest.raises(ValueError, match="optimizer"):
+        build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], "lion")

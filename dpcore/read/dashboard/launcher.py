@@ -19,7 +19,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dpcore.contract.config import MODELS, SIZES, VARIANTS, parse_bucket_sweep
+from dpcore.contract.config import MODELS, OPTIMIZERS, SIZES, VARIANTS, parse_bucket_sweep
 from dpcore.read.dashboard.text import md
 
 QUICK = dict(model="mlp", size="tiny", variants=["single", "flat", "ring", "overlap", "bucketed"],
@@ -37,14 +37,14 @@ class Launch:
 
 
 def build_command(out_root: Path, model: str, size: str, variants: list[str], world_sizes: list[int], steps: int,
-                  bucket_mb: float, bucket_sweep: list[float]) -> list[str]:
+                  bucket_mb: float, bucket_sweep: list[float], optimizer: str = "sgd") -> list[str]:
     """The argument list of the profile command (validated values only; never passed through a shell)."""
-    if model not in MODELS or size not in SIZES or not set(variants) <= set(VARIANTS):
-        raise ValueError("unknown model, size or variant")
+    if model not in MODELS or size not in SIZES or not set(variants) <= set(VARIANTS) or optimizer not in OPTIMIZERS:
+        raise ValueError("unknown model, size, variant or optimizer")
     cmd = [sys.executable, "-m", "dpcore", "profile", "--model", model, "--size", size,
            "--variants", ",".join(variants), "--world-sizes", ",".join(str(int(w)) for w in world_sizes),
            "--steps", str(int(steps)), "--bucket-mb", f"{float(bucket_mb):g}", "--out", str(out_root),
-           "--progress", "json"]
+           "--progress", "json", "--optimizer", optimizer]
     if bucket_sweep:
         cmd += ["--bucket-sweep", ",".join(f"{float(b):g}" for b in bucket_sweep)]
     return cmd
@@ -128,12 +128,15 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
         world_sizes = c[0].multiselect("World sizes", [1, 2, 3, 4, 8, 16], default=[1, 2])
         bucket = c[1].number_input("Bucket MB", 0.01, 4096.0, 25.0)
         sweep = c[2].text_input("Bucket sweep (MB, comma separated)", "", placeholder="e.g. 1,5,25")
+        optimizer = st.selectbox("Optimizer", OPTIMIZERS, help="SGD keeps no state, so what ZeRO-1 "
+                                 "(zero1, torch_zero1) saves shows only with adam or adamw (Memory view).")
         go = st.form_submit_button("Start profile", disabled=busy, type="primary")
     if go:
         try:
             if not variants or not world_sizes:
                 raise ValueError("choose at least one variant and one world size")
-            cmd = build_command(out_root, model, size, variants, world_sizes, steps, bucket, parse_sweep(sweep))
+            cmd = build_command(out_root, model, size, variants, world_sizes, steps, bucket, parse_sweep(sweep),
+                                optimizer)
         except ValueError as exc:
             st.error(f"Cannot start: {exc}")
             return
