@@ -14,8 +14,10 @@ import streamlit as st
 from dpcore.read.dashboard import data, launcher
 from dpcore.read.dashboard.runs import folders, offer_other_run, pick_runs, runs_view
 from dpcore.read.dashboard.text import md
-from dpcore.read.dashboard.views import compare_overview, overview_view, scaling_view, timeline_view
-from dpcore.read.dashboard.views_comm import bandwidth_view, buckets_view, ring_view, traces_view
+from dpcore.read.dashboard.compare import compare_overview
+from dpcore.read.dashboard.views import overview_view, scaling_view, timeline_view
+from dpcore.read.dashboard.views_comm import bandwidth_view, buckets_view, traces_view
+from dpcore.read.dashboard.views_ring import ring_view
 from dpcore.read.dashboard.import_view import import_view
 from dpcore.read.dashboard.views_stragglers import stragglers_view
 from dpcore.read.dashboard.views_memory import memory_view

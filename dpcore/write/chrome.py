@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from dpcore.contract.messages import message_key, pair_messages
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
 from dpcore.contract.tracefile import load_trace
-from dpcore.write.rundir import atomic_write_bytes
+from dpcore.contract.files import atomic_write_bytes
 _MSG_TID_BASE = 900_000_000  # message lanes get tids far from OS thread ids and GPU streams
 _GPU_TID_BASE = 800_000_000
 

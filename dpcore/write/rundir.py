@@ -18,8 +18,7 @@ from typing import Any
 import torch
 
 from dpcore.contract import runformat as rf
-from dpcore.contract.files import (  # noqa: F401 - re-exported: writers import them from here
-    atomic_write_bytes, atomic_write_text, csv_text, new_run_id, now_iso)
+from dpcore.contract.files import atomic_write_text, csv_text, new_run_id, now_iso
 from dpcore.contract.errors import UsageError
 from dpcore.write.resources import is_oversubscribed, physical_cores, threads_per_rank
 from dpcore.write.resources import pinning as launch_pinning

@@ -14,7 +14,6 @@ from dpcore.contract.intervals import union_length
 from dpcore.contract.messages import pair_messages, piece_numbers
 from dpcore.contract.metrics import bus_factor
 from dpcore.contract.runformat import ALLREDUCE_COLUMNS, MESSAGE_KEY
-from dpcore.read.analysis.overlap import comm_start_ns
 
 _GROUP = ["job_id", "algo", "step", "call", "phase", "ring_step"]
 

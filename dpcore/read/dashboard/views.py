@@ -12,7 +12,7 @@ from dpcore.contract.units import EMPTY
 from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, figures
 from dpcore.read.plots.scaling import shared_ranges
-from dpcore.read.dashboard.compare import compare_overview, shared_y_max  # noqa: F401 - app.py imports it here
+from dpcore.read.dashboard.compare import shared_y_max
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS, scaling_caption
 from dpcore.read.dashboard.tables import bucket_text, overview_rows, table_height
 from dpcore.read.dashboard.text import md

@@ -18,7 +18,6 @@ from dpcore.read.dashboard import data, figures
 from dpcore.read.dashboard.formulas import FORMULAS
 from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
 from dpcore.read.dashboard.tables import bandwidth_rows, bucket_rows, table_height
-from dpcore.read.dashboard.views_ring import ring_view  # noqa: F401 - app.py imports it from here
 
 def bandwidth_view(run) -> None:
     """algbw/busbw against message size, log axes, per algorithm and world size."""
