@@ -16,9 +16,9 @@ from typing import Any
 import torch.distributed as dist
 
 from dpcore.contract.config import TrainConfig
-from dpcore.write.recorder import NULL_RECORDER, PhaseTimer, Recorder
-from dpcore.write.launch import DistContext, launch
-from dpcore.write.train import make_trainer
+from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
+from dpcore.write.runtime.launch import DistContext, launch
+from dpcore.write.training.trainer import make_trainer
 
 PAIR = ("bucketed", "torch_ddp")
 

@@ -29,7 +29,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dpcore.write.record import record
+from dpcore.write.commands.record import record
 
 WARMUP, PROFILE = 2, 3
 

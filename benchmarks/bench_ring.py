@@ -18,15 +18,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dpcore.write.comm import all_reduce
-from dpcore.write.comm import ring as ring_mod
+from dpcore.write.dp.comm import all_reduce
+from dpcore.write.dp.comm import ring as ring_mod
 
 
 def _worker(rank: int, world: int, store_path: str, sizes: list[int], repeats: int,
             algos: list[str], sub_bytes: int, inflight: int, threads: int,
             out: dict, pin: bool = True) -> None:
     if pin:  # as `python -m dpcore allreduce` does: each rank on its own CPUs
-        from dpcore.write.resources import _pin
+        from dpcore.write.runtime.resources import _pin
         _pin(rank, world, threads)
     torch.set_num_threads(threads)
     store = dist.FileStore(store_path, world)

@@ -55,7 +55,7 @@ print(json.dumps({"tool": tool, "seconds": secs, "cpu_s": cpu, "peak_mb": rss(),
 
 def ensure_traces(d: Path, events: int, ranks: int) -> None:
     """Generate the synthetic GPU traces once (about 3 events per kernel, 10 steps)."""
-    from dpcore.read.analysis.synthetic import write_gpu_trace_dir
+    from tests.synthetic import write_gpu_trace_dir
     marker = d / f".ok-{ranks}x{events}"
     if marker.exists():
         return

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpcore.read.analysis.load import load_run
-from dpcore.read.analysis.whatif import build_model, measured_cells, predict, with_measured
+from dpcore.read.rundir.load import load_run
+from dpcore.read.whatif.predict import build_model, measured_cells, predict, with_measured
 
 SWEEP = (1.0, 4.0, 32.0)
 HEADLINE = {(32.0, 1.0), (32.0, 4.0), (1.0, 32.0), (4.0, 32.0)}

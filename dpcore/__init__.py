@@ -29,19 +29,19 @@ __all__ = ["wrap", "shard_optimizer", "load_run", "Workload", "record", "VARIANT
 
 def __getattr__(name: str) -> Any:
     if name in ("wrap", "VARIANTS"):
-        from dpcore.write import variants
+        from dpcore.write.dp import variants
         return getattr(variants, name)
     if name == "shard_optimizer":
-        from dpcore.write.zero import shard_optimizer
+        from dpcore.write.dp.zero_optimizer import shard_optimizer
         return shard_optimizer
     if name == "ALGOS":
-        from dpcore.write.comm import ALGOS
+        from dpcore.write.dp.comm import ALGOS
         return ALGOS
     if name == "Workload":
-        from dpcore.write.workload import Workload
+        from dpcore.write.training.workload import Workload
         return Workload
     if name == "record":
-        from dpcore.write.record import record
+        from dpcore.write.commands.record import record
         return record
     if name == "load_run":
         from dpcore.read.analysis import load_run

@@ -17,7 +17,7 @@ import threading
 from dpcore.contract.config import (ALGOS, MODELS, OPTIMIZERS, SCALING, SIZES, VARIANTS, TrainConfig, check_timeout, parse_bucket_sweep, parse_delay,
                      parse_choices, parse_int_list, parse_size, check_model_name, is_model_spec)
 from dpcore.contract.errors import UsageError
-from dpcore.write.progress import MODES
+from dpcore.write.runtime.progress import MODES
 
 
 
@@ -160,7 +160,7 @@ def _check_model(args: argparse.Namespace, extra: tuple[str, ...] = (),
     (None for a built-in model)."""
     check_model_name(args.model, extra)
     if is_model_spec(args.model):
-        from dpcore.write.workload import check_workload
+        from dpcore.write.training.workload import check_workload
 
         return check_workload(args.model, args.seed, world_sizes)
     if args.model == "transformer":
@@ -220,7 +220,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     variants = parse_choices(args.variants, "variant", VARIANTS)
     workload = _check_model(args, ("toy",), (args.world_size,))
-    from dpcore.write.verify import format_table, run_verify, spec_bucket_mb, verify_config
+    from dpcore.write.commands.verify import format_table, run_verify, spec_bucket_mb, verify_config
 
     given = {k: getattr(args, k) for k in ("batch_size", "lr") if getattr(args, k) is not None}
     if workload is not None:  # already loaded: size the buckets from it, no second FUNCTION()
@@ -234,7 +234,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
-    from dpcore.write.profile import ProfileOptions, run_profile
+    from dpcore.write.commands.profile import ProfileOptions, run_profile
 
     check_model_name(args.model)
     _check_train_args(args)
@@ -253,7 +253,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     if args.batch_size is None and workload is not None:
         args.batch_size = getattr(workload, "batch_size", None) or 32
     elif args.batch_size is None:
-        from dpcore.write.models import default_batch_size
+        from dpcore.write.training.models import default_batch_size
         args.batch_size = default_batch_size(args.model) or 32
     delay = (parse_delay(args.inject_delay, max(opts.world_sizes)) if args.inject_delay is not None
              else (-1, 0.0))
@@ -272,7 +272,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _print_run_end(run_dir: "os.PathLike[str] | str", code: int) -> None:
     """The end-of-run table (the dashboard's numbers: the same analysis functions) and status."""
-    from dpcore.read.analysis.commands import run_end_table
+    from dpcore.read.report.commands import run_end_table
 
     table, failed = run_end_table(str(run_dir))
     print(table)
@@ -292,7 +292,7 @@ def _allreduce_sizes(text: str) -> tuple[int, ...]:
 
 
 def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
-    from dpcore.write.allreduce import AllreduceOptions, run_allreduce
+    from dpcore.write.commands.allreduce import AllreduceOptions, run_allreduce
 
     parse_choices(args.progress, "progress mode", MODES, all_ok=False)
     check_timeout(args.timeout)
@@ -310,7 +310,7 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     _check_out(args.out)
     code, run_dir = run_allreduce(opts, argv)
     if opts.progress != "json":  # the table through the read wing: the numbers `summarize` prints
-        from dpcore.read.analysis.commands import allreduce_text
+        from dpcore.read.report.commands import allreduce_text
         print(allreduce_text(run_dir), end="")
         status = {0: "complete", 130: "interrupted"}.get(code, "failed")
         print(f"\nrun {status}: {run_dir}", file=sys.stderr)
@@ -336,18 +336,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "allreduce":
             return _cmd_allreduce(args, ["python", "-m", "dpcore", *argv])
         if args.command == "import":
-            from dpcore.read.importer import import_text, import_traces
+            from dpcore.read.importer.write_run import import_text, import_traces
             print(import_text(import_traces(args.traces, args.out, args.name, iteration=args.iteration,
                                             align=args.align_clocks, command=["python", "-m", "dpcore", *argv])))
             return 0
         from dpcore.read.analysis import RunLoadError
-        from dpcore.read.analysis.commands import analyze, summarize
+        from dpcore.read.report.commands import analyze, summarize
         try:
             if args.command == "stragglers":
                 from dpcore.read.analysis.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv).rstrip("\n")
             elif args.command == "whatif":
-                from dpcore.read.analysis.whatif_report import whatif_text
+                from dpcore.read.report.whatif import whatif_text
                 out = whatif_text(args.run, args.job, args.bucket_mb, args.world_sizes, args.bandwidth_gbps,
                                   args.latency_us, args.algo, args.csv, args.allreduce_run)
                 out = out if args.csv else out.rstrip("\n")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from dpcore.read.analysis import job_summary, list_runs, load_run, overlap_by_rank, read_trace_dir
-from dpcore.read.analysis.commands import analyze, summarize
+from dpcore.read.report.commands import analyze, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,9 +8,9 @@ import pytest
 
 from dpcore.read.analysis import (RunLoadError, TraceFormatError, list_runs, load_run, overlap_by_rank,
                              overlap_from_trace, read_trace, read_trace_dir)
-from dpcore.read.analysis.commands import analyze, summarize
-from dpcore.read.analysis.synthetic import gpu_trace, write_gpu_trace_dir
-from dpcore.read.analysis.tracefile import read_columns
+from dpcore.read.report.commands import analyze, summarize
+from tests.synthetic import gpu_trace, write_gpu_trace_dir
+from dpcore.read.traces.columns import read_columns
 
 DATA = Path(__file__).parent / "data"
 
@@ -167,7 +167,7 @@ def test_gpu_comm_found_by_name_and_by_the_profilers_collective_ranges(tmp_path,
     """NCCL renamed its kernels once (ncclKernel_* -> ncclDevKernel_*) and may again: a kernel
     launched from inside record_param_comms is comm whatever it is called, and the numbers equal
     those of the same trace with today's kernel names."""
-    from dpcore.read.analysis.synthetic import COMM_KERNEL_NAMES, write_gpu_trace_dir
+    from tests.synthetic import COMM_KERNEL_NAMES, write_gpu_trace_dir
     ref = overlap_by_rank(read_trace_dir(write_gpu_trace_dir(tmp_path / "ref", world_size=2, steps=2)[0].parent))
     d = write_gpu_trace_dir(tmp_path / style, world_size=2, steps=2, comm_style=style)[0].parent
     ev = read_trace_dir(d)
@@ -185,7 +185,7 @@ def test_a_kernel_launched_outside_a_collective_range_stays_compute(tmp_path):
     import gzip
     import json
 
-    from dpcore.read.analysis.synthetic import COMM_KERNEL_NAMES, gpu_trace
+    from tests.synthetic import COMM_KERNEL_NAMES, gpu_trace
     doc = gpu_trace(0, world_size=2, steps=1, comm_style="renamed")
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") not in
                           ("record_param_comms", "c10d::allreduce_")]

@@ -84,7 +84,7 @@ def test_rule_checker_catches_a_violation(tmp_path: Path) -> None:
         got = _violations(_imports(f), FORBIDDEN["read"])
     finally:
         f.unlink()
-    assert got == ["line 2: torch.distributed", "line 3: dpcore.write", "line 3: dpcore.write.launch"]
+    assert got == ["line 2: torch.distributed", "line 3: dpcore.write", "line 3: dpcore.write.runtime.launch"]
 
 
 def _graph() -> dict[str, set[str]]:

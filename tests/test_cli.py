@@ -85,7 +85,7 @@ def test_allreduce_sizes_must_be_whole_float32(capsys, tmp_path):
 
 def test_repeated_world_sizes_and_variants_run_once():
     from dpcore.contract.config import TrainConfig, parse_choices, parse_int_list
-    from dpcore.write.profile import ProfileOptions, plan_jobs
+    from dpcore.write.commands.profile import ProfileOptions, plan_jobs
     ws = parse_int_list("2,1,2", "world sizes")
     variants = parse_choices("flat,flat,bucketed", "variant", ("flat", "bucketed"))
     assert ws == [2, 1] and variants == ["flat", "bucketed"]
@@ -96,7 +96,7 @@ def test_repeated_world_sizes_and_variants_run_once():
 
 
 def test_unexpected_error_is_one_line_not_a_traceback(monkeypatch, capsys, tmp_path):
-    import dpcore.write.profile as prof
+    import dpcore.write.commands.profile as prof
 
     def broken(*a, **k):
         raise OSError("No space left on device")

@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dpcore.write.comm import ALGOS, all_reduce
-from dpcore.write.comm.naive import naive_all_reduce
-from dpcore.write.comm.ring import ring_all_reduce
+from dpcore.write.dp.comm import ALGOS, all_reduce
+from dpcore.write.dp.comm.naive import naive_all_reduce
+from dpcore.write.dp.comm.ring import ring_all_reduce
 from dpcore.contract.ringplan import chunk_bounds, rank_schedule
 
 SPAWN_TIMEOUT_S = 150.0
@@ -29,7 +29,7 @@ SCRATCH = ("ring", "naive", "central")
 
 
 def comm_make_recorder(rank: int) -> Any:
-    from dpcore.write.recorder import Recorder  # the real one: the contract under test
+    from dpcore.write.capture.comm_log import Recorder  # the real one: the contract under test
     return Recorder("test", rank)
 
 
@@ -234,7 +234,7 @@ def _check_null_recorder(n: int, rank: int) -> None:
     """Recording must not change the result: the default null recorder and a real one give
     bitwise identical tensors on every path (pipelined and batched), and the null one logs
     nothing."""
-    from dpcore.write.recorder import NULL_RECORDER
+    from dpcore.write.capture.comm_log import NULL_RECORDER
     paths = [(algo, lambda x, algo=algo, **kw: all_reduce(x, algo=algo, op="mean", **kw))
              for algo in ALGOS]
     paths += [("ring batched", lambda x, **kw: ring_all_reduce(x, op="mean", batched=True, **kw)),

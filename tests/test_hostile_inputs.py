@@ -96,7 +96,7 @@ def test_run_writer_turns_an_unwritable_out_into_a_usage_error(tmp_path):
     """Whoever calls RunWriter (record, a race after the CLI's check): one UsageError line,
     never an OSError that the CLI would report as 'measured jobs were kept'."""
     from dpcore.contract.errors import UsageError
-    from dpcore.write.rundir import RunWriter
+    from dpcore.write.capture.run_writer import RunWriter
 
     f = tmp_path / "afile"
     f.write_text("x")
@@ -110,7 +110,7 @@ def test_interrupt_while_ranks_start_marks_the_run_interrupted(monkeypatch, tmp_
     """CLI level: Ctrl-C/SIGTERM lands after the first rank of the first job started. The run
     is `interrupted`, exit 130, the unfinished job `interrupted` (not `failed`)."""
     from dpcore.cli import main
-    import dpcore.write.launch as launch_mod
+    import dpcore.write.runtime.launch as launch_mod
 
     proc_cls = launch_mod._mp_context().Process
     real_start = proc_cls.start
@@ -138,7 +138,7 @@ def test_interrupt_while_jobs_are_planned_marks_the_run_interrupted(monkeypatch,
     """Ctrl-C after run.json exists but before the job loop (while jobs are planned) must not
     leave the run `running` with nobody writing it."""
     from dpcore.cli import main
-    import dpcore.write.profile as profile_mod
+    import dpcore.write.commands.profile as profile_mod
 
     def plan(self, cfg, run_dir):
         raise KeyboardInterrupt
@@ -154,7 +154,7 @@ def test_interrupt_while_jobs_are_planned_marks_the_run_interrupted(monkeypatch,
 # --- issue 7b: a run whose launcher died is stale -------------------------------------------
 
 def test_run_json_names_its_owner(tmp_path):
-    from dpcore.write.rundir import RunWriter
+    from dpcore.write.capture.run_writer import RunWriter
 
     w = RunWriter(tmp_path, command=[], config={}, environment={})
     meta = json.loads((w.run_dir / rf.RUN_JSON).read_text())

@@ -22,7 +22,7 @@ from streamlit.testing.v1 import AppTest
 from dpcore.contract import runformat as rf
 from dpcore.contract import tracefile as tf
 from dpcore.read import analysis as A
-from dpcore.read.analysis import load
+from dpcore.read.rundir import load
 from tests.fixtures_run import make_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

@@ -21,11 +21,11 @@ from streamlit.testing.v1 import AppTest
 from dpcore.cli import main
 from dpcore.contract import runformat as rf
 from dpcore.read.analysis import load_run, timeline
-from dpcore.read.analysis.commands import analyze
+from dpcore.read.report.commands import analyze
 from dpcore.read.analysis.stragglers import stragglers_text
-from dpcore.read.analysis.synthetic import write_gpu_trace_dir
-from dpcore.read.analysis.traces import trace_files
-from dpcore.read.importer import import_traces
+from tests.synthetic import write_gpu_trace_dir
+from dpcore.read.traces.reader import trace_files
+from dpcore.read.importer.write_run import import_traces
 
 torch = pytest.importorskip("torch")
 

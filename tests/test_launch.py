@@ -7,8 +7,8 @@ import time
 import pytest
 
 from dpcore.contract.errors import JobFailed, UsageError
-from dpcore.write.launch import launch, resolve_backend
-from dpcore.write.resources import physical_cores, threads_per_rank
+from dpcore.write.runtime.launch import launch, resolve_backend
+from dpcore.write.runtime.resources import physical_cores, threads_per_rank
 from tests import workers
 
 
@@ -103,7 +103,7 @@ def test_interrupt_between_rank_starts_reraises_and_reaps(monkeypatch):
     second: the moment issue 4 describes. launch must re-raise the interrupt (not an
     AssertionError), reap the started rank and never join the unstarted ones."""
     import multiprocessing
-    import dpcore.write.launch as launch_mod
+    import dpcore.write.runtime.launch as launch_mod
 
     proc_cls = launch_mod._mp_context().Process
     real_start, real_join = proc_cls.start, proc_cls.join

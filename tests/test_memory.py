@@ -26,11 +26,11 @@ from dpcore.read.analysis import job_summary, load_run
 from dpcore.read.analysis.memory import (comm_volume, expected_bus_bytes, expected_volume, job_memory,
                                          memory_table, summary_memory_columns, volume_totals)
 from dpcore.read.plots.memory import memory_breakdown_figure, memory_tradeoff_figure, volume_figure
-from dpcore.write.memory import CPU_METHOD, held_bytes, measure_step
-from dpcore.write.models import MLP
-from dpcore.write.recorder import PhaseTimer
-from dpcore.write.train import local_context, make_trainer
-from dpcore.write.variants import REGISTRY
+from dpcore.write.capture.memory import CPU_METHOD, held_bytes, measure_step
+from dpcore.write.training.models import MLP
+from dpcore.write.capture.comm_log import PhaseTimer
+from dpcore.write.training.trainer import local_context, make_trainer
+from dpcore.write.dp.variants import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20

@@ -8,10 +8,10 @@ import torch
 
 from dpcore.contract.config import TrainConfig
 from dpcore.contract.errors import UsageError
-from dpcore.write.recorder import PhaseTimer
-from dpcore.write.models import (EINSUM_D, EINSUM_F, MLP_CLASSES, MLP_IN_DIM, TRANSFORMER_SIZES,
+from dpcore.write.capture.comm_log import PhaseTimer
+from dpcore.write.training.models import (EINSUM_D, EINSUM_F, MLP_CLASSES, MLP_IN_DIM, TRANSFORMER_SIZES,
                            build_model, loss_fn, make_batch, shard)
-from dpcore.write.train import local_context, make_trainer
+from dpcore.write.training.trainer import local_context, make_trainer
 
 
 def test_same_seed_same_weights_and_rng_untouched() -> None:

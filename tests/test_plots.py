@@ -148,7 +148,7 @@ def test_timeline_ignores_broken_rows(bad: pd.DataFrame) -> None:
 
 
 def test_timeline_colours_each_collective_family() -> None:
-    from dpcore.read.analysis.kinds import comm_op
+    from dpcore.read.traces.kinds import comm_op
     from dpcore.read.plots.style import OP_COLORS
 
     names = {"gloo:allgather": "all_gather", "fsdp_all_gather": "all_gather", "all_gather #3": "all_gather",

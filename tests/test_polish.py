@@ -246,7 +246,7 @@ def test_every_allreduce_option_has_help(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -> None:
-    from dpcore.read.analysis.commands import ALLREDUCE_TABLE, summarize
+    from dpcore.read.report.commands import ALLREDUCE_TABLE, summarize
 
     if not (SAMPLE / "sample-allreduce" / "run.json").exists():
         pytest.skip("sample runs not present")
@@ -268,7 +268,7 @@ def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -
 
 def test_correctness_check_counts_wrong_elements() -> None:
     torch = pytest.importorskip("torch")
-    from dpcore.write.allreduce import check_input, count_wrong, expected_sum
+    from dpcore.write.commands.allreduce import check_input, count_wrong, expected_sum
 
     for n, numel in [(2, 1), (3, 1031), (4, 4096)]:
         total = sum(check_input(numel, r) for r in range(n))

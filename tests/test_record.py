@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dpcore.write.record import record
+from dpcore.write.commands.record import record
 
 WARMUP, PROFILE, STEPS = 2, 2, 8
 
@@ -49,7 +49,7 @@ def _rank(rank: int, world: int, store: str, out: str, kind: str) -> None:
         if kind == "ddp":
             model: nn.Module = DistributedDataParallel(_net(), bucket_cap_mb=0.1)
         else:
-            import dpcore.write.variants as variants
+            import dpcore.write.dp.variants as variants
             model = variants.wrap(kind, _net(), bucket_mb=0.1)
         with record(out, name=kind, model=model, warmup=WARMUP, profile_steps=PROFILE,
                     samples=32) as rec:
@@ -70,7 +70,7 @@ def _spawn(tmp_path: Path, kind: str) -> Path:
 def _check_readable(run_dir: Path, job: str, ws: int, comm: bool) -> None:
     """What the dashboard and `summarize` show must be sane numbers."""
     from dpcore.read.analysis import job_summary, load_run, timeline
-    from dpcore.read.analysis.commands import summarize
+    from dpcore.read.report.commands import summarize
 
     run = load_run(run_dir)
     assert run.meta["status"] == "complete" and run.meta["kind"] == "record"

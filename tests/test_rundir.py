@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.write.chrome import _lanes, merge_job_traces
+from dpcore.write.capture.merged_trace import _lanes, merge_job_traces
 from dpcore.contract.clocksync import marker_name, shift_us
 from dpcore.contract.runformat import STEP_COLUMNS, TABLES
 from dpcore.contract.files import atomic_write_text
-from dpcore.write.rundir import RunWriter
+from dpcore.write.capture.run_writer import RunWriter
 
 
 def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):

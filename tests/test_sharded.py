@@ -24,11 +24,11 @@ import torch.nn as nn
 import dpcore
 from dpcore.contract.config import TrainConfig
 from dpcore.contract.errors import UsageError
-from dpcore.write.launch import launch
-from dpcore.write.recorder import PhaseTimer, Recorder
-from dpcore.write.sharding import Collectives, assign_owners, shard_size
-from dpcore.write.train import local_context, make_trainer
-from dpcore.write.variants import wrap
+from dpcore.write.runtime.launch import launch
+from dpcore.write.capture.comm_log import PhaseTimer, Recorder
+from dpcore.write.dp.sharding import Collectives, assign_owners, shard_size
+from dpcore.write.training.trainer import local_context, make_trainer
+from dpcore.write.dp.variants import wrap
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = TrainConfig(model="toy", batch_size=4, lr=0.1, steps=3, warmup=0, profile_steps=0,
@@ -229,7 +229,7 @@ def test_optimizer_state_is_sharded(checks: Any) -> None:
 
 
 def test_half_compute_within_tolerance(checks: Any) -> None:
-    from dpcore.write.verify import compute_tolerance
+    from dpcore.write.commands.verify import compute_tolerance
     _, r = checks
     for dt in ("float16", "bfloat16"):
         assert 0 < r[f"fsdp[{dt}]"] <= compute_tolerance(replace(CFG, steps=STEPS), dt), dt

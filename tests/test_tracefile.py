@@ -17,8 +17,8 @@ import pytest
 from dpcore.contract import tracefile as contract
 from dpcore.read import analysis
 from dpcore.read.analysis import read_trace, read_trace_dir
-from dpcore.read.analysis import tracefile as tf
-from dpcore.read.analysis.synthetic import gpu_trace, write_gpu_trace_dir
+from dpcore.read.traces import columns as tf
+from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
 DATA = Path(__file__).parent / "data"
 PROFILES = Path(__file__).parent.parent / "profiles"
@@ -262,7 +262,7 @@ def test_gzip_by_magic_number_and_multi_member(tmp_path):
 
 def test_writer_reads_the_same_file(tmp_path):
     """The merged-trace writer reads rank traces with the same reader (dicts, for re-emitting)."""
-    from dpcore.write.chrome import read_json_trace
+    from dpcore.write.capture.merged_trace import read_json_trace
     doc = gpu_trace(0, steps=1, kernels_per_step=10)
     write(tmp_path / "rank0.json", doc)
     assert read_json_trace(tmp_path / "rank0.json") == doc

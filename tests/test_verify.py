@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dpcore.contract.errors import UsageError
-from dpcore.write.verify import (COLUMNS, compute_tolerance, format_table, max_abs_diff, run_verify,
+from dpcore.write.commands.verify import (COLUMNS, compute_tolerance, format_table, max_abs_diff, run_verify,
                                   tolerance, verify_config)
 
 

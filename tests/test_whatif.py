@@ -15,7 +15,7 @@ import pytest
 
 from dpcore.cli import main
 from dpcore.contract.buckets import MB, assign_buckets, assign_buckets_ddp, pack_reverse, rule_for
-from dpcore.read.analysis.whatif_model import (RankStep, allreduce_ms, allreduce_parts, alpha_beta_from_line,
+from dpcore.read.whatif.model import (RankStep, allreduce_ms, allreduce_parts, alpha_beta_from_line,
                                                fit_line, line_from_alpha_beta, replay, undilate)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_repacking_matches_both_rules_and_torch_ddp() -> None:
     assert pack_reverse(reg, 4, "dpcore") == [[7, 6, 5], [4], [3], [2], [1, 0]]
     assert assign_buckets([10, 10, 10], 1e9, keys=["a", "a", "b"]) == [[0, 1], [2]]
     assert rule_for("torch_ddp") == "ddp" and rule_for("bucketed") == "dpcore"
-    from dpcore.write.variants.bucketed import assign_buckets as used_by_the_variant
+    from dpcore.write.dp.variants.bucketed import assign_buckets as used_by_the_variant
     assert used_by_the_variant is assign_buckets
 
 
@@ -246,7 +246,7 @@ def test_hand_written_run_without_grads_uses_bucket_launches(tmp_path: Path,
     assert fitted["step_ms"] == pytest.approx(65.0, abs=1e-3)   # calibrated on itself: exact
     # an allreduce run twice as slow as the job's comm: every all-reduce is scaled by 0.5, exactly
     from dpcore.read.analysis import load_run
-    from dpcore.read.analysis.whatif import build_model, predict
+    from dpcore.read.whatif.predict import build_model, predict
     slow = pd.DataFrame({"algo": "native", "world_size": 2, "bytes": [MB, 8 * MB],
                          "time_ms": [2 * MB / (bw * 1e6), 2 * 8 * MB / (bw * 1e6)]})
     model = build_model(load_run(run), "bucketed-ws2-b8", allreduce=slow)
@@ -259,7 +259,7 @@ def test_hand_written_run_without_grads_uses_bucket_launches(tmp_path: Path,
 
 def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     from dpcore.read.analysis import load_run
-    from dpcore.read.analysis.whatif import build_model, replay_cell, replay_lanes, whatif_table
+    from dpcore.read.whatif.predict import build_model, replay_cell, replay_lanes, whatif_table
     from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
 
     run = load_run(_hand_run(tmp_path))
@@ -296,7 +296,7 @@ def test_job_fit_never_claims_infinite_bandwidth_when_bytes_do_not_explain_times
 
     import numpy as np
 
-    from dpcore.read.analysis.whatif_fit import fit_network
+    from dpcore.read.whatif.fit import fit_network
 
     # two collectives per step, back to back: 10 KB takes 2 ms, 1 MB takes 1 ms
     tl = SimpleNamespace(comm_start=np.array([0.0, 5.0]), comm_end=np.array([2.0, 6.0]),

@@ -14,8 +14,8 @@ import torch
 
 from dpcore.cli import main
 from dpcore.contract.config import TrainConfig
-from dpcore.write.train import local_context, make_trainer
-from dpcore.write.workload import Batch, TupleInputs, check_workload, shard_batch
+from dpcore.write.training.trainer import local_context, make_trainer
+from dpcore.write.training.workload import Batch, TupleInputs, check_workload, shard_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,7 @@ def test_user_model_verifies_from_its_own_folder(tmp_path: Path) -> None:
 
 
 def test_user_model_verifies_at_world_size_3(tmp_path: Path, monkeypatch) -> None:
-    from dpcore.write.verify import run_verify, verify_config
+    from dpcore.write.commands.verify import run_verify, verify_config
 
     _write(tmp_path, "wl_three", GOOD)
     monkeypatch.chdir(tmp_path)
@@ -106,7 +106,7 @@ def test_trainer_shards_tuple_inputs_and_manual_splits_them(tmp_path: Path, monk
     halves = x.chunk(2)
     assert torch.equal(halves[1][0], x[0][4:]) and torch.equal(shard_batch(x, 1, 2)[1], x[1][4:])
     frozen = tr.module.model.frozen.clone()
-    from dpcore.write.recorder import PhaseTimer
+    from dpcore.write.capture.comm_log import PhaseTimer
     loss = tr.step(x, y, PhaseTimer(torch.device("cpu")))
     assert loss > 0 and torch.equal(tr.module.model.frozen, frozen)
     assert tr.module.model.head.weight is tr.module.model.emb.weight
@@ -202,7 +202,7 @@ def test_module_not_found_through_the_real_entry_point(tmp_path: Path) -> None:
 
 
 def test_example_is_a_workload() -> None:
-    from dpcore.write.workload import load_workload
+    from dpcore.write.training.workload import load_workload
 
     wl = load_workload("examples.my_model:build", 0)
     names = dict(wl.model.named_parameters())

@@ -35,7 +35,7 @@ def exit_hard(ctx):
 
 
 def clock_offset(ctx):
-    from dpcore.write.clock import measure_offset
+    from dpcore.write.runtime.clock import measure_offset
     return measure_offset(ctx)
 
 

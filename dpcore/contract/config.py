@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from dpcore.contract.errors import UsageError
 
 # DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
-# dpcore.write.variants and dpcore.write.comm re-export them next to their implementations).
+# dpcore.write.dp.variants and dpcore.write.dp.comm re-export them next to their implementations).
 VARIANTS = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
             "torch_ddp", "data_parallel", "zero1", "torch_zero1", "fsdp", "torch_fsdp")
 MULTIPROCESS = ("naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp",

@@ -1,7 +1,7 @@
 """Chrome trace files, byte level: the one reader that the writer and the analysis share.
 
-The writer (``dpcore.write.chrome``, which re-emits every event of every rank into the merged
-trace) needs the events as dicts; the analysis (``dpcore.read.analysis.tracefile``) needs a few
+The writer (``dpcore.write.capture.merged_trace``, which re-emits every event of every rank into the merged
+trace) needs the events as dicts; the analysis (``dpcore.read.traces.columns``) needs a few
 columns of 250k+ events and cannot afford a dict per event. Both start here, so both agree on
 what a trace file is and fail the same way on files that are not one:
 
@@ -74,7 +74,7 @@ def open_regular(path: str | Path, max_bytes: int) -> BinaryIO:
     dashboard never renders) and ``/dev/zero`` reads forever; so the path is stat'ed first, opened
     with O_NONBLOCK (a FIFO that appeared after the stat does not block the open either) and the
     opened descriptor is checked again. Symlinks are followed: which of them may be trusted is the
-    caller's rule (see ``dpcore.read.analysis.load``). Raises FileNotFoundError when missing,
+    caller's rule (see ``dpcore.read.rundir.load``). Raises FileNotFoundError when missing,
     NotRegularFileError for a special or oversized file, other OSError as the system reports them.
     """
     p = Path(path)

@@ -12,7 +12,7 @@ import pandas as pd
 from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.intervals import union_length
 from dpcore.contract.messages import pair_messages, piece_numbers
-from dpcore.contract.metrics import bus_factor
+from dpcore.contract.bandwidth import bus_factor
 from dpcore.contract.runformat import ALLREDUCE_COLUMNS, MESSAGE_KEY
 
 _GROUP = ["job_id", "algo", "step", "call", "phase", "ring_step"]

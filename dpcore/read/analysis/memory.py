@@ -1,7 +1,7 @@
 """Memory per rank against step time, and communication volume per step: the two halves of the
 trade that sharded data parallelism (ZeRO-1, FSDP) makes (DataFrames in, DataFrames out).
 
-Memory: memory.csv (one row per (job, rank), written by ``dpcore.write.memory``) joined with the
+Memory: memory.csv (one row per (job, rank), written by ``dpcore.write.capture.memory``) joined with the
 job's step time from :func:`dpcore.read.analysis.summary.job_summary`, the same numbers
 ``summarize`` prints, so the Memory view and the CLI never disagree on T.
 
@@ -9,7 +9,7 @@ Communication volume: the ``bytes`` column of collectives.csv is the size of the
 to the collective: the whole buffer for an all-reduce and a broadcast, the full (gathered,
 unsharded) buffer for an all-gather and a reduce-scatter, as nccl-tests counts sizes. What we
 compare is **bus bytes** per rank per step = Σ bytes · bus_factor(op, N) with nccl-tests' factors
-(``dpcore.contract.metrics.bus_factor``: all-reduce 2(N−1)/N, all-gather and reduce-scatter
+(``dpcore.contract.bandwidth.bus_factor``: all-reduce 2(N−1)/N, all-gather and reduce-scatter
 (N−1)/N, broadcast 1): what each rank sends over its link with a bandwidth-optimal (ring)
 algorithm, whatever algorithm actually ran. :func:`expected_volume` is the one place the
 per-variant formulas live (the CLI, the Memory view and the README table come from it).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpcore.contract.metrics import bus_factor
+from dpcore.contract.bandwidth import bus_factor
 
 KINDS = ["param_bytes", "grad_bytes", "optim_bytes", "other_bytes"]
 MEMORY_TABLE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "device", *KINDS, "held_bytes",

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpcore.read.analysis.overlap import TRACE_COLUMNS, step_breakdown
+from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, step_breakdown
 
 KEY = ["job_id", "rank", "step"]
 _PARTS = ["compute_ms", "comm_ms", "overlapped_ms", "exposed_ms"]
@@ -46,7 +46,7 @@ def step_metrics(steps: pd.DataFrame, collectives: pd.DataFrame,
     """One row per (job, rank, step) of every step: the interval breakdown (``traced`` says
     whether the step was profiled) plus the trace's ``trace_*`` columns where a trace covers it.
 
-    ``trace_steps``: :func:`dpcore.read.analysis.overlap.overlap_from_trace` rows with a
+    ``trace_steps``: :func:`dpcore.read.analysis.comm_overlap.overlap_from_trace` rows with a
     ``job_id`` column (see :func:`trace_step_metrics`), or None for a run without traces.
     """
     timed = step_breakdown(steps, collectives, profiled=False).assign(traced=False)

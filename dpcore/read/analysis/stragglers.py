@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpcore.read.analysis.load import RunLoadError, load_run
-from dpcore.read.analysis.overlap import MS_NS, comm_start_ns
-from dpcore.read.analysis.traces import TraceFormatError, read_trace_dir
+from dpcore.read.rundir.load import RunLoadError, load_run
+from dpcore.read.analysis.comm_overlap import MS_NS, comm_start_ns
+from dpcore.read.traces.reader import TraceFormatError, read_trace_dir
 
 KEY = ["job_id", "step", "seq"]
 WAIT_COLUMNS = ["job_id", "step", "seq", "rank", "op", "bytes", "arrival_ns", "end_ns", "wait_ms", "last",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpcore.read.analysis.load import Run
+from dpcore.read.rundir.load import Run
 from dpcore.read.analysis.metrics import NOISY_SPREAD, job_metrics, step_metrics
 from dpcore.read.analysis.timeline import trace_step_metrics
 

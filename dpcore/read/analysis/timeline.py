@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.intervals import merge
-from dpcore.read.analysis.load import Run
-from dpcore.read.analysis.overlap import (MS_NS, TRACE_COLUMNS, _trace_sets, comm_start_ns, compute_intervals_ns,
+from dpcore.read.rundir.load import Run
+from dpcore.read.analysis.comm_overlap import (MS_NS, TRACE_COLUMNS, _trace_sets, comm_start_ns, compute_intervals_ns,
                                           overlap_from_trace)
-from dpcore.read.analysis.traces import TraceFormatError, read_trace_files
+from dpcore.read.traces.reader import TraceFormatError, read_trace_files
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
 
 COLUMNS = ["rank", "lane", "name", "start_ms", "end_ms"]

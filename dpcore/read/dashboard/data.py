@@ -17,7 +17,7 @@ import streamlit as st
 from dpcore.contract import runformat as rf
 from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, open_regular
 from dpcore.read import analysis as A
-from dpcore.read.analysis.load import printable
+from dpcore.read.rundir.load import printable
 
 APP_DIR = Path(__file__).resolve().parents[3]  # the repository root, where app.py lives
 

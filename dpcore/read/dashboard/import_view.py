@@ -2,7 +2,7 @@
 
 Why in the app: the people with traces (from ``tensorboard_trace_handler``, torchtitan, their
 own ``export_chrome_trace``) are often not at a terminal; the page does what
-``python -m dpcore import`` does (the same :func:`dpcore.read.importer.import_traces`) and then
+``python -m dpcore import`` does (the same :func:`dpcore.read.importer.write_run.import_traces`) and then
 opens the new run on its Overview. Traces come from a path on this machine (a folder, searched
 recursively, or one file) or are uploaded; uploads are written to a temporary folder only for
 the import (the run keeps its own copies under ``traces/``).
@@ -17,7 +17,7 @@ import streamlit as st
 
 from dpcore.contract.errors import UsageError
 from dpcore.contract.runformat import TRACE_SUFFIXES
-from dpcore.read.importer import import_traces
+from dpcore.read.importer.write_run import import_traces
 from dpcore.read.dashboard.text import md
 
 LOCAL, UPLOAD = "A folder or file on this machine", "Upload trace files"

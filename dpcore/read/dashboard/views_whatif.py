@@ -1,6 +1,6 @@
 """What-if view: a measured bucketed/torch_ddp job, replayed at other buckets, ranks and networks.
 
-Renders only: the model and every number come from `dpcore.read.analysis.whatif` (the same
+Renders only: the model and every number come from `dpcore.read.whatif.predict` (the same
 functions as `python -m dpcore whatif`), the figures from `dpcore.read.plots.whatif`.
 """
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dpcore.read.analysis.load import Run
+from dpcore.read.rundir.load import Run
 
-from dpcore.read.analysis.whatif import (Model, build_model, measured_cells, predict, replay_cell, replay_lanes,
+from dpcore.read.whatif.predict import (Model, build_model, measured_cells, predict, replay_cell, replay_lanes,
                                          whatif_jobs, with_measured)
-from dpcore.read.analysis.whatif_model import ALGOS
+from dpcore.read.whatif.model import ALGOS
 from dpcore.read.dashboard import data
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure

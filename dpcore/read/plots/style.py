@@ -28,7 +28,7 @@ PHASE_COLORS: dict[str, str] = {
 SIDE_COLORS: dict[str, str] = {"send": "#f58518", "recv": "#72b7b2"}
 VARIANT_ORDER = ["single", "manual", "data_parallel", "naive", "flat", "central", "ring", "overlap", "bucketed",
                  "torch_ddp", "zero1", "torch_zero1", "fsdp", "torch_fsdp"]
-#: One color per collective (``dpcore.read.analysis.kinds.comm_op``), so the Timeline shows
+#: One color per collective (``dpcore.read.traces.kinds.comm_op``), so the Timeline shows
 #: FSDP's all-gathers and reduce-scatters apart from DDP's all-reduces. All-reduce keeps the comm
 #: lane's orange; none is the compute blue.
 OP_COLORS: dict[str, str] = {

@@ -8,7 +8,7 @@ a lane that touch within one "pixel" of time into a single bar (hover says how m
 until each lane has at most `max_bars_per_lane` bars.
 Why one colour per collective: sharded variants mix collectives in one step (FSDP all-gathers
 parameters before each module's forward and backward, then reduce-scatters gradients); the comm
-lane draws each family (``dpcore.read.analysis.kinds.comm_op``) in its own colour, and bars of
+lane draws each family (``dpcore.read.traces.kinds.comm_op``) in its own colour, and bars of
 different families are never merged into one.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.read.analysis.kinds import comm_op
+from dpcore.read.traces.kinds import comm_op
 from dpcore.read.plots.style import LANE_COLORS, OP_COLORS, OP_LABELS, base_layout, empty_figure
 
 COLS = ["rank", "lane", "name", "start_ms", "end_ms"]

@@ -1,4 +1,4 @@
-"""What-if figures (inputs: `dpcore.read.analysis.whatif` frames). Pure plotly, no st.* calls.
+"""What-if figures (inputs: `dpcore.read.whatif.predict` frames). Pure plotly, no st.* calls.
 
 Why three pictures: the breakdown says what the step would be made of (compute, comm hidden
 under backward, comm exposed after it); the replayed timeline shows why (which bucket waits for

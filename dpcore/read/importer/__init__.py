@@ -1,0 +1,3 @@
+"""`dpcore import`: foreign torch.profiler traces into a run directory (rows.py turns events into
+rows, pure; write_run.py writes the run).
+"""

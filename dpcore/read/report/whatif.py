@@ -1,0 +1,77 @@
+"""Text/CSV of ``python -m dpcore whatif`` (the CLI only parses and prints; this validates too).
+
+Every problem with the input is a UsageError naming it and the valid choices (exit 2).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from dpcore.contract.config import parse_int_list
+from dpcore.contract.errors import UsageError
+from dpcore.read.report.commands import load_run_reporting
+from dpcore.read.rundir.load import load_run
+from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, whatif_table
+
+
+def parse_buckets(text: str | None) -> list[float] | None:
+    """'1,4,32' -> [1.0, 4.0, 32.0] (MB, finite and > 0); None/empty -> None (the run's sizes)."""
+    if text is None or not text.strip():
+        return None
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            mb = float(item)
+        except ValueError:
+            mb = float("nan")
+        if not (math.isfinite(mb) and mb > 0):
+            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MB like 1,4,25")
+        out.append(mb)
+    return list(dict.fromkeys(out))
+
+
+def parse_world_sizes(text: str | None) -> list[int] | None:
+    """'1,2,8' -> [1, 2, 8]; None/empty -> None (the run's world sizes)."""
+    if text is None or not text.strip():
+        return None
+    return parse_int_list(text, "--world-sizes")
+
+
+def _header(model: Model) -> list[str]:
+    src = model.src
+    return [f"what-if from {src.job_id} ({src.variant}, {src.world_size} ranks, {src.bucket_mb:g} MB buckets, "
+            f"{len(src.timelines)} timed rank-steps; gradients from {src.grads_source})",
+            f"  comm slows compute by kappa = {model.kappa:.2f}: {model.kappa_source}",
+            f"  alpha = {model.alpha_us:.1f} us: {model.alpha_source}",
+            f"  B = {model.bandwidth_gbps:.3f} GB/s: {model.bandwidth_source}",
+            f"  compute slows comm, calibrated on the source job: {model.calibration_source}",
+            f"  algorithm {model.algo}, {model.streams} collective(s) at once; bookkeeping after the last "
+            f"bucket {model.tail_ms:.2f} ms"]
+
+
+def whatif_text(path: str, job: str, bucket_mb: str | None = None, world_sizes: str | None = None,
+                bandwidth_gbps: float | None = None, latency_us: float | None = None,
+                algo: str | None = None, csv: bool = False, allreduce_run: str | None = None) -> str:
+    """The `whatif` command's output: CSV rows (WHATIF_COLUMNS, DESIGN's columns first) or a table
+    with the fitted model's parameters and where each came from."""
+    buckets, sizes = parse_buckets(bucket_mb), parse_world_sizes(world_sizes)
+    run = load_run_reporting(path)
+    ar = load_run(Path(allreduce_run)).allreduce if allreduce_run else None
+    if ar is not None and ar.empty:
+        raise UsageError(f"--allreduce-run {allreduce_run}: no allreduce.csv rows; run "
+                         "`python -m dpcore allreduce` first")
+    table, model = whatif_table(run, job, buckets, sizes, bandwidth_gbps, latency_us, algo, ar)
+    if csv:
+        return table[WHATIF_COLUMNS].to_csv(index=False, float_format="%.4f")
+    view = table.drop(columns=["kappa", "algo"]).rename(columns={
+        "bandwidth_gbps": "B_gbps", "latency_us": "alpha_us", "exposed_comm_ms": "exposed_ms",
+        "hidden_comm_ms": "hidden_ms", "measured_step_ms": "measured_ms", "error_pct": "error_%"})
+    cores = (run.meta.get("environment") or {}).get("cpu_cores")
+    notes = ["", "step = forward + max(backward end, last all-reduce end) + bookkeeping + optimizer; "
+             "measured_ms: summarize's median step of the same cell (error_% = predicted vs measured)."]
+    if cores and int(table["world_size"].max()) > int(cores) and \
+            (run.meta.get("environment") or {}).get("device", "cpu") == "cpu":
+        notes.append(f"caveat: this run's machine has {cores} cores; more ranks than that share cores "
+                     "(oversubscribed), which the model does not know.")
+    body = view.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-")
+    return "\n".join(_header(model) + ["", body] + notes) + "\n"

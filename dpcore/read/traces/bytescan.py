@@ -1,0 +1,383 @@
+"""The numpy structural scanner behind :func:`dpcore.read.traces.columns.read_columns`.
+
+Why a module of its own: it is the one intricate piece of trace reading (simdjson's structural
+index, vectorised with numpy), and it is easier to review and test apart from the small API
+around it. See tracefile.py's docstring for the method; every value it produces equals a full
+JSON parse's (``x_event_fields``), and anything unexpected raises :class:`_Odd` so the caller
+falls back to that parse.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from dpcore.contract.tracefile import (DECODE_ERRORS, DEVICE_CATS, X_FIELDS, TraceFormatError, as_id,
+                                       as_ident, as_text, as_time, find_events_array, iter_trace_bytes,
+                                       loads, parse_metadata)
+
+WINDOW_BYTES = 2 << 20  # cache-sized, and the work arrays stay small
+_EVENT_KEYS = (b'"ph"', b'"ts"', b'"dur"', b'"name"', b'"cat"', b'"pid"', b'"tid"', b'"args"')
+_ARG_KEYS = (b'"correlation"', b'"stream"')  # X_FIELDS = _EVENT_KEYS[1:7] + _ARG_KEYS
+_DELTA = np.zeros(256, np.int8)
+_DELTA[list(b"{[")], _DELTA[list(b"}]")] = 1, -1
+_TEXT: dict[str, tuple[Callable[[Any], Any], Any]] = {"name": (as_text, ""), "cat": (as_text, ""),
+                                                     "pid": (as_ident, -1), "tid": (as_ident, -1)}
+_ENTRY = np.frombuffer(b",{}", np.uint8)  # the array's tokens: a comma, then an object
+_SPACES = np.uint64(0x2020202020202020)
+_LOW_BYTES = np.asarray([(1 << 8 * k) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)
+_MIX = np.asarray([0xC2B2AE3D27D4EB4F] + [0x9E3779B97F4A7C15 + 2 * j for j in range(64)], np.uint64)
+
+
+class _Odd(Exception):
+    """The scanner met a layout it does not handle: use the full parse."""
+
+
+@dataclass
+class Columns:
+    """The 'X' events of one trace: parallel arrays, strings/ids as codes into ``tables``.
+
+    ``tables[f]`` lists the distinct values of field f in order of first appearance (what the
+    events frame's categories are built from); ts/dur in µs as in the file; corr/stream -1
+    when absent (see ``x_event_fields`` for every convention).
+    """
+
+    ts: np.ndarray
+    dur: np.ndarray
+    corr: np.ndarray
+    stream: np.ndarray
+    codes: dict[str, np.ndarray]
+    tables: dict[str, list[Any]]
+
+
+def _key_index(word: int, keys: tuple[bytes, ...]) -> int:
+    """Which of ``keys`` the 8 bytes that end a key (little-endian ``word``) end with: -1 for
+    none, -2 if they do not end with a quote (spaces before the colon)."""
+    tail = word.to_bytes(8, "little")
+    if tail[-1:] != b'"':
+        return -2
+    return next((j for j, k in enumerate(keys) if tail.endswith(k[-8:])), -1)
+
+
+class _Scanner:
+    """Structural scan of one ``traceEvents`` array, window by window.
+
+    The file's bytes arrive in pieces as they are decompressed; a window is the unfinished
+    event of the previous one plus the next piece, so it starts outside any string at a known
+    depth. Its whole events are reduced to their 'X' events' values while the bytes are in
+    cache: a value is first a byte span [start, end) (end -1: absent; the whitespace around the
+    value included, which every conversion ignores), then a number, or for strings and ids the
+    index of its span's text among the distinct texts seen so far (decoded once, at the end).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in X_FIELDS}  # per window
+        self.raw: dict[str, dict[bytes, int]] = {f: {} for f in _TEXT}  # distinct spans, in order
+        self.escapes = False  # whether the current window has a backslash
+        self.d_arr = 2  # depth inside the array
+        self.work, self.window = np.empty((4, 0), np.uint8), WINDOW_BYTES
+
+    def _scratch(self, n: int) -> tuple[np.ndarray, ...]:
+        """Four work arrays of n bytes (uint8, bool, bool, bool), kept between windows."""
+        if self.work.shape[1] < n:
+            self.work = np.empty((4, max(n, self.window + (self.window >> 2))), np.uint8)
+        return self.work[0, :n], self.work[1, :n].view(bool), self.work[2, :n].view(bool), self.work[3, :n].view(bool)
+
+    def _use(self, buf: bytes) -> None:
+        """Make ``buf`` (the current window) the bytes that positions refer to."""
+        self.buf, self.a = buf, np.frombuffer(buf, np.uint8)
+        self.word = np.ndarray((max(len(buf) - 7, 0),), "<u8", buffer=buf, strides=(1,))  # 8 bytes at i
+        self.aligned = np.frombuffer(buf, "<u8", count=len(buf) // 8)
+
+    def at(self, i: np.ndarray) -> np.ndarray:
+        """The 8 bytes at each offset i as a little-endian uint64, from two aligned reads
+        (numpy's unaligned gather is ~2x slower)."""
+        base, a = i >> 3, self.aligned
+        if not a.flags.aligned or not len(a) or int(base.max(initial=0)) + 1 >= len(a):
+            return self.word[i]
+        off = ((i & 7) << 3).view(np.uint64)
+        w = a.take(base)  # take: ~2x faster than fancy indexing here
+        w >>= off
+        hi = a.take(base + 1)
+        hi <<= np.uint64(63) - off
+        hi <<= np.uint64(1)  # in two steps: a shift by 64 is not 0 on x86
+        w |= hi
+        return w
+
+    def run(self, window: int) -> tuple[dict[str, Any], Columns] | None:
+        """Scan the file; None when its traceEvents array is not found near its start."""
+        pieces, self.window = iter_trace_bytes(self.path, window), window
+        buf, start = b"", None
+        for piece in pieces:  # the array's "[" is in the first piece, but for huge metadata
+            buf += piece
+            start = find_events_array(buf)
+            if start is not None or len(buf) > 16 * window:
+                break
+        if start is None:
+            return None
+        head, self.d_arr = buf[:start], 1 if not buf[:start].strip() else 2
+        pos, first = start + 1, True
+        while True:
+            self._use(buf)
+            nxt, done = self._window(pos, first)
+            if done:
+                meta = parse_metadata(head, buf[nxt + 1:] + b"".join(pieces))
+                return None if meta is None else (meta, self.columns())
+            piece = next(pieces, None)
+            if piece is None:
+                raise _Odd  # cut short: the full parse reports it
+            if nxt >= 0:  # keep the unfinished event, start the next window with it
+                buf, pos, first = buf[nxt:] + piece, 0, False
+            else:  # not one whole event in the window: widen it
+                buf += piece
+
+    def _window(self, w0: int, first: bool) -> tuple[int, bool]:
+        """Keep the values of the whole events in buf[w0:]. Returns (where the next window
+        starts: just after the last whole event, -1 if none, False) or (the array's
+        closing bracket, True)."""
+        seg = self.a[w0:]
+        low, inside, mark, tmp = self._scratch(len(seg))  # reused: no fresh pages per window
+        quote = np.equal(seg, 34, out=tmp)
+        self.escapes = self.buf.find(b"\\", w0) >= 0
+        if self.escapes:
+            _drop_escaped(quote, seg)
+        np.bitwise_xor.accumulate(quote.view(np.uint8), out=inside.view(np.uint8))
+        np.bitwise_or(seg, 0x20, out=low)
+        np.equal(low, 0x7B, out=mark)  # { [
+        mark |= np.equal(low, 0x7D, out=tmp)  # } ]
+        mark |= np.equal(seg, 0x3A, out=tmp)
+        mark |= np.equal(seg, 0x2C, out=tmp)
+        np.greater(mark, inside, out=mark)  # and not inside a string
+        p = np.flatnonzero(mark)
+        ch = seg.take(p)
+        p += w0
+        dl = _DELTA.take(ch)
+        depth = np.cumsum(dl, dtype=np.int32)
+        depth += self.d_arr
+        left = np.flatnonzero(depth < self.d_arr)  # the array's closing bracket
+        stop = int(left[0]) if left.size else len(ch)
+        if left.size and ch[stop] != 93:
+            raise _Odd
+        item = np.flatnonzero((depth[:stop] - (dl[:stop] > 0)) == self.d_arr)  # the array's own tokens
+        seq = ch[item]
+        if first:  # as if a comma came before the first entry: every entry is then ",{}"
+            seq, item = np.concatenate((_ENTRY[:1], seq)), np.concatenate(([-1], item))
+        k = len(seq) // 3
+        if not (seq[:3 * k].reshape(k, 3) == _ENTRY).all():
+            raise _Odd  # an entry that is not an object, or not JSON
+        rest = seq[3 * k:].tobytes()
+        if rest not in ((b"", b"," if first and k == 0 else b"") if left.size else (b"", b",", b",{")):
+            raise _Odd
+        if k:
+            last = int(item[3 * k - 1]) + 1
+            self._events(p[:last], ch[:last], dl[:last], depth[:last], item[1:3 * k:3])
+        if left.size:
+            return int(p[stop]), True
+        return (int(p[item[3 * k - 1]]) + 1 if k else -1), False
+
+    def _events(self, p: np.ndarray, ch: np.ndarray, dl: np.ndarray, depth: np.ndarray,
+                opens: np.ndarray) -> None:
+        """Keep the values of the 'X' events among the window's whole events (see the class)."""
+        nev, d_ev = len(opens), self.d_arr + 1
+        evid = np.zeros(len(ch), np.int64)
+        evid[opens] = 1
+        evid = np.cumsum(evid)
+        evid -= 1
+        colon = ch == 58
+        keys = self._keys(np.flatnonzero(colon & (depth == d_ev)), _EVENT_KEYS, p, evid, nev)
+        xe = np.flatnonzero(self._equal(*self._spans(keys[:, 0], p, dl, depth), "X"))
+        # keys of args: colons one level down, inside an object that is the value of "args"
+        nested = np.cumsum((dl > 0) & (depth == d_ev + 1), dtype=np.int32)
+        is_args = np.zeros(int(nested[-1]) + 1, bool)
+        value = keys[:, 7][keys[:, 7] >= 0] + 1
+        is_args[nested[value[ch[value] == 123]]] = True
+        ac = np.flatnonzero(colon & (depth == d_ev + 1))
+        args = self._keys(ac[is_args[nested[ac]]], _ARG_KEYS, p, evid, nev)
+        for f, t in zip(X_FIELDS, [*keys[xe, 1:7].T, *args[xe].T]):  # converted while in cache
+            vs, ve = self._spans(t, p, dl, depth)
+            self.parts[f].append(self._raw_ids(f, vs, ve) if f in _TEXT else self._numbers(
+                vs, ve, np.float64 if f in ("ts", "dur") else np.int64, repeats=f in ("dur", "stream")))
+
+    def _keys(self, kc: np.ndarray, keys: tuple[bytes, ...], p: np.ndarray, evid: np.ndarray,
+              nev: int) -> np.ndarray:
+        """Token index of each key's colon among the colons ``kc``: (event, key) -> index or -1.
+
+        The 8 bytes that end a key take few distinct values; each is decided once.
+        """
+        nk = len(keys)
+        e = p.take(kc)
+        e -= 1  # the key's closing quote
+        word = self.at(np.maximum(e - 7, 0))
+        for i in np.flatnonzero(e < 7):  # keys in the first bytes of the file
+            word[i] = int.from_bytes(bytes(7 - int(e[i])) + self.buf[:int(e[i]) + 1], "little")
+        codes, uniq = pd.factorize(word)
+        lut = [_key_index(int(u), keys) for u in uniq]
+        if -2 in lut:
+            raise _Odd  # spaces between a key and its colon: rare enough for the full parse
+        kid = np.asarray([nk if k == -1 else k for k in lut] + [nk], np.int64).take(codes)  # nk: other keys
+        for j, key in enumerate(keys):
+            hit = np.flatnonzero(kid == j) if len(key) > 8 or self.escapes else ()
+            if len(key) > 8 and len(hit):  # check the bytes before the last 8
+                head = self.at(e[hit] - len(key) + 1) & _LOW_BYTES[len(key) - 8]
+                kid[hit[head != np.uint64(int.from_bytes(key[:-8], "little"))]] = nk
+            if self.escapes and len(hit):  # a backslash before the opening quote: a longer key
+                kid[hit[self.a[e[hit] - len(key)] == 92]] = nk
+        cell = evid.take(kc)
+        cell *= nk + 1
+        cell += kid
+        if np.bincount(cell, minlength=nev * (nk + 1)).reshape(nev, nk + 1)[:, :nk].max(initial=0) > 1:
+            raise _Odd  # a duplicate key: the last one wins in a JSON parser
+        out = np.full(nev * (nk + 1), -1, np.int64)
+        out[cell] = kc
+        return out.reshape(nev, nk + 1)[:, :nk]
+
+    def _spans(self, t: np.ndarray, p: np.ndarray, dl: np.ndarray, depth: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Byte spans [vs, ve) of the values after the colons at token indices t; ve = -1 (and
+        any vs) where t = -1 (absent)."""
+        vt = t + 1
+        vs = p.take(t)
+        vs += 1
+        ve = p.take(vt)  # a scalar ends at the next structural character
+        np.putmask(ve, t < 0, -1)
+        nest = dl.take(vt) > 0
+        if nest.any():
+            nest &= t >= 0
+            for dv in np.unique(depth[vt[nest]]):  # an object/array value ends at its closing bracket
+                closes = np.flatnonzero((dl < 0) & (depth == dv - 1))
+                sel = np.flatnonzero(nest & (depth[vt] == dv))
+                ve[sel] = p[closes[np.searchsorted(closes, vt[sel])]] + 1
+        return vs, ve
+
+    def _decode(self, raw: bytes) -> Any:
+        try:
+            return loads(raw)
+        except DECODE_ERRORS:
+            raise TraceFormatError(f"invalid JSON value {raw[:60]!r} in trace {self.path}") from None
+
+    def _equal(self, vs: np.ndarray, ve: np.ndarray, value: Any) -> np.ndarray:
+        """Whether each span's JSON value equals ``value``."""
+        codes, first = self._distinct(vs, ve)
+        hit = [ve[i] >= 0 and self._decode(self.buf[vs[i]:ve[i]]) == value for i in first.tolist()]
+        return np.asarray(hit + [False], bool).take(codes)
+
+    def columns(self) -> Columns:
+        """The kept values; strings and ids: each distinct span decoded and converted once."""
+        cols = {f: np.concatenate(v) if v else np.zeros(0, np.int32 if f in _TEXT else
+                                                         np.float64 if f in ("ts", "dur") else np.int64)
+                for f, v in self.parts.items()}
+        codes, tables = {}, {}
+        for f, (conv, default) in _TEXT.items():
+            table: dict[Any, int] = {}
+            remap = np.asarray([table.setdefault(conv(self._decode(raw)) if raw else default, len(table))
+                                for raw in self.raw[f]] + [0], np.int32)
+            codes[f], tables[f] = remap.take(cols[f]), list(table)
+        cols["stream"][~np.asarray([c in DEVICE_CATS for c in tables["cat"]] + [False], bool).take(codes["cat"])] = -1
+        return Columns(cols["ts"], cols["dur"], cols["corr"], cols["stream"], codes, tables)
+
+    def _raw_ids(self, f: str, vs: np.ndarray, ve: np.ndarray) -> np.ndarray:
+        """Ids of the byte strings at the spans among the field's distinct ones (b"": absent),
+        found by :meth:`_distinct` in the window, then by a dict of the window's few distinct."""
+        codes, first = self._distinct(vs, ve)
+        seen, buf = self.raw[f], self.buf
+        ids = [seen.setdefault(buf[s:e] if e >= 0 else b"", len(seen))
+               for s, e in zip(vs.take(first).tolist(), ve.take(first).tolist())]
+        return np.asarray(ids, np.int32).take(codes)
+
+    def _numbers(self, vs: np.ndarray, ve: np.ndarray, dtype: type, repeats: bool) -> np.ndarray:
+        """Values of number spans: one numpy cast over the short ones (their text, right-aligned
+        after spaces: numpy reads text like Python's float(), correctly rounded), the others
+        (long, strings, null, ...) one by one with the reference conversion. ``repeats``: the
+        values repeat (durations, streams): cast each distinct text once."""
+        is_float = dtype is np.float64
+        out = np.zeros(len(vs), dtype) if is_float else np.full(len(vs), -1, dtype)
+        n = ve - vs  # ints: at most 15 characters, so at most 15 digits: exact as a float64
+        fast = np.flatnonzero((ve >= 0) & (n <= (24 if is_float else 15)))
+        words = (int(n.take(fast).max(initial=1)) + 7) // 8
+        fast = fast.compress(ve.take(fast) >= 8 * words)
+        text = np.empty((len(fast), words), "<u8")  # little-endian: its bytes are the text
+        for j in range(words):  # word j holds bytes ve-8(words-j) .. ve-8(words-j)+7
+            keep = ~_LOW_BYTES.take(8 - np.clip(n.take(fast) - 8 * (words - 1 - j), 0, 8))
+            text[:, j] = (self.at(ve.take(fast) - 8 * (words - j)) & keep) | (_SPACES & ~keep)
+        inv, uniq = pd.factorize(text[:, 0]) if repeats and words == 1 else (None, text)
+        text = text.view(f"S{8 * words}").ravel()
+        try:
+            val = np.ascontiguousarray(uniq, "<u8").view(f"S{8 * words}").astype(np.float64).ravel()
+        except ValueError:  # a string, null, ...: this window's numbers one by one
+            fast, val, inv = fast[:0], np.zeros(0), None
+        val = val if inv is None else val.take(inv)
+        if is_float:  # "-0" is the integer 0 in JSON, so +0.0; "-0.0" stays -0.0
+            z = np.flatnonzero((val == 0) & np.signbit(val))
+            val[z[[not any(c in t for c in b".eE") for t in text.take(z).tolist()]]] = 0.0
+            out[fast] = val
+        else:  # int() of the number
+            good = np.isfinite(val) & (np.abs(val) < 2.0 ** 63)
+            out[fast[good]] = np.trunc(val[good]).astype(np.int64)
+        slow = ve >= 0
+        slow[fast] = False
+        conv: Callable[[Any], Any] = (lambda v: as_time(v, self.path)) if is_float else as_id
+        for i in np.flatnonzero(slow).tolist():
+            out[i] = conv(self._decode(self.buf[vs[i]:ve[i]]))
+        return out
+
+    def _distinct(self, vs: np.ndarray, ve: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """First-appearance codes of the byte strings at the spans, and each code's first index.
+
+        Each string is read as 8-byte words (the last one ending where the string ends), hashed
+        with position-dependent multipliers and factorised by hash; then every string is
+        compared word by word with its code's first string, so a hash collision cannot merge
+        two strings (it sends the file to the full parse instead). A string of up to 8 bytes is
+        its own key: one word and its length.
+        """
+        n = ve - vs
+        np.putmask(n, ve < 0, 0)
+        if ((ve < 8) & (n > 0)).any():
+            raise _Odd  # no value of ours ends in a window's first 8 bytes
+        top = int(n.max(initial=0))
+        if top <= 8:  # one word holds the string: word and length are an exact key
+            w = self.at(ve - 8) >> ((64 - 8 * n) & 63).astype(np.uint64)
+            np.putmask(w, n == 0, 0)
+            if top == 8 and (((w >> np.uint64(56)) - np.uint64(1) < 7) & (n == 8)).any():
+                raise _Odd  # a control character ends an 8-byte string: not JSON
+            key = np.where(n < 8, w | (n.astype(np.uint64) << np.uint64(56)), w)
+            codes, uniq = pd.factorize(key)
+            first = np.empty(len(uniq), np.int64)
+            first[codes[::-1]] = np.arange(len(n) - 1, -1, -1)
+            return codes.astype(np.int32), first
+        nw = (n + 7) >> 3  # 8-byte words per string, the last one ending where the string ends
+        start = np.cumsum(nw) - nw
+        k = np.arange(int(nw.sum())) - np.repeat(start, nw)
+        last = (start + nw - 1)[nw > 0]
+        shift = np.zeros(len(k), np.uint64)
+        shift[last] = (8 * (8 - (n - 8 * (nw - 1)))[nw > 0]).astype(np.uint64)
+
+        def words(rows: np.ndarray) -> np.ndarray:
+            at = np.repeat(vs.take(rows), nw) + 8 * k
+            at[last] = ve.take(rows).compress(nw > 0) - 8
+            return self.at(at) >> shift
+
+        w = words(np.arange(len(n)))
+        h = n.astype(np.uint64) * _MIX[0]
+        has = np.flatnonzero(nw > 0)
+        h[has] += np.add.reduceat(w * _MIX[1:].take(np.minimum(k, len(_MIX) - 2)), start[has])
+        h ^= h >> np.uint64(29)
+        codes, uniq = pd.factorize(h)
+        first = np.empty(len(uniq), np.int64)
+        first[codes[::-1]] = np.arange(len(n) - 1, -1, -1)
+        rep = first.take(codes)
+        if not (n.take(rep) == n).all() or not (words(rep) == w).all():
+            raise _Odd  # a hash collision
+        return codes.astype(np.int32), first
+
+
+def _drop_escaped(quote: np.ndarray, seg: np.ndarray) -> None:
+    """Unmark quotes escaped by a backslash (those after an odd run of backslashes)."""
+    bs = np.flatnonzero(seg == 92)
+    brk = np.flatnonzero(np.diff(bs) != 1)
+    first, last = np.r_[bs[:1], bs[brk + 1]], np.r_[bs[brk], bs[-1:]]
+    after = last[(last - first) % 2 == 0] + 1
+    quote[after[after < len(quote)]] = False

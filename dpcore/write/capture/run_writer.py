@@ -1,0 +1,158 @@
+"""The run directory (DESIGN.md): run.json, CSV tables and traces, always written atomically.
+
+Why atomic writes everywhere: the dashboard reads runs while they are being written, and a
+crash or Ctrl-C must never leave half a file that poisons a run. Every file is written to a
+temporary name in the same folder and ``os.replace``-d into place, so a reader sees either the
+old complete file or the new complete file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dpcore.contract import runformat as rf
+from dpcore.contract.files import atomic_write_text, csv_text, new_run_id, now_iso
+from dpcore.contract.errors import UsageError
+from dpcore.write.runtime.resources import is_oversubscribed, physical_cores, threads_per_rank
+from dpcore.write.runtime.resources import pinning as launch_pinning
+
+
+def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None = None,
+                threads: int | None = None, pin: bool = False) -> dict:
+    """What the numbers were measured on. ``oversubscribed`` when any job has more ranks on
+    this host than physical cores (its timings then mean little)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local = ranks_per_host or max(world_sizes or [1])
+    devices = ([torch.cuda.get_device_name(i) for i in range(gpus)] if backend == "nccl"
+               else [platform.processor() or platform.machine() or "cpu"])
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "backend": backend,
+        "device": "cuda" if backend == "nccl" else "cpu",
+        "devices": devices,
+        "cpu_cores": physical_cores(),
+        "logical_cpus": os.cpu_count(),
+        # one value for every job (cores // largest world size unless --threads-per-rank)
+        "threads_per_rank": threads or threads_per_rank(local),
+        "pinning": launch_pinning(local, threads or threads_per_rank(local)) if pin else "none",
+        "oversubscribed": is_oversubscribed(local),
+        "gpus": gpus,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What every command that writes a run is told: where, under which name, on which backend,
+    how long a job may take and how progress is shown."""
+
+    out: str = "profiles"
+    name: str | None = None
+    backend: str = "auto"
+    timeout_s: float = 300.0
+    progress: str = "bar"
+    run_id: str | None = None
+
+
+def _unwritable(root: Path, exc: OSError) -> UsageError:
+    """A run folder that cannot be made under --out: one line, before anything ran."""
+    return UsageError(f"--out {root}: cannot create a run folder there ({exc.strerror}); "
+                      "choose a writable folder")
+
+
+class RunWriter:
+    """Owns one ``profiles/<run_id>/`` folder for the lifetime of a profiler invocation."""
+
+    def __init__(self, out_root: Path | str = "profiles", name: str | None = None, *,
+                 command: list[str], config: dict, environment: dict,
+                 kind: str = "profile", run_id: str | None = None) -> None:
+        root = Path(out_root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UsageError(f"--out {root}: not a folder (a file is in the way); "
+                             "choose a writable folder") from None
+        except OSError as exc:  # read-only, no permission, disk gone: nothing ran yet
+            raise UsageError(f"--out {root}: cannot create it ({exc.strerror}); "
+                             "choose a writable folder") from None
+        if run_id is not None:  # an exact id (e.g. the committed sample): never overwrite
+            self.run_id, self.run_dir = run_id, root / run_id
+            try:
+                self.run_dir.mkdir()
+            except FileExistsError:
+                raise UsageError(f"run directory {self.run_dir} already exists; "
+                                 "choose another --run-id or remove it") from None
+            except OSError as exc:
+                raise _unwritable(root, exc) from None
+        while run_id is None:  # two runs started in the same second get different ids
+            self.run_id = new_run_id(name)
+            self.run_dir = root / self.run_id
+            try:
+                self.run_dir.mkdir()
+                break
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise _unwritable(root, exc) from None
+        self.meta: dict[str, Any] = {
+            "run_id": self.run_id, "name": name or "", "kind": kind,
+            "created": now_iso(), "finished": None, "status": "running",
+            # who writes this run: a reader seeing "running" whose owner is gone shows it stale
+            # (runformat.is_stale); a killed launcher cannot mark its own run
+            "owner": {"pid": os.getpid(), "host": socket.gethostname()},
+            "command": command, "config": config, "environment": environment, "jobs": [],
+        }
+        self._rows: dict[str, list[dict]] = {t: [] for t in rf.TABLES}
+        self._write_meta()
+
+    def _write_meta(self) -> None:
+        atomic_write_text(self.run_dir / rf.RUN_JSON, json.dumps(self.meta, indent=1, default=str))
+
+    def add_job(self, job: dict) -> None:
+        """Insert or update (by ``id``) one job entry and rewrite run.json."""
+        for i, existing in enumerate(self.meta["jobs"]):
+            if existing["id"] == job["id"]:
+                self.meta["jobs"][i] = {**existing, **job}
+                break
+        else:
+            self.meta["jobs"].append(job)
+        self._write_meta()
+
+    def append_rows(self, table: str, rows: list[dict]) -> None:
+        """Add rows to ``<table>.csv`` and rewrite it whole (atomic; runs are small)."""
+        path = self.run_dir / rf.table_file(table)  # ValueError naming the valid tables
+        self._rows[table].extend(rows)
+        atomic_write_text(path, csv_text(self._rows[table], rf.TABLES[table]))
+
+    def write_empty_tables(self) -> None:
+        """Make every CSV exist (header only) so readers find a complete schema."""
+        for table, cols in rf.TABLES.items():
+            path = self.run_dir / rf.table_file(table)
+            if not path.exists():
+                atomic_write_text(path, csv_text([], cols))
+
+    def close(self, status: str) -> None:
+        """End the run, whatever ended it: a job still ``running``/``pending`` becomes
+        ``interrupted`` (Ctrl-C) or ``failed`` (anything else), then :meth:`finish`."""
+        leftover = "interrupted" if status == "interrupted" else "failed"
+        for job in self.meta["jobs"]:
+            if job.get("status") in ("running", "pending"):
+                job["status"] = leftover
+        self.finish(status)
+
+    def finish(self, status: str) -> None:
+        if status not in rf.RUN_STATUSES:
+            raise ValueError(f"bad run status {status!r}; valid: {', '.join(rf.RUN_STATUSES)}")
+        self.write_empty_tables()
+        self.meta["status"] = status
+        self.meta["finished"] = now_iso()
+        self._write_meta()

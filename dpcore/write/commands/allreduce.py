@@ -1,0 +1,180 @@
+"""``python -m dpcore allreduce``: nccl-tests-style all-reduce benchmark of every algorithm.
+
+Each cell (algorithm, world size, size) runs warm-up calls, then timed repeats; a repeat's
+time is the slowest rank's (the collective is done only when every rank is done), and the
+cell reports the median. algbw = bytes / time; busbw = algbw * 2(N-1)/N, nccl-tests'
+convention, which makes the number comparable to the link bandwidth whatever N is.
+One call per from-scratch cell is run with the message recorder on, for the ring view.
+
+Like nccl-tests' ``#wrong``, every cell also checks the result: one more call on inputs whose
+sum is known exactly (:func:`check_input`: small integers, exact in float32 whatever order the
+algorithm adds them in) counts the elements that differ from the expected sum, summed over
+ranks. The counts go into the job's run.json entry (``wrong_elements``: {bytes: count}), so
+allreduce.csv keeps DESIGN's columns; ``summarize`` and this command print them.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dpcore.contract.bandwidth import bus_factor
+from dpcore.write.runtime.clock import measure_offset
+from dpcore.contract.errors import JobFailed
+from dpcore.write.capture.comm_log import Recorder
+from dpcore.write.runtime.launch import DistContext, launch, resolve_backend
+from dpcore.write.runtime.resources import physical_cores, pinning, threads_per_rank
+from dpcore.write.runtime.progress import Progress
+from dpcore.contract.runformat import EXIT_CODES, allreduce_job_id
+from dpcore.write.capture.run_writer import RunOptions, RunWriter, environment
+
+
+@dataclass(frozen=True)
+class AllreduceOptions(RunOptions):
+    algos: tuple[str, ...]
+    world_sizes: tuple[int, ...]
+    sizes: tuple[int, ...]          # bytes
+    warmup: int = 3
+    repeats: int = 0                # 0 == adaptive: more repeats for small sizes
+
+
+def repeats_for(nbytes: int, requested: int) -> int:
+    if requested > 0:
+        return requested
+    return 50 if nbytes <= 64 * 1024 else 20 if nbytes <= 4 * 2**20 else 10
+
+
+#: Input values repeat with this period along the tensor, so a chunk delivered to the wrong
+#: place is caught, while every sum stays a small integer (exact in float32).
+CHECK_PERIOD = 1024
+
+
+def check_input(numel: int, rank: int, device: Any = "cpu") -> torch.Tensor:
+    """Rank r's input of the correctness call: x[i] = (i mod 1024) + r + 1."""
+    return (torch.arange(numel, device=device) % CHECK_PERIOD).to(torch.float32) + float(rank + 1)
+
+
+def expected_sum(numel: int, world_size: int, device: Any = "cpu") -> torch.Tensor:
+    """The exact all-reduce sum of :func:`check_input` over ``world_size`` ranks:
+    N·(i mod 1024) + N(N+1)/2."""
+    n = world_size
+    return (torch.arange(numel, device=device) % CHECK_PERIOD).to(torch.float32) * n + n * (n + 1) / 2
+
+
+def count_wrong(result: torch.Tensor, world_size: int) -> int:
+    """Elements of an all-reduce result of :func:`check_input` that differ from the exact sum."""
+    return int((result != expected_sum(result.numel(), world_size, result.device)).sum().item())
+
+
+def bench_worker(ctx: DistContext, job_id: str, algo: str, sizes: tuple[int, ...],
+                 warmup: int, repeats: int) -> dict[str, Any]:
+    """Per rank: time every size; returns per-repeat times, one recorded call's messages and,
+    per size, how many elements of a checked call were wrong on this rank."""
+    from dpcore.write.dp.comm import all_reduce
+
+    offset, _ = measure_offset(ctx)
+    rec = Recorder(job_id, ctx.rank, offset)
+    times: dict[int, list[float]] = {}
+    wrong: dict[int, int] = {}
+    sync = (lambda: torch.cuda.synchronize()) if ctx.is_cuda else (lambda: None)
+    for si, nbytes in enumerate(sizes):
+        numel = nbytes // 4  # sizes are validated to be whole float32 counts
+        t = torch.full((numel,), float(ctx.rank + 1), device=ctx.device)
+        n = repeats_for(nbytes, repeats)
+        for _ in range(warmup):
+            all_reduce(t, algo, "sum")
+        out = []
+        for _ in range(n):
+            dist.barrier()
+            sync()
+            t0 = time.perf_counter_ns()
+            all_reduce(t, algo, "sum")
+            sync()
+            out.append((time.perf_counter_ns() - t0) / 1e6)
+        times[nbytes] = out
+        t.copy_(check_input(numel, ctx.rank, ctx.device))  # the recorded call is the checked call
+        dist.barrier()
+        if algo != "native":
+            rec.step = si
+            all_reduce(t, algo, "sum", recorder=rec, call=si)
+        else:
+            all_reduce(t, algo, "sum")
+        sync()
+        wrong[nbytes] = count_wrong(t, ctx.world_size)
+        ctx.report({"done": si + 1, "phase": f"{nbytes} B"})
+    return {"times": times, "wrong": wrong, "messages": rec.message_rows(), "offset_ns": offset}
+
+
+def wrong_elements(results: list[dict]) -> dict[str, int]:
+    """{bytes (as a JSON key): wrong elements summed over ranks} of one cell."""
+    total: dict[str, int] = {}
+    for r in results:
+        for nbytes, n in r.get("wrong", {}).items():
+            total[str(nbytes)] = total.get(str(nbytes), 0) + int(n)
+    return total
+
+
+def cell_rows(job_id: str, algo: str, n: int, results: list[dict]) -> list[dict]:
+    """allreduce.csv rows: per size, the median over repeats of the slowest rank's time."""
+    rows = []
+    for nbytes in results[0]["times"]:
+        per_rank = [r["times"][nbytes] for r in results]
+        slowest = [max(ts) for ts in zip(*per_rank)]
+        ms = statistics.median(slowest)
+        algbw = nbytes / (ms / 1e3) / 1e9 if ms > 0 else 0.0
+        rows.append({"job_id": job_id, "algo": algo, "world_size": n, "bytes": nbytes,
+                     "repeats": len(slowest), "time_ms": round(ms, 6),
+                     "algbw_gbps": round(algbw, 6),
+                     "busbw_gbps": round(algbw * bus_factor("all_reduce", n), 6)})
+    return rows
+
+
+def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, str]:
+    """Run every (algorithm, world size) cell into a run directory; returns the exit code and the
+    run directory (the CLI prints its table through the read wing, as `summarize` does)."""
+    backend = resolve_backend(opts.backend, max(opts.world_sizes))
+    config = {"algos": list(opts.algos), "world_sizes": list(opts.world_sizes),
+              "sizes": list(opts.sizes), "warmup": opts.warmup, "repeats": opts.repeats,
+              "dtype": "float32"}
+    top = max(opts.world_sizes)
+    threads = threads_per_rank(top)  # one value for every cell, as in `profile`
+    pin = pinning(top, threads) == "per-rank"
+    writer = RunWriter(opts.out, opts.name, command=argv, config=config,
+                       environment=environment(backend, list(opts.world_sizes), threads=threads, pin=pin),
+                       kind="allreduce", run_id=opts.run_id)
+    cells = [(a, n) for n in opts.world_sizes for a in opts.algos]
+    progress = Progress(opts.progress, len(cells))
+    progress.run_start(str(writer.run_dir))
+    failed, status = 0, "failed"  # until the loop has really finished
+    try:
+        for algo, n in cells:
+            jid = allreduce_job_id(algo, n)
+            writer.add_job({"id": jid, "kind": "allreduce", "algo": algo, "variant": algo,
+                            "world_size": n, "bucket_mb": None, "status": "running",
+                            "oversubscribed": n > physical_cores()})
+            progress.job_start(jid, len(opts.sizes))
+            try:
+                res = launch(bench_worker, n, backend=backend, timeout_s=opts.timeout_s,
+                             args=(jid, algo, opts.sizes, opts.warmup, opts.repeats),
+                             on_progress=progress.step, threads=threads, pin=pin)
+                cell = cell_rows(jid, algo, n, res)
+                writer.append_rows("allreduce", cell)
+                writer.append_rows("messages", [m for r in res for m in r["messages"]])
+                writer.add_job({"id": jid, "status": "complete", "wrong_elements": wrong_elements(res),
+                                "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(res)}})
+                progress.job_end(jid, "complete")
+            except JobFailed as exc:
+                failed += 1
+                writer.add_job({"id": jid, "status": "failed", "error": exc.message.strip()})
+                progress.job_end(jid, "failed", exc.message.splitlines()[0])
+        status = "failed" if failed else "complete"
+    except KeyboardInterrupt:
+        status = "interrupted"
+    finally:
+        writer.close(status)
+        progress.run_end(str(writer.run_dir), status)
+    return EXIT_CODES[status], str(writer.run_dir)

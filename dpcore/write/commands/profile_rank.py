@@ -1,0 +1,120 @@
+"""What each rank does for one profiling job: warm-up, timed steps, then profiled steps.
+
+Why timed steps run without the profiler: torch.profiler adds per-op overhead, so the step
+times the charts use come from plain ``perf_counter`` (CPU, after a barrier so all ranks start
+a step together) or CUDA events (GPU); only a few extra steps run under the profiler, for the
+traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up step is ``steps``
+(dropped), profiled steps are steps+1..steps+profile_steps, and the trace's
+``ProfilerStep#N`` markers carry the same N.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch.distributed as dist
+
+from dpcore.write.runtime.clock import measure_offset
+from dpcore.contract.config import TrainConfig
+from dpcore.write.capture.comm_log import PhaseTimer, Recorder
+from dpcore.write.runtime.launch import DistContext
+from dpcore.write.capture.tracing import TraceCapture
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One cell of the sweep. ``world_size`` is the logical data-parallel degree (replicas);
+    ``processes`` is how many ranks are launched (1 for single-process variants)."""
+
+    job_id: str
+    variant: str
+    world_size: int
+    processes: int
+    bucket_mb: float
+    trace_dir: str | None  # None == --no-trace
+
+
+def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
+    """Run one job on this rank; return its rows for the run directory (parent writes them)."""
+    from dpcore.write.capture.memory import measure_step
+    from dpcore.write.training.trainer import make_trainer
+
+    offset, rtt = measure_offset(ctx)
+    if os.environ.get("DPCORE_FAIL_JOB") == spec.job_id and ctx.rank == ctx.world_size - 1:
+        # fault injection for tests and demos: this job's last rank raises
+        raise RuntimeError(f"injected failure (DPCORE_FAIL_JOB={spec.job_id})")
+    rec = Recorder(spec.job_id, ctx.rank, offset)
+    cfg = replace(cfg, bucket_mb=spec.bucket_mb)
+    trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size)
+    if trainer.skip_reason:
+        return {"skip_reason": trainer.skip_reason}
+    timer = PhaseTimer(ctx.device, offset)
+    profile_steps = cfg.profile_steps if spec.trace_dir else 0
+    rows: list[dict] = []
+    done = 0
+
+    def one_step(step: int, profiled: bool, keep: bool) -> None:
+        nonlocal done
+        x, y = trainer.batch(step + cfg.warmup)  # this rank's shard, on its device
+        if ctx.world_size > 1:
+            dist.barrier()  # every rank starts the step together
+        rec.step = step
+        trainer.step(x, y, timer)
+        rec.step = -1
+        if keep:
+            t = timer.finish()
+            rows.append({"job_id": spec.job_id, "variant": spec.variant,
+                         "world_size": spec.world_size, "bucket_mb": spec.bucket_mb,
+                         "rank": ctx.rank, "step": step, "profiled": profiled,
+                         "t_start_ns": t["t_start_ns"], "step_ms": round(t["step_ms"], 6),
+                         **{k: round(t[k], 6) for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")},
+                         "samples": trainer.samples_per_step})
+        done += 1
+        ctx.report({"done": done, "phase": "warmup" if step < 0 else
+                    ("profiled" if profiled else "timed")})
+
+    memory: list[dict] = []
+
+    def measured(step: int) -> None:
+        # memory.csv: ONE untimed step sampled by dpcore.write.capture.memory (no timed step pays)
+        memory.append(measure_step(trainer, lambda: one_step(step, False, False),
+                                   job_id=spec.job_id, variant=spec.variant,
+                                   world_size=spec.world_size, rank=ctx.rank))
+
+    for w in range(cfg.warmup):
+        if w == cfg.warmup - 1:
+            measured(w - cfg.warmup)  # the last warm-up step is the measured one
+        else:
+            one_step(w - cfg.warmup, False, False)
+    rec.clear()
+    for s in range(cfg.steps):
+        one_step(s, False, True)
+    if not cfg.warmup:
+        measured(-1)  # no warm-up step to sample: an extra one, after the timed steps
+
+    capture = None
+    if profile_steps:
+        first = cfg.steps  # the profiler's warm-up step; ProfilerStep#N == our step index N
+        capture = TraceCapture(spec.trace_dir, ctx.rank, spec.job_id, offset, first=first + 1,
+                               last=first + profile_steps, warmup_step=first, cuda=ctx.is_cuda)
+        capture.start()
+        try:
+            for step in range(first, first + profile_steps + 1):
+                if step > first:
+                    capture.markers(rec.now)
+                one_step(step, step > first, step > first)
+                capture.step()
+        finally:
+            capture.stop()
+    trace_file = capture.trace_file if capture else None
+    trace_error = capture.error if capture else ""
+    keep = {r["step"] for r in rows}
+    coll = [c for c in rec.collective_rows() if c["step"] in keep]
+    msgs = [m for m in rec.message_rows() if m["step"] in keep]
+    grads = [g for g in rec.grad_rows() if g["step"] in keep]
+    return {"steps": rows, "collectives": coll, "messages": msgs, "grads": grads, "memory": memory,
+            "offset_ns": offset,
+            "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None,
+            "trace_error": trace_error, "sync": capture.sync if capture else [],
+            "threads": ctx.threads, "cpus": list(ctx.cpus)}

@@ -1,0 +1,356 @@
+"""``dpcore.record``: a user's own training loop, recorded as a normal dpcore run directory.
+
+Usage, on every rank (under ``torchrun``, ``mp.spawn`` or in one process without a group)::
+
+    model = DistributedDataParallel(net)           # or dpcore.wrap(...), or any module
+    with dpcore.record("profiles", name="mine", model=model, samples=batch_size) as rec:
+        for x, y in loader:
+            with rec.step():                       # one training step
+                with rec.phase("forward"):         # optional marks: forward, backward,
+                    loss = loss_fn(model(x), y)    # optimizer; time outside them counts
+                with rec.phase("backward"):        # as sync_ms (grad sync and anything else)
+                    loss.backward()
+                with rec.phase("optimizer"):
+                    opt.step(); opt.zero_grad()
+    print(rec.run_dir)
+
+Which steps become what (the loop's length is unknown in advance, so the rule counts from the
+start): the user's step ``i`` (0-based count of ``rec.step()``) is row ``step == i``.
+Steps ``0 .. warmup-1`` are warm-up and dropped (the last one doubles as torch.profiler's own
+warm-up); steps ``warmup .. warmup+profile_steps-1`` run under torch.profiler and are written
+with ``profiled=True`` (their trace's ``ProfilerStep#N`` is the same N); every later step is
+timed with ``perf_counter`` only (CUDA events on GPU), ``profiled=False``: those are the step
+times the summary uses, so the profiler's overhead never reaches them. Recording keeps one
+small row per step and per collective in memory until the block ends.
+
+Collectives: with a ``DistributedDataParallel`` model, a comm hook (the one the ``torch_ddp``
+variant uses) launches and logs each bucket's all-reduce; with a ``dpcore.wrap`` wrapper, the
+wrapper's recorder is swapped for the recording one; with no model (or another module),
+collectives are seen only in the trace. Under a process group, each rank measures its clock
+offset to rank 0 (ping-pong, as ``profile`` does), every rank writes its own trace, and at the
+end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
+
+Ending: a clean exit marks the run ``complete``; an exception marks it ``failed`` with the error
+text (rank 0 writes what it measured, without waiting for ranks that may be gone) and
+re-raises; Ctrl-C marks it ``interrupted`` and keeps the data.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+from dpcore.contract import runformat as rf
+from dpcore.write.runtime.clock import measure_offset
+from dpcore.write.runtime.launch import DistContext
+from dpcore.write.runtime.resources import is_oversubscribed
+from dpcore.write.commands.profile import record_job
+from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
+from dpcore.write.capture.run_writer import RunWriter, environment
+from dpcore.write.commands.record_hooks import HookState, describe, recording_allreduce_hook, world_context
+from dpcore.write.capture.tracing import TraceCapture
+from dpcore.write.dp.variants.base import Wrapper
+from dpcore.write.commands.profile_rank import JobSpec
+
+#: The optional phase marks, and the steps.csv column each one fills.
+PHASES = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
+def record(out: str | Path = "profiles", *, name: str | None = None, model: nn.Module | None = None,
+           warmup: int = 2, profile_steps: int = 3, trace: bool = True,
+           samples: int | None = None, collectives: bool = True) -> "Recording":
+    """A context manager that turns the loop inside it into a run directory under ``out``.
+
+    ``model``: the DDP model or ``dpcore.wrap`` wrapper (its collectives are recorded, its
+    variant and bucket size name the job), or None. ``samples``: samples per step on this rank
+    (for throughput; ``rec.step(samples=...)`` overrides it per step). See the module docstring
+    for which steps are warm-up, traced and timed. ``collectives=False``: leave a DDP model on
+    its C++ all-reduce path (no comm hook; its collectives are then seen only in the trace),
+    for the rare step so short that a Python comm hook's fixed cost per bucket matters.
+    """
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if trace and profile_steps < 1:
+        raise ValueError(f"profile_steps must be >= 1 with trace=True, got {profile_steps}")
+    return Recording(Path(out), name, model, warmup, profile_steps if trace else 0, samples,
+                     collectives)
+
+
+class _Step:
+    """``with rec.step():`` (a reusable object, so a step costs no generator)."""
+
+    __slots__ = ("rec", "samples")
+
+    def __init__(self, rec: "Recording") -> None:
+        self.rec, self.samples = rec, None
+
+    def __enter__(self) -> "_Step":
+        self.rec._begin_step()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.rec._end_step(self.samples, ok=exc_type is None)
+
+
+class _Phase:
+    __slots__ = ("rec", "name", "key", "_rf", "_t0")
+
+    def __init__(self, rec: "Recording", name: str) -> None:
+        self.rec, self.name, self.key, self._rf, self._t0 = rec, name, PHASES[name], None, 0
+
+    def __enter__(self) -> "_Phase":
+        r = self.rec
+        if r._phase is not None or not r._in_step:
+            raise RuntimeError(f"rec.phase({self.name!r}) must be inside rec.step() and not "
+                               f"inside another phase")
+        r._phase = self.name
+        r._timer.mark("sync")  # time since the last mark: grad sync / other
+        self._t0 = time.perf_counter_ns()
+        if r._tracing:
+            self._rf = torch.profiler.record_function(self.name)
+            self._rf.__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        r = self.rec
+        if self._rf is not None:
+            self._rf.__exit__(exc_type, exc, tb)
+            self._rf = None
+        if self.key == "bwd" and r._split_backward and r._last_grad_ns > self._t0:
+            # DDP waits for its buckets inside backward(): backward ends at the last gradient
+            r._timer.mark("bwd", at_ns=r._last_grad_ns)
+            r._timer.mark("sync")
+        else:
+            r._timer.mark(self.key)
+        r._phase = None
+
+
+class Recording:
+    """One recording (see the module docstring). Built by :func:`record`."""
+
+    def __init__(self, out: Path, name: str | None, model: nn.Module | None, warmup: int,
+                 profile_steps: int, samples: int | None, collectives: bool = True) -> None:
+        self.out, self.name, self.model = out, name, model
+        self.warmup, self.profile_steps, self.samples = warmup, profile_steps, samples
+        self.variant, self.bucket_mb, self.model_class = describe(model)
+        self.collectives = collectives
+        self.run_dir: Path | None = None
+        self.job_id = ""
+        self.status = "running"
+        self._n = 0                       # rec.step() calls so far == the next step's index
+        self._rows: list[dict] = []
+        self._in_step, self._tracing, self._phase = False, False, None
+        self._step_obj = _Step(self)
+        self._writer: RunWriter | None = None
+        self._capture: TraceCapture | None = None
+        self._undo: list[Any] = []
+        self._last_grad_ns = 0
+        self._split_backward = False
+        self._note = ""
+
+    # -- the user's calls -------------------------------------------------------------
+    def step(self, samples: int | None = None) -> _Step:
+        """Mark one training step: ``with rec.step(): ...``."""
+        self._step_obj.samples = samples
+        return self._step_obj
+
+    def phase(self, name: str) -> _Phase:
+        """Mark a phase of the current step: ``forward``, ``backward`` or ``optimizer``."""
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}; valid: {', '.join(PHASES)}")
+        return _Phase(self, name)
+
+    # -- setup --------------------------------------------------------------------------
+    def __enter__(self) -> "Recording":
+        ctx = self.ctx = world_context()
+        offset, self.rtt_ns = measure_offset(ctx)  # collective: every rank is here
+        ws = ctx.world_size
+        self.job_id = rf.job_id(self.variant, ws, self.bucket_mb or 0.0)
+        box: list[Any] = [None, ""]
+        if ctx.rank == 0:
+            try:
+                self._writer = self._open_writer(ctx)
+                box[0] = str(self._writer.run_dir)
+            except Exception as exc:  # noqa: BLE001 - every rank must learn it, then raise
+                box[1] = f"{type(exc).__name__}: {exc}"
+        if ws > 1:
+            dist.broadcast_object_list(box, src=0)
+        if box[1]:
+            raise RuntimeError(f"dpcore.record could not create the run: {box[1]}")
+        self.run_dir = Path(box[0])
+        self.rec = Recorder(self.job_id, ctx.rank, offset)
+        self._attach(self.model)
+        dev = next((p.device for p in self.model.parameters()), ctx.device) if self.model \
+            is not None else ctx.device
+        self._timer = PhaseTimer(dev, offset)
+        if self.profile_steps:
+            first = self.warmup
+            self._capture = TraceCapture(
+                rf.trace_dir(self.run_dir, self.job_id), ctx.rank, self.job_id, offset,
+                first=first, last=first + self.profile_steps - 1,
+                warmup_step=first - 1 if first else None, cuda=dev.type == "cuda")
+        return self
+
+    def _open_writer(self, ctx: DistContext) -> RunWriter:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+        env = environment(ctx.backend if ctx.world_size > 1 else "none", [ctx.world_size],
+                          ranks_per_host=local, threads=ctx.threads)
+        config = {"model": self.model_class, "variant": self.variant, "batch_size": self.samples,
+                  "bucket_mb": self.bucket_mb, "steps": 0, "warmup": self.warmup,
+                  "profile_steps": self.profile_steps, "trace": bool(self.profile_steps)}
+        w = RunWriter(self.out, self.name, command=list(sys.argv), config=config,
+                      environment=env, kind="record")
+        w.add_job({"id": self.job_id, "kind": "train", "variant": self.variant,
+                   "world_size": ctx.world_size, "processes": ctx.world_size,
+                   "bucket_mb": self.bucket_mb, "status": "running",
+                   "oversubscribed": is_oversubscribed(local)})
+        return w
+
+    def _attach(self, model: nn.Module | None) -> None:
+        """Route the model's collectives through this recording's Recorder (undone at exit)."""
+        if not self.collectives:
+            self._note = "collectives=False: collectives from the trace only"
+        elif isinstance(model, DistributedDataParallel):
+            state = HookState(model.process_group, self)
+            try:
+                model.register_comm_hook(state, recording_allreduce_hook)
+                # DDP cannot drop a hook: at exit it keeps averaging but stops logging
+                self._undo.append(lambda: setattr(state, "recorder", NULL_RECORDER))
+            except RuntimeError as exc:  # the model already has a comm hook (its own or ours)
+                self._note = f"collectives from the trace only: {exc}"
+        elif isinstance(model, Wrapper) and hasattr(model, "recorder"):
+            old = model.recorder
+            model.recorder = self.rec
+            self._undo.append(lambda: setattr(model, "recorder", old))
+        inner = getattr(model, "module", model)
+        if (model is not None and getattr(model, "grad_sync_in_backward", False)
+                or isinstance(model, DistributedDataParallel)) and self.ctx.device.type == "cpu":
+            # as in train.Trainer: the last gradient's accumulation ends backward computation
+            self._split_backward = True
+            for p in inner.parameters():
+                if p.requires_grad:
+                    h = p.register_post_accumulate_grad_hook(self._grad_ready)
+                    self._undo.append(h.remove)
+
+    def _grad_ready(self, _param: torch.Tensor) -> None:
+        self._last_grad_ns = time.perf_counter_ns()
+
+    # -- steps --------------------------------------------------------------------------
+    def _begin_step(self) -> None:
+        if self._in_step:
+            raise RuntimeError("rec.step() blocks cannot be nested")
+        n, cap = self._n, self._capture
+        if cap is not None:
+            if not cap.running and n == (cap.first if cap.warmup_step is None else cap.warmup_step):
+                cap.start()
+            self._tracing = cap.running and cap.first <= n <= cap.last
+            if self._tracing:
+                cap.markers(self.rec.now)
+        self._in_step = True
+        self.rec.step = n
+        self._timer.start()
+
+    def _end_step(self, samples: int | None, ok: bool) -> None:
+        n = self._n
+        self._timer.mark("sync")  # time since the last phase: grad sync / other
+        self.rec.step = -1
+        self._in_step, self._phase = False, None
+        self._n += 1
+        if ok and n >= self.warmup:
+            t = self._timer.finish()
+            s = samples if samples is not None else self.samples
+            self._rows.append({
+                "job_id": self.job_id, "variant": self.variant, "world_size": self.ctx.world_size,
+                "bucket_mb": self.bucket_mb if self.bucket_mb is not None else "",
+                "rank": self.ctx.rank, "step": n, "profiled": self._tracing,
+                "t_start_ns": t["t_start_ns"], "step_ms": round(t["step_ms"], 6),
+                **{k: round(t[k], 6) for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")},
+                "samples": s if s is not None else ""})
+        if n == self.warmup - 1:
+            self.rec.clear()  # warm-up collectives are not part of the run
+        cap = self._capture
+        if cap is not None and cap.running:
+            cap.step()
+            if n >= cap.last:
+                cap.stop()  # trace exported: every later step runs without the profiler
+                if ok and self.ctx.world_size > 1:
+                    dist.barrier()  # the export took a while: start the timed steps together
+        self._tracing = False
+
+    # -- the end ------------------------------------------------------------------------
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._in_step:  # left from inside a step: that step is incomplete, drop it
+            self._in_step, self.rec.step = False, -1
+        if self._capture is not None:
+            self._capture.stop()
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+        if exc_type is None:
+            self.status, error = "complete", ""
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.status, error = "interrupted", "interrupted (KeyboardInterrupt)"
+        else:
+            self.status = "failed"
+            error = f"rank {self.ctx.rank}: {exc_type.__name__}: {exc}\n" + "".join(
+                traceback.format_tb(tb, limit=6))
+        mine = self._result()
+        results = [mine]
+        if self.status == "complete" and self.ctx.world_size > 1:
+            gathered: list[Any] = [None] * self.ctx.world_size if self.ctx.rank == 0 else []
+            dist.gather_object(mine, gathered if self.ctx.rank == 0 else None, dst=0)
+            results = gathered
+        if self._writer is not None:
+            self._write(results, error)
+
+    def _result(self) -> dict[str, Any]:
+        """This rank's rows in the shape ``profile.record_job`` takes (as the worker returns)."""
+        keep = {r["step"] for r in self._rows}
+        coll = [c for c in self.rec.collective_rows() if c["step"] in keep]
+        deadline = time.monotonic() + 1.0
+        while any(c["t_end_ns"] < 0 for c in coll) and time.monotonic() < deadline:
+            # work.wait() may return just before the backend thread runs the completion
+            # callback that stamps t_end: give the last step's collectives a moment
+            time.sleep(0.001)
+            coll = [c for c in self.rec.collective_rows() if c["step"] in keep]
+        cap = self._capture
+        return {"steps": self._rows, "offset_ns": self.rec.offset_ns, "rtt_ns": self.rtt_ns,
+                "collectives": coll,
+                "messages": [m for m in self.rec.message_rows() if m["step"] in keep],
+                "trace": str(cap.trace_file) if cap is not None and cap.trace_file else None,
+                "trace_error": cap.error if cap is not None else "",
+                "sync": cap.sync if cap is not None else [],
+                "threads": self.ctx.threads, "cpus": []}
+
+    def _write(self, results: list[dict], error: str) -> None:
+        """Rank 0: rows, merged trace and final statuses (never masks the user's exception)."""
+        w = self._writer
+        assert w is not None
+        tdir = rf.trace_dir(w.run_dir, self.job_id) if self._capture is not None else None
+        spec = JobSpec(self.job_id, self.variant, self.ctx.world_size, self.ctx.world_size,
+                       self.bucket_mb or 0.0, str(tdir) if tdir else None)
+        status = self.status
+        try:
+            fields = record_job(w, spec, results)
+        except Exception as exc:  # noqa: BLE001 - the rows are the point; say what broke
+            fields = {"status": "failed"}
+            error = error or f"writing the run failed: {type(exc).__name__}: {exc}"
+            status = "failed" if status == "complete" else status
+        fields["status"] = "complete" if status == "complete" else status
+        if error:
+            fields["error"] = error.strip()
+        if self._note:
+            fields["note"] = self._note
+        w.meta["config"]["steps"] = len({r["step"] for r in results[0]["steps"]})
+        w.add_job({"id": self.job_id, **fields})
+        w.close(status)

@@ -1,0 +1,139 @@
+"""``torch_fsdp``: PyTorch's ``fully_shard`` (FSDP2), the production reference for ``fsdp``.
+
+Zhao et al., "PyTorch FSDP" (VLDB 2023); FSDP2 shards every parameter as a ``DTensor``
+(``Shard(0)``) on a one-dimensional device mesh over the group. ``fully_shard`` is applied to
+every module that directly owns parameters none of which it shares with another module (so a
+tied embedding/head weight stays with the root), then to the root: one all-gather per module
+before its forward and backward, one reduce-scatter of its gradients.
+
+Where it cannot run: ``fully_shard`` needs the flat all-gather and reduce-scatter of the
+backend (``all_gather_into_tensor`` / ``reduce_scatter_tensor``); older gloo builds lack
+reduce-scatter, and some torch builds lack ``fully_shard``. Both are probed (the collective
+with a one-element call on every rank), and the job is skipped with the reason, like
+``data_parallel`` without GPUs. torch 2.13's gloo has both, so it runs on CPU.
+
+Recording: with a recording recorder, FSDP2's public ``set_custom_all_gather`` /
+``set_custom_reduce_scatter`` hooks install comms that issue the same collectives as FSDP2's
+defaults and log each one (``all_gather`` / ``reduce_scatter`` rows, one per module).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.profiler import record_function
+
+from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
+from dpcore.write.dp.sharding import Collectives
+from dpcore.write.dp.variants.base import Wrapper, broadcast_module
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (what this rank really stores); other tensors as they are."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+class TorchFSDP(Wrapper):
+    name = "torch_fsdp"
+    processes = "N"
+    grad_sync_in_backward = True  # FSDP2 waits for its reduce-scatters at the end of backward
+
+    def __init__(self, module: nn.Module, *, group: Any = None,
+                 recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0) -> None:
+        super().__init__()
+        self.module = module
+        self.skip_reason = _probe(group)
+        if self.skip_reason:
+            return
+        broadcast_module(module, group, recorder)  # fully_shard keeps each rank's own slice
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import fully_shard
+
+        dev = next(module.parameters()).device.type
+        mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, dev)
+        owners: dict[int, int] = {}
+        for mod in module.modules():
+            for p in mod.parameters(recurse=False):
+                owners[id(p)] = owners.get(id(p), 0) + 1
+        units = [mod for mod in list(module.modules())[1:]
+                 if list(mod.parameters(recurse=False))
+                 and all(owners[id(p)] == 1 for p in mod.parameters(recurse=False))]
+        for mod in reversed(units):  # bottom-up, as fully_shard expects (then the root)
+            fully_shard(mod, mesh=mesh)
+        fully_shard(module, mesh=mesh)
+        if recorder.enabled:
+            _install_recorded_comms(module, recorder)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def finish_gradient_synchronization(self) -> None:
+        """No-op: FSDP2 reduce-scatters inside backward and waits at its end."""
+
+    @torch.no_grad()
+    def gather_full_params(self) -> dict[str, torch.Tensor]:
+        """Full parameters by name (``DTensor.full_tensor()``: a collective on every rank)."""
+        return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+                for n, p in self.module.named_parameters()}
+
+    def memory_tensors(self, optimizer: torch.optim.Optimizer | None = None
+                       ) -> dict[str, list[torch.Tensor]]:
+        """The local shards of parameters, gradients and optimizer state."""
+        out = super().memory_tensors(optimizer)
+        return {k: [_local(t) for t in v] for k, v in out.items()}
+
+
+def _probe(group: Any) -> str | None:
+    """Why ``fully_shard`` cannot run here, or None (see the module docstring)."""
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError as exc:
+        return f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard ({exc})"
+    if not Collectives(group).native_reduce_scatter:
+        return (f"the {dist.get_backend(group)} backend of torch {torch.__version__} has no "
+                "reduce_scatter_tensor, which fully_shard needs")
+    return None
+
+
+def _install_recorded_comms(module: nn.Module, recorder: Recorder) -> None:
+    """Log FSDP2's all-gathers and reduce-scatters (its own default comms, plus a log row)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.fsdp._fully_shard._fsdp_collectives import (DefaultAllGather,
+                                                                          DefaultReduceScatter)
+    except ImportError:
+        return  # an older FSDP2 without custom comms: runs, unrecorded
+
+    def logged(op: str, nbytes: int, call: Any) -> Any:
+        with record_function(f"torch_fsdp_{op}"):
+            idx = recorder.launch(op, "native", nbytes)
+            work = call()
+            try:
+                recorder.track(idx, work)
+            except (AttributeError, RuntimeError):  # blocking, or gloo work without a future:
+                recorder.done(idx)                   # its end is when the call returned
+        return work
+
+    class _AllGather(DefaultAllGather):
+        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
+                     group: Any, async_op: bool = False) -> Any:
+            return logged("all_gather", output_tensor.numel() * output_tensor.element_size(),
+                          lambda: super(_AllGather, self).__call__(output_tensor, input_tensor,
+                                                                   group, async_op))
+
+    class _ReduceScatter(DefaultReduceScatter):
+        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
+                     group: Any, op: Any, async_op: bool = False) -> Any:
+            return logged("reduce_scatter", input_tensor.numel() * input_tensor.element_size(),
+                          lambda: super(_ReduceScatter, self).__call__(
+                              output_tensor, input_tensor, group, op, async_op))
+
+    for mod in module.modules():
+        if isinstance(mod, FSDPModule):
+            try:
+                mod.set_custom_all_gather(_AllGather())
+                mod.set_custom_reduce_scatter(_ReduceScatter())
+            except (AttributeError, ValueError):
+                return

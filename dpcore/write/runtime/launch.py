@@ -1,0 +1,325 @@
+"""One launcher for every multi-process job: spawned ranks on this host, or a torchrun world.
+
+Why a parent-owned ``TCPStore`` on port 0: the OS picks a free port and the parent holds it
+for the job's lifetime, so two dpcore runs at once can never race for the same rendezvous
+port (the classic "pick a free port, close it, hope" has a window where another run grabs it).
+
+Why ``forkserver`` with torch preloaded: each job needs fresh processes (a failed collective
+can poison a process group), and re-importing torch per rank costs seconds on a small
+machine. Forking from a server that already imported torch makes a new rank cheap, while
+avoiding ``fork`` of a parent that may hold threads or CUDA state.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import multiprocessing as mp
+import os
+import queue as _queue
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from dpcore.contract.config import check_timeout
+from dpcore.contract.errors import JobFailed, UsageError
+from dpcore.write.runtime.resources import _pin, threads_per_rank
+
+BACKENDS = ("auto", "gloo", "nccl")
+#: After a rank reports an error, how long to look for a rank that died meanwhile: a rank killed
+#: by a signal sends nothing, and its peers' "Connection closed by peer" usually arrives first.
+BLAME_GRACE_S = 1.0
+
+
+@dataclass
+class DistContext:
+    """Everything a rank needs to know about its place in the job (passed explicitly)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+    threads: int
+    #: CPUs this rank is pinned to (os.sched_setaffinity); empty when it is not pinned.
+    cpus: tuple[int, ...] = ()
+    #: Forwards rank 0's progress events to the launcher; None when nobody listens.
+    progress: Callable[[dict], None] | None = None
+
+    def report(self, event: dict) -> None:
+        """Send a progress event to the parent (rank 0 only; others are ignored)."""
+        if self.progress is not None and self.rank == 0:
+            self.progress(event)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def in_torchrun() -> bool:
+    """True when this process was started by ``torchrun`` (it sets RANK/WORLD_SIZE/LOCAL_RANK)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def resolve_backend(backend: str, world_size: int, ranks_on_host: int | None = None) -> str:
+    """Pick gloo/nccl. ``auto`` -> nccl when every local rank can have its own GPU."""
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
+    local = world_size if ranks_on_host is None else ranks_on_host
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto":
+        return "nccl" if gpus >= local and gpus > 0 and dist.is_nccl_available() else "gloo"
+    if backend == "nccl" and gpus < local:
+        raise UsageError(f"backend nccl needs {local} GPU(s) on this host but {gpus} found; "
+                         f"use --backend gloo or a world size of at most {gpus}"
+                         if gpus else "backend nccl needs GPUs but none were found; use --backend gloo")
+    return backend
+
+
+def _device_for(backend: str, local_rank: int) -> torch.device:
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, timeout_s: float,
+            fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int, pin: bool) -> None:
+    """Body of a spawned rank: pin, join the group, run ``fn``, report result or error."""
+    _die_with_launcher(launcher_pid)
+    try:
+        cpus = _pin(rank, world_size, threads) if pin else ()
+        torch.set_num_threads(threads)
+        store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
+                              timeout=_dt.timedelta(seconds=timeout_s))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=_dt.timedelta(seconds=timeout_s))
+        ctx = DistContext(rank, world_size, rank, backend, _device_for(backend, rank), threads,
+                          cpus=cpus, progress=lambda ev: results.put((rank, "progress", ev)))
+        value = fn(ctx, *args)
+        results.put((rank, "ok", value))
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
+        tb = traceback.format_exc(limit=8)
+        results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{tb}"))
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _die_with_launcher(launcher_pid: int) -> None:
+    """Exit if the launching process disappears (even by ``kill -9``, which runs no cleanup).
+
+    A rank's parent is the forkserver, which can outlive the launcher, so parent-death signals
+    don't help; a daemon thread polling the launcher's pid does, and costs nothing measurable.
+    """
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(launcher_pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+            except PermissionError:  # pid reused by another user's process: launcher is gone
+                os._exit(3)
+
+    threading.Thread(target=watch, name="dpcore-launcher-watch", daemon=True).start()
+
+
+_MP_CONTEXT: Any = None
+
+
+def _mp_context() -> Any:
+    global _MP_CONTEXT  # process-wide cache of the start method; holds no job state
+    if _MP_CONTEXT is None:
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        _MP_CONTEXT = mp.get_context(method)
+        if method == "forkserver":
+            _MP_CONTEXT.set_forkserver_preload(
+                ["torch", "torch.distributed", "torch.profiler", "dpcore.write.runtime.launch", "dpcore.write.training.trainer",
+                 "dpcore.write.commands.profile_rank", "dpcore.write.dp.comm"])
+    return _MP_CONTEXT
+
+
+def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, timeout_s: float,
+                     args: tuple, on_progress: Callable[[dict], None] | None,
+                     threads: int | None = None, pin: bool = False) -> list[Any]:
+    env_ws = int(os.environ["WORLD_SIZE"])
+    if world_size not in (env_ws, 0):
+        raise UsageError(f"world size {world_size} requested but torchrun started {env_ws} ranks; "
+                         f"under torchrun the world size is torchrun's ({env_ws})")
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", env_ws))
+    backend = resolve_backend(backend, env_ws, local_ws)
+    threads = threads or threads_per_rank(local_ws)
+    cpus = _pin(local_rank, local_ws, threads) if pin else ()
+    torch.set_num_threads(threads)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
+    ctx = DistContext(rank, env_ws, local_rank, backend, _device_for(backend, local_rank),
+                      threads, cpus=cpus, progress=on_progress)
+    out: list[Any] = [None] * env_ws
+    out[rank] = fn(ctx, *args)
+    return out
+
+
+def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", args: tuple = (),
+           timeout_s: float = 300.0, on_progress: Callable[[dict], None] | None = None,
+           threads: int | None = None, pin: bool = False) -> list[Any]:
+    """Run ``fn(ctx, *args)`` on ``world_size`` ranks and return their results by rank.
+
+    Spawns the ranks on this host, or, under ``torchrun``, runs ``fn`` in the world torchrun
+    made (then only this rank's entry of the result is filled). Progress events that rank 0
+    sends with ``ctx.report(...)`` reach ``on_progress`` in the launching process. A rank that raises ends the
+    job at once: the others are terminated and :class:`JobFailed` names the rank and its
+    exception. A job running past ``timeout_s`` is killed the same way (``rank=-1``).
+
+    ``threads``: torch threads per rank (default cores // ranks on this host; ``profile``
+    passes one value for every job of a run, so T(1) and T(N) get the same resources).
+    ``pin``: pin each rank to its own CPUs (:func:`rank_cpus`) where they fit.
+    """
+    if world_size < 1:
+        raise UsageError(f"world size must be >= 1, got {world_size}")
+    check_timeout(timeout_s)
+    if in_torchrun():
+        return _torchrun_launch(fn, world_size, backend, timeout_s, args, on_progress, threads, pin)
+    backend = resolve_backend(backend, world_size)
+    threads = threads or threads_per_rank(world_size)
+    ctx = _mp_context()
+    store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
+                          timeout=_dt.timedelta(seconds=timeout_s), wait_for_workers=False)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_worker, daemon=True, name=f"dpcore-rank{r}",
+                         args=(r, world_size, backend, store.port, threads, timeout_s, fn, args,
+                               results, os.getpid(), pin))
+             for r in range(world_size)]
+    out: list[Any] = [None] * world_size
+    got: set[int] = set()
+    started: list[Any] = []
+    ok = False
+    try:
+        for p in procs:
+            with _signals_deferred():  # a rank is either started and tracked, or not started
+                p.start()
+                started.append(p)
+        deadline = time.monotonic() + timeout_s
+        while len(got) < world_size:
+            try:
+                rank, status, value = results.get(timeout=0.1)
+            except _queue.Empty:
+                for r, p in enumerate(procs):
+                    if r not in got and p.exitcode is not None:
+                        # a rank may have queued its result just before exiting: drain first
+                        try:
+                            rank, status, value = results.get(timeout=0.5)
+                            break
+                        except _queue.Empty:
+                            raise JobFailed(r, _death_text(p.exitcode)) from None
+                else:
+                    if time.monotonic() > deadline:
+                        raise JobFailed(-1, f"timed out after {timeout_s:.0f} s "
+                                            "(a rank hung; raise --timeout if the job is just slow)")
+                    continue
+            if status == "progress":
+                if on_progress is not None:
+                    on_progress(value)
+                continue
+            if status == "error":
+                raise _blame(rank, value, procs, got)
+            out[rank] = value
+            got.add(rank)
+        ok = True
+        return out
+    finally:
+        with _signals_deferred():  # a second Ctrl-C must not cut the teardown short
+            _reap(started, grace_s=5.0 if ok else 0.0)
+        del store
+
+
+def _death_text(exitcode: int) -> str:
+    """How a rank process ended without a result, as torchrun says it: the signal's name for
+    a negative exit code (``-9`` -> SIGKILL), else the exit code."""
+    if exitcode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"was killed by signal {-exitcode}"
+        how += f" (exit code {exitcode})"
+    else:
+        how = f"exited with code {exitcode}"
+    return (f"process {how} without a result (killed, out of memory, or crashed in native "
+            "code)")
+
+
+def _blame(rank: int, error: str, procs: list[Any], done: set[int]) -> JobFailed:
+    """The JobFailed for a job in which ``rank`` reported ``error``.
+
+    Why wait before blaming: when a rank dies (``kill -9``, the OOM killer, a segfault) it
+    reports nothing, and its peers fail a moment later with "Connection closed by peer", which
+    names the wrong rank. So for up to :data:`BLAME_GRACE_S` we look for a rank process that
+    ended abnormally (non-zero exit code: a rank that raised reports it and exits with 0);
+    if one did, it is the cause, and the peer's error is kept as context."""
+    end = time.monotonic() + BLAME_GRACE_S
+    while True:
+        codes = {r: p.exitcode for r, p in enumerate(procs) if r != rank and r not in done}
+        dead = [r for r, c in codes.items() if c not in (None, 0)]
+        if dead:
+            first = error.strip().splitlines()[0] if error.strip() else ""
+            return JobFailed(dead[0], f"{_death_text(codes[dead[0]])}; rank {rank} then "
+                                      f"failed: {first}")
+        if all(c is not None for c in codes.values()) or time.monotonic() >= end:
+            return JobFailed(rank, error)
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for the duration of the block, then deliver them as they came.
+
+    Why: Ctrl-C or the dashboard's Stop (SIGTERM) can land at any bytecode. Inside
+    ``Process.start`` it could leave a rank running that the launcher does not know it started,
+    and inside the teardown it would cut the reaping short; both would leave orphans. The
+    blocks are short (one start, one teardown), and the signal is re-raised right after, so
+    the run still ends ``interrupted``. Python runs signal handlers in the main thread only,
+    so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            if handler is not None:  # None: installed outside Python; cannot be restored
+                signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
+
+
+def _reap(procs: list[Any], grace_s: float) -> None:
+    """Stop every rank: join for ``grace_s``, then terminate, then kill. No orphans survive.
+
+    Only started processes can be joined; one that never started (the launch was interrupted
+    before its turn) is skipped rather than tripping multiprocessing's assertion."""
+    procs = [p for p in procs if p.pid is not None]
+    end = time.monotonic() + grace_s
+    for p in procs:
+        if p.is_alive():
+            p.join(timeout=max(0.0, end - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=2.0)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=1.0)

@@ -1,0 +1,189 @@
+"""One training step of any DP variant, with phase timing (used by ``verify`` and ``profile``).
+
+Usage on every rank of a launched job::
+
+    tr = make_trainer("bucketed", ctx, cfg, recorder)
+    for step in range(cfg.steps):
+        x, y = tr.batch(step)            # this rank's shard of the global batch, on its device
+        recorder.step = step             # the CALLER tags collectives with the step number
+        loss = tr.step(x, y, timer)      # timer.finish() then gives fwd/bwd/sync/opt ms
+
+Single-process variants (``REGISTRY[v].processes == 1``: single, manual, data_parallel) run
+only in a job launched with ONE process; the logical world size N is passed as
+``make_trainer(..., replicas=N)``: ``manual`` builds N replicas, ``data_parallel`` uses up to
+N GPUs, and all three consume the whole global batch ``cfg.global_batch(N)`` (so ``single`` at
+N is the reference for the N-rank variants). Multi-process variants consume
+``cfg.local_batch(world_size)`` samples per rank per step. Every variant answers the
+:class:`~dpcore.write.dp.variants.Wrapper` calls, so the step below is the same code for all.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+import torch._dynamo  # noqa: F401  (see below)
+import torch.nn as nn
+from torch.profiler import record_function
+
+from dpcore.contract.config import TrainConfig, is_model_spec
+from dpcore.contract.errors import UsageError, choices_error
+from dpcore.write.runtime.launch import DistContext
+from dpcore.write.training.models import build_model, loss_fn, make_batch
+from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
+from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
+from dpcore.write.training.workload import (Inputs, TupleInputs, Workload, load_workload, shard_batch,
+                                   workload_batch)
+
+# ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
+# importing it above lets the launcher's forkserver preload it once instead of in every rank.
+
+
+class Trainer:
+    """A model wrapped in one DP variant plus its ``cfg.optimizer`` (see module docstring)."""
+
+    def __init__(self, variant: str, ctx: DistContext, cfg: TrainConfig,
+                 recorder: Recorder = NULL_RECORDER, replicas: int | None = None) -> None:
+        if variant not in REGISTRY:
+            raise choices_error("variant", variant, VARIANTS)
+        self.ctx, self.cfg = ctx, cfg
+        self.single_process = REGISTRY[variant].processes == 1
+        if self.single_process and ctx.world_size != 1:
+            raise UsageError(f"variant {variant!r} runs in one process: launch it with world "
+                             f"size 1 and pass the replica count as replicas=N "
+                             f"(got a {ctx.world_size}-process job)")
+        self.replicas = int(replicas or ctx.world_size)
+        # A user's MODULE:FUNCTION is loaded here, in this rank, with torch seeded from
+        # cfg.seed: same initial weights everywhere, and nothing of the user's pickled.
+        self.workload: Workload | None = (load_workload(cfg.model, cfg.seed)
+                                          if is_model_spec(cfg.model) else None)
+        module = (TupleInputs(self.workload.model).to(ctx.device) if self.workload
+                  else build_model(cfg, device=ctx.device))
+        self.model: Wrapper = (REGISTRY[variant](module, replicas=self.replicas)
+                               if self.single_process else
+                               wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder,
+                                    compute_dtype=(cfg.compute_dtype or None)
+                                    if variant == "fsdp" else None))
+        self.skip_reason: str | None = self.model.skip_reason
+        self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
+        self.opt = self.model.make_optimizer(optimizer_class(cfg.optimizer), lr=cfg.lr)
+        self.global_batch = cfg.global_batch(self.replicas if self.single_process
+                                             else ctx.world_size)
+        self._delay_s = cfg.delay_ms / 1e3 if ctx.rank == cfg.delay_rank else 0.0
+        self.samples_per_step = (self.global_batch if self.single_process
+                                 else cfg.local_batch(ctx.world_size))
+        # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
+        # callback), so "backward" would swallow the wait. On CPU, stamp the last gradient's
+        # accumulation and end the bwd phase there: the rest of backward() is grad sync.
+        self._last_grad_ns = 0
+        self._split_backward = self.model.grad_sync_in_backward and ctx.device.type == "cpu"
+        self._recorder = recorder
+        #: dpcore.write.capture.memory's StepSampler during its one measured step, else None: the timed
+        #: steps pay one ``if`` per phase for it.
+        self.probe = None
+        # grads.csv: when each gradient became ready (one clock read per gradient), for the
+        # multi-process variants that a profile records; the what-if model re-packs these.
+        log_grads = recorder.enabled and not self.single_process
+        if self._split_backward or log_grads:
+            named = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
+            if log_grads:
+                recorder.set_params([(n, p.numel() * p.element_size()) for n, p in named])
+            for i, (_, p) in enumerate(named):
+                p.register_post_accumulate_grad_hook(self._make_grad_hook(i, log_grads))
+
+    def _make_grad_hook(self, index: int, log: bool):  # type: ignore[no-untyped-def]
+        rec, split = self._recorder, self._split_backward
+
+        def hook(_param: torch.Tensor) -> None:
+            if split:
+                self._last_grad_ns = time.perf_counter_ns()
+            if log:
+                rec.grad_ready(index)
+        return hook
+
+    @property
+    def module(self) -> nn.Module:
+        """The bare model (replica 0 for ``manual``)."""
+        return self.model.module
+
+    def batch(self, step: int) -> tuple[Inputs, torch.Tensor]:
+        """This trainer's share of step ``step``'s global batch, on its device."""
+        if self.workload:
+            x, y = workload_batch(self.cfg.model, self.workload, step, self.global_batch,
+                                  self.cfg.seed)
+        else:
+            x, y = make_batch(self.cfg, self.cfg.model, step, self.global_batch, self.cfg.seed)
+        return self.shard(x, y)
+
+    def shard(self, x: Inputs, y: torch.Tensor) -> tuple[Inputs, torch.Tensor]:
+        """Slice a global batch to this rank's contiguous shard (whole batch for one process).
+
+        ``x`` is a tensor or a :class:`~dpcore.write.training.workload.Batch` of tensors (a user's
+        tuple inputs): every tensor keeps the same rows."""
+        if not self.single_process:
+            x = shard_batch(x, self.ctx.rank, self.ctx.world_size)
+            y = shard_batch(y, self.ctx.rank, self.ctx.world_size)
+        dev = self.ctx.device
+        return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+
+    def step(self, x: Inputs, y: torch.Tensor, timer: PhaseTimer) -> float:
+        """One optimizer step on this rank's batch; returns the (replica-mean) loss.
+
+        Phases: forward (incl. loss), backward (hook variants launch collectives here),
+        grad_sync (waiting for / running the gradient averaging), optimizer (step and
+        zeroing gradients). ``recorder.step`` must be set by the caller beforehand.
+        """
+        if self.skip_reason:
+            raise RuntimeError(self.skip_reason)
+        m, probe = self.model, self.probe
+        timer.start()
+        m.on_train_batch_start()
+        with record_function("forward"), (probe.forward() if probe else contextlib.nullcontext()):
+            if self._delay_s:
+                time.sleep(self._delay_s)  # --inject-delay: a straggler, on purpose
+            loss = m.forward_loss(x, y, self.loss_fn)
+        timer.mark("fwd")
+        if probe:
+            probe.sample("forward")
+        with record_function("backward"):
+            loss.backward()
+        timer.mark("bwd", at_ns=self._last_grad_ns if self._split_backward else None)
+        if probe:
+            probe.sample("backward")
+        with record_function("grad_sync"):
+            m.finish_gradient_synchronization()
+        timer.mark("sync")
+        if probe:
+            probe.sample("grad_sync")
+        with record_function("optimizer"):
+            self.opt.step()
+            if probe:
+                probe.sample("optimizer")  # grads and optimizer state both alive
+            self.opt.zero_grad(set_to_none=True)
+        timer.mark("opt")
+        return float(loss.detach()) / m.loss_terms
+
+    def named_parameters_cpu(self) -> dict[str, torch.Tensor]:
+        """Every parameter (frozen too) and buffer of the bare model, as CPU copies."""
+        mod = self.module
+        out = {n: p.detach().cpu().clone() for n, p in mod.named_parameters()}
+        out.update({n: b.detach().cpu().clone() for n, b in mod.named_buffers()})
+        return out
+
+
+def make_trainer(variant: str, ctx: DistContext, cfg: TrainConfig,
+                 recorder: Recorder = NULL_RECORDER, *, replicas: int | None = None) -> Trainer:
+    """Build ``cfg``'s model from ``cfg.seed``, wrap it in ``variant``, add cfg.optimizer(lr).
+
+    ``replicas``: logical world size for single-process variants (default ctx.world_size).
+    """
+    return Trainer(variant, ctx, cfg, recorder, replicas)
+
+
+def local_context(device: torch.device | str | None = None) -> DistContext:
+    """A world-of-one context for single-process variants run without a launch."""
+    dev = torch.device(device) if device is not None else (
+        torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
+    return DistContext(rank=0, world_size=1, local_rank=0,
+                       backend="nccl" if dev.type == "cuda" else "gloo", device=dev,
+                       threads=torch.get_num_threads())
