@@ -9,6 +9,14 @@
 Checked twice: statically over every import statement (module level and inside functions, so a
 lazy import cannot hide a violation), and at run time in a fresh interpreter (what really ends up
 in ``sys.modules``, transitive imports of third-party packages included).
+
+Inside each wing, sub-packages are layers (lowest first); a module imports only its own layer or
+lower ones, so a reader can understand each layer from the ones below it alone:
+
+- write: runtime -> capture -> dp -> training -> commands (and no command imports another
+  command, only its own parts: profile's per-rank body, record's hooks);
+- read: traces, rundir -> analysis -> whatif, importer, report -> plots -> dashboard, and plots
+  import only contract and plots (a figure never recomputes a metric).
 """
 from __future__ import annotations
 
@@ -36,9 +44,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, absolute module name) of every import in a file, relative ones resolved."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+def _imports(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in a file, relative ones resolved.
+
+    ``source`` stands in for the file's text, so the checker can be tested on code that is never
+    written into the source tree."""
+    text = path.read_text(encoding="utf-8") if source is None else source
+    tree = ast.parse(text, filename=str(path))
     me = _module_name(path)
     package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
     out = []
@@ -78,12 +90,9 @@ def test_wing_imports_follow_the_rules(wing: str) -> None:
 
 def test_rule_checker_catches_a_violation(tmp_path: Path) -> None:
     """The checker itself can fail: a lazy torch import inside a function is found."""
-    f = PKG / "read" / "_tmp_violation_probe.py"
-    f.write_text("def f():\n    import torch.distributed as dist\n    from dpcore.write.runtime import launch\n")
-    try:
-        got = _violations(_imports(f), FORBIDDEN["read"])
-    finally:
-        f.unlink()
+    f = PKG / "read" / "_violation_probe.py"  # never written: the source is passed in
+    src = "def f():\n    import torch.distributed as dist\n    from dpcore.write.runtime import launch\n"
+    got = _violations(_imports(f, src), FORBIDDEN["read"])
     assert got == ["line 2: torch.distributed", "line 3: dpcore.write.runtime", "line 3: dpcore.write.runtime.launch"]
 
 
@@ -150,3 +159,62 @@ def test_wing_loads_without_the_other_sides_libraries(wing: str, banned: tuple[s
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "", f"dpcore.{wing} loaded {r.stdout.strip()}"
+
+
+#: Sub-packages of each wing, lowest layer first; same-rank layers may import each other.
+LAYERS: dict[str, dict[str, int]] = {
+    "write": {"runtime": 0, "capture": 1, "dp": 2, "training": 3, "commands": 4},
+    "read": {"traces": 0, "rundir": 0, "analysis": 1, "whatif": 2, "importer": 2, "report": 2,
+             "plots": 3, "dashboard": 4},
+}
+#: Layers that may import only the listed sub-packages of their wing (besides contract).
+ONLY: dict[tuple[str, str], tuple[str, ...]] = {("read", "plots"): ("plots",)}
+#: The parts of a command (its module may import them; no other command may).
+COMMAND_PARTS = {"profile_rank": "profile", "record_hooks": "record"}
+
+
+def _layer_violations(path: Path, source: str | None = None) -> list[str]:
+    """Imports of ``path`` that break its wing's layer rules, as 'line N: module (why)'."""
+    parts = _module_name(path).split(".")
+    if len(parts) < 3 or parts[1] not in LAYERS:
+        return []
+    wing, sub = parts[1], parts[2]
+    layers = LAYERS[wing]
+    if sub not in layers:
+        return [f"{'.'.join(parts)} is in no layer of dpcore.{wing}: add its sub-package to LAYERS"]
+    out = []
+    for line, mod in _imports(path, source):
+        m = mod.split(".")
+        if len(m) < 3 or m[:2] != ["dpcore", wing] or m[2] not in layers or m[2] == sub:
+            if len(m) >= 4 and m[:3] == ["dpcore", wing, "commands"] and sub == "commands":
+                me, other = parts[3] if len(parts) > 3 else "", m[3]
+                if other != me and COMMAND_PARTS.get(other) != me:
+                    out.append(f"line {line}: {mod} (a command imports another command)")
+            continue
+        if layers[m[2]] > layers[sub]:
+            out.append(f"line {line}: {mod} ({sub} is below {m[2]})")
+        elif (wing, sub) in ONLY and m[2] not in ONLY[(wing, sub)]:
+            out.append(f"line {line}: {mod} ({sub} imports only {', '.join(ONLY[(wing, sub)])})")
+    return out
+
+
+@pytest.mark.parametrize("wing", sorted(LAYERS))
+def test_layers_inside_each_wing(wing: str) -> None:
+    files = sorted((PKG / wing).rglob("*.py"))
+    bad = {str(f.relative_to(ROOT)): v for f in files if (v := _layer_violations(f))}
+    assert not bad, f"dpcore/{wing} breaks its layer rules: {bad}"
+
+
+def test_layer_checker_catches_violations() -> None:
+    """The layer checker can fail: upward imports, a plot importing analysis, command to command."""
+    src = "from dpcore.write.commands.profile import x\nfrom dpcore.write.runtime.clock import y\n"
+    assert _layer_violations(PKG / "write" / "dp" / "sharding.py", src) == [
+        "line 1: dpcore.write.commands.profile (dp is below commands)"]
+    src = "def f():\n    from dpcore.read.analysis.metrics import m\n"
+    assert _layer_violations(PKG / "read" / "plots" / "overview.py", src) == [
+        "line 2: dpcore.read.analysis.metrics (plots imports only plots)"]
+    src = "from dpcore.write.commands.profile import record_job\nfrom dpcore.write.commands.record_hooks import h\n"
+    assert _layer_violations(PKG / "write" / "commands" / "record.py", src) == [
+        "line 1: dpcore.write.commands.profile (a command imports another command)"]
+    assert _layer_violations(PKG / "read" / "newthing" / "x.py", "") == [
+        "dpcore.read.newthing.x is in no layer of dpcore.read: add its sub-package to LAYERS"]
