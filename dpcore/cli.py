@@ -272,7 +272,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _print_run_end(run_dir: "os.PathLike[str] | str", code: int) -> None:
     """The end-of-run table (the dashboard's numbers: the same analysis functions) and status."""
-    from dpcore.read.report.commands import run_end_table
+    from dpcore.read.report.summarize import run_end_table
 
     table, failed = run_end_table(str(run_dir))
     print(table)
@@ -310,7 +310,7 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     _check_out(args.out)
     code, run_dir = run_allreduce(opts, argv)
     if opts.progress != "json":  # the table through the read wing: the numbers `summarize` prints
-        from dpcore.read.report.commands import allreduce_text
+        from dpcore.read.report.allreduce import allreduce_text
         print(allreduce_text(run_dir), end="")
         status = {0: "complete", 130: "interrupted"}.get(code, "failed")
         print(f"\nrun {status}: {run_dir}", file=sys.stderr)
@@ -340,11 +340,12 @@ def main(argv: list[str] | None = None) -> int:
             print(import_text(import_traces(args.traces, args.out, args.name, iteration=args.iteration,
                                             align=args.align_clocks, command=["python", "-m", "dpcore", *argv])))
             return 0
-        from dpcore.read.analysis import RunLoadError
-        from dpcore.read.report.commands import analyze, summarize
+        from dpcore.read.report.analyze import analyze
+        from dpcore.read.report.summarize import summarize
+        from dpcore.read.rundir.load import RunLoadError
         try:
             if args.command == "stragglers":
-                from dpcore.read.analysis.stragglers import stragglers_text
+                from dpcore.read.report.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv).rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text
