@@ -1,8 +1,9 @@
-"""Command line: ``python -m dpcore {verify,profile,allreduce,analyze,summarize,stragglers}``.
+"""Command line: ``python -m dpcore {verify,profile,allreduce,analyze,summarize,stragglers,whatif,import}``.
 
 Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one line>`` and
-exit status 2. The CLI computes nothing itself; it parses, validates and calls the modules
-the dashboard calls too, so both show the same numbers.
+exit status 2. The CLI computes nothing itself; it parses, validates and calls the write wing's
+commands, or prints what ``dpcore.read.report`` returns (one module per read command, on the
+analysis functions the dashboard calls too, so both show the same numbers).
 """
 from __future__ import annotations
 
@@ -336,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "allreduce":
             return _cmd_allreduce(args, ["python", "-m", "dpcore", *argv])
         if args.command == "import":
-            from dpcore.read.importer.write_run import import_text, import_traces
+            from dpcore.read.importer.write_run import import_traces
+            from dpcore.read.report.importer import import_text
             print(import_text(import_traces(args.traces, args.out, args.name, iteration=args.iteration,
                                             align=args.align_clocks, command=["python", "-m", "dpcore", *argv])))
             return 0
