@@ -128,7 +128,7 @@ def _bisect(f, lo: float, hi: float, target: float, iters: int = 30) -> float:
 
 
 def calibrate_comm(model: Model) -> Model:
-    """Fit the in-training comm rate to the source job (:mod:`dpcore.read.whatif.model` assumption 3b): the
+    """Fit the in-training comm rate to the source job (``whatif.model`` assumption 3b): the
     ``kappa_comm`` with which the replay of the source's own buckets ends its last all-reduce
     when collectives.csv says it did (median over the timed rank-steps). Monotone, so bisection.
     When even ``kappa_comm = 0`` ends too late, the network measurement was slower than the job's
