@@ -283,8 +283,7 @@ def test_gpu_peak_comes_from_the_allocator() -> None:
 def test_breakdown_gives_each_job_of_a_bucket_sweep_its_own_bars() -> None:
     """Two bucketed jobs at the same world size (a sweep) must not stack on one bar: the bucket
     size joins the label, and each bar's height is that job's own bytes."""
-    from dpcore.read.rundir import load_run, traced_job_events
-from dpcore.read.plots.memory import memory_breakdown_figure
+    from dpcore.read.plots.memory import memory_breakdown_figure
 
     rows = [dict(job_id=f"bucketed-ws2-b{b:g}", variant="bucketed", world_size=2, bucket_mb=b, rank=0,
                  device="cpu", param_bytes=MIB, grad_bytes=MIB, optim_bytes=0, other_bytes=0,
