@@ -1,6 +1,6 @@
 """Benchmark: load a 4-rank x ~250k-event trace folder and compute per-rank overlap.
 
-Ours (dpcore.read.analysis.read_trace_dir + overlap_by_rank) vs Holistic Trace Analysis
+Ours (dpcore.read: traces.read_trace_dir + analysis.overlap_by_rank) vs Holistic Trace Analysis
 (TraceAnalysis(trace_dir).get_comm_comp_overlap), on the same synthetic GPU traces. Each tool runs
 in a fresh subprocess, --repeat times, interleaved with the other tool so that a noisy minute
 slows both; the medians and their ratio ours/HTA (time, memory) are printed. Per run: wall time,
@@ -33,7 +33,8 @@ def rss():  # VmHWM: peak RSS of this exec (ru_maxrss would inherit the parent's
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 if tool == "ours":
-    from dpcore.read.analysis import read_trace_dir, overlap_by_rank
+    from dpcore.read.analysis import overlap_by_rank
+    from dpcore.read.traces import read_trace_dir
     base = rss(); t = time.perf_counter(); c0 = os.times()
     ev = read_trace_dir(d); res = overlap_by_rank(ev)
     pct = res.set_index("rank")["overlap_pct"].round(2).to_dict(); n = len(ev)

@@ -32,6 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcore.read.analysis.summary import job_summary
+from dpcore.read.analysis.timeline import trace_step_metrics
+from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import load_run
 from dpcore.read.whatif.predict import build_model, measured_cells, predict, with_measured
 
@@ -66,7 +69,7 @@ def evaluate_one(sweep: Path, allreduce: Path | None, variant: str) -> pd.DataFr
     ``allreduce`` None: alpha and B fitted from each source job's own collectives."""
     run = load_run(sweep)
     ar = load_run(allreduce).allreduce if allreduce is not None else pd.DataFrame()
-    meas = measured_cells(run, variant)
+    meas = measured_cells(job_summary(run, trace_step_metrics(traced_job_events(run))), variant)
     rows = []
     for src in meas[meas["world_size"] == 2].itertuples():
         model = build_model(run, src.job_id, allreduce=ar)

@@ -44,6 +44,6 @@ def __getattr__(name: str) -> Any:
         from dpcore.write.commands.record import record
         return record
     if name == "load_run":
-        from dpcore.read.analysis import load_run
+        from dpcore.read.rundir.load import load_run
         return load_run
     raise AttributeError(f"module 'dpcore' has no attribute {name!r}")

@@ -1,8 +1,9 @@
-"""Command line: ``python -m dpcore {verify,profile,allreduce,analyze,summarize,stragglers}``.
+"""Command line: ``python -m dpcore {verify,profile,allreduce,analyze,summarize,stragglers,whatif,import}``.
 
 Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one line>`` and
-exit status 2. The CLI computes nothing itself; it parses, validates and calls the modules
-the dashboard calls too, so both show the same numbers.
+exit status 2. The CLI computes nothing itself; it parses, validates and calls the write wing's
+commands, or prints what ``dpcore.read.report`` returns (one module per read command, on the
+analysis functions the dashboard calls too, so both show the same numbers).
 """
 from __future__ import annotations
 
@@ -272,7 +273,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _print_run_end(run_dir: "os.PathLike[str] | str", code: int) -> None:
     """The end-of-run table (the dashboard's numbers: the same analysis functions) and status."""
-    from dpcore.read.report.commands import run_end_table
+    from dpcore.read.report.summarize import run_end_table
 
     table, failed = run_end_table(str(run_dir))
     print(table)
@@ -310,7 +311,7 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     _check_out(args.out)
     code, run_dir = run_allreduce(opts, argv)
     if opts.progress != "json":  # the table through the read wing: the numbers `summarize` prints
-        from dpcore.read.report.commands import allreduce_text
+        from dpcore.read.report.allreduce import allreduce_text
         print(allreduce_text(run_dir), end="")
         status = {0: "complete", 130: "interrupted"}.get(code, "failed")
         print(f"\nrun {status}: {run_dir}", file=sys.stderr)
@@ -336,15 +337,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "allreduce":
             return _cmd_allreduce(args, ["python", "-m", "dpcore", *argv])
         if args.command == "import":
-            from dpcore.read.importer.write_run import import_text, import_traces
+            from dpcore.read.importer.write_run import import_traces
+            from dpcore.read.report.importer import import_text
             print(import_text(import_traces(args.traces, args.out, args.name, iteration=args.iteration,
                                             align=args.align_clocks, command=["python", "-m", "dpcore", *argv])))
             return 0
-        from dpcore.read.analysis import RunLoadError
-        from dpcore.read.report.commands import analyze, summarize
+        from dpcore.read.report.analyze import analyze
+        from dpcore.read.report.summarize import summarize
+        from dpcore.read.rundir.load import RunLoadError
         try:
             if args.command == "stragglers":
-                from dpcore.read.analysis.stragglers import stragglers_text
+                from dpcore.read.report.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv).rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text

@@ -17,7 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from dpcore.read.analysis import overlap_from_trace, read_trace_dir, step_breakdown  # noqa: E402
+from dpcore.read.analysis import overlap_from_trace, step_breakdown  # noqa: E402
+from dpcore.read.traces import read_trace_dir  # noqa: E402
 
 STEPS = 4  # ProfilerStep#1..3 are recorded (schedule: warmup 1, active 3)
 

@@ -5,8 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.read.analysis import job_summary, list_runs, load_run, overlap_by_rank, read_trace_dir
-from dpcore.read.report.commands import analyze, summarize
+from dpcore.read.analysis import job_summary, overlap_by_rank, trace_step_metrics
+from dpcore.read.report.analyze import analyze
+from dpcore.read.report.summarize import summarize
+from dpcore.read.rundir import list_runs, load_run, traced_job_events
+from dpcore.read.traces import read_trace_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +28,7 @@ def run_dir(tmp_path_factory):
 
 def test_profile_run_overlap(run_dir):
     run = load_run(run_dir)
-    s = job_summary(run).set_index("variant")
+    s = job_summary(run, trace_step_metrics(traced_job_events(run))).set_index("variant")
     assert set(s.index) == {"flat", "overlap"} and (s["status"] == "complete").all()
     assert s.loc["flat", "overlap_pct"] < 5.0                         # blocking all-reduce after backward
     assert s.loc["overlap", "overlap_pct"] > s.loc["flat", "overlap_pct"] + 5.0

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.read.analysis import (RunLoadError, TraceFormatError, list_runs, load_run, overlap_by_rank,
-                             overlap_from_trace, read_trace, read_trace_dir)
-from dpcore.read.report.commands import analyze, summarize
+from dpcore.read.analysis import overlap_by_rank, overlap_from_trace
+from dpcore.read.report.analyze import analyze
+from dpcore.read.report.summarize import summarize
+from dpcore.read.rundir import RunLoadError, list_runs, load_run
+from dpcore.read.traces import TraceFormatError, read_trace, read_trace_dir
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
 from dpcore.read.traces.columns import read_columns
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dpcore.read.analysis import job_summary, load_run
+from dpcore.read.analysis import job_summary, trace_step_metrics
+from dpcore.read.rundir import load_run, traced_job_events
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "profiles"
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.skipif(not (SAMPLE / "sample-train" / "run.json").exist
 def test_sample_runs_are_complete_and_cover_every_view():
     train, bench = load_run(SAMPLE / "sample-train"), load_run(SAMPLE / "sample-allreduce")
     assert train.meta["status"] == bench.meta["status"] == "complete"
-    summary = job_summary(train)
+    summary = job_summary(train, trace_step_metrics(traced_job_events(train)))
     assert set(summary["variant"]) >= {"single", "manual", "naive", "flat", "central", "ring",
                                        "overlap", "bucketed", "torch_ddp"}
     assert set(summary["world_size"]) == {1, 2}
@@ -51,32 +52,34 @@ def test_every_view_renders_on_the_sample(monkeypatch):
 
 
 def test_timeline_from_trace_and_from_csv_on_the_sample():
-    from dpcore.read.analysis import job_trace_events, timeline
+    from dpcore.read.analysis import timeline
+    from dpcore.read.rundir import job_trace_events, step_trace_events
     run = load_run(SAMPLE / "sample-train")
     steps = run.steps[run.steps["job_id"] == "bucketed-ws2-b1"]
     traced = int(steps.loc[steps["profiled"], "step"].iloc[0])
     timed = int(steps.loc[~steps["profiled"], "step"].iloc[0])
-    t = timeline(run, "bucketed-ws2-b1", traced)
+    t = timeline(run, "bucketed-ws2-b1", traced, step_trace_events(run, "bucketed-ws2-b1", traced))
     assert set(t["rank"]) == {0, 1} and set(t["lane"]) == {"compute", "comm"}
     assert set(t.loc[t["lane"] == "compute", "name"]) == {"compute"}  # merged trace ops
     assert t["start_ms"].min() > -1.0 and (t["end_ms"] >= t["start_ms"]).all()
     # the same frame when the caller passes the job's events (read once, reused per step)
     ev = job_trace_events(run, "bucketed-ws2-b1")
     assert timeline(run, "bucketed-ws2-b1", traced, events=ev).equals(t)
-    c = timeline(run, "bucketed-ws2-b1", timed)  # not traced: steps.csv + collectives.csv
+    assert step_trace_events(run, "bucketed-ws2-b1", timed) is None
+    c = timeline(run, "bucketed-ws2-b1", timed, None)  # not traced: steps.csv + collectives.csv
     assert set(c.loc[c["lane"] == "compute", "name"]) == {"forward", "backward", "optimizer"}
     # ring's p2p transfers are invisible to the gloo trace: its comm lane comes from the CSV
-    r = timeline(run, "ring-ws2", traced)
+    r = timeline(run, "ring-ws2", traced, step_trace_events(run, "ring-ws2", traced))
     assert set(r.loc[r["lane"] == "comm", "rank"]) == {0, 1}
 
 
 def test_timeline_cards_follow_the_picked_step(monkeypatch):
     """The cards and the per-rank table show the drawn step (known answer: that step's rows of
     step_metrics), not the job median, and they change when another step is picked."""
-    from dpcore.read.analysis import step_metrics, step_ranks, trace_step_metrics
+    from dpcore.read.analysis import step_metrics, step_ranks
     monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
     run = load_run(SAMPLE / "sample-train")
-    rows = step_metrics(run.steps, run.collectives, trace_step_metrics(run))
+    rows = step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run)))
     job = "torch_ddp-ws2-b1"
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     at.sidebar.radio(key="view").set_value("Timeline").run()

@@ -21,8 +21,9 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore.contract import runformat as rf
 from dpcore.contract import tracefile as tf
-from dpcore.read import analysis as A
+from dpcore.read import rundir as R
 from dpcore.read.rundir import load
+from dpcore.read.traces import read_trace
 from tests.fixtures_run import make_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -84,11 +85,11 @@ def test_malformed_run_json_shape_is_one_warning(template: Path, tmp_path: Path,
     copy_run(template, tmp_path, GOOD)
     bad = copy_run(template, tmp_path, "20240101-000000-bad")
     edit_meta(bad, **BAD_SHAPES[change])
-    runs, warnings = A.list_runs(tmp_path)
+    runs, warnings = R.list_runs(tmp_path)
     assert list(runs["run_id"]) == [GOOD]
     assert len(warnings) == 1 and str(bad / rf.RUN_JSON) in warnings[0], warnings
-    with pytest.raises(A.RunLoadError, match="run.json"):
-        A.load_run(bad)
+    with pytest.raises(R.RunLoadError, match="run.json"):
+        R.load_run(bad)
 
 
 def test_deeply_nested_run_json_is_one_warning(template: Path, tmp_path: Path) -> None:
@@ -96,7 +97,7 @@ def test_deeply_nested_run_json_is_one_warning(template: Path, tmp_path: Path) -
     bad = tmp_path / "20240101-000000-deep"
     bad.mkdir()
     (bad / rf.RUN_JSON).write_text('{"run_id": "x", "config": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    runs, warnings = A.list_runs(tmp_path)
+    runs, warnings = R.list_runs(tmp_path)
     assert list(runs["run_id"]) == [GOOD]
     assert len(warnings) == 1 and "run.json" in warnings[0] and "nested" in warnings[0], warnings
 
@@ -105,7 +106,7 @@ def test_non_utf8_folder_name_is_skipped_with_a_warning(template: Path, tmp_path
     copy_run(template, tmp_path, GOOD)
     odd = Path(os.fsdecode(bytes(tmp_path) + b"/run-\xff\xfe"))
     shutil.copytree(template, odd)
-    runs, warnings = A.list_runs(tmp_path)
+    runs, warnings = R.list_runs(tmp_path)
     assert list(runs["run_id"]) == [GOOD]
     assert len(warnings) == 1 and "UTF-8" in warnings[0]
     warnings[0].encode("utf-8")  # printable and hashable by Streamlit's cache
@@ -131,10 +132,10 @@ def test_fifo_csv_is_refused_without_blocking(template: Path, tmp_path: Path) ->
     run = copy_run(template, tmp_path, GOOD)
     (run / "steps.csv").unlink()
     os.mkfifo(run / "steps.csv")
-    with deadline(5), pytest.raises(A.RunLoadError, match="steps.csv.*not a regular file|not a regular file.*steps.csv"):
-        A.load_run(run)
+    with deadline(5), pytest.raises(R.RunLoadError, match="steps.csv.*not a regular file|not a regular file.*steps.csv"):
+        R.load_run(run)
     with deadline(5):
-        runs, warnings = A.list_runs(tmp_path)
+        runs, warnings = R.list_runs(tmp_path)
     assert runs.empty and "steps.csv" in warnings[0]
 
 
@@ -142,23 +143,23 @@ def test_fifo_run_json_is_refused_without_blocking(template: Path, tmp_path: Pat
     run = copy_run(template, tmp_path, GOOD)
     (run / rf.RUN_JSON).unlink()
     os.mkfifo(run / rf.RUN_JSON)
-    with deadline(5), pytest.raises(A.RunLoadError, match="run.json"):
-        A.load_run(run)
+    with deadline(5), pytest.raises(R.RunLoadError, match="run.json"):
+        R.load_run(run)
 
 
 def test_device_file_is_refused(template: Path, tmp_path: Path) -> None:
     run = copy_run(template, tmp_path, GOOD)
     (run / "collectives.csv").unlink()
     (run / "collectives.csv").symlink_to("/dev/zero")
-    with deadline(5), pytest.raises(A.RunLoadError, match="collectives.csv"):
-        A.load_run(run)
+    with deadline(5), pytest.raises(R.RunLoadError, match="collectives.csv"):
+        R.load_run(run)
 
 
 def test_oversized_run_file_is_refused(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = copy_run(template, tmp_path, GOOD)
     monkeypatch.setattr(load, "MAX_RUN_FILE_BYTES", 100)
-    with pytest.raises(A.RunLoadError, match="larger than"):
-        A.load_run(run)
+    with pytest.raises(R.RunLoadError, match="larger than"):
+        R.load_run(run)
 
 
 def test_fifo_and_oversized_traces_are_refused(template: Path, tmp_path: Path,
@@ -167,12 +168,12 @@ def test_fifo_and_oversized_traces_are_refused(template: Path, tmp_path: Path,
     trace = rf.trace_dir(run, "ring-ws2") / rf.rank_trace_name(0)
     os.mkfifo(tmp_path / "pipe.json")
     with deadline(5), pytest.raises(tf.TraceFormatError, match="not a regular file"):
-        A.read_trace(tmp_path / "pipe.json")
+        read_trace(tmp_path / "pipe.json")
     with deadline(5), pytest.raises(tf.TraceFormatError, match="not a regular file"):
         list(tf.iter_trace_bytes("/dev/zero"))
     monkeypatch.setattr(tf, "MAX_TRACE_FILE_BYTES", 10)
     with pytest.raises(tf.TraceFormatError, match="larger than"):
-        A.read_trace(trace)
+        read_trace(trace)
 
 
 # --- 3. symlinks out of the profiles folder -----------------------------------------------------
@@ -189,8 +190,8 @@ def test_run_folder_linked_outside_is_not_read(template: Path, tmp_path: Path) -
     (out / rf.RUN_JSON).unlink()
     os.mkfifo(out / rf.RUN_JSON)
     (root / out.name).symlink_to(out)
-    with deadline(5), pytest.raises(A.RunLoadError, match="outside"):
-        A.load_run(root / out.name, root=root)
+    with deadline(5), pytest.raises(R.RunLoadError, match="outside"):
+        R.load_run(root / out.name, root=root)
     with deadline(10):
         runs, warnings = data.list_runs(root)
     assert list(runs["run_id"]) == [GOOD]
@@ -204,9 +205,9 @@ def test_run_file_linked_outside_is_not_read(template: Path, tmp_path: Path) -> 
     shutil.copy(run / "steps.csv", secret)
     (run / "steps.csv").unlink()
     (run / "steps.csv").symlink_to(secret)
-    with pytest.raises(A.RunLoadError, match="steps.csv.*outside"):
-        A.load_run(run, root=root)
-    assert not A.load_run(run).steps.empty  # an explicit path (the CLI) still follows the link
+    with pytest.raises(R.RunLoadError, match="steps.csv.*outside"):
+        R.load_run(run, root=root)
+    assert not R.load_run(run).steps.empty  # an explicit path (the CLI) still follows the link
 
 
 def test_rank_trace_linked_outside_is_not_used(template: Path, tmp_path: Path) -> None:
@@ -218,11 +219,11 @@ def test_rank_trace_linked_outside_is_not_used(template: Path, tmp_path: Path) -
     secret = tmp_path / "secret.json.gz"
     shutil.move(trace, secret)
     trace.symlink_to(secret)
-    loaded = A.load_run(run, root=root)
+    loaded = R.load_run(run, root=root)
     assert trace not in loaded.rank_trace_files("ring-ws2")
     assert "rank1" not in loaded.trace_files("ring-ws2")
     assert trace not in data.load_run(run, root.resolve()).rank_trace_files("ring-ws2")
-    assert trace in A.load_run(run).rank_trace_files("ring-ws2")  # the CLI on an explicit path
+    assert trace in R.load_run(run).rank_trace_files("ring-ws2")  # the CLI on an explicit path
 
 
 # --- 6. duplicate run ids, Markdown injection ---------------------------------------------------
@@ -292,7 +293,7 @@ def test_a_damaged_cell_skips_its_row_with_a_warning_not_the_run(tmp_path, capsy
     import shutil
 
     from dpcore.cli import main
-    from dpcore.read.analysis import load_run
+    from dpcore.read.rundir import load_run
 
     sample = Path(__file__).resolve().parents[1] / "profiles" / "sample-train"
     if not sample.is_dir():

@@ -20,9 +20,10 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore.cli import main
 from dpcore.contract import runformat as rf
-from dpcore.read.analysis import load_run, timeline
-from dpcore.read.report.commands import analyze
-from dpcore.read.analysis.stragglers import stragglers_text
+from dpcore.read.analysis import job_summary, timeline, trace_step_metrics
+from dpcore.read.report.analyze import analyze
+from dpcore.read.report.stragglers import stragglers_text
+from dpcore.read.rundir import load_run, step_trace_events, traced_job_events
 from tests.synthetic import write_gpu_trace_dir
 from dpcore.read.traces.reader import trace_files
 from dpcore.read.importer.write_run import import_traces
@@ -130,10 +131,9 @@ def test_import_writes_a_run(runs: dict[str, Path], layout: str) -> None:
 def test_timeline_and_numbers(runs: dict[str, Path], layout: str) -> None:
     run = load_run(runs[layout])
     step = run.traced_steps("imported-ws2")[0]
-    tl = timeline(run, "imported-ws2", step)
+    tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
     assert set(tl["rank"]) == {0, 1} and set(tl["lane"]) == {"compute", "comm"}
-    from dpcore.read.analysis import job_summary
-    s = job_summary(run).iloc[0]
+    s = job_summary(run, trace_step_metrics(traced_job_events(run))).iloc[0]
     assert s["comm_source"] == "trace" and s["comm_ms"] > 0 and pd.isna(s["throughput"])
     assert pd.isna(s["overlap_pct_intervals"])  # phases not placed in the step: not guessed
 
@@ -145,11 +145,11 @@ def test_gpu_trace_without_phases(runs: dict[str, Path]) -> None:
     assert run.steps[["fwd_ms", "bwd_ms", "sync_ms", "opt_ms"]].isna().all().all()
     assert {"fwd_ms", "bwd_ms", "opt_ms"} <= set(run.meta["jobs"][0]["missing"])
     assert set(run.collectives["op"]) == {"all_reduce"} and run.collectives["t_start_ns"].notna().all()
-    from dpcore.read.analysis import job_summary
-    s = job_summary(run).iloc[0]
+    s = job_summary(run, trace_step_metrics(traced_job_events(run))).iloc[0]
     assert s["comm_source"] == "trace" and 0 <= s["overlap_pct"] <= 100 and pd.isna(s["fwd_ms"])
     assert s["compute_ms"] > 0 and s["other_ms"] >= 0  # compute from the trace: every step is traced
-    tl = timeline(run, "imported-ws2", run.traced_steps("imported-ws2")[0])
+    step = run.traced_steps("imported-ws2")[0]
+    tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
     assert set(tl["rank"]) == {0, 1} and (tl["lane"] == "comm").any()
 
 
@@ -186,7 +186,8 @@ def test_clock_alignment_across_hosts(traces: Path, tmp_path: Path) -> None:
     assert abs(o_moved - o_same - 5_000_000_000) < 1_000  # the median moves with the clock
     run = load_run(moved.run_dir)
     assert run.steps.groupby("rank")["t_start_ns"].min().diff().abs().iloc[1] < 1e8  # same clock again
-    tl = timeline(run, "imported-ws2", run.traced_steps("imported-ws2")[0])
+    step = run.traced_steps("imported-ws2")[0]
+    tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
     assert set(tl["rank"]) == {0, 1} and tl["end_ms"].max() < 1_000
 
 

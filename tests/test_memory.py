@@ -22,9 +22,10 @@ import torch.nn as nn
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.config import TrainConfig
-from dpcore.read.analysis import job_summary, load_run
+from dpcore.read.analysis import job_summary, trace_step_metrics
 from dpcore.read.analysis.memory import (comm_volume, expected_bus_bytes, expected_volume, job_memory,
                                          memory_table, summary_memory_columns, volume_totals)
+from dpcore.read.rundir import load_run, traced_job_events
 from dpcore.read.plots.memory import memory_breakdown_figure, memory_tradeoff_figure, volume_figure
 from dpcore.write.capture.memory import CPU_METHOD, held_bytes, measure_step
 from dpcore.write.training.models import MLP
@@ -194,9 +195,10 @@ def sharded(tmp_path: Path):
 
 
 def test_memory_table_joins_the_summary_step_time(sharded) -> None:
-    table = memory_table(sharded.memory, job_summary(sharded))
+    summary = job_summary(sharded, trace_step_metrics(traced_job_events(sharded)))
+    table = memory_table(sharded.memory, summary)
     jobs = job_memory(table).set_index("job_id")
-    summary = job_summary(sharded).set_index("job_id")
+    summary = summary.set_index("job_id")
     for job, _, ms, (p, g, o, other, peak), _ in JOBS:
         assert jobs.at[job, "step_ms"] == summary.at[job, "step_ms"] == pytest.approx(ms)
         assert jobs.at[job, "held_bytes"] == pytest.approx((p + g + o + other) * MIB)
@@ -205,7 +207,7 @@ def test_memory_table_joins_the_summary_step_time(sharded) -> None:
 
 
 def test_memory_figures_show_the_numbers(sharded) -> None:
-    table = memory_table(sharded.memory, job_summary(sharded))
+    table = memory_table(sharded.memory, job_summary(sharded, trace_step_metrics(traced_job_events(sharded))))
     trade = memory_tradeoff_figure(job_memory(table))
     points = {t.name: (list(t.x), list(t.y)) for t in trade.data}
     assert points["bucketed"] == ([10.0], [34.5]) and points["zero1"] == ([12.0], [26.5])

@@ -246,7 +246,8 @@ def test_every_allreduce_option_has_help(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -> None:
-    from dpcore.read.report.commands import ALLREDUCE_TABLE, summarize
+    from dpcore.read.report.allreduce import ALLREDUCE_TABLE
+    from dpcore.read.report.summarize import summarize
 
     if not (SAMPLE / "sample-allreduce" / "run.json").exists():
         pytest.skip("sample runs not present")

@@ -69,8 +69,9 @@ def _spawn(tmp_path: Path, kind: str) -> Path:
 
 def _check_readable(run_dir: Path, job: str, ws: int, comm: bool) -> None:
     """What the dashboard and `summarize` show must be sane numbers."""
-    from dpcore.read.analysis import job_summary, load_run, timeline
-    from dpcore.read.report.commands import summarize
+    from dpcore.read.analysis import job_summary, timeline, trace_step_metrics
+    from dpcore.read.report.summarize import summarize
+    from dpcore.read.rundir import load_run, step_trace_events, traced_job_events
 
     run = load_run(run_dir)
     assert run.meta["status"] == "complete" and run.meta["kind"] == "record"
@@ -80,14 +81,14 @@ def _check_readable(run_dir: Path, job: str, ws: int, comm: bool) -> None:
     traced = run.traced_steps(job)
     assert traced == list(range(WARMUP, WARMUP + PROFILE))
     assert (st["step_ms"] > 0).all() and (st["fwd_ms"] > 0).all() and (st["bwd_ms"] > 0).all()
-    s = job_summary(run).set_index("job_id").loc[job]
+    s = job_summary(run, trace_step_metrics(traced_job_events(run))).set_index("job_id").loc[job]
     assert s["step_ms"] > 0 and s["n_steps"] > 0
     if comm:
         assert s["comm_ms"] > 0
         assert (st["comm_ops"] > 0).all()
         coll = run.collectives
         assert (coll["t_end_ns"] >= coll["t_launch_ns"]).all() and set(coll["op"]) == {"all_reduce"}
-    lanes = timeline(run, job, traced[0])
+    lanes = timeline(run, job, traced[0], step_trace_events(run, job, traced[0]))
     assert set(lanes["rank"]) == set(range(ws)) and "compute" in set(lanes["lane"])
     if comm:
         assert "comm" in set(lanes["lane"])
@@ -123,7 +124,7 @@ def test_one_process_without_a_process_group(tmp_path: Path) -> None:
 
 
 def test_without_phase_marks_and_trace(tmp_path: Path) -> None:
-    from dpcore.read.analysis import load_run
+    from dpcore.read.rundir import load_run
 
     with record(tmp_path, warmup=0, trace=False) as rec:
         for _ in range(3):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from dpcore.contract import runformat as rf
-from dpcore.read.analysis import load_run
+from dpcore.read.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT.parent / "shared" / "DESIGN.md"

@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 
 from dpcore.read.analysis import collective_waits, straggler_summary, stragglers_from_traces
-from dpcore.read.analysis.stragglers import (SUMMARY_COLUMNS, WAIT_COLUMNS, straggler_threshold_pct,
-                                             straggler_verdict, stragglers_text)
+from dpcore.read.analysis.stragglers import SUMMARY_COLUMNS, WAIT_COLUMNS, straggler_threshold_pct
+from dpcore.read.report.stragglers import straggler_verdict, stragglers_text
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def trace_dir(tmp_path: Path) -> Path:
 
 
 def test_traces_folder(trace_dir: Path) -> None:
-    from dpcore.read.analysis import read_trace_dir
+    from dpcore.read.traces import read_trace_dir
     w = stragglers_from_traces(read_trace_dir(trace_dir), job_id="j")
     assert len(w) == 10 and set(w["op"]) == {"gloo:all_reduce"} and (w["step"] == 1).all()
     s = straggler_summary(w).set_index("rank")
@@ -144,7 +144,7 @@ def test_traces_folder(trace_dir: Path) -> None:
 
 
 def test_trace_steps_with_different_counts_are_not_matched(trace_dir: Path) -> None:
-    from dpcore.read.analysis import read_trace_dir
+    from dpcore.read.traces import read_trace_dir
     ev = read_trace_dir(trace_dir)
     extra = ev[(ev["rank"] == 1) & (ev["kind"] == "comm")].iloc[[0]]
     assert stragglers_from_traces(pd.concat([ev, extra], ignore_index=True)).empty
@@ -214,7 +214,7 @@ def test_figures() -> None:
 
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="no committed sample run")
 def test_sample_run() -> None:
-    from dpcore.read.analysis import load_run
+    from dpcore.read.rundir import load_run
     run = load_run(SAMPLE)
     s = straggler_summary(collective_waits(run.collectives))
     assert list(s.columns[:5]) == HEAD
@@ -239,7 +239,7 @@ def test_view_renders_the_sample_run() -> None:
     def page() -> None:
         from pathlib import Path
 
-        from dpcore.read.analysis import load_run
+        from dpcore.read.rundir import load_run
         from dpcore.read.dashboard.views_stragglers import stragglers_view
         root = Path("profiles").resolve()
         for name in ("sample-train", "sample-allreduce"):

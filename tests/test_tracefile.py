@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from dpcore.contract import tracefile as contract
-from dpcore.read import analysis
-from dpcore.read.analysis import read_trace, read_trace_dir
+from dpcore.read import traces
+from dpcore.read.traces import read_trace, read_trace_dir
 from dpcore.read.traces import columns as tf
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
@@ -246,7 +246,7 @@ def test_truncated_gzip_and_missing_file(tmp_path):
         tf.read_columns(tmp_path / "cut.json.gz")
     with pytest.raises(contract.TraceFormatError, match="not found"):
         tf.read_columns(tmp_path / "nope.json")
-    assert analysis.TraceFormatError is contract.TraceFormatError
+    assert traces.TraceFormatError is contract.TraceFormatError
 
 
 def test_gzip_by_magic_number_and_multi_member(tmp_path):

@@ -245,7 +245,7 @@ def test_hand_written_run_without_grads_uses_bucket_launches(tmp_path: Path,
     assert fitted["latency_us"] == 100.0                  # buckets of one size: the stated default alpha
     assert fitted["step_ms"] == pytest.approx(65.0, abs=1e-3)   # calibrated on itself: exact
     # an allreduce run twice as slow as the job's comm: every all-reduce is scaled by 0.5, exactly
-    from dpcore.read.analysis import load_run
+    from dpcore.read.rundir import load_run
     from dpcore.read.whatif.predict import build_model, predict
     slow = pd.DataFrame({"algo": "native", "world_size": 2, "bytes": [MB, 8 * MB],
                          "time_ms": [2 * MB / (bw * 1e6), 2 * 8 * MB / (bw * 1e6)]})
@@ -258,12 +258,15 @@ def test_hand_written_run_without_grads_uses_bucket_launches(tmp_path: Path,
 
 
 def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
-    from dpcore.read.analysis import load_run
+    from dpcore.read.analysis import job_summary, trace_step_metrics
+    from dpcore.read.rundir import load_run, traced_job_events
     from dpcore.read.whatif.predict import build_model, replay_cell, replay_lanes, whatif_table
     from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
 
     run = load_run(_hand_run(tmp_path))
-    table, model = whatif_table(run, "bucketed-ws2-b8", [4.0, 8.0, 16.0], [2], 0.8388608, 0.0)
+    model = build_model(run, "bucketed-ws2-b8", latency_us=0.0, bandwidth_gbps=0.8388608)
+    summary = job_summary(run, trace_step_metrics(traced_job_events(run)))
+    table = whatif_table(model, run, summary, [4.0, 8.0, 16.0], [2])
     bars = breakdown_figure(table, 8.0)
     assert [t.name for t in bars.data][-1] == "measured step (same cell)"
     assert list(bars.data[-1].y) == [65.0]                      # only the measured cell gets a diamond
@@ -280,7 +283,7 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     from streamlit.testing.v1 import AppTest
 
     def page(path: str) -> None:
-        from dpcore.read.analysis import load_run
+        from dpcore.read.rundir import load_run
         from dpcore.read.dashboard.views_whatif import whatif_view
         whatif_view(load_run(path))
 

@@ -17,18 +17,15 @@ it: one seen on fewer ranks cannot be matched and is dropped (so are jobs of one
 asynchronous collectives (``overlap``, ``bucketed``, DDP) the wait is time the collective sat
 waiting for its peers, which the rank may have spent computing: it measures skew, not idleness.
 
-Pure pandas/numpy, except :func:`stragglers_text` (the CLI rendering), which loads its PATH.
+Pure pandas/numpy: DataFrames in, DataFrames out (the ``stragglers`` command's text and its
+verdict sentence are :mod:`dpcore.read.report.stragglers`).
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dpcore.read.rundir.load import RunLoadError, load_run
 from dpcore.read.analysis.comm_overlap import MS_NS, comm_start_ns
-from dpcore.read.traces.reader import TraceFormatError, read_trace_dir
 
 KEY = ["job_id", "step", "seq"]
 WAIT_COLUMNS = ["job_id", "step", "seq", "rank", "op", "bytes", "arrival_ns", "end_ns", "wait_ms", "last",
@@ -146,84 +143,3 @@ def straggler_threshold_pct(world_size: int) -> float:
     the time by pure chance, so "≥ 50 %" alone would name a straggler in every 2-rank job."""
     n = max(1, int(world_size))
     return max(50.0, (100.0 / n + 100.0) / 2.0)
-
-
-def straggler_verdict(summary: pd.DataFrame) -> str:
-    """One sentence on one job's summary rows: who arrived last and what it cost the others."""
-    if summary is None or summary.empty:
-        return "no collective matched across ranks"
-    top = summary.sort_values(["last_arrival_pct", "mean_wait_ms"], ascending=[False, True]).iloc[0]
-    n = int(summary["collectives"].max())
-    often = summary[summary["last_arrival_pct"] >= straggler_threshold_pct(len(summary))]
-    if len(often) > 1:  # exact ties: several ranks "last" every time, none of them the straggler
-        names = ", ".join(str(int(r)) for r in sorted(often["rank"]))
-        return f"no consistent straggler (ranks {names} tied as last in most of the {n} collectives)"
-    if often.empty:
-        return (f"no consistent straggler (most often last: rank {int(top['rank'])}, "
-                f"{top['last_arrival_pct']:.0f}% of {n} collectives)")
-    others = summary[summary["rank"] != top["rank"]]
-    mean_other = float(others["wait_ms"].sum() / max(1, others["collectives"].sum()))
-    return (f"rank {int(top['rank'])} arrived last in {top['last_arrival_pct']:.0f}% of {n} collectives; "
-            f"others waited {mean_other:.3g} ms on average")
-
-
-def _fmt(df: pd.DataFrame) -> str:
-    return df.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-")
-
-
-def _load(p: Path) -> tuple[pd.DataFrame, dict[str, int]]:
-    """(waits, collectives dropped as unmatched per job) of a run directory or a traces folder."""
-    if p.is_dir() and (p / "run.json").exists():
-        try:
-            coll = load_run(p).collectives
-        except RunLoadError as exc:
-            raise ValueError(str(exc)) from None
-        if coll.empty:
-            raise ValueError(f"run {p} has no collectives (collectives.csv is empty): nothing to match "
-                             "across ranks")
-        waits = collective_waits(coll)
-        if waits.empty:
-            raise ValueError(f"run {p} has no collective seen on 2 or more ranks of a job: nothing to match")
-        seen = coll.drop_duplicates(KEY).groupby("job_id").size()
-        matched = waits.drop_duplicates(KEY).groupby("job_id").size()
-        return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}
-    try:
-        events = read_trace_dir(p)
-    except TraceFormatError as exc:
-        raise ValueError(f"expected a run directory (run.json) or a folder of torch.profiler traces: {exc}") from None
-    if events["rank"].nunique() < 2:
-        raise ValueError(f"traces of one rank only in {p}: stragglers need the traces of 2 or more ranks")
-    if not (events["kind"] == "comm").any():
-        raise ValueError(f"no comm events (NCCL kernels, gloo:* spans on a gloo thread) in the traces of {p}")
-    waits = stragglers_from_traces(events, job_id=p.resolve().name)
-    if waits.empty:
-        raise ValueError(f"no comm event of the traces in {p} could be matched across ranks (needs traces of "
-                         "2 or more ranks with the same number of collectives per ProfilerStep)")
-    return waits, {}
-
-
-def stragglers_text(path: str, csv: bool = False) -> str:
-    """What ``python -m dpcore stragglers PATH [--csv]`` prints: one row per (job, rank).
-
-    PATH is a run directory (its collectives.csv, shared clock), a folder of per-rank
-    torch.profiler traces searched recursively (its folder name is the job id) or one trace file
-    (which holds one rank: an error that says so). CSV columns: SUMMARY_COLUMNS, starting
-    ``job_id, rank, collectives, last_arrival_pct, mean_wait_ms``. Text: per job a header, the
-    table and :func:`straggler_verdict`. Raises ValueError with one line naming the path.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise ValueError(f"no such file or directory: {p}")
-    waits, dropped = _load(p)
-    summary = straggler_summary(waits)
-    if csv:
-        return summary.to_csv(index=False, float_format="%.4f")
-    parts = []
-    for job, rows in summary.groupby("job_id", sort=False):
-        n = int(rows["collectives"].max())
-        ops = ",".join(sorted({str(o) for o in waits.loc[waits["job_id"] == job, "op"].dropna()}))
-        head = f"{job}: {n} collectives matched on {len(rows)} ranks" + (f" ({ops})" if len(ops) < 80 else "")
-        if dropped.get(str(job)):
-            head += f"; {dropped[str(job)]} seen on fewer ranks left out"
-        parts.append(f"{head}\n{_fmt(rows.drop(columns='job_id'))}\n  {straggler_verdict(rows)}")
-    return "\n\n".join(parts) + "\n"

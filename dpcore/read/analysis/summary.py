@@ -10,7 +10,6 @@ import pandas as pd
 
 from dpcore.read.rundir.load import Run
 from dpcore.read.analysis.metrics import NOISY_SPREAD, job_metrics, step_metrics
-from dpcore.read.analysis.timeline import trace_step_metrics
 
 SUMMARY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "status", "step_ms", "step_ms_p10",
                    "step_ms_p50", "step_ms_p90", "noisy", "fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "compute_ms",
@@ -22,15 +21,14 @@ SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10
                    "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "mode"]
 
 
-def job_summary(run: Run, trace_steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
     """One row per train job of the run (failed/skipped jobs too, with NaN metrics); the numbers
     are :func:`dpcore.read.analysis.metrics.job_metrics` of :func:`step_metrics` rows.
 
-    ``trace_steps``: the run's per-step trace metrics when the caller already holds them
-    (:func:`trace_step_metrics`); read from the run's traces otherwise.
+    ``trace_steps``: the run's per-step trace metrics,
+    ``trace_step_metrics(traced_job_events(run))`` (:mod:`dpcore.read.analysis.timeline`,
+    :mod:`dpcore.read.rundir.job_traces`); None for a run without traces (intervals only).
     """
-    if trace_steps is None:
-        trace_steps = trace_step_metrics(run)
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
     per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps))
     base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]

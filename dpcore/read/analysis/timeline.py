@@ -1,10 +1,15 @@
-"""Intervals for the per-step timeline view (compute and comm lanes per rank).
+"""Intervals for the per-step timeline view (compute and comm lanes per rank), and the per-step
+overlap of every traced job (the trace half of the metrics).
 
 From the job's traces when they contain the step (merged compute so a 250k-event trace stays a
 few hundred bars), else from steps.csv phases and collectives.csv rows. Times are ms relative to
-the step's earliest start across ranks on the shared clock.
+the step's earliest start across ranks on the shared clock. Pure: the traces arrive as events
+frames, read by :mod:`dpcore.read.rundir.job_traces` (``job_trace_events``,
+``step_trace_events``, ``traced_job_events``).
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -13,7 +18,6 @@ from dpcore.contract.intervals import merge
 from dpcore.read.rundir.load import Run
 from dpcore.read.analysis.comm_overlap import (MS_NS, TRACE_COLUMNS, _trace_sets, comm_start_ns, compute_intervals_ns,
                                           overlap_from_trace)
-from dpcore.read.traces.reader import TraceFormatError, read_trace_files
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
 
 COLUMNS = ["rank", "lane", "name", "start_ms", "end_ms"]
@@ -31,30 +35,15 @@ def _sync_shift_us(events: pd.DataFrame, sync: object, rank: int) -> float | Non
     return trace_shift_us(marks["name"], marks["ts"], sync[str(rank)])
 
 
-def job_trace_events(run: Run, job_id: str) -> pd.DataFrame | None:
-    """All rank traces of one job as one events frame (a loader: reads disk), or None when
-    the job has no rank trace or one is unreadable. Read it once per job and pass it to
-    :func:`timeline` for every step, instead of re-reading the traces per step."""
-    files = [v for k, v in sorted(run.trace_files(job_id).items()) if k.startswith("rank")]
-    if not files:
-        return None
-    try:
-        return read_trace_files(files)  # the reader of read_trace_dir, on the run's rank files
-    except TraceFormatError:
-        return None
-
-
-def trace_step_metrics(run: Run) -> pd.DataFrame:
-    """Per (job, rank, traced step) overlap from every job's traces (a loader: reads disk), as
-    :func:`overlap_from_trace` rows with a ``job_id`` column. A job whose traces are missing or
-    unreadable has no rows (its numbers then come from the recorded collectives)."""
+def trace_step_metrics(job_events: Iterable[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """Per (job, rank, traced step) overlap from every traced job's events, as
+    :func:`overlap_from_trace` rows with a ``job_id`` column. ``job_events``: (job_id, events)
+    pairs, :func:`dpcore.read.rundir.job_traces.traced_job_events` of a run. A job left out
+    (traces missing or unreadable) has no rows (its numbers then come from the recorded
+    collectives)."""
     frames = []
-    for job_id in run.jobs["job_id"]:
-        if not run.traced_steps(str(job_id)):
-            continue
-        events = job_trace_events(run, str(job_id))
-        if events is not None and not events.empty:
-            frames.append(overlap_from_trace(events).assign(job_id=str(job_id)))
+    for job_id, events in job_events:
+        frames.append(overlap_from_trace(events).assign(job_id=str(job_id)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["job_id", *TRACE_COLUMNS])
 
 
@@ -99,11 +88,12 @@ def _comm_from_csv(run: Run, job_id: str, step: int, t0: float) -> list[dict]:
             for rk, op, sq, a, b in zip(c["rank"], c["op"], c["seq"], start, c["t_end_ns"])]
 
 
-def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = None) -> pd.DataFrame:
+def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None) -> pd.DataFrame:
     """rank, lane ('compute'|'comm'), name, start_ms, end_ms of one step of one job.
 
-    ``events``: the job's :func:`job_trace_events`, when the caller holds them (read on
-    demand otherwise, and only for a profiled step).
+    ``events``: the job's trace events when the step is traced, else None
+    (:func:`dpcore.read.rundir.job_traces.step_trace_events`; a caller drawing several steps
+    reads ``job_trace_events`` once and passes it for each traced step).
 
     From the trace when it holds the step; a rank whose trace shows no comm (gloo runs
     point-to-point transfers of the from-scratch ring/central/naive off any traced thread)
@@ -111,10 +101,7 @@ def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = Non
     """
     st = run.steps[(run.steps["job_id"] == job_id) & (run.steps["step"] == step)]
     t0 = float(st["t_start_ns"].min()) if not st.empty else 0.0
-    traced = step in run.traced_steps(job_id)
-    if traced and events is None:
-        events = job_trace_events(run, job_id)
-    df = _from_trace(run, job_id, step, t0, events) if traced else None
+    df = _from_trace(run, job_id, step, t0, events)
     if df is not None and not df.empty:
         has_comm = set(df.loc[df["lane"] == "comm", "rank"])
         extra = [r for r in _comm_from_csv(run, job_id, step, t0) if r["rank"] not in has_comm]

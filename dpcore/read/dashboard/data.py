@@ -4,7 +4,7 @@ Why: every script rerun must be cheap (view switches < 1 s), so loads and analys
 memoised with `st.cache_data`, keyed by the run's path plus a stamp of its files' mtimes and sizes
 (a run still being written reloads when a file is replaced). Why the path checks: the profiles
 folder is the trust boundary; a symlink or a crafted name must never make the app read elsewhere.
-Nothing here executes data from a run: only JSON/CSV via `dpcore.read.analysis` loaders.
+Nothing here executes data from a run: only JSON/CSV via `dpcore.read.rundir` loaders.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import streamlit as st
 from dpcore.contract import runformat as rf
 from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, open_regular
 from dpcore.read import analysis as A
+from dpcore.read import rundir as R
 from dpcore.read.rundir.load import printable
 
 APP_DIR = Path(__file__).resolve().parents[3]  # the repository root, where app.py lives
@@ -67,7 +68,7 @@ def _list_runs(root: str, stamp: tuple) -> tuple[pd.DataFrame, list[str]]:
     # from this page writes one after every job) re-parses that run only
     # the folder is checked against root before anything in it is read (a link out of the
     # profiles folder is reported by load_run(root=...), not parsed and then filtered)
-    return A.list_runs(root, loader=lambda d: load_run(d, Path(root)))
+    return R.list_runs(root, loader=lambda d: load_run(d, Path(root)))
 
 
 def list_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -96,76 +97,76 @@ def _live_status(path: str, status: object, root: Path) -> object:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _load(path: str, stamp: tuple, root: str) -> A.Run:
+def _load(path: str, stamp: tuple, root: str) -> R.Run:
     # root confines every file the loader opens (run files and, later, the run's traces)
-    return A.load_run(path, root=root)
+    return R.load_run(path, root=root)
 
 
-def load_run(path: Path | str, root: Path) -> A.Run:
+def load_run(path: Path | str, root: Path) -> R.Run:
     """Load one run (cached). Raises RunLoadError for a bad run or a path outside root."""
     if not inside(path, root):
-        raise A.RunLoadError(f"{path} resolves outside the profiles folder {root}; not read")
+        raise R.RunLoadError(f"{path} resolves outside the profiles folder {root}; not read")
     return _load(str(Path(path).resolve()), _stamp(Path(path)), str(root.resolve()))
 
 
-def key(run: A.Run) -> tuple:
+def key(run: R.Run) -> tuple:
     """Cache key of a loaded run (its path and file stamp)."""
     return str(run.path), _stamp(Path(run.path))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def trace_steps(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+def trace_steps(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     # per-step overlap of every job's traces: read once per run, shared by every view
-    return A.trace_step_metrics(_run)
+    return A.trace_step_metrics(R.traced_job_events(_run))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def job_summary(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+def job_summary(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     return A.job_summary(_run, trace_steps(_run, run_key))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def step_metrics(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+def step_metrics(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     return A.step_metrics(_run.steps, _run.collectives, trace_steps(_run, run_key))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def scaling(_run: A.Run, run_key: tuple, mode: str) -> pd.DataFrame:
+def scaling(_run: R.Run, run_key: tuple, mode: str) -> pd.DataFrame:
     bucket = (_run.meta.get("config") or {}).get("bucket_mb")
     bucket = bucket if isinstance(bucket, (int, float)) else None  # foreign run.json: ignore
     return A.scaling(job_summary(_run, run_key), mode, default_bucket=bucket)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def bucket_sweep(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+def bucket_sweep(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     return A.bucket_sweep(job_summary(_run, run_key))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def bandwidth(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+def bandwidth(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     return A.allreduce_bandwidth(_run.allreduce)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _job_events(_run: A.Run, run_key: tuple, job_id: str) -> pd.DataFrame | None:
+def _job_events(_run: R.Run, run_key: tuple, job_id: str) -> pd.DataFrame | None:
     # cache_resource: a job's trace events can be a million rows; keep one read-only copy
     # instead of pickling a copy per access, and read the traces once per job, not per step
-    return A.job_trace_events(_run, job_id)
+    return R.job_trace_events(_run, job_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def timeline(_run: A.Run, run_key: tuple, job_id: str, step: int) -> pd.DataFrame:
+def timeline(_run: R.Run, run_key: tuple, job_id: str, step: int) -> pd.DataFrame:
     events = _job_events(_run, run_key, job_id) if step in _run.traced_steps(job_id) else None
     return A.timeline(_run, job_id, step, events=events)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def ring_step_times(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+def ring_step_times(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     return A.ring_step_times(_run.messages)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def message_counts(_run: A.Run, run_key: tuple) -> pd.DataFrame:
+def message_counts(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     return A.message_counts(_run.messages)
 
 
@@ -174,7 +175,7 @@ def chunk_matrix(world_size: int) -> pd.DataFrame:
     return A.chunk_matrix(world_size)
 
 
-def trace_files(run: A.Run, job_id: str, root: Path) -> dict[str, Path]:
+def trace_files(run: R.Run, job_id: str, root: Path) -> dict[str, Path]:
     """The job's trace files that exist and lie inside the profiles folder."""
     try:
         files = run.trace_files(job_id)

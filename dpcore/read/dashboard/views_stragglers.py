@@ -13,8 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dpcore.read.analysis.stragglers import (collective_waits, straggler_summary, straggler_threshold_pct,
-                                             straggler_verdict)
+from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, straggler_threshold_pct
+from dpcore.read.report.stragglers import straggler_verdict
 from dpcore.read.dashboard import data
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure

@@ -84,7 +84,7 @@ def whatif_view(run: Run) -> None:
     m2.metric("Comm C", f"{row['comm_ms']:.1f} ms")
     m3.metric("Exposed comm E", f"{row['exposed_comm_ms']:.1f} ms")
     m4.metric("Buckets", f"{row['buckets']}")
-    meas = measured_cells(run, src.variant)
+    meas = measured_cells(data.job_summary(run, key), src.variant)
     cells = with_measured(_predict(model, (key, job, algo), tuple(_choices(BUCKETS_MB, [mb, src.bucket_mb])),
                                    (ws,), bw, lat), meas)
     st.subheader("Predicted step, broken down")

@@ -6,7 +6,8 @@ The importer reads them with the read wing's trace reader (:mod:`dpcore.read.tra
 the same rules ``analyze`` and ``stragglers`` use), turns them into the run format's tables
 (:mod:`dpcore.read.importer.rows`: only what the traces say; the rest left empty) and writes
 them with the contract's atomic writes. The run appears whole or not at all: it is assembled in
-a hidden folder (``.importing-*``, which run listings skip) and renamed into place.
+a hidden folder (``.importing-*``, which run listings skip) and renamed into place. What the
+command prints about it is :mod:`dpcore.read.report.importer`.
 """
 from __future__ import annotations
 
@@ -160,10 +161,3 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         raise
     return Imported(Path(out) / run_id, job, ranks, len(steps), len(colls), missing, how)
 
-
-def import_text(result: Imported) -> str:
-    """What ``python -m dpcore import`` prints: where the run is and what the traces lacked."""
-    return (f"imported {len(result.ranks)} rank(s), {result.steps} step rows, {result.collectives} collectives "
-            f"into {result.run_dir}\n  clock: {result.alignment}\n  not in the traces (left empty): "
-            f"{', '.join(result.missing)}\n  open it: python -m dpcore summarize {result.run_dir}  |  "
-            "streamlit run app.py")

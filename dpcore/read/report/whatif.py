@@ -9,9 +9,11 @@ from pathlib import Path
 
 from dpcore.contract.config import parse_int_list
 from dpcore.contract.errors import UsageError
-from dpcore.read.report.commands import load_run_reporting
+from dpcore.read.report.resolve import load_run_reporting
+from dpcore.read.report.summarize import run_job_summary
+from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import load_run
-from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, whatif_table
+from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, whatif_table
 
 
 def parse_buckets(text: str | None) -> list[float] | None:
@@ -60,9 +62,10 @@ def whatif_text(path: str, job: str, bucket_mb: str | None = None, world_sizes: 
     if ar is not None and ar.empty:
         raise UsageError(f"--allreduce-run {allreduce_run}: no allreduce.csv rows; run "
                          "`python -m dpcore allreduce` first")
-    table, model = whatif_table(run, job, buckets, sizes, bandwidth_gbps, latency_us, algo, ar)
+    model = build_model(run, job, algo, latency_us, bandwidth_gbps, ar)  # validates the job first
+    table = whatif_table(model, run, run_job_summary(run), buckets, sizes)
     if csv:
-        return table[WHATIF_COLUMNS].to_csv(index=False, float_format="%.4f")
+        return csv_table(table[WHATIF_COLUMNS])
     view = table.drop(columns=["kappa", "algo"]).rename(columns={
         "bandwidth_gbps": "B_gbps", "latency_us": "alpha_us", "exposed_comm_ms": "exposed_ms",
         "hidden_comm_ms": "hidden_ms", "measured_step_ms": "measured_ms", "error_pct": "error_%"})
@@ -73,5 +76,4 @@ def whatif_text(path: str, job: str, bucket_mb: str | None = None, world_sizes: 
             (run.meta.get("environment") or {}).get("device", "cpu") == "cpu":
         notes.append(f"caveat: this run's machine has {cores} cores; more ranks than that share cores "
                      "(oversubscribed), which the model does not know.")
-    body = view.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-")
-    return "\n".join(_header(model) + ["", body] + notes) + "\n"
+    return "\n".join(_header(model) + ["", text_table(view)] + notes) + "\n"

@@ -1,4 +1,4 @@
-"""Run-directory loaders: the only analysis code that reads run files (traces: traces.py).
+"""Run-directory loader: the only reader of run.json and the CSV tables (traces: job_traces.py).
 
 Only JSON and CSV are read (never pickle): opening someone's run must not execute anything.
 Every problem is reported as RunLoadError naming the offending file, so the dashboard can warn

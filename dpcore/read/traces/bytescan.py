@@ -2,7 +2,7 @@
 
 Why a module of its own: it is the one intricate piece of trace reading (simdjson's structural
 index, vectorised with numpy), and it is easier to review and test apart from the small API
-around it. See tracefile.py's docstring for the method; every value it produces equals a full
+around it. See columns.py's docstring for the method; every value it produces equals a full
 JSON parse's (``x_event_fields``), and anything unexpected raises :class:`_Odd` so the caller
 falls back to that parse.
 """

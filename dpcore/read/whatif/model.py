@@ -11,7 +11,7 @@ The model, and every assumption it makes:
    stream of work; gradient ``i`` is ready when ``ready_work[i]`` ms of it are done. While an
    all-reduce is in flight compute runs at rate ``1 - kappa`` (on CPU gloo's threads share the
    rank's cores with backward; on GPU NCCL kernels share SMs and memory bandwidth), else at
-   rate 1. ``kappa`` is measured (see ``whatif.fit_kappa``), never assumed 0; the measured
+   rate 1. ``kappa`` is measured (see ``whatif.fit.fit_kappa``), never assumed 0; the measured
    timeline is first "undilated" with it (:func:`undilate`), then re-dilated by the replayed
    comm. Forward and optimizer have no comm in flight (DDP syncs inside backward) and are
    kept as measured.

@@ -1,12 +1,13 @@
 """What if: the step time of a measured bucketed/torch_ddp job at other buckets, ranks, networks.
 
 DataFrames in, DataFrames out: :func:`build_model` measures the source job (timelines, compute
-dilation kappa, alpha and B: ``whatif_fit``; then the in-training comm slowdown kappa_comm,
-calibrated so that the replay of the source's own buckets reproduces its measured last all-reduce
-end: :func:`calibrate_comm`), :func:`predict` replays it for each cell
-(``whatif_model.replay``, whose docstring lists the model's assumptions), and
-:func:`whatif_table` adds the measured step time where the run has the same cell. The measured
-numbers are ``job_summary``'s (the ones ``summarize`` prints), never recomputed here.
+dilation kappa, alpha and B: :mod:`dpcore.read.whatif.fit`; then the in-training comm slowdown
+kappa_comm, calibrated so that the replay of the source's own buckets reproduces its measured
+last all-reduce end: :func:`calibrate_comm`), :func:`predict` replays it for each cell
+(:func:`dpcore.read.whatif.model.replay`, whose module docstring lists the model's assumptions),
+and :func:`whatif_table` adds the measured step time where the run has the same cell. The
+measured numbers are the caller's ``job_summary`` rows (the ones ``summarize`` prints), never
+recomputed here.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import pandas as pd
 from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
-from dpcore.read.analysis.summary import job_summary
 from dpcore.read.whatif.fit import JOB_FIT, Source, fit_kappa, fit_network, job_timelines
 from dpcore.read.whatif.model import ALGOS, RankStep, Replay, allreduce_parts, replay, undilate
 
@@ -128,7 +128,7 @@ def _bisect(f, lo: float, hi: float, target: float, iters: int = 30) -> float:
 
 
 def calibrate_comm(model: Model) -> Model:
-    """Fit the in-training comm rate to the source job (``whatif_model`` assumption 3b): the
+    """Fit the in-training comm rate to the source job (``whatif.model`` assumption 3b): the
     ``kappa_comm`` with which the replay of the source's own buckets ends its last all-reduce
     when collectives.csv says it did (median over the timed rank-steps). Monotone, so bisection.
     When even ``kappa_comm = 0`` ends too late, the network measurement was slower than the job's
@@ -198,10 +198,10 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     return row, rep, buckets
 
 
-def measured_cells(run: Run, variant: str) -> pd.DataFrame:
-    """The run's completed jobs of ``variant``: job_id, world_size, bucket_mb, step_ms (summarize's)."""
-    s = job_summary(run)
-    s = s[(s["variant"] == variant) & (s["status"] == "complete")]
+def measured_cells(summary: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """The run's completed jobs of ``variant``: job_id, world_size, bucket_mb, step_ms (summarize's).
+    ``summary``: the run's :func:`dpcore.read.analysis.summary.job_summary` rows."""
+    s = summary[(summary["variant"] == variant) & (summary["status"] == "complete")]
     return s[["job_id", "world_size", "bucket_mb", "step_ms"]].reset_index(drop=True)
 
 
@@ -229,15 +229,15 @@ def default_cells(run: Run, src: Source) -> tuple[list[float], list[int]]:
     return buckets, sizes
 
 
-def whatif_table(run: Run, job_id: str, bucket_mbs: list[float] | None = None,
-                 world_sizes: list[int] | None = None, bandwidth_gbps: float | None = None,
-                 latency_us: float | None = None, algo: str | None = None,
-                 allreduce: pd.DataFrame | None = None) -> tuple[pd.DataFrame, Model]:
-    """The `whatif` command's rows (WHATIF_COLUMNS) and the fitted model."""
-    model = build_model(run, job_id, algo, latency_us, bandwidth_gbps, allreduce)
+def whatif_table(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,
+                 world_sizes: list[int] | None = None) -> pd.DataFrame:
+    """The `whatif` command's rows (WHATIF_COLUMNS) of a fitted model (:func:`build_model`):
+    its predictions at the given cells (default: the run's cells of the source's variant), with
+    the measured step time where the run has the same cell (``summary``: the run's
+    ``job_summary`` rows)."""
     b_def, n_def = default_cells(run, model.src)
     pred = predict(model, bucket_mbs or b_def, world_sizes or n_def)
-    return with_measured(pred, measured_cells(run, model.src.variant)), model
+    return with_measured(pred, measured_cells(summary, model.src.variant))
 
 
 LANE_COLUMNS = ["lane", "kind", "start_ms", "end_ms", "label"]

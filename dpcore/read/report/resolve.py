@@ -1,0 +1,36 @@
+"""What a command's PATH argument is: a run directory, or torch.profiler traces.
+
+Why one place: ``analyze`` and ``stragglers`` take either a run directory (it has run.json) or a
+folder of traces (searched recursively) or one trace file, and must answer the same way for the
+same path; every run a command opens goes through :func:`load_run_reporting`, so what the loader
+worked around is reported the same way by every command.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+from dpcore.contract.runformat import RUN_JSON
+from dpcore.read.rundir.load import Run, load_run
+
+#: What :func:`resolve` says a path is.
+PathKind = Literal["run", "traces"]
+
+
+def resolve(path: str | Path) -> tuple[Path, PathKind]:
+    """(path, "run") for a folder with run.json, (path, "traces") for anything else that exists
+    (a folder of traces or one trace file). ValueError with one line when nothing is there."""
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"no such file or directory: {p}")
+    return p, "run" if p.is_dir() and (p / RUN_JSON).exists() else "traces"
+
+
+def load_run_reporting(path: str | Path) -> Run:
+    """:func:`load_run` for the CLI: what the loader worked around (rows with unreadable numbers
+    it skipped) goes to stderr, one line each, so ``--csv`` output on stdout stays clean."""
+    run = load_run(Path(path))
+    for w in run.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return run

@@ -1,0 +1,95 @@
+"""What ``python -m dpcore stragglers PATH [--csv]`` prints: per job and rank, how often the
+rank arrived last at the collectives and how long it waited for the others, with one verdict
+sentence per job.
+
+The numbers are :mod:`dpcore.read.analysis.stragglers`' (the dashboard's Stragglers view's);
+this module loads PATH (a run's collectives.csv, or a folder of traces), words the verdict and
+lays the rows out.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dpcore.read.analysis.stragglers import (KEY, collective_waits, straggler_summary, straggler_threshold_pct,
+                                             stragglers_from_traces)
+from dpcore.read.report.resolve import PathKind, resolve
+from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.rundir.load import RunLoadError, load_run
+from dpcore.read.traces.reader import TraceFormatError, read_trace_dir
+
+
+def straggler_verdict(summary: pd.DataFrame) -> str:
+    """One sentence on one job's summary rows: who arrived last and what it cost the others."""
+    if summary is None or summary.empty:
+        return "no collective matched across ranks"
+    top = summary.sort_values(["last_arrival_pct", "mean_wait_ms"], ascending=[False, True]).iloc[0]
+    n = int(summary["collectives"].max())
+    often = summary[summary["last_arrival_pct"] >= straggler_threshold_pct(len(summary))]
+    if len(often) > 1:  # exact ties: several ranks "last" every time, none of them the straggler
+        names = ", ".join(str(int(r)) for r in sorted(often["rank"]))
+        return f"no consistent straggler (ranks {names} tied as last in most of the {n} collectives)"
+    if often.empty:
+        return (f"no consistent straggler (most often last: rank {int(top['rank'])}, "
+                f"{top['last_arrival_pct']:.0f}% of {n} collectives)")
+    others = summary[summary["rank"] != top["rank"]]
+    mean_other = float(others["wait_ms"].sum() / max(1, others["collectives"].sum()))
+    return (f"rank {int(top['rank'])} arrived last in {top['last_arrival_pct']:.0f}% of {n} collectives; "
+            f"others waited {mean_other:.3g} ms on average")
+
+
+def _load(p: Path, kind: PathKind) -> tuple[pd.DataFrame, dict[str, int]]:
+    """(waits, collectives dropped as unmatched per job) of a run directory or a traces folder."""
+    if kind == "run":
+        try:
+            coll = load_run(p).collectives
+        except RunLoadError as exc:
+            raise ValueError(str(exc)) from None
+        if coll.empty:
+            raise ValueError(f"run {p} has no collectives (collectives.csv is empty): nothing to match "
+                             "across ranks")
+        waits = collective_waits(coll)
+        if waits.empty:
+            raise ValueError(f"run {p} has no collective seen on 2 or more ranks of a job: nothing to match")
+        seen = coll.drop_duplicates(KEY).groupby("job_id").size()
+        matched = waits.drop_duplicates(KEY).groupby("job_id").size()
+        return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}
+    try:
+        events = read_trace_dir(p)
+    except TraceFormatError as exc:
+        raise ValueError(f"expected a run directory (run.json) or a folder of torch.profiler traces: {exc}") from None
+    if events["rank"].nunique() < 2:
+        raise ValueError(f"traces of one rank only in {p}: stragglers need the traces of 2 or more ranks")
+    if not (events["kind"] == "comm").any():
+        raise ValueError(f"no comm events (NCCL kernels, gloo:* spans on a gloo thread) in the traces of {p}")
+    waits = stragglers_from_traces(events, job_id=p.resolve().name)
+    if waits.empty:
+        raise ValueError(f"no comm event of the traces in {p} could be matched across ranks (needs traces of "
+                         "2 or more ranks with the same number of collectives per ProfilerStep)")
+    return waits, {}
+
+
+def stragglers_text(path: str, csv: bool = False) -> str:
+    """What ``python -m dpcore stragglers PATH [--csv]`` prints: one row per (job, rank).
+
+    PATH is a run directory (its collectives.csv, shared clock), a folder of per-rank
+    torch.profiler traces searched recursively (its folder name is the job id) or one trace file
+    (which holds one rank: an error that says so). CSV columns: the analysis' SUMMARY_COLUMNS,
+    starting ``job_id, rank, collectives, last_arrival_pct, mean_wait_ms``. Text: per job a header, the
+    table and :func:`straggler_verdict`. Raises ValueError with one line naming the path.
+    """
+    p, kind = resolve(path)
+    waits, dropped = _load(p, kind)
+    summary = straggler_summary(waits)
+    if csv:
+        return csv_table(summary)
+    parts = []
+    for job, rows in summary.groupby("job_id", sort=False):
+        n = int(rows["collectives"].max())
+        ops = ",".join(sorted({str(o) for o in waits.loc[waits["job_id"] == job, "op"].dropna()}))
+        head = f"{job}: {n} collectives matched on {len(rows)} ranks" + (f" ({ops})" if len(ops) < 80 else "")
+        if dropped.get(str(job)):
+            head += f"; {dropped[str(job)]} seen on fewer ranks left out"
+        parts.append(f"{head}\n{text_table(rows.drop(columns='job_id'))}\n  {straggler_verdict(rows)}")
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,103 @@
+"""What ``python -m dpcore summarize RUN [--csv]`` prints (the per-job table of a run), and the
+table ``profile`` prints when its run ends.
+
+The numbers are :func:`dpcore.read.analysis.summary.job_summary`'s, the dashboard's; this
+module loads the run and its traces, picks DESIGN.md's columns and lays them out.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
+from dpcore.read.analysis.metrics import NOISY_SPREAD, SOURCE_GAP_POINTS
+from dpcore.read.analysis.summary import job_summary
+from dpcore.read.analysis.timeline import trace_step_metrics
+from dpcore.read.report.allreduce import allreduce_text
+from dpcore.read.report.resolve import load_run_reporting
+from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.rundir.job_traces import traced_job_events
+from dpcore.read.rundir.load import Run
+
+#: DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.
+SUMMARIZE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90",
+                     "comm_ms", "exposed_comm_ms", "overlap_pct", "noisy", "status", "step_ms_p50",
+                     "comm_source", "comm_steps", "overlap_pct_trace", "overlap_pct_intervals", "overlap_gap",
+                     "sources_disagree", "compute_ms", "comm_fraction", "throughput", "oversubscribed"]
+_SUMMARY_VIEW = ["job_id", "status", "step_ms", "step_ms_p10", "step_ms_p90", "noisy", "compute_ms", "comm_ms",
+                 "exposed_comm_ms", "overlap_pct", "comm_source", "overlap_gap", "comm_fraction", "throughput"]
+
+
+def run_job_summary(run: Run) -> pd.DataFrame:
+    """:func:`job_summary` of a loaded run, its traces read here (one job at a time): the rows
+    `summarize`, profile's end-of-run table and `whatif`'s measured cells show."""
+    return job_summary(run, trace_step_metrics(traced_job_events(run)))
+
+
+def summary_table(run: Run) -> pd.DataFrame:
+    """`summarize`'s rows: job_summary with DESIGN's column names, in SUMMARIZE_COLUMNS order,
+    then, when memory.csv has rows, MiB per rank (mean over ranks) of parameters, gradients,
+    optimizer state and the peak (:func:`summary_memory_columns`), and, when the run logged
+    collectives, the bus MiB per rank per step measured and expected (:func:`summary_volume_columns`)."""
+    s = run_job_summary(run).rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
+    for extra in (summary_memory_columns(run.memory),
+                  summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads)):
+        if not extra.empty:
+            s = s.merge(extra, on="job_id", how="left")
+    return s
+
+
+def summarize(path: str, csv: bool = False) -> str:
+    """The per-job table of a run: T over the timed steps (median, p10, p90, noisy), C/E/overlap
+    over the traced steps with their source and the gap between the two methods. A run with
+    all-reduce benchmark jobs and no training job prints its bandwidth table instead."""
+    p = Path(path)
+    run = load_run_reporting(p)
+    s = summary_table(run)
+    if csv:
+        return csv_table(s)
+    if s.empty and run.allreduce is not None and not run.allreduce.empty:
+        return allreduce_text(path)
+    if s.empty:
+        return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
+    extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if c in s]
+    view = s[_SUMMARY_VIEW + extra].rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s",
+                                                    "exposed_comm_ms": "exposed_ms", "comm_source": "source",
+                                                    "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
+                                                    "expected_bus_mib_per_step": "expected_MiB"})
+    lines = [f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})", text_table(view), "",
+             "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
+             f"{NOISY_SPREAD:g}. comm/exposed/overlap: per traced step, from the trace (source=trace) or "
+             "the recorded collectives (source=intervals); gap_pts = trace - intervals overlap on the "
+             f"same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree)."
+             + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
+             + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
+                "variant's algorithm should move (README 'Memory and communication volume')."
+                if "bus_mib_per_step" in s else "")]
+    return "\n".join(lines) + "\n"
+
+
+def run_end_table(path: str) -> tuple[str, int]:
+    """What ``profile`` prints when its run ends: the completed jobs' summary (median step time,
+    comm fraction, overlap, throughput), then one line per failed, skipped or interrupted job.
+    Returns the text and the number of failed jobs."""
+    run = load_run_reporting(path)
+    summary = run_job_summary(run)
+    summary = summary[summary["status"] == "complete"]
+    lines = []
+    if summary.empty:
+        lines.append("(no completed training jobs)")
+    else:
+        cols = {"job_id": "job", "step_ms": "step ms p50", "step_ms_p10": "p10", "step_ms_p90": "p90",
+                "noisy": "noisy", "comm_fraction": "comm fraction", "overlap_pct": "overlap %",
+                "throughput": "samples/s"}
+        table = summary[list(cols)].rename(columns=cols)
+        lines.append(text_table(table, float_format=lambda v: f"{v:,.3f}", na_rep="NaN"))
+    failed = 0
+    for job in run.meta.get("jobs", []):
+        if job.get("status") in ("failed", "skipped", "interrupted"):
+            failed += job.get("status") == "failed"
+            why = (job.get("error") or job.get("skip_reason") or "").strip().splitlines()
+            lines.append(f"{job['id']}: {job['status']}" + (f" - {why[0]}" if why else ""))
+    return "\n".join(lines), failed
