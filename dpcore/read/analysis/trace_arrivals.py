@@ -15,7 +15,7 @@ collectives.csv ``t_launch_ns``, read just before the ``dist`` call).
 How an enqueue is linked to its span. Nothing in the trace joins them (no flow event, no shared
 id), but a process group hands its work to its workers through one FIFO queue, so on each rank
 the k-th enqueue is the k-th span to start on the worker threads, barriers included (a barrier
-is queued work too). gloo runs ``send``/``recv`` on the calling thread, so those are neither
+is queued work too, and pairing a barrier with a barrier is the check that the lists line up). gloo runs ``send``/``recv`` on the calling thread, so those are neither
 enqueues nor worker spans. At the trace window's edges the two lists can differ: spans of work
 enqueued before the window come first, and work enqueued at its very end may have no span yet.
 The alignment taken is the first one in which every span starts after its enqueue, trying
@@ -62,20 +62,26 @@ def is_p2p(name: str) -> bool:
     return comm_op(name) == "send_recv"
 
 
-def fifo_offset(enqueue_us: np.ndarray, span_us: np.ndarray) -> int | None:
+def fifo_offset(enqueue_us: np.ndarray, span_us: np.ndarray, enqueue_barrier: np.ndarray | None = None,
+                span_barrier: np.ndarray | None = None) -> int | None:
     """How many leading spans have no enqueue in the trace, so that span k + i is enqueue i's.
 
     Both sorted. Tried first: the surplus of spans (spans of work enqueued before the window);
     then 0, 1, ... The first offset where every paired span starts no earlier than its enqueue
-    wins; None when no offset pairs anything consistently.
+    (and, given the ``*_barrier`` flags, pairs a barrier with a barrier only) wins; None when no
+    offset pairs anything consistently.
     """
     n_e, n_s = len(enqueue_us), len(span_us)
     if not n_e or not n_s:
         return None
     for k in dict.fromkeys([max(0, n_s - n_e), *range(n_s)]):
         n = min(n_e, n_s - k)
-        if n > 0 and bool(np.all(span_us[k:k + n] >= enqueue_us[:n] - _TOL_US)):
-            return k
+        if n <= 0 or not bool(np.all(span_us[k:k + n] >= enqueue_us[:n] - _TOL_US)):
+            continue
+        if enqueue_barrier is not None and span_barrier is not None and \
+                not np.array_equal(enqueue_barrier[:n], span_barrier[k:k + n]):
+            continue
+        return k
     return None
 
 
@@ -88,7 +94,8 @@ def _outer_enqueues(enq: pd.DataFrame) -> pd.DataFrame:
     outer = prev_end.isna() | (e["ts"] >= prev_end)
     nest = outer.astype(np.int64).groupby(e["_thread"]).cumsum()
     p2p = e["_p2p"].groupby([e["_thread"], nest]).transform("any")
-    return e[outer & ~p2p].sort_values("ts", kind="stable")
+    barrier = e["_barrier"].groupby([e["_thread"], nest]).transform("any")
+    return e.assign(_barrier=barrier)[outer & ~p2p].sort_values("ts", kind="stable")
 
 
 def _gloo_links(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -105,6 +112,7 @@ def _gloo_links(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
                          "dur": events["dur"].to_numpy(np.float64)[at], "step": events["step"].to_numpy(np.int64)[at],
                          "_pos": at, "_gloo": gloo[at], "_enq": enq[at],
                          "_p2p": _name_mask(names.iloc[at], _P2P_ENQUEUE_RE.match),
+                         "_barrier": _name_mask(names.iloc[at], lambda n: "barrier" in n),
                          "_thread": (events["pid"].iloc[at].astype(str) + "/"
                                      + events["tid"].iloc[at].astype(str)).to_numpy()})
     pos, ts, step = [], [], []
@@ -112,7 +120,8 @@ def _gloo_links(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
         callers = set(g.loc[g["_enq"], "_thread"])
         spans = g[g["_gloo"] & ~g["_thread"].isin(callers)].sort_values("ts", kind="stable")
         outer = _outer_enqueues(g[g["_enq"]]) if callers else g.iloc[0:0]
-        k = fifo_offset(outer["ts"].to_numpy(np.float64), spans["ts"].to_numpy(np.float64))
+        k = fifo_offset(outer["ts"].to_numpy(np.float64), spans["ts"].to_numpy(np.float64),
+                        outer["_barrier"].to_numpy(bool), spans["_barrier"].to_numpy(bool))
         if k is None:
             continue
         n = min(len(outer), len(spans) - k)
