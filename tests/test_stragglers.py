@@ -1,8 +1,9 @@
 """Stragglers and skew (DESIGN.md "collective wait (stragglers)") with known answers.
 
-A rank's wait = latest arrival − its own arrival; the rank with wait 0 arrived last. Synthetic
-collectives pin the arithmetic (wait/transfer split, ties, unmatched collectives), tiny Chrome
-traces pin the trace path, a real 2-rank gloo run with rank 1 sleeping 20 ms before every
+A rank's wait = latest arrival − its own arrival, at most its comm; the rank with wait 0 arrived
+last. Synthetic collectives pin the arithmetic (wait/transfer split, the cap, ties, unmatched
+collectives), tiny Chrome traces pin the trace path (arrival = the c10d enqueue, also when gloo's
+worker is busy), a real 2-rank gloo run with rank 1 sleeping 20 ms before every
 all-reduce pins the acceptance criterion (rank 1 last in ≥ 90 %), and the committed sample run
 checks the shape on real data.
 """

@@ -4,7 +4,8 @@ A collective completes only when every rank has joined it, so the rank that arri
 its pace; every other rank's time in the collective is partly waiting for that rank, partly
 moving data. DESIGN.md "collective wait (stragglers)": for one collective matched across ranks,
 
-* a rank's **wait** = latest arrival − its own arrival; the rank with wait 0 arrived last
+* a rank's **wait** = latest arrival − its own arrival (at most its comm time, see below); the
+  rank with wait 0 arrived last
   (with exact ties every tied rank counts as last, so per job the ranks' last-arrival shares
   add up to ≥ 100 %);
 * **start skew** = latest − earliest start; **end skew** = latest − earliest end;
@@ -16,9 +17,8 @@ moving data. DESIGN.md "collective wait (stragglers)": for one collective matche
   and :func:`wait_notes` says how often.
 
 Arrival is when the rank reached the collective: ``t_launch_ns`` of collectives.csv (read on the
-calling thread just before the ``dist`` call: the enqueue). A
-collective is matched by (job_id, step, seq) and kept only when every rank of the job recorded
-it: one seen on fewer ranks cannot be matched and is dropped (so are jobs of one rank). For
+calling thread just before the ``dist`` call: the enqueue). A collective is matched by
+(job_id, step, seq) and kept only when every rank of the job recorded it: one seen on fewer ranks cannot be matched and is dropped (so are jobs of one rank). For
 asynchronous collectives (``overlap``, ``bucketed``, DDP) the wait is time the collective sat
 waiting for its peers, which the rank may have spent computing: it measures skew, not idleness.
 Traces go through :mod:`dpcore.read.analysis.trace_arrivals` (the enqueue as arrival on gloo,
@@ -55,8 +55,9 @@ def collective_waits(collectives: pd.DataFrame) -> pd.DataFrame:
     """One row per (job_id, step, seq, rank) of every collective seen on all ranks of its job.
 
     ``collectives`` has collectives.csv's columns (``t_start_ns`` optional). Start skew uses the
-    backend's start where it reported one (``t_start_ns``, NCCL), else the launch: on gloo, which
-    never reports a start, start skew therefore equals the collective's largest wait.
+    backend's start where it reported one (``t_start_ns``: NCCL; in traces the kernel's or gloo
+    worker's start), else the launch: in dpcore's gloo runs, which record no start, start skew
+    therefore equals the collective's largest arrival gap.
     wait = min(latest arrival, own end) − own arrival: the part of the rank's comm before the last
     rank arrived, so wait ≤ comm and transfer = comm − wait; ``last`` compares the arrivals alone.
     Columns: WAIT_COLUMNS (times ``*_ns`` on the shared clock, durations in ms).
