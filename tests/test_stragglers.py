@@ -1,8 +1,9 @@
 """Stragglers and skew (DESIGN.md "collective wait (stragglers)") with known answers.
 
-A rank's wait = latest arrival − its own arrival; the rank with wait 0 arrived last. Synthetic
-collectives pin the arithmetic (wait/transfer split, ties, unmatched collectives), tiny Chrome
-traces pin the trace path, a real 2-rank gloo run with rank 1 sleeping 20 ms before every
+A rank's wait = latest arrival − its own arrival, at most its comm; the rank with wait 0 arrived
+last. Synthetic collectives pin the arithmetic (wait/transfer split, the cap, ties, unmatched
+collectives), tiny Chrome traces pin the trace path (arrival = the c10d enqueue, also when gloo's
+worker is busy), a real 2-rank gloo run with rank 1 sleeping 20 ms before every
 all-reduce pins the acceptance criterion (rank 1 last in ≥ 90 %), and the committed sample run
 checks the shape on real data.
 """
@@ -61,6 +62,26 @@ def test_late_rank_is_last_and_the_split_is_exact() -> None:
     assert straggler_verdict(s) == "rank 1 arrived last in 100% of 10 collectives; others waited 20 ms on average"
 
 
+def test_wait_is_capped_at_the_comm_it_is_part_of() -> None:
+    """A rank whose collective ended before the last rank arrived (issue 19, defect 8: a wait
+    longer than the comm) waits only its comm time; transfer 0; the notes say how often."""
+    from dpcore.read.analysis.stragglers import wait_notes
+    c = late_rank1(n=4)  # rank 1 20 ms late, both end 3 ms after it arrived
+    early = (c["rank"] == 0) & (c["seq"] < 2)
+    c.loc[early, "t_end_ns"] = c.loc[early, "t_launch_ns"] + 5 * MS  # rank 0 "left" after 5 ms
+    w = collective_waits(c).set_index(["seq", "rank"])
+    assert w.loc[(0, 0), "wait_ms"] == pytest.approx(5.0) and w.loc[(0, 0), "comm_ms"] == pytest.approx(5.0)
+    assert w.loc[(0, 0), "transfer_ms"] == 0.0 and w.loc[(2, 0), "wait_ms"] == pytest.approx(20.0)
+    assert bool(w.loc[(0, 1), "last"]) and not bool(w.loc[(0, 0), "last"])  # still decided by arrivals
+    assert (w["wait_ms"] <= w["comm_ms"] + 1e-12).all()
+    s = straggler_summary(collective_waits(c)).set_index("rank")
+    assert s.loc[0, "wait_ms"] == pytest.approx(50.0) and s.loc[0, "wait_fraction"] == pytest.approx(50 / 56)
+    assert wait_notes(collective_waits(c)) == [
+        "in 2 of 4 collectives a rank's comm ended before the last rank arrived (not possible for one collective "
+        "on one clock: clocks or matching are off); its wait is capped at its comm time"]
+    assert wait_notes(collective_waits(late_rank1())) == []
+
+
 def test_three_ranks_start_skew_uses_backend_start_and_end_skew() -> None:
     c = late_rank1(n=4, ranks=3)
     c.loc[c["rank"] == 2, "t_end_ns"] += 2 * MS
@@ -104,8 +125,12 @@ def test_unmatched_collectives_and_single_rank_jobs_are_dropped() -> None:
     assert collective_waits(pd.DataFrame()).empty
 
 
-def _trace(rank: int, arrivals_us: list[float], dur_us: float = 3000.0) -> dict:
-    """A CPU trace: ProfilerStep#1 and forward/backward on the main thread, gloo spans on another."""
+def _trace(rank: int, arrivals_us: list[float], ends_us: list[float] | None = None, enqueue: bool = True,
+           world_size: int = 2) -> dict:
+    """A CPU trace: ProfilerStep#1 and forward/backward on the main thread; each collective is a
+    ``c10d::allreduce_`` enqueue on the main thread at its arrival (unless ``enqueue`` is False)
+    and a gloo span on a worker thread that starts 10 µs later (or when the worker is free of the
+    previous span: one worker, FIFO) and ends at ``ends_us`` (default: 3 ms after the start)."""
     main, gloo = 100 + rank, 200 + rank
     ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": rank, "tid": main,
            "ts": 1000.0, "dur": 200_000.0},
@@ -113,18 +138,28 @@ def _trace(rank: int, arrivals_us: list[float], dur_us: float = 3000.0) -> dict:
           {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": rank, "tid": main, "ts": 1020.0, "dur": 400.0},
           {"ph": "X", "cat": "user_annotation", "name": "backward", "pid": rank, "tid": main, "ts": 1600.0,
            "dur": 500.0}]
-    ev += [{"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": rank, "tid": gloo, "ts": a, "dur": dur_us}
-           for a in arrivals_us]
-    return {"traceEvents": ev, "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"}}
+    free = 0.0
+    for k, a in enumerate(arrivals_us):
+        start = max(a + 10.0, free)
+        end = ends_us[k] if ends_us is not None else start + 3000.0
+        free = end
+        if enqueue:
+            ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": rank, "tid": main, "ts": a,
+                       "dur": 20.0})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": rank, "tid": gloo, "ts": start,
+                   "dur": end - start})
+    return {"traceEvents": ev, "distributedInfo": {"rank": rank, "world_size": world_size, "backend": "gloo"}}
 
 
 @pytest.fixture()
 def trace_dir(tmp_path: Path) -> Path:
+    """5 blocking all-reduces: rank 1 arrives 20 ms after rank 0, both leave 3 ms after rank 1 came."""
     d = tmp_path / "my-job"
     d.mkdir()
     arrivals = [5000.0 + k * 30_000 for k in range(5)]
-    (d / "rank0.json").write_text(json.dumps(_trace(0, arrivals)))
-    (d / "rank1.json").write_text(json.dumps(_trace(1, [a + 20_000 for a in arrivals])))
+    ends = [a + 23_000 for a in arrivals]
+    (d / "rank0.json").write_text(json.dumps(_trace(0, arrivals, ends)))
+    (d / "rank1.json").write_text(json.dumps(_trace(1, [a + 20_000 for a in arrivals], ends)))
     return d
 
 
@@ -134,13 +169,44 @@ def test_traces_folder(trace_dir: Path) -> None:
     assert len(w) == 10 and set(w["op"]) == {"gloo:all_reduce"} and (w["step"] == 1).all()
     s = straggler_summary(w).set_index("rank")
     assert s.loc[1, "last_arrival_pct"] == 100.0 and s.loc[0, "mean_wait_ms"] == pytest.approx(20.0)
-    assert s.loc[0, "transfer_ms"] == 0.0  # rank 0's span ended before rank 1 arrived: clipped at 0
+    # transfer = end − latest arrival = 3 ms per collective on both ranks; wait + transfer = comm
+    assert s.loc[0, "transfer_ms"] == pytest.approx(15.0) and s.loc[1, "transfer_ms"] == pytest.approx(15.0)
+    assert s.loc[0, "comm_ms"] == pytest.approx(115.0)
     text = stragglers_text(str(trace_dir))
-    assert text.startswith("my-job: 5 collectives matched on 2 ranks (gloo:all_reduce)")
+    assert text.startswith("my-job: 5 collectives matched on 2 ranks (gloo:all_reduce)\n rank")  # no note
     assert "rank 1 arrived last in 100% of 5 collectives; others waited 20 ms on average" in text
     csv = stragglers_text(str(trace_dir), csv=True)
     assert csv.splitlines()[0] == ",".join(SUMMARY_COLUMNS)
     assert csv.splitlines()[2].startswith("my-job,1,5,100.0000,0.0000,")
+
+
+def test_busy_gloo_worker_does_not_hide_the_late_rank(tmp_path: Path) -> None:
+    """Issue 19, defect 9, by hand: 2 all-reduces per step, rank 1 enqueues each 20 ms after rank 0.
+    Rank 0's one worker is inside the first until rank 1 arrives (+3 ms), so it starts rank 0's
+    second at 23 ms, after rank 1 enqueued it (21 ms): by worker starts rank 0 is last there."""
+    d = tmp_path / "busy"
+    d.mkdir()
+    arrivals = [5000.0, 6000.0]
+    ends = {0: [28_500.0, 29_500.0], 1: [28_000.0, 29_000.0]}  # ~3 ms after rank 1 arrived
+    for r in (0, 1):
+        (d / f"rank{r}.json").write_text(json.dumps(_trace(r, [a + 20_000 * r for a in arrivals], ends[r])))
+    from dpcore.read.traces import read_trace_dir
+    from dpcore.read.analysis.stragglers import trace_notes
+    ev = read_trace_dir(d)
+    s = straggler_summary(stragglers_from_traces(ev)).set_index("rank")
+    assert s.loc[1, "last_arrival_pct"] == 100.0
+    assert s.loc[0, "mean_wait_ms"] == pytest.approx(20.0) and s.loc[0, "comm_ms"] == pytest.approx(47.0)
+    assert trace_notes(ev, world_size=2) == []
+    # the same trace without the enqueue ops: only the worker starts are left, and they mislead
+    for r in (0, 1):
+        (d / f"rank{r}.json").write_text(json.dumps(_trace(r, [a + 20_000 * r for a in arrivals], ends[r],
+                                                           enqueue=False)))
+    ev = read_trace_dir(d)
+    s = straggler_summary(stragglers_from_traces(ev)).set_index("rank")
+    assert s["last_arrival_pct"].to_dict() == {0: 50.0, 1: 50.0}
+    notes = trace_notes(ev, world_size=2)
+    assert len(notes) == 1 and notes[0].startswith("4 of 4 gloo spans have no enqueue (c10d::* op) to link to")
+    assert "note: 4 of 4 gloo spans have no enqueue" in stragglers_text(str(d))
 
 
 def test_trace_steps_with_different_counts_are_not_matched(trace_dir: Path) -> None:
@@ -188,7 +254,7 @@ def test_errors_name_the_path(tmp_path: Path, trace_dir: Path) -> None:
         assert words in msg and path in msg and "\n" not in msg, msg
     solo = tmp_path / "solo"
     solo.mkdir()
-    (solo / "rank0.json").write_text(json.dumps(_trace(0, [5000.0])))
+    (solo / "rank0.json").write_text(json.dumps(_trace(0, [5000.0])))  # world size 2, one rank traced
     with pytest.raises(ValueError, match="one rank only"):
         stragglers_text(str(solo))
     nocomm = tmp_path / "nocomm"

@@ -4,28 +4,38 @@ A collective completes only when every rank has joined it, so the rank that arri
 its pace; every other rank's time in the collective is partly waiting for that rank, partly
 moving data. DESIGN.md "collective wait (stragglers)": for one collective matched across ranks,
 
-* a rank's **wait** = latest arrival − its own arrival; the rank with wait 0 arrived last
+* a rank's **wait** = latest arrival − its own arrival (at most its comm time, see below); the
+  rank with wait 0 arrived last
   (with exact ties every tied rank counts as last, so per job the ranks' last-arrival shares
   add up to ≥ 100 %);
 * **start skew** = latest − earliest start; **end skew** = latest − earliest end;
 * a rank's comm time (end − arrival) splits into **wait** and **transfer** = comm − wait
-  (= end − latest arrival, clipped at 0): the part after everyone had arrived.
+  (= end − latest arrival): the part after everyone had arrived. A wait is never longer than
+  the comm it is part of (issue 19): where a rank's collective ended before the last rank
+  arrived (impossible for a collective on one clock: the clocks or the matching are off, or
+  the rank was a broadcast's root) the wait is capped at that rank's comm time, transfer is 0,
+  and :func:`wait_notes` says how often.
 
-Arrival is when the rank reached the collective: ``t_launch_ns`` of collectives.csv. A
-collective is matched by (job_id, step, seq) and kept only when every rank of the job recorded
-it: one seen on fewer ranks cannot be matched and is dropped (so are jobs of one rank). For
+Arrival is when the rank reached the collective: ``t_launch_ns`` of collectives.csv (read on the
+calling thread just before the ``dist`` call: the enqueue). A collective is matched by
+(job_id, step, seq) and kept only when every rank of the job recorded it: one seen on fewer ranks cannot be matched and is dropped (so are jobs of one rank). For
 asynchronous collectives (``overlap``, ``bucketed``, DDP) the wait is time the collective sat
 waiting for its peers, which the rank may have spent computing: it measures skew, not idleness.
+Traces go through :mod:`dpcore.read.analysis.trace_arrivals` (the enqueue as arrival on gloo,
+point-to-point events left out); a folder holding fewer ranks than the job had is said so
+(:func:`partial_rank_note`): the latest of the traced ranks need not be the job's latest.
 
 Pure pandas/numpy: DataFrames in, DataFrames out (the ``stragglers`` command's text and its
 verdict sentence are :mod:`dpcore.read.report.stragglers`).
 """
 from __future__ import annotations
 
+
 import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.comm_overlap import MS_NS, comm_start_ns
+from dpcore.read.analysis.trace_arrivals import trace_comm_rows
 
 KEY = ["job_id", "step", "seq"]
 WAIT_COLUMNS = ["job_id", "step", "seq", "rank", "op", "bytes", "arrival_ns", "end_ns", "wait_ms", "last",
@@ -43,8 +53,11 @@ def collective_waits(collectives: pd.DataFrame) -> pd.DataFrame:
     """One row per (job_id, step, seq, rank) of every collective seen on all ranks of its job.
 
     ``collectives`` has collectives.csv's columns (``t_start_ns`` optional). Start skew uses the
-    backend's start where it reported one (``t_start_ns``, NCCL), else the launch: on gloo, which
-    never reports a start, start skew therefore equals the collective's largest wait.
+    backend's start where it reported one (``t_start_ns``: NCCL; in traces the kernel's or gloo
+    worker's start), else the launch: in dpcore's gloo runs, which record no start, start skew
+    therefore equals the collective's largest arrival gap.
+    wait = min(latest arrival, own end) − own arrival: the part of the rank's comm before the last
+    rank arrived, so wait ≤ comm and transfer = comm − wait; ``last`` compares the arrivals alone.
     Columns: WAIT_COLUMNS (times ``*_ns`` on the shared clock, durations in ms).
     """
     if collectives is None or collectives.empty:
@@ -65,10 +78,10 @@ def collective_waits(collectives: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=WAIT_COLUMNS)
     g = c.groupby(KEY)
     latest = g["arrival_ns"].transform("max")
-    wait = (latest - c["arrival_ns"]) / MS_NS
+    wait = ((np.minimum(latest, c["end_ns"]) - c["arrival_ns"]) / MS_NS).clip(lower=0.0)
     comm = (c["end_ns"] - c["arrival_ns"]) / MS_NS
     out = c.assign(
-        wait_ms=wait, last=wait <= 0,
+        wait_ms=wait, last=latest <= c["arrival_ns"],
         start_skew_ms=(g["_start"].transform("max") - g["_start"].transform("min")) / MS_NS,
         end_skew_ms=(g["end_ns"].transform("max") - g["end_ns"].transform("min")) / MS_NS,
         comm_ms=comm, transfer_ms=(comm - wait).clip(lower=0.0))
@@ -85,9 +98,8 @@ def straggler_summary(waits: pd.DataFrame) -> pd.DataFrame:
     transfer_ms and comm_ms are totals over the matched collectives; wait_fraction = wait / comm
     (NaN without comm time); mean_start_skew_ms / mean_end_skew_ms average the skews of the
     collectives the rank took part in (the same for every rank of a job). Columns: SUMMARY_COLUMNS.
-    wait + transfer = comm, except where a rank's collective ended before the last rank arrived
-    (impossible for an all-reduce on one clock: a clock error, or the root of a broadcast):
-    transfer is then 0 and wait_fraction can exceed 1, which flags that timing.
+    wait + transfer = comm and wait_fraction ≤ 1: :func:`collective_waits` caps each wait at its
+    comm (:func:`wait_notes` counts where it had to).
     """
     if waits is None or waits.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
@@ -109,32 +121,87 @@ def stragglers_from_traces(events: pd.DataFrame, job_id: str = "") -> pd.DataFra
     """:func:`collective_waits` of a folder of torch.profiler traces (``read_trace_dir``'s events).
 
     Comm events (kind ``comm``: NCCL kernels on GPU, ``gloo:*`` spans on a gloo worker thread on
-    CPU) are matched by order: the n-th comm event of every rank within one ProfilerStep (step
-    −1 outside every step) is the same collective, because data-parallel ranks issue their
-    collectives in the same order. A step in which the ranks saw different numbers of comm
-    events cannot be matched by order and is dropped whole.
+    CPU) become rows by :func:`~dpcore.read.analysis.trace_arrivals.trace_comm_rows`; the
+    point-to-point ones (send/recv) are left out, and the rest are matched by order: the n-th
+    of every rank within one ProfilerStep (step −1 outside every step) is the same collective,
+    because data-parallel ranks issue their collectives in the same order. A step in which the
+    ranks saw different numbers of them cannot be matched by order and is dropped whole.
 
-    Arrival is the event's ``ts``: on GPU when the NCCL kernel started on its stream, on CPU when
-    the gloo thread picked the collective up (slightly after the main thread launched it). The
-    traces must share one clock: torch.profiler stamps events with the host's clock, so ranks of
-    one host compare directly; traces of several hosts need a clock shift first. ``bytes`` is
-    unknown in traces (NaN) and start = arrival, so start skew is the largest wait.
+    Arrival: on gloo, when the rank enqueued the collective (its ``c10d::*`` op on the calling
+    thread, linked in queue order to the gloo span; the span's start where no enqueue links);
+    on GPU, when the NCCL kernel started on its stream. The traces must share one clock:
+    torch.profiler stamps events with the host's clock, so ranks of one host compare directly;
+    traces of several hosts need a clock shift first. ``bytes`` is unknown in traces (NaN);
+    start is the event's start (the gloo thread's pick-up, the kernel's start).
     """
-    comm = events[events["kind"] == "comm"] if events is not None and len(events) else None
-    if comm is None or comm.empty:
+    rows = trace_comm_rows(events, job_id)
+    rows = rows[~rows["p2p"].astype(bool)]
+    if rows.empty:
         return pd.DataFrame(columns=WAIT_COLUMNS)
-    ranks = sorted(int(r) for r in events["rank"].unique())
-    comm = comm.sort_values(["rank", "step", "ts"], kind="stable")
-    counts = comm.groupby(["step", "rank"]).size().unstack(fill_value=0).reindex(columns=ranks, fill_value=0)
-    same = counts.index[counts.min(axis=1) == counts.max(axis=1)]
-    comm = comm[comm["step"].isin(same)]
-    ts_ns = comm["ts"].to_numpy(np.float64) * 1e3
-    rows = pd.DataFrame({
-        "job_id": job_id, "rank": comm["rank"].to_numpy(np.int64), "step": comm["step"].to_numpy(np.int64),
-        "seq": comm.groupby(["rank", "step"]).cumcount().to_numpy(np.int64), "op": comm["name"].astype(str).to_numpy(),
-        "bytes": np.nan, "t_launch_ns": ts_ns, "t_start_ns": ts_ns,
-        "t_end_ns": ts_ns + comm["dur"].to_numpy(np.float64) * 1e3})
+    rows = rows[rows["step"].isin(_same_count_steps(rows, events))]
+    rows = rows.assign(seq=rows.groupby(["rank", "step"]).cumcount().to_numpy(np.int64), bytes=np.nan)
     return collective_waits(rows)
+
+
+def _same_count_steps(rows: pd.DataFrame, events: pd.DataFrame) -> pd.Index:
+    """Steps in which every rank of the traces has the same number of rows."""
+    ranks = sorted(int(r) for r in events["rank"].unique())
+    counts = rows.groupby(["step", "rank"]).size().unstack(fill_value=0).reindex(columns=ranks, fill_value=0)
+    return counts.index[counts.min(axis=1) == counts.max(axis=1)]
+
+
+def partial_rank_note(ranks: int, world_size: int | None) -> str | None:
+    """The warning for a set of ``ranks`` ranks out of a ``world_size``-rank job (None when whole
+    or unknown): the latest arrival among the ranks present need not be the job's latest."""
+    if world_size is None or world_size <= ranks:
+        return None
+    return (f"only {ranks} of the job's {world_size} ranks are here: each wait is measured against the latest "
+            f"of these {ranks}, and a rank not here may be the real straggler")
+
+
+def wait_notes(waits: pd.DataFrame) -> list[str]:
+    """Warnings about the waits themselves: how many collectives had a rank whose comm ended
+    before the last rank arrived (its wait is capped at its comm time, see :func:`collective_waits`)."""
+    if waits is None or waits.empty:
+        return []
+    latest = waits.groupby(KEY)["arrival_ns"].transform("max")
+    early = waits.loc[waits["end_ns"] < latest, KEY].drop_duplicates()
+    if early.empty:
+        return []
+    n = len(waits.drop_duplicates(KEY))
+    return [f"in {len(early)} of {n} collectives a rank's comm ended before the last rank arrived (not possible "
+            "for one collective on one clock: clocks or matching are off); its wait is capped at its comm time"]
+
+
+def trace_notes(events: pd.DataFrame, world_size: int | None = None) -> list[str]:
+    """What a reader of :func:`stragglers_from_traces` on these events must know, one line each:
+    a partial rank set (``world_size``, e.g. the traces' ``distributedInfo.world_size``, larger
+    than the ranks present), point-to-point events left out, gloo spans whose arrival is the
+    worker's start (no enqueue linked), comm events of steps that could not be matched."""
+    notes: list[str] = []
+    if events is None or events.empty:
+        return notes
+    partial = partial_rank_note(int(events["rank"].nunique()), world_size)
+    if partial:
+        notes.append(partial)
+    rows = trace_comm_rows(events)
+    p2p = rows[rows["p2p"].astype(bool)]
+    if len(p2p):
+        names = ", ".join(sorted({n.split("(")[0] for n in p2p["op"]}))
+        notes.append(f"{len(p2p)} point-to-point comm events ({names}) are not matched as collectives: a send pairs "
+                     "with one receive, not with every rank (NCCL runs all_to_all as SendRecv kernels too)")
+    rows = rows[~rows["p2p"].astype(bool)]
+    gloo = rows[rows["op"].str.startswith("gloo:")]
+    unlinked = gloo[~gloo["enqueued"].astype(bool)]
+    if len(unlinked):
+        notes.append(f"{len(unlinked)} of {len(gloo)} gloo spans have no enqueue (c10d::* op) to link to: their "
+                     "arrival is when gloo's worker thread started them, so a rank whose worker was still busy "
+                     "looks late")
+    unmatched = rows[~rows["step"].isin(_same_count_steps(rows, events))]
+    if len(unmatched):
+        notes.append(f"{len(unmatched)} comm events of steps in which the ranks saw different numbers of them "
+                     "are left out (cannot be matched by order)")
+    return notes
 
 
 def straggler_threshold_pct(world_size: int) -> float:
@@ -143,3 +210,4 @@ def straggler_threshold_pct(world_size: int) -> float:
     the time by pure chance, so "≥ 50 %" alone would name a straggler in every 2-rank job."""
     n = max(1, int(world_size))
     return max(50.0, (100.0 / n + 100.0) / 2.0)
+

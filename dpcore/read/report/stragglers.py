@@ -1,6 +1,7 @@
 """What ``python -m dpcore stragglers PATH [--csv]`` prints: per job and rank, how often the
 rank arrived last at the collectives and how long it waited for the others, with one verdict
-sentence per job.
+sentence per job and ``note:`` lines for what limits the comparison (a partial rank set,
+point-to-point events left out, waits capped at the comm time).
 
 The numbers are :mod:`dpcore.read.analysis.stragglers`' (the dashboard's Stragglers view's);
 this module loads PATH (a run's collectives.csv, or a folder of traces), words the verdict and
@@ -12,18 +13,28 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpcore.read.analysis.stragglers import (KEY, collective_waits, straggler_summary, straggler_threshold_pct,
-                                             stragglers_from_traces)
+from dpcore.read.analysis.stragglers import (KEY, collective_waits, partial_rank_note, straggler_summary,
+                                             straggler_threshold_pct, stragglers_from_traces, trace_notes,
+                                             wait_notes)
 from dpcore.read.report.resolve import PathKind, resolve
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
-from dpcore.read.traces.reader import TraceFormatError, read_trace_dir
+from dpcore.read.traces.reader import TraceFormatError, concat_events, read_trace_meta, trace_files
 
 
-def straggler_verdict(summary: pd.DataFrame) -> str:
-    """One sentence on one job's summary rows: who arrived last and what it cost the others."""
+
+def straggler_verdict(summary: pd.DataFrame, world_size: int | None = None) -> str:
+    """One sentence on one job's summary rows: who arrived last and what it cost the others.
+
+    ``world_size`` (the job's, when known) larger than the ranks in ``summary`` adds that only
+    those ranks were compared."""
     if summary is None or summary.empty:
         return "no collective matched across ranks"
+    return _verdict(summary) + (f" (among {len(summary)} of {world_size} ranks only)"
+                                if world_size is not None and world_size > len(summary) else "")
+
+
+def _verdict(summary: pd.DataFrame) -> str:
     top = summary.sort_values(["last_arrival_pct", "mean_wait_ms"], ascending=[False, True]).iloc[0]
     n = int(summary["collectives"].max())
     often = summary[summary["last_arrival_pct"] >= straggler_threshold_pct(len(summary))]
@@ -39,13 +50,38 @@ def straggler_verdict(summary: pd.DataFrame) -> str:
             f"others waited {mean_other:.3g} ms on average")
 
 
-def _load(p: Path, kind: PathKind) -> tuple[pd.DataFrame, dict[str, int]]:
-    """(waits, collectives dropped as unmatched per job) of a run directory or a traces folder."""
+def _world_size(meta: dict) -> int | None:
+    """``distributedInfo.world_size`` of a trace's metadata, when it is a positive integer."""
+    info = meta.get("distributedInfo")
+    ws = info.get("world_size") if isinstance(info, dict) else None
+    return int(ws) if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0 else None
+
+
+def _read_traces(p: Path) -> tuple[pd.DataFrame, int | None]:
+    """(events, largest distributedInfo.world_size or None) of the rank traces at ``p``."""
+    frames, sizes, seen = [], [], {}
+    for f in trace_files(p):
+        meta, ev = read_trace_meta(f)
+        r = int(ev["rank"].iloc[0]) if len(ev) else None
+        if r is not None and r in seen:
+            raise TraceFormatError(f"two traces for rank {r}: {seen[r]} and {f}")
+        seen[r] = f
+        frames.append(ev)
+        sizes.append(_world_size(meta))
+    known = [w for w in sizes if w is not None]
+    return concat_events(frames), (max(known) if known else None)
+
+
+def _load(p: Path, kind: PathKind) -> tuple[pd.DataFrame, dict[str, int], dict[str, int | None],
+                                            dict[str, list[str]]]:
+    """(waits, collectives dropped as unmatched per job, world size per job where known, notes per
+    job) of a run directory or a traces folder."""
     if kind == "run":
         try:
-            coll = load_run(p).collectives
+            run = load_run(p)
         except RunLoadError as exc:
             raise ValueError(str(exc)) from None
+        coll = run.collectives
         if coll.empty:
             raise ValueError(f"run {p} has no collectives (collectives.csv is empty): nothing to match "
                              "across ranks")
@@ -54,20 +90,32 @@ def _load(p: Path, kind: PathKind) -> tuple[pd.DataFrame, dict[str, int]]:
             raise ValueError(f"run {p} has no collective seen on 2 or more ranks of a job: nothing to match")
         seen = coll.drop_duplicates(KEY).groupby("job_id").size()
         matched = waits.drop_duplicates(KEY).groupby("job_id").size()
-        return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}
+        jobs = run.jobs.drop_duplicates("job_id") if "job_id" in run.jobs else run.jobs
+        sizes = pd.to_numeric(jobs.set_index("job_id")["world_size"], errors="coerce") \
+            if {"job_id", "world_size"} <= set(jobs.columns) else pd.Series(dtype=float)
+        world = {str(j): (int(sizes[j]) if j in sizes.index and pd.notna(sizes[j]) else None) for j in matched.index}
+        notes = {}
+        for j in matched.index:
+            w = waits[waits["job_id"] == j]
+            partial = partial_rank_note(int(w["rank"].nunique()), world[str(j)])
+            notes[str(j)] = ([partial] if partial else []) + wait_notes(w)
+        return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}, world, notes
     try:
-        events = read_trace_dir(p)
+        events, world_size = _read_traces(p)
     except TraceFormatError as exc:
         raise ValueError(f"expected a run directory (run.json) or a folder of torch.profiler traces: {exc}") from None
     if events["rank"].nunique() < 2:
         raise ValueError(f"traces of one rank only in {p}: stragglers need the traces of 2 or more ranks")
     if not (events["kind"] == "comm").any():
         raise ValueError(f"no comm events (NCCL kernels, gloo:* spans on a gloo thread) in the traces of {p}")
-    waits = stragglers_from_traces(events, job_id=p.resolve().name)
+    job = p.resolve().name
+    notes = trace_notes(events, world_size)
+    waits = stragglers_from_traces(events, job_id=job)
     if waits.empty:
-        raise ValueError(f"no comm event of the traces in {p} could be matched across ranks (needs traces of "
-                         "2 or more ranks with the same number of collectives per ProfilerStep)")
-    return waits, {}
+        why = "; ".join(notes) or ("needs traces of 2 or more ranks with the same number of collectives per "
+                                  "ProfilerStep")
+        raise ValueError(f"no comm event of the traces in {p} could be matched across ranks: {why}")
+    return waits, {}, {job: world_size}, {job: notes + wait_notes(waits)}
 
 
 def stragglers_text(path: str, csv: bool = False) -> str:
@@ -75,12 +123,13 @@ def stragglers_text(path: str, csv: bool = False) -> str:
 
     PATH is a run directory (its collectives.csv, shared clock), a folder of per-rank
     torch.profiler traces searched recursively (its folder name is the job id) or one trace file
-    (which holds one rank: an error that says so). CSV columns: the analysis' SUMMARY_COLUMNS,
-    starting ``job_id, rank, collectives, last_arrival_pct, mean_wait_ms``. Text: per job a header, the
-    table and :func:`straggler_verdict`. Raises ValueError with one line naming the path.
+    (which holds one rank: an error that says so). CSV columns: SUMMARY_COLUMNS, starting
+    ``job_id, rank, collectives, last_arrival_pct, mean_wait_ms``. Text: per job a header, its
+    warnings (``note:`` lines: a partial rank set, events not matched, capped waits), the table
+    and :func:`straggler_verdict`. Raises ValueError with one line naming the path.
     """
     p, kind = resolve(path)
-    waits, dropped = _load(p, kind)
+    waits, dropped, world, notes = _load(p, kind)
     summary = straggler_summary(waits)
     if csv:
         return csv_table(summary)
@@ -91,5 +140,6 @@ def stragglers_text(path: str, csv: bool = False) -> str:
         head = f"{job}: {n} collectives matched on {len(rows)} ranks" + (f" ({ops})" if len(ops) < 80 else "")
         if dropped.get(str(job)):
             head += f"; {dropped[str(job)]} seen on fewer ranks left out"
-        parts.append(f"{head}\n{text_table(rows.drop(columns='job_id'))}\n  {straggler_verdict(rows)}")
+        head += "".join(f"\n  note: {note}" for note in notes.get(str(job), []))
+        parts.append(f"{head}\n{text_table(rows.drop(columns='job_id'))}\n  {straggler_verdict(rows, world.get(str(job)))}")
     return "\n\n".join(parts) + "\n"
