@@ -70,6 +70,29 @@ def test_timeline_from_trace_and_from_csv_on_the_sample():
     assert set(r.loc[r["lane"] == "comm", "rank"]) == {0, 1}
 
 
+def test_timeline_rows_name_their_collective_family():
+    """`timeline` returns the family of every comm row (op), so the plot never re-reads names:
+    known answers from the names (traces.kinds.comm_op) and from the sample's FSDP and ZeRO-1 steps."""
+    from dpcore.read.analysis import timeline
+    from dpcore.read.traces.kinds import comm_op
+
+    names = {"gloo:allgather": "all_gather", "fsdp_all_gather": "all_gather", "all_gather #3": "all_gather",
+             "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL": "reduce_scatter", "gloo:reduce_scatter": "reduce_scatter",
+             "gloo:all_reduce": "all_reduce", "all_reduce #0": "all_reduce", "gloo:broadcast": "broadcast",
+             "gloo:send": "send_recv", "mystery": "other"}
+    assert {n: comm_op(n) for n in names} == names
+    run = load_run(SAMPLE / "sample-train")
+    # step 0 is not traced: comm rows are collectives.csv's, named "<op> #<seq>"
+    fsdp = timeline(run, "fsdp-ws2", 0)
+    assert list(fsdp.columns) == ["rank", "lane", "name", "op", "start_ms", "end_ms"]
+    assert (fsdp.loc[fsdp["lane"] == "compute", "op"] == "").all()
+    comm = fsdp[fsdp["lane"] == "comm"]
+    assert (comm["op"] == comm["name"].str.split(" #").str[0]).all()
+    assert comm.groupby("op").size().to_dict() == {"all_gather": 64, "all_reduce": 2, "reduce_scatter": 32}
+    zero = timeline(run, "zero1-ws2-b1", run.traced_steps("zero1-ws2-b1")[0])  # from the trace: gloo spans
+    assert zero.loc[zero["lane"] == "comm"].groupby("op").size().to_dict() == {"all_reduce": 10, "broadcast": 4}
+
+
 def test_timeline_cards_follow_the_picked_step(monkeypatch):
     """The cards and the per-rank table show the drawn step (known answer: that step's rows of
     step_metrics), not the job median, and they change when another step is picked."""
