@@ -1,8 +1,5 @@
-"""Run picker (sidebar), the Runs view and the environment box.
-
-Why the environment box is loud: numbers from an oversubscribed CPU job (more busy threads than
-cores) or from a run where a variant was skipped are easy to misread; the warning says so in
-plain words next to the numbers instead of in a log nobody reads.
+"""The sidebar's run picker (one run, or two in compare mode) and the offer of a run that has
+data for the page when the picked one has none.
 
 Why runs are picked by folder, not run id: run ids come from run.json, and a copied run
 (``cp -r``) keeps its id; the folder name is unique under the profiles folder. Everything from
@@ -15,18 +12,15 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dpcore.contract import runformat as rf
-
-from dpcore.contract.units import EMPTY
-from dpcore.read.dashboard.tables import bucket_text, table_height
+from dpcore.read.dashboard import data
+from dpcore.read.dashboard.pages import PageSpec
 from dpcore.read.dashboard.text import md
+from dpcore.read.rundir.load import Run
 
-RUN_COLS = ["run_id", "created", "status", "model", "size", "variants", "world_sizes", "backend", "device", "kinds"]
-
-
-#: What kind of job each view draws; a run without one is pointed to a run that has it.
-VIEW_NEEDS = {"Overview": "train", "Timeline": "train", "Scaling": "train", "Buckets": "train",
-              "Traces": "train", "Ring messages": None, "Bandwidth": "allreduce"}
+#: Session keys that open a run: OPEN_ON_OVERVIEW (a profile or an import started from the app has
+#: finished: app.py selects it and shows its Overview), OPEN_HERE (the "Open <run>" button of a
+#: page the picked run has no data for: app.py selects it and the page stays).
+OPEN_ON_OVERVIEW, OPEN_HERE = "open_run", "open_run_keep_page"
 
 
 def _has_kind(runs: pd.DataFrame, kind: str) -> pd.Series:
@@ -39,7 +33,7 @@ def folders(runs: pd.DataFrame) -> list[str]:
 
 
 def default_run(runs: pd.DataFrame) -> str:
-    """Folder of the newest complete run with training jobs (the views most people open
+    """Folder of the newest complete run with training jobs (the pages most people open
     first), else of the newest complete run, else of the newest of any status."""
     runs = runs.assign(_folder=folders(runs))
     done = runs[runs["status"] == "complete"]
@@ -48,9 +42,9 @@ def default_run(runs: pd.DataFrame) -> str:
     return str(pick["_folder"].iloc[0])
 
 
-def run_with(runs: pd.DataFrame, view: str, folder: str) -> str | None:
-    """For a view the chosen run (by folder) has no data for, the newest run's folder that has it (else None)."""
-    kind = VIEW_NEEDS.get(view)
+def run_with(runs: pd.DataFrame, kind: str | None, folder: str) -> str | None:
+    """When the chosen run (by folder) has no job of ``kind`` ('train', 'allreduce'; None: any
+    run will do), the newest run's folder that has one (else None)."""
     if kind is None:
         return None
     have = runs.assign(_folder=folders(runs))
@@ -60,15 +54,16 @@ def run_with(runs: pd.DataFrame, view: str, folder: str) -> str | None:
     return str(have["_folder"].iloc[0])
 
 
-def offer_other_run(runs: pd.DataFrame, view: str, folder: str) -> None:
-    """Say plainly that this run has nothing for the view, with a one-click switch."""
-    other = run_with(runs, view, folder)
+def offer_other_run(runs: pd.DataFrame, page: PageSpec, folder: str) -> None:
+    """Say plainly that this run has nothing for the page, with a one-click switch (app.py
+    selects the run on the rerun; the page stays)."""
+    other = run_with(runs, page.needs, folder)
     if other is None:
         return
-    kind = "all-reduce benchmark" if VIEW_NEEDS[view] == "allreduce" else "training jobs"
+    kind = "all-reduce benchmark" if page.needs == "allreduce" else "training jobs"
     st.info(f"Run {md(folder)} has no {kind}; {md(other)} has.")
-    if st.button(f"Open {md(other)}", key=f"open-{view}-{other}"):
-        st.session_state["open_run_keep_view"] = other
+    if st.button(f"Open {md(other)}", key=f"open-{page.title}-{other}"):
+        st.session_state[OPEN_HERE] = other
         st.rerun()
 
 
@@ -123,58 +118,14 @@ def pick_runs(runs: pd.DataFrame) -> list[str]:
     return chosen
 
 
-def _threads(env: dict) -> str:
-    t = env.get("threads_per_rank")
-    if isinstance(t, dict):
-        return ", ".join(f"{v} at N={k}" for k, v in t.items())
-    return "?" if t is None else str(t)
-
-
-def environment_box(run) -> None:
-    """Backend, devices, cores and threads per rank; plain warnings for oversubscription and skipped jobs."""
-    meta = run.meta if isinstance(run.meta, dict) else {}
-    env, cfg = meta.get("environment") or {}, meta.get("config") or {}
-    devices = env.get("devices")
-    devices = ", ".join(map(str, devices)) if isinstance(devices, list) else str(devices or env.get("device", "?"))
-    with st.container(border=True):
-        st.markdown(f"**{md(meta.get('run_id', run.path.name))}** · status **{md('stale' if rf.is_stale(meta) else meta.get('status', '?'))}** · "
-                    f"created {md(meta.get('created', '?'))}")
-        c = st.columns(5)
-        c[0].metric("backend", str(env.get("backend", "?")))
-        c[1].metric("device", str(env.get("device", "?")), help=devices)
-        c[2].metric("CPU cores", str(env.get("cpu_cores", "?")), help=f"logical CPUs: {env.get('logical_cpus', '?')}")
-        c[3].metric("GPUs", str(env.get("gpus", 0)))
-        c[4].metric("model", f"{cfg.get('model', '?')} {cfg.get('size', '') or ''}".strip())
-        st.caption(f"Devices: {md(devices)} · threads per rank: {md(_threads(env))} · host {md(env.get('host', '?'))} · "
-                   f"torch {md(env.get('torch', '?'))} · batch/rank {md(cfg.get('batch_size', '?'))} · "
-                   f"{md(cfg.get('scaling', '?'))} scaling · {md(cfg.get('steps', '?'))} steps")
-        jobs = run.jobs
-        over = jobs[jobs["oversubscribed"].fillna(False).astype(bool)] if "oversubscribed" in jobs else jobs.iloc[:0]
-        if len(over):
-            st.warning(f"**Oversubscribed:** {len(over)} job(s) ran more busy threads than this machine has CPU "
-                       f"cores ({md(env.get('cpu_cores', '?'))}): {md(', '.join(map(str, over['job_id'])))}. Their timings "
-                       "measure CPU contention, not the algorithm; compare them with care.")
-        elif env.get("oversubscribed"):
-            st.warning("**Oversubscribed:** this run put more busy threads on the machine than it has CPU cores.")
-        for _, j in jobs.iterrows():
-            reason = j.get("skip_reason")
-            if j.get("status") == "skipped" or (isinstance(reason, str) and reason):
-                st.warning(f"**Skipped** {md(j['job_id'])}: {md(reason or 'no reason recorded')}")
-            elif j.get("status") in ("failed", "interrupted"):
-                st.error(f"**{j['status'].capitalize()}** {md(j['job_id'])}: {md(j.get('error') or 'no error text')}")
-
-
-def runs_view(runs: pd.DataFrame, loaded: list) -> None:
-    """Table of every run, then the environment box and the job list of the chosen run(s)."""
-    st.caption("Every run folder under the profiles directory, newest first. Pick one in the sidebar "
-               "(default: the newest complete run), or switch on *Compare* to put two side by side.")
-    cols = [c for c in RUN_COLS if c in runs.columns]
-    st.dataframe(runs[cols], hide_index=True, width="stretch", height=table_height(len(runs)), placeholder=EMPTY)
-    for run in loaded:
-        environment_box(run)
-        jobs = run.jobs
-        with st.expander(f"Jobs of {md(run.path.name)} ({len(jobs)})"):
-            show = [c for c in ["job_id", "kind", "variant", "algo", "world_size", "bucket_mb", "status",
-                                "oversubscribed", "skip_reason", "error"] if c in jobs.columns]
-            shown = jobs[show].assign(bucket_mb=[bucket_text(v, b) for v, b in zip(jobs["variant"], jobs["bucket_mb"])])
-            st.dataframe(shown, hide_index=True, width="stretch", height=table_height(len(shown)), placeholder=EMPTY)
+def load_picked(runs: pd.DataFrame, chosen: list[str], root: Path) -> list[Run]:
+    """The chosen runs (folder names) loaded through the cache; a run that cannot be loaded is
+    named in a warning and left out."""
+    paths = dict(zip(folders(runs), runs["path"]))
+    loaded = []
+    for folder in chosen:
+        try:
+            loaded.append(data.load_run(paths[folder], root))
+        except Exception as exc:  # noqa: BLE001 - RunLoadError names the file; anything else is still a bad run
+            st.warning(f"Run {md(folder)} could not be loaded: {md(exc)}")
+    return loaded
