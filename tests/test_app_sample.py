@@ -7,16 +7,19 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore.read.analysis import job_summary, load_run
+from dpcore.read.dashboard.pages import PAGES
+from tests.app_pages import heading, open_page, problems
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "profiles"
-VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Ring messages", "Bandwidth", "Buckets", "Traces"]
+#: Pages that draw no chart on the training sample (Bandwidth: it has no all-reduce benchmark).
+NO_CHART = {"Runs", "Traces", "Bandwidth", "New run", "Import"}
 
 pytestmark = pytest.mark.skipif(not (SAMPLE / "sample-train" / "run.json").exists(),
                                 reason="sample runs not present (bash scripts/make_sample.sh)")
 
 
-def test_sample_runs_are_complete_and_cover_every_view():
+def test_sample_runs_are_complete_and_cover_every_page():
     train, bench = load_run(SAMPLE / "sample-train"), load_run(SAMPLE / "sample-allreduce")
     assert train.meta["status"] == bench.meta["status"] == "complete"
     summary = job_summary(train)
@@ -33,21 +36,22 @@ def test_sample_runs_are_complete_and_cover_every_view():
         assert set(train.trace_files(j)) == {f"rank{r}" for r in range(procs)} | {"merged"}, j
 
 
-def test_every_view_renders_on_the_sample(monkeypatch):
+def test_every_page_renders_on_the_sample(monkeypatch):
     monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     assert at.sidebar.selectbox(key="run_a").value == "sample-train"  # training run first
-    for view in VIEWS:
-        at.sidebar.radio(key="view").set_value(view).run()
-        assert not at.exception and not at.error, (view, [e.value for e in at.exception])
-        if view not in ("Runs", "Traces", "Bandwidth"):
-            assert at.get("plotly_chart"), f"{view} drew no chart"
-    # the training run has no all-reduce benchmark: the Bandwidth view offers the run that does
-    at.sidebar.radio(key="view").set_value("Bandwidth").run()
+    for page in PAGES:
+        open_page(at, page.title)
+        assert not problems(at), (page.title, problems(at))
+        assert heading(at) == page.title
+        if page.title not in NO_CHART:
+            assert at.get("plotly_chart"), f"{page.title} drew no chart"
+    # the training run has no all-reduce benchmark: the Bandwidth page offers the run that does
+    open_page(at, "Bandwidth")
     assert any("sample-allreduce" in i.value for i in at.info)
     at.button(key="open-Bandwidth-sample-allreduce").click().run()
     assert at.sidebar.selectbox(key="run_a").value == "sample-allreduce"
-    assert at.sidebar.radio(key="view").value == "Bandwidth" and at.get("plotly_chart")
+    assert heading(at) == "Bandwidth" and at.get("plotly_chart")  # the page stays
 
 
 def test_timeline_from_trace_and_from_csv_on_the_sample():
@@ -102,7 +106,7 @@ def test_timeline_cards_follow_the_picked_step(monkeypatch):
     rows = step_metrics(run.steps, run.collectives, trace_step_metrics(run))
     job = "torch_ddp-ws2-b1"
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    at.sidebar.radio(key="view").set_value("Timeline").run()
+    open_page(at, "Timeline")
     at.selectbox(key=f"tl-job-{run.path}").set_value(job).run()
     seen = {}
     for step in (0, run.traced_steps(job)[0]):
