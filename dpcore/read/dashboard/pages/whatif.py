@@ -32,6 +32,13 @@ def model(_run: Run, run_key: tuple, job_id: str, algo: str) -> Model:
     return build_model(_run, job_id, algo)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def measured(_run: Run, run_key: tuple, variant: str) -> pd.DataFrame:
+    """The run's measured step times of ``variant`` (`measured_cells` summarizes every job, traces
+    included: seconds on a busy box, so cached)."""
+    return measured_cells(_run, variant)
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def predictions(_run: Run, run_key: tuple, job_id: str, algo: str, buckets: tuple, sizes: tuple, bw: float,
                 lat: float) -> pd.DataFrame:
@@ -87,7 +94,7 @@ def render(run: Run) -> None:
     m2.metric("Comm C", f"{row['comm_ms']:.1f} ms")
     m3.metric("Exposed comm E", f"{row['exposed_comm_ms']:.1f} ms")
     m4.metric("Buckets", f"{row['buckets']}")
-    meas = measured_cells(run, src.variant)
+    meas = measured(run, key, src.variant)
     cells = with_measured(predictions(run, key, job, algo, tuple(_choices(BUCKETS_MB, [mb, src.bucket_mb])),
                                       (ws,), bw, lat), meas)
     st.subheader("Predicted step, broken down")
