@@ -1,15 +1,17 @@
 """dpcore dashboard: `streamlit run app.py`.
 
 Renders only: the navigation and the sidebar every page shares. Each page is one file in
-`dpcore/read/dashboard/pages/` (listed, with its title and URL path, in `pages.PAGES`) that
-Streamlit runs after this script (`st.navigation`); a page takes its numbers from
-`dpcore.read.analysis`, its figures from `dpcore.read.plots`, and caches what it computes with
-`st.cache_data` keyed by the run's path and file stamp (`dpcore.read.dashboard.data`).
+`dpcore/read/dashboard/pages/` (listed, with its title and URL path, in `pages.PAGES`);
+`st.navigation` picks the one the user chose and this script runs it last. A page takes its
+numbers from the analysis (`dpcore.read.analysis`, `dpcore.read.whatif`), its figures from
+`dpcore.read.plots`, and caches what it computes with `st.cache_data` keyed by the run's path
+and file stamp (`dpcore.read.dashboard.data`).
 
-The sidebar: the run picker (one run, or two in compare mode); the runs a finished profile or
-import, or a page's "Open <run>" button, asks to open; the progress of a profile started from the
-app. With no run in the profiles folder every page shows the landing (New run and Import work
-below it). Runs are read from `profiles/` next to this file, or from $DPCORE_PROFILES.
+Shared by every page: the run picker in the sidebar (one run, or two in compare mode), which
+also opens the run that a finished profile or import (on the Overview) or a page's "Open <run>"
+button (on that page) asks for; the progress of a profile started from the app; and, with no run
+in the profiles folder, the landing on every page (New run and Import still work below it).
+Runs are read from `profiles/` next to this file, or from $DPCORE_PROFILES.
 """
 from __future__ import annotations
 
