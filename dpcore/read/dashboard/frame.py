@@ -3,8 +3,8 @@
 Why a hand-over through session state: Streamlit runs app.py (navigation and the shared sidebar)
 and then the chosen page's file in the same script run, and a page file takes no arguments. So
 app.py leaves the profiles folder, the run listing, the loaded runs and the current page in
-``st.session_state[CONTEXT]`` right before it runs the page, on every run; the page reads them
-back with :func:`context`. Nothing else travels that way.
+``st.session_state[CONTEXT]`` right before it runs the page, on every run (so it is never
+stale); the page reads them back with :func:`context`.
 
 Why :func:`safely`: run data is hostile input; a run that breaks one page must show a readable
 error (and its traceback on demand), never take the whole app down.
