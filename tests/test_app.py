@@ -1,7 +1,8 @@
 """The Streamlit app, driven headless with `streamlit.testing.v1.AppTest`.
 
-Why: every view must render on a realistic run without an exception, compare mode must work,
-and an empty, corrupt or foreign profiles folder must give a clear page instead of a traceback.
+Why: every page must render on a realistic run without an exception or a "could not be drawn"
+box, compare mode and the run hand-offs must work, and an empty, corrupt or foreign profiles
+folder must give a clear page instead of a traceback.
 """
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dpcore.read.dashboard.pages import FOLDER, PAGES
+from tests.app_pages import APP, heading, open_page, problems
 from tests.fixtures_run import make_corrupt_runs, make_run
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-VIEWS = ["Runs", "Overview", "Timeline", "Scaling", "Stragglers", "Ring messages", "Bandwidth", "Buckets", "Traces",
-         "New run", "Import"]
+#: Pages that draw no chart: what each shows instead is checked in test_every_page_renders.
+NO_CHART = {"Runs", "Traces", "New run", "Import"}
 
 
 @pytest.fixture(scope="module")
@@ -41,41 +43,83 @@ def plain(markdown: str) -> str:
     return re.sub(r"\\(.)", r"\1", markdown)
 
 
-def problems(at: AppTest) -> list[str]:
-    """Exceptions and st.error boxes on the page (a view that failed inside `safely`)."""
-    return [str(e.value) for e in at.exception] + [str(e.value) for e in at.error]
+def test_every_page_is_a_file_with_a_stable_address() -> None:
+    """One file per page, each listed once; the URL paths are addresses people bookmark."""
+    assert sorted(p.file for p in PAGES) == sorted(f.name for f in FOLDER.glob("*.py") if f.name != "__init__.py")
+    assert {p.title: p.url_path for p in PAGES} == {
+        "Runs": "runs", "Overview": "overview", "Timeline": "timeline", "Scaling": "scaling",
+        "Stragglers": "stragglers", "Memory": "memory", "Ring messages": "ring-messages", "Bandwidth": "bandwidth",
+        "Buckets": "buckets", "What-if": "what-if", "Traces": "traces", "New run": "new-run", "Import": "import"}
+    assert [p.title for p in PAGES if p.default] == ["Overview"]
 
 
-def test_every_view_renders(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_page_renders(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = start(two_runs, monkeypatch)
-    assert not problems(at)
+    assert not problems(at) and heading(at) == "Overview"  # the default page
     assert at.sidebar.selectbox(key="run_a").value == "20250102-120000-mlp"  # newest complete
-    for view in VIEWS:
-        at.sidebar.radio(key="view").set_value(view).run()
-        assert not problems(at), (view, problems(at))
-        if view not in ("Runs", "Traces", "New run", "Import"):
-            assert at.get("plotly_chart"), f"{view} drew no chart"
-    at.sidebar.radio(key="view").set_value("Runs").run()
+    for page in PAGES:
+        open_page(at, page.title)
+        assert not problems(at), (page.title, problems(at))
+        assert heading(at) == page.title
+        if page.title not in NO_CHART:
+            assert at.get("plotly_chart"), f"{page.title} drew no chart"
+        elif page.title == "Runs":
+            assert at.dataframe[0].value["run_id"].tolist() == ["20250102-120000-mlp", "20250101-120000-mlp"]
+        elif page.title == "Traces":
+            assert any(b.proto.label.startswith("merged") for b in at.get("download_button"))
+        elif page.title == "New run":
+            assert at.button(key="FormSubmitter:new_run-Start profile").label == "Start profile"
+        elif page.title == "Import":
+            assert at.button(key="imp-go").disabled  # nothing to import yet
+    open_page(at, "Runs")
     warnings = plain(" ".join(w.value for w in at.warning))
     assert "Oversubscribed" in warnings and "data_parallel needs 2 or more GPUs" in warnings
+
+
+def test_a_failing_page_part_says_could_not_be_drawn() -> None:
+    """What `problems` looks for: `frame.safely` turns an exception into one error box."""
+    def page() -> None:
+        from dpcore.read.dashboard.frame import safely
+        safely(lambda: 1 / 0, "The thing")
+        import streamlit as st
+        st.write("the rest of the page")
+
+    at = AppTest.from_function(page, default_timeout=30).run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["The thing could not be drawn: ZeroDivisionError: division by zero"]
+    assert problems(at) and at.markdown[-1].value == "the rest of the page"
+
+
+def test_a_finished_import_or_profile_opens_the_run_on_the_overview(
+        two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = start(two_runs, monkeypatch)
+    open_page(at, "Timeline")
+    at.session_state["open_run"] = "20250101-120000-mlp"  # what the Import page and the launcher leave
+    at.run()
+    assert not problems(at), problems(at)
+    assert heading(at) == "Overview" and at.sidebar.selectbox(key="run_a").value == "20250101-120000-mlp"
+    assert "open_run" not in at.session_state
+    open_page(at, "Scaling")  # the run stays picked on the next page
+    assert at.sidebar.selectbox(key="run_a").value == "20250101-120000-mlp"
 
 
 def test_compare_mode(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = start(two_runs, monkeypatch)
     at.sidebar.toggle(key="compare").set_value(True).run()
     assert at.sidebar.selectbox(key="run_b").value == "20250101-120000-mlp"
-    for view in ("Overview", "Scaling", "Timeline"):
-        at.sidebar.radio(key="view").set_value(view).run()
-        assert not problems(at), (view, problems(at))
+    for title in ("Overview", "Scaling", "Timeline"):
+        open_page(at, title)
+        assert not problems(at), (title, problems(at))
         subheaders = [s.value for s in at.subheader]
         assert any("20250101" in s for s in subheaders) and any("20250102" in s for s in subheaders)
-    at.sidebar.radio(key="view").set_value("Overview").run()
+        assert at.sidebar.toggle(key="compare").value  # compare mode survives the page switch
+    open_page(at, "Overview")
     assert len(at.get("plotly_chart")) == 3  # comparison + one breakdown per run
 
 
 def test_timeline_switches_job_and_step(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = start(two_runs, monkeypatch)
-    at.sidebar.radio(key="view").set_value("Timeline").run()
+    open_page(at, "Timeline")
     job = next(s for s in at.selectbox if s.label == "Job")
     job.set_value("ring-ws4").run()
     assert not problems(at)
@@ -87,13 +131,19 @@ def test_timeline_switches_job_and_step(two_runs: Path, monkeypatch: pytest.Monk
 def test_empty_profiles_folder_offers_quick_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = start(tmp_path, monkeypatch)
     assert not at.exception
-    assert "No profiling runs yet" in at.title[0].value
+    assert "No profiling runs yet" in heading(at)
     assert at.button(key="quick").label == "Run a quick CPU profile"
+    for page in PAGES:  # every page shows the landing; New run and Import work below it
+        open_page(at, page.title)
+        assert not problems(at), (page.title, problems(at))
+        assert heading(at) == "No profiling runs yet" and at.button(key="quick")
+        assert bool(at.get("form")) == (page.title == "New run"), page.title
+        assert bool([b for b in at.button if b.key == "imp-go"]) == (page.title == "Import"), page.title
 
 
 def test_missing_profiles_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = start(tmp_path / "does-not-exist", monkeypatch)
-    assert not at.exception and "No profiling runs yet" in at.title[0].value
+    assert not at.exception and "No profiling runs yet" in heading(at)
 
 
 def test_corrupt_runs_warn_and_the_good_one_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,8 +156,8 @@ def test_corrupt_runs_warn_and_the_good_one_loads(tmp_path: Path, monkeypatch: p
     assert "20230101-000000-good" in at.sidebar.selectbox(key="run_a").options[-1] or \
         "20230101-000000-good" in " ".join(at.sidebar.selectbox(key="run_a").options)
     at.sidebar.selectbox(key="run_a").set_value("20230101-000000-good").run()
-    for view in ("Overview", "Timeline"):
-        at.sidebar.radio(key="view").set_value(view).run()
+    for title in ("Overview", "Timeline"):
+        open_page(at, title)
         assert not problems(at), problems(at)
 
 
@@ -153,7 +203,7 @@ def test_quick_profile_progress_and_open(tmp_path: Path, monkeypatch: pytest.Mon
     at.run()
     at.run()
     assert not at.exception
-    assert at.sidebar.selectbox(key="run_a").value == run_dir.name
+    assert at.sidebar.selectbox(key="run_a").value == run_dir.name and heading(at) == "Overview"
     assert any("Profile finished" in s.value for s in at.success)
     assert real_build(tmp_path, "mlp", "tiny", ["ring"], [1, 2], 5, 25.0, [1.0, 5.0])[-2:] == ["--bucket-sweep", "1,5"]
 
@@ -196,7 +246,7 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """End to end, no fakes: the empty page's one-click profile runs the real
     `python -m dpcore profile` (shrunk to two 2-rank jobs), the run opens by itself, and every
-    view draws it."""
+    page draws it."""
     from dpcore.read.dashboard import launcher
 
     monkeypatch.setitem(launcher.QUICK, "variants", ["flat", "ring"])
@@ -215,8 +265,10 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
     assert not problems(at)
     run_id = at.sidebar.selectbox(key="run_a").value
     assert (tmp_path / run_id / "run.json").exists()
-    for view in ("Overview", "Timeline", "Scaling", "Ring messages", "Traces"):
-        at.sidebar.radio(key="view").set_value(view).run()
-        assert not problems(at), (view, problems(at))
-        if view != "Traces":
-            assert at.get("plotly_chart"), f"{view} drew no chart"
+    for page in PAGES:
+        open_page(at, page.title)
+        assert not problems(at), (page.title, problems(at))
+        if page.title == "What-if":  # flat and ring only: no bucketed job to start from, and it says so
+            assert any("starts from a completed `bucketed`" in i.value for i in at.info)
+        elif page.title not in NO_CHART:
+            assert at.get("plotly_chart"), f"{page.title} drew no chart"

@@ -1,9 +1,10 @@
 """One real-browser pass: `streamlit run app.py` on a free port, driven by Playwright + system Chromium.
 
 Why: AppTest never runs plotly.js; only a browser shows that the figures are actually drawn, that
-no exception box appears, and how long the first render and view switches take. Screenshots go
-to a tmp folder (the README's screenshots come from the sample run, not from this test).
-Skipped only when /usr/bin/chromium is absent. Every wait is bounded.
+no exception box appears, that the sidebar navigation reaches every page at its URL path, and how
+long the first render and page switches take. Screenshots go to a tmp folder (the README's
+screenshots come from the sample run, not from this test). Skipped only when /usr/bin/chromium is
+absent. Every wait is bounded.
 """
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from dpcore.read.dashboard.pages import PAGES
 from tests.fixtures_run import make_run
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[1]
-CHART_VIEWS = ["Overview", "Timeline", "Scaling", "Ring messages", "Bandwidth", "Buckets"]
-# views whose charts need data this hand-made run may lack (memory.csv, a what-if source): they
-# must still render without an exception or a "could not be drawn" error
-OTHER_VIEWS = ["Runs", "Traces", "New run", "Memory", "What-if", "Stragglers"]
+#: Pages that draw no chart; every other page must show a drawn plotly figure.
+NO_CHART = {"Runs", "Traces", "New run", "Import"}
+CHART_PAGES = [p.title for p in PAGES if p.title not in NO_CHART]
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"{CHROMIUM} not found: install Debian's chromium to run the browser test")
@@ -69,7 +70,12 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     log.close()
 
 
-def test_every_view_draws_in_chromium(server: str) -> None:
+def _nav(page, title: str):
+    """The sidebar navigation's link to a page."""
+    return page.locator("[data-testid=stSidebarNav]").get_by_role("link", name=title, exact=True)
+
+
+def test_every_page_draws_in_chromium(server: str) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     # a fixed folder outside pytest's basetemp rotation, overwritten on every run ($DPCORE_SCREENSHOTS overrides)
@@ -88,28 +94,31 @@ def test_every_view_draws_in_chromium(server: str) -> None:
             expect(page.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=45_000)
             page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=20_000)
             timings["first render (Overview)"] = time.perf_counter() - t0
-            for view in CHART_VIEWS + OTHER_VIEWS:
+            for spec in PAGES:
+                title = spec.title
                 t0 = time.perf_counter()
-                page.locator("[data-testid=stSidebar] label").filter(has_text=view).first.click()
-                expect(page.locator("h1").filter(has_text=view).first).to_be_visible(timeout=20_000)
-                if view in CHART_VIEWS:
+                _nav(page, title).click()
+                expect(page.locator("h1").filter(has_text=title).first).to_be_visible(timeout=20_000)
+                if title not in NO_CHART:
                     expect(page.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=20_000)
                 page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=20_000)
-                timings[view] = time.perf_counter() - t0
+                timings[title] = time.perf_counter() - t0
                 page.wait_for_timeout(400)  # let plotly finish layout before the screenshot
-                assert page.locator("[data-testid=stException]").count() == 0, f"exception shown on {view}"
-                assert page.get_by_text("could not be drawn").count() == 0, f"a view failed on {view}"
-                if view in CHART_VIEWS:
+                assert page.locator("[data-testid=stException]").count() == 0, f"exception shown on {title}"
+                assert page.get_by_text("could not be drawn").count() == 0, f"a part failed on {title}"
+                at_root = spec.default and page.url.rstrip("/") == server  # the default page lives at "/"
+                assert page.url.rstrip("/").endswith("/" + spec.url_path) or at_root, (title, page.url)
+                if title not in NO_CHART:
                     assert page.locator(".js-plotly-plot").count() >= 1
-                page.screenshot(path=str(shots / f"{view.replace(' ', '_').lower()}.png"), full_page=True)
-            for view in CHART_VIEWS:  # second visit: caches warm, what a user feels when switching views
+                page.screenshot(path=str(shots / f"{spec.url_path}.png"), full_page=True)
+            for title in CHART_PAGES:  # second visit: caches warm, what a user feels when switching pages
                 t0 = time.perf_counter()
-                page.locator("[data-testid=stSidebar] label").filter(has_text=view).first.click()
-                expect(page.locator("h1").filter(has_text=view).first).to_be_visible(timeout=20_000)
+                _nav(page, title).click()
+                expect(page.locator("h1").filter(has_text=title).first).to_be_visible(timeout=20_000)
                 page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=20_000)
                 expect(page.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=20_000)
-                timings[f"{view} (again)"] = time.perf_counter() - t0
-            page.locator("[data-testid=stSidebar] label").filter(has_text="Timeline").first.click()
+                timings[f"{title} (again)"] = time.perf_counter() - t0
+            _nav(page, "Timeline").click()
             page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=20_000)
             expect(page.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=20_000)
             page.wait_for_timeout(800)
@@ -131,6 +140,10 @@ def test_every_view_draws_in_chromium(server: str) -> None:
             fresh.goto(server, wait_until="domcontentloaded")
             expect(fresh.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=30_000)
             timings["new session, Overview"] = time.perf_counter() - t0
+            # a page's address opens that page (what a bookmark or a shared link does)
+            fresh.goto(f"{server}/stragglers", wait_until="domcontentloaded")
+            expect(fresh.locator("h1").filter(has_text="Stragglers").first).to_be_visible(timeout=30_000)
+            expect(fresh.locator(".js-plotly-plot .main-svg").first).to_be_visible(timeout=30_000)
         finally:
             browser.close()
     print("\nscreenshots in", shots)

@@ -24,6 +24,7 @@ from dpcore.contract import tracefile as tf
 from dpcore.read import rundir as R
 from dpcore.read.rundir import load
 from dpcore.read.traces import read_trace
+from tests.app_pages import open_page
 from tests.fixtures_run import make_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -121,8 +122,8 @@ def test_app_survives_malformed_runs(template: Path, tmp_path: Path, monkeypatch
     assert not at.exception, [e.value for e in at.exception]
     assert [o.split(" · ")[0] for o in at.sidebar.selectbox(key="run_a").options] == [GOOD]
     assert len(at.warning) >= 3
-    for view in ("Overview", "Runs"):
-        at.sidebar.radio(key="view").set_value(view).run()
+    for title in ("Overview", "Runs"):
+        open_page(at, title)
         assert not at.exception and not at.error
 
 
@@ -236,7 +237,7 @@ def test_duplicate_run_ids_open_their_own_folders(template: Path, tmp_path: Path
     at = start(tmp_path, monkeypatch)
     box = at.sidebar.selectbox(key="run_a")
     assert len(set(box.options)) == 2, box.options
-    at.sidebar.radio(key="view").set_value("Runs").run()
+    open_page(at, "Runs")
     for folder in (GOOD, GOOD + "-copy"):
         at.sidebar.selectbox(key="run_a").set_value(folder).run()
         assert not at.exception
@@ -253,7 +254,7 @@ def test_run_data_is_not_rendered_as_markdown(template: Path, tmp_path: Path,
     meta["jobs"][0].update(status="failed", error=f"boom {image} [link](https://example.invalid)")
     (run / rf.RUN_JSON).write_text(json.dumps(meta))
     at = start(tmp_path, monkeypatch)
-    at.sidebar.radio(key="view").set_value("Runs").run()
+    open_page(at, "Runs")
     assert not at.exception
     bodies = [e.value for e in [*at.markdown, *at.error, *at.warning, *at.info, *at.caption]]
     shown = " ".join(bodies)

@@ -25,6 +25,7 @@ from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.rundir import load_run, step_trace_events, traced_job_events
 from tests.synthetic import write_gpu_trace_dir
+from tests.app_pages import open_page
 from dpcore.read.traces.reader import trace_files
 from dpcore.read.importer.write_run import import_traces
 
@@ -212,18 +213,18 @@ def test_views_draw(runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> N
     assert not _problems(at)
     for layout, path in runs.items():
         at.sidebar.selectbox(key="run_a").set_value(path.name).run()
-        for view in ("Overview", "Timeline", "Stragglers"):
-            at.sidebar.radio(key="view").set_value(view).run()
-            assert not _problems(at), (layout, view, _problems(at))
-            assert at.get("plotly_chart"), f"{layout}: {view} drew no chart"
+        for title in ("Overview", "Timeline", "Stragglers"):
+            open_page(at, title)
+            assert not _problems(at), (layout, title, _problems(at))
+            assert at.get("plotly_chart"), f"{layout}: {title} drew no chart"
 
 
 def test_dashboard_import_opens_the_run(traces: Path, tmp_path: Path) -> None:
     """The Import page imports a path on this machine and hands the new run to app.py."""
     root = tmp_path / "profiles"
     script = ("from pathlib import Path\nimport streamlit as st\n"
-              "from dpcore.read.dashboard.import_view import import_view\n"
-              f"import_view(Path({str(root)!r}))\n")
+              "from dpcore.read.dashboard.pages.import_traces import render\n"
+              f"render(Path({str(root)!r}))\n")
     at = AppTest.from_string(script, default_timeout=60).run()
     assert not _problems(at) and at.button(key="imp-go").disabled
     at.text_input(key="imp-path").input(str(traces / "titan")).run()
@@ -239,7 +240,7 @@ def test_dashboard_import_opens_the_run(traces: Path, tmp_path: Path) -> None:
 
 def test_uploads_are_saved_under_safe_names(tmp_path: Path) -> None:
     from dpcore.contract.errors import UsageError
-    from dpcore.read.dashboard.import_view import save_uploads
+    from dpcore.read.dashboard.pages.import_traces import save_uploads
     save_uploads([("../../evil/rank0.json", b"{}"), ("rank0.json", b"[]"), ("w1.pt.trace.json.gz", b"x")], tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1_rank0.json", "rank0.json", "w1.pt.trace.json.gz"]
     with pytest.raises(UsageError, match="not a Chrome trace"):

@@ -245,12 +245,14 @@ def test_comm_volume_measured_next_to_expected(sharded) -> None:
 def test_memory_view_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from streamlit.testing.v1 import AppTest
 
+    from dpcore.read.dashboard.pages import spec
+
     make_sharded_run(tmp_path, "20300101-000000-sharded")
     make_sharded_run(tmp_path, "20200101-000000-old", memory=False)
     monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.run()
-    at.sidebar.radio(key="view").set_value("Memory").run()
+    at.switch_page(str(spec("Memory").path.relative_to(ROOT))).run()
     assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
     assert len(at.get("plotly_chart")) == 3
     assert "3(N−1)/N·S" in " ".join(c.value for c in at.caption)  # the formula beside the numbers

@@ -148,19 +148,39 @@ def test_timeline_ignores_broken_rows(bad: pd.DataFrame) -> None:
 
 
 def test_timeline_colours_each_collective_family() -> None:
-    from dpcore.read.traces.kinds import comm_op
     from dpcore.read.plots.style import OP_COLORS
 
-    names = {"gloo:allgather": "all_gather", "fsdp_all_gather": "all_gather", "all_gather #3": "all_gather",
-             "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL": "reduce_scatter", "gloo:reduce_scatter": "reduce_scatter",
-             "gloo:all_reduce": "all_reduce", "all_reduce #0": "all_reduce", "gloo:broadcast": "broadcast",
-             "gloo:send": "send_recv", "mystery": "other"}
-    assert {n: comm_op(n) for n in names} == names
-    df = pd.DataFrame(dict(rank=[0] * 5, lane=["compute", "comm", "comm", "comm", "comm"],
-                           name=["forward", "fsdp_all_gather", "gloo:allgather", "reduce_scatter #2", "all_reduce #3"],
-                           start_ms=[0, 1, 1.01, 5, 6], end_ms=[10, 1.01, 2, 6, 7]))
+    # the family comes from the analysis's `op` column, never from the name: the last comm bar is
+    # named like an all-reduce but its row says broadcast, and the plot must believe the row
+    df = pd.DataFrame(dict(rank=[0] * 6, lane=["compute", "comm", "comm", "comm", "comm", "comm"],
+                           name=["forward", "fsdp_all_gather", "gloo:allgather", "reduce_scatter #2", "all_reduce #3",
+                                 "all_reduce #4"],
+                           op=["", "all_gather", "all_gather", "reduce_scatter", "all_reduce", "broadcast"],
+                           start_ms=[0, 1, 1.01, 5, 6, 8], end_ms=[10, 1.01, 2, 6, 7, 9]))
     fig = timeline_figure(df, max_bars_per_lane=1)  # force merging: families must stay apart
     bars = {t.name: t for t in fig.data}
-    assert set(bars) == {"compute", "all-gather", "reduce-scatter", "all-reduce"}
+    assert set(bars) == {"compute", "all-gather", "reduce-scatter", "all-reduce", "broadcast"}
     assert bars["all-gather"].marker.color == OP_COLORS["all_gather"] != bars["all-reduce"].marker.color
     assert len(bars["all-gather"].x) == 1 and len(bars["reduce-scatter"].x) == 1  # the two all-gathers merged
+    assert list(bars["broadcast"].customdata[:, 0]) == ["all_reduce #4"]
+    # rows without a family (no `op` column, or one the plot has no colour for) draw as "other comm"
+    bare = timeline_figure(df.drop(columns="op"))
+    assert {t.name for t in bare.data} == {"compute", "other comm"}
+    odd = timeline_figure(df.assign(op=["", "all_gather", "mystery", "mystery", "mystery", "mystery"]))
+    assert {t.name: len(t.x) for t in odd.data} == {"compute": 1, "all-gather": 1, "other comm": 4}
+
+
+def test_plots_never_import_the_analysis() -> None:
+    """The plot layer draws what it is given: it imports the contract and other plots only."""
+    import ast
+    from pathlib import Path
+
+    plots = Path(__file__).resolve().parents[1] / "dpcore" / "read" / "plots"
+    bad = []
+    for f in sorted(plots.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            bad += [f"{f.name}: {m}" for m in mods
+                    if m.startswith("dpcore") and not m.startswith(("dpcore.contract", "dpcore.read.plots"))]
+    assert not bad, bad

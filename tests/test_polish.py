@@ -23,12 +23,13 @@ from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
 from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
 from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
-from dpcore.read.dashboard.runs import default_second
+from dpcore.read.dashboard.picker import default_second
 from dpcore.read.dashboard.tables import bucket_text, overview_rows, status_text, table_height
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.ring import aggregate_pieces, message_figure
 from dpcore.read.plots.ring_circle import ring_circle_figure
 from dpcore.read.plots.style import SIDE_COLORS
+from tests.app_pages import open_page
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "profiles"
@@ -181,7 +182,7 @@ def test_ring_view_on_an_allreduce_run_picks_message_sizes(monkeypatch: pytest.M
     monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.sidebar.selectbox(key="run_a").set_value("sample-allreduce").run()
-    at.sidebar.radio(key="view").set_value("Ring messages").run()
+    open_page(at, "Ring messages")
     assert not at.exception and not at.error
     picker = next(s for s in at.selectbox if s.label == "Message size")
     assert "16 MiB" in picker.options and not [s for s in at.selectbox if s.label == "Step"]
@@ -204,7 +205,7 @@ def test_open_in_perfetto_posts_the_trace_after_pong() -> None:
 
 
 def test_download_names_carry_the_run_id() -> None:
-    from dpcore.read.dashboard.views_comm import download_name
+    from dpcore.read.dashboard.pages.traces import download_name
 
     class FakeRun:
         meta = {"run_id": "20250101-120000-mlp"}
@@ -225,7 +226,7 @@ def _blocks(node):
 def test_enter_in_the_new_run_form_does_not_start_a_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=60).run()
-    at.sidebar.radio(key="view").set_value("New run").run()
+    open_page(at, "New run")
     forms = [b for b in _blocks(at._tree) if getattr(b, "type", None) == "form"]
     assert forms, "the New run form is not drawn"
     assert all(not b.proto.form.enter_to_submit for b in forms)

@@ -306,10 +306,10 @@ def test_view_renders_the_sample_run() -> None:
         from pathlib import Path
 
         from dpcore.read.rundir import load_run
-        from dpcore.read.dashboard.views_stragglers import stragglers_view
+        from dpcore.read.dashboard.pages.stragglers import render
         root = Path("profiles").resolve()
         for name in ("sample-train", "sample-allreduce"):
-            stragglers_view(load_run(root / name), root)
+            render(load_run(root / name))
 
     cwd = os.getcwd()
     os.chdir(ROOT)

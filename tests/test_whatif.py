@@ -284,8 +284,8 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
 
     def page(path: str) -> None:
         from dpcore.read.rundir import load_run
-        from dpcore.read.dashboard.views_whatif import whatif_view
-        whatif_view(load_run(path))
+        from dpcore.read.dashboard.pages.whatif import render
+        render(load_run(path))
 
     at = AppTest.from_function(page, args=(str(run.path),), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]

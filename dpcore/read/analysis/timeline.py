@@ -6,6 +6,10 @@ few hundred bars), else from steps.csv phases and collectives.csv rows. Times ar
 the step's earliest start across ranks on the shared clock. Pure: the traces arrive as events
 frames, read by :mod:`dpcore.read.rundir.job_traces` (``job_trace_events``,
 ``step_trace_events``, ``traced_job_events``).
+
+Why the collective family (``op``) is a column here: which collective a comm span is lives only
+in its name (``dpcore.read.traces.kinds.comm_op``); classifying it is analysis, so the plot layer
+colours by the column and never re-reads event names.
 """
 from __future__ import annotations
 
@@ -19,8 +23,10 @@ from dpcore.read.rundir.load import Run
 from dpcore.read.analysis.comm_overlap import (MS_NS, TRACE_COLUMNS, _trace_sets, comm_start_ns, compute_intervals_ns,
                                           overlap_from_trace)
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
+from dpcore.read.traces.kinds import comm_op
 
-COLUMNS = ["rank", "lane", "name", "start_ms", "end_ms"]
+#: ``op``: the collective family of a comm row (:func:`comm_op` of its name), "" on compute rows.
+COLUMNS = ["rank", "lane", "name", "op", "start_ms", "end_ms"]
 
 
 def _sync_shift_us(events: pd.DataFrame, sync: object, rank: int) -> float | None:
@@ -88,8 +94,19 @@ def _comm_from_csv(run: Run, job_id: str, step: int, t0: float) -> list[dict]:
             for rk, op, sq, a, b in zip(c["rank"], c["op"], c["seq"], start, c["t_end_ns"])]
 
 
+def _with_op(df: pd.DataFrame) -> pd.DataFrame:
+    """Fill ``op``: the family of each comm row's name (one classification per distinct name)."""
+    names = df["name"].astype(str)
+    ops = names.map({n: comm_op(n) for n in names.unique()})
+    return df.assign(op=ops.where(df["lane"] == "comm", ""))[COLUMNS]
+
+
 def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None) -> pd.DataFrame:
-    """rank, lane ('compute'|'comm'), name, start_ms, end_ms of one step of one job.
+    """rank, lane ('compute'|'comm'), name, op, start_ms, end_ms of one step of one job.
+
+    ``op`` is the collective family of a comm row (``all_reduce``, ``all_gather``,
+    ``reduce_scatter``, ``broadcast``, ``send_recv`` or ``other``; :func:`comm_op` of its name)
+    and "" on compute rows.
 
     ``events``: the job's trace events when the step is traced, else None
     (:func:`dpcore.read.rundir.job_traces.step_trace_events`; a caller drawing several steps
@@ -107,7 +124,7 @@ def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None) -> p
         extra = [r for r in _comm_from_csv(run, job_id, step, t0) if r["rank"] not in has_comm]
         if extra:
             df = pd.concat([df, pd.DataFrame(extra, columns=COLUMNS)], ignore_index=True)
-        return df.sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)
+        return _with_op(df.sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True))
     rows = []
     for r in st.to_dict("records"):
         # the same phase layout the overlap numbers use (fwd, bwd, then opt after the sync wait)
@@ -116,4 +133,5 @@ def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None) -> p
                   "end_ms": (b - t0) / MS_NS}
                  for n, a, b in zip(("forward", "backward", "optimizer"), starts, ends)]
     rows += _comm_from_csv(run, job_id, step, t0)
-    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["rank", "lane", "start_ms"]).reset_index(drop=True)
+    return _with_op(pd.DataFrame(rows, columns=COLUMNS).sort_values(["rank", "lane", "start_ms"])
+                    .reset_index(drop=True))

@@ -1,10 +1,19 @@
-"""Cached, path-checked access to runs for the dashboard (the only place the app touches disk).
+"""What several dashboard pages share: the run listing, cached run loading, the path checks, and
+the analysis results more than one page draws (per-step trace overlap, the per-job summary).
 
-Why: every script rerun must be cheap (view switches < 1 s), so loads and analysis results are
-memoised with `st.cache_data`, keyed by the run's path plus a stamp of its files' mtimes and sizes
-(a run still being written reloads when a file is replaced). Why the path checks: the profiles
-folder is the trust boundary; a symlink or a crafted name must never make the app read elsewhere.
-Nothing here executes data from a run: only JSON/CSV via `dpcore.read.rundir` loaders.
+The dashboard's one caching pattern, used here and by every page for its own results: an
+``@st.cache_data`` function whose first two arguments are ``(_run, run_key)``. ``_run`` (not
+hashed: the leading underscore) is the loaded run, ``run_key = key(run)`` its path plus a stamp of
+its files' mtimes and sizes, so a run still being written is recomputed when a file is replaced.
+Figures are cached the same way (unpickling a figure costs a fraction of building it). Why: every
+script rerun must be cheap (page switches < 1 s on a busy 2-core box).
+
+Why the path checks: the profiles folder is the trust boundary; a symlink or a crafted name must
+never make the app read elsewhere. The pages read a run's files through :func:`load_run`
+(``root=`` confines the loader, the run's traces included) and :func:`file_reader`. Nothing here
+executes data from a run: only JSON/CSV via `dpcore.read.rundir` loaders. (Elsewhere the app
+touches disk twice, on the user's request: the Import page reads the traces it is pointed at and
+writes a run, and the New run page starts a profile that writes one.)
 """
 from __future__ import annotations
 
@@ -116,63 +125,15 @@ def key(run: R.Run) -> tuple:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def trace_steps(_run: R.Run, run_key: tuple) -> pd.DataFrame:
-    # per-step overlap of every job's traces: read once per run, shared by every view
+    """Per-step overlap of every job's traces (`trace_step_metrics`): read once per run, shared
+    by the pages (the per-job summary, the Timeline's step cards)."""
     return A.trace_step_metrics(R.traced_job_events(_run))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def job_summary(_run: R.Run, run_key: tuple) -> pd.DataFrame:
+    """`job_summary` of the run: Overview, Timeline, Scaling, Buckets, Memory and compare mode."""
     return A.job_summary(_run, trace_steps(_run, run_key))
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def step_metrics(_run: R.Run, run_key: tuple) -> pd.DataFrame:
-    return A.step_metrics(_run.steps, _run.collectives, trace_steps(_run, run_key))
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def scaling(_run: R.Run, run_key: tuple, mode: str) -> pd.DataFrame:
-    bucket = (_run.meta.get("config") or {}).get("bucket_mb")
-    bucket = bucket if isinstance(bucket, (int, float)) else None  # foreign run.json: ignore
-    return A.scaling(job_summary(_run, run_key), mode, default_bucket=bucket)
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def bucket_sweep(_run: R.Run, run_key: tuple) -> pd.DataFrame:
-    return A.bucket_sweep(job_summary(_run, run_key))
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def bandwidth(_run: R.Run, run_key: tuple) -> pd.DataFrame:
-    return A.allreduce_bandwidth(_run.allreduce)
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _job_events(_run: R.Run, run_key: tuple, job_id: str) -> pd.DataFrame | None:
-    # cache_resource: a job's trace events can be a million rows; keep one read-only copy
-    # instead of pickling a copy per access, and read the traces once per job, not per step
-    return R.job_trace_events(_run, job_id)
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def timeline(_run: R.Run, run_key: tuple, job_id: str, step: int) -> pd.DataFrame:
-    events = _job_events(_run, run_key, job_id) if step in _run.traced_steps(job_id) else None
-    return A.timeline(_run, job_id, step, events=events)
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def ring_step_times(_run: R.Run, run_key: tuple) -> pd.DataFrame:
-    return A.ring_step_times(_run.messages)
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def message_counts(_run: R.Run, run_key: tuple) -> pd.DataFrame:
-    return A.message_counts(_run.messages)
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def chunk_matrix(world_size: int) -> pd.DataFrame:
-    return A.chunk_matrix(world_size)
 
 
 def trace_files(run: R.Run, job_id: str, root: Path) -> dict[str, Path]:

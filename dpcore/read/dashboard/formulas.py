@@ -1,7 +1,7 @@
 """Metric formulas exactly as DESIGN.md defines them, shown beside every number in the app.
 
 Why one table: the CLI, the README and the app must explain a number the same way; keeping the
-wording here makes the help texts consistent across views.
+wording here makes the help texts consistent across pages.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ BREAKDOWN_CAPTION = (
 
 
 def scaling_caption(mode: str) -> str:
-    """Caption for the scaling view in the run's own scaling mode (weak or strong)."""
+    """Caption for the Scaling page in the run's own scaling mode (weak or strong)."""
     return (f"This run used **{mode} scaling**. {FORMULAS['speedup_' + mode]} {FORMULAS['efficiency_' + mode]} "
             "The dashed line is perfect scaling. Points drawn as × were oversubscribed: more busy threads than "
             "CPU cores, so their slowdown comes from the machine, not from the algorithm.")

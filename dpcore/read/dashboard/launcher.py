@@ -20,6 +20,7 @@ from pathlib import Path
 import streamlit as st
 
 from dpcore.contract.config import MODELS, OPTIMIZERS, SIZES, VARIANTS, parse_bucket_sweep
+from dpcore.read.dashboard.picker import OPEN_ON_OVERVIEW
 from dpcore.read.dashboard.text import md
 
 QUICK = dict(model="mlp", size="tiny", variants=["single", "flat", "ring", "overlap", "bucketed"],
@@ -129,7 +130,7 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
         bucket = c[1].number_input("Bucket MB", 0.01, 4096.0, 25.0)
         sweep = c[2].text_input("Bucket sweep (MB, comma separated)", "", placeholder="e.g. 1,5,25")
         optimizer = st.selectbox("Optimizer", OPTIMIZERS, help="SGD keeps no state, so what ZeRO-1 "
-                                 "(zero1, torch_zero1) saves shows only with adam or adamw (Memory view).")
+                                 "(zero1, torch_zero1) saves shows only with adam or adamw (Memory page).")
         go = st.form_submit_button("Start profile", disabled=busy, type="primary")
     if go:
         try:
@@ -174,7 +175,7 @@ def follow() -> None:
                                                  errors=errors, cmd=launch.cmd)
         st.session_state.pop("launch", None)
         if rc == 0 and run_dir:
-            st.session_state["open_run"] = Path(run_dir).name
+            st.session_state[OPEN_ON_OVERVIEW] = Path(run_dir).name
     st.rerun()
 
 

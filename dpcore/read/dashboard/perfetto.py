@@ -9,7 +9,7 @@ trace bytes as an ArrayBuffer. Perfetto opens gzip-compressed JSON directly, so 
 file goes as it is. Nothing is uploaded: the bytes go from this page to the Perfetto tab.
 
 The bytes ride inside the component's HTML (base64, one third larger), which Streamlit re-sends
-on every rerun of the view: above :data:`MAX_EMBED_BYTES` the button is replaced by a note that
+on every rerun of the page: above :data:`MAX_EMBED_BYTES` the button is replaced by a note that
 says so and points to the download button. :func:`perfetto_html` is pure and tested; the browser
 must let the page open a window on the click (the button is inside the component, so the
 click is the user gesture popup blockers ask for).

@@ -1,6 +1,6 @@
 """Tables as people read them: empty cells that say why, sizes in binary units, every row shown.
 
-Why a module of pure helpers (pandas in, pandas out, no st.*): the same rules hold in every view
+Why a module of pure helpers (pandas in, pandas out, no st.*): the same rules hold on every page
 and are testable without Streamlit. A cell that has no value says "—" (the dataframe's
 ``placeholder``), a skipped job says why ("skipped: needs 2 or more GPUs …"), a size reads
 "16 MiB" (:func:`dpcore.contract.units.binary_size`, the CLI's rule too), and the bucket size is

@@ -8,8 +8,9 @@ a lane that touch within one "pixel" of time into a single bar (hover says how m
 until each lane has at most `max_bars_per_lane` bars.
 Why one colour per collective: sharded variants mix collectives in one step (FSDP all-gathers
 parameters before each module's forward and backward, then reduce-scatters gradients); the comm
-lane draws each family (``dpcore.read.traces.kinds.comm_op``) in its own colour, and bars of
-different families are never merged into one.
+lane draws each family (the ``op`` column that the analysis fills) in its own colour, and bars of
+different families are never merged into one. The family comes with the data: this module never
+re-classifies event names (plots import only the contract and other plots).
 """
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.read.traces.kinds import comm_op
 from dpcore.read.plots.style import LANE_COLORS, OP_COLORS, OP_LABELS, base_layout, empty_figure
 
 COLS = ["rank", "lane", "name", "start_ms", "end_ms"]
+#: The family a comm bar is drawn as when its row names none (no ``op`` column, or an unknown one).
+OTHER = "other"
 
 
 def _merge_lane(lane: pd.DataFrame, tol: float) -> pd.DataFrame:
@@ -70,12 +72,15 @@ def lane_order(ranks: list[int]) -> list[str]:
 def timeline_figure(intervals: pd.DataFrame, title: str | None = None,
                     max_bars_per_lane: int = 1500) -> go.Figure:
     """Horizontal bars (base = start, length = duration): one trace for compute and one per
-    collective family on the comm lanes (all-reduce, all-gather, reduce-scatter, ...); zoom with the mouse."""
+    collective family on the comm lanes (all-reduce, all-gather, reduce-scatter, ...); zoom with the mouse.
+
+    ``intervals``: `dpcore.read.analysis.timeline` rows; their ``op`` column (the collective family
+    of each comm row) picks the colour. Comm rows without one are drawn as ``other``."""
     if intervals is None or intervals.empty:
         return empty_figure("No intervals recorded for this job and step.")
     df = intervals[COLS].dropna(subset=["start_ms", "end_ms"])
-    names = df["name"].astype(str)
-    ops = names.map({n: comm_op(n) for n in names.unique()})  # one classification per distinct name
+    ops = intervals.loc[df.index, "op"] if "op" in intervals else pd.Series(OTHER, index=df.index)
+    ops = ops.where(ops.isin(list(OP_COLORS)), OTHER).astype(str)
     df = df.assign(op=ops.where(df["lane"] == "comm", ""))
     df = reduce_intervals(df, max_bars_per_lane)
     ranks = sorted(int(r) for r in df["rank"].unique())

@@ -1,4 +1,4 @@
-"""Stragglers view: which rank arrives last at the collectives, and what that costs the others.
+"""Stragglers page: which rank arrives last at the collectives, and what that costs the others.
 
 Why beside the overview: a slow step can be slow because one rank is late (a noisy neighbour,
 an uneven data loader) rather than because communication is slow; the wait/transfer split
@@ -7,17 +7,18 @@ as `python -m dpcore stragglers`), figures from `dpcore.read.plots.stragglers`.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, straggler_threshold_pct
-from dpcore.read.report.stragglers import straggler_verdict
-from dpcore.read.dashboard import data
+from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
+from dpcore.read.report.stragglers import straggler_verdict
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
+from dpcore.read.rundir.load import Run
+
+INTRO = "Which rank arrives last at each collective, and how long the others wait for it."
 
 FORMULA = ("For one collective matched across ranks (same job, step and sequence number): a rank's wait = "
            "latest arrival − its own arrival, at most its comm time; the rank with wait 0 arrived last (exact ties: each tied rank). "
@@ -42,32 +43,29 @@ TABLE_CONFIG = {
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def waits(_run, run_key: tuple) -> pd.DataFrame:
+def waits(_run: Run, run_key: tuple) -> pd.DataFrame:
     """collective_waits of the run's collectives.csv (cached per run and file stamp)."""
     return collective_waits(_run.collectives)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def summary(_run, run_key: tuple) -> pd.DataFrame:
+def summary(_run: Run, run_key: tuple) -> pd.DataFrame:
     """straggler_summary per (job, rank) of the run (cached per run and file stamp)."""
     return straggler_summary(waits(_run, run_key))
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _figures(_run, run_key: tuple, job_id: str) -> tuple[go.Figure, go.Figure]:
-    # cache_resource: hand back the same figures (see dashboard/figures.py on why not cache_data)
+@st.cache_data(show_spinner=False, max_entries=16)
+def charts(_run: Run, run_key: tuple, job_id: str) -> tuple[go.Figure, go.Figure]:
+    """Last arrivals per rank, and wait against transfer per rank, of one job."""
     s = summary(_run, run_key)
     s = s[s["job_id"] == job_id]
     return (last_arrival_figure(s, "Who arrived last"),
             wait_transfer_by_rank_figure(s, "Comm time per collective: waiting vs transfer"))
 
 
-def stragglers_view(run, root: Path) -> None:
-    """Job picker, the per-rank table, last-arrival bars, wait/transfer bars and the formula.
-
-    ``root`` (the profiles folder) keeps the views' common signature; everything shown comes
-    from the run's collectives.csv, already loaded and path-checked by `data.load_run`.
-    """
+def render(run: Run) -> None:
+    """Job picker, the per-rank table, last-arrival bars, wait/transfer bars and the formula;
+    everything from the run's collectives.csv."""
     if run.collectives.empty:
         st.info("This run recorded no collectives (an all-reduce benchmark run, or training jobs that did not "
                 "finish): stragglers are measured on the collectives of training jobs with 2 or more ranks.")
@@ -87,7 +85,7 @@ def stragglers_view(run, root: Path) -> None:
     ws = len(rows)
     st.markdown(f"**{md(job)}**: {straggler_verdict(rows)}.")
     st.dataframe(rows.drop(columns="job_id"), hide_index=True, width="stretch", column_config=TABLE_CONFIG)
-    last_fig, split_fig = _figures(run, key, job)
+    last_fig, split_fig = charts(run, key, job)
     left, right = st.columns(2)
     with left:
         st.plotly_chart(last_fig, key=f"sg-last-{run.path}-{job}")
@@ -97,3 +95,13 @@ def stragglers_view(run, root: Path) -> None:
                f"{straggler_threshold_pct(ws):.0f}% of the collectives (halfway between chance, 100/N, and "
                "always). For asynchronous collectives (overlap, bucketed, DDP) a wait may have been spent "
                "computing: it measures skew, not idle time.")
+
+
+def page() -> None:
+    """The page as Streamlit runs it."""
+    st.caption(INTRO)
+    frame.each_run(render)
+
+
+if __name__ == "__main__":
+    page()

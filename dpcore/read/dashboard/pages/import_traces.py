@@ -1,4 +1,4 @@
-"""The dashboard's Import page: traces you already have -> a run, then open it.
+"""Import page: traces you already have -> a run, then open it.
 
 Why in the app: the people with traces (from ``tensorboard_trace_handler``, torchtitan, their
 own ``export_chrome_trace``) are often not at a terminal; the page does what
@@ -17,9 +17,12 @@ import streamlit as st
 
 from dpcore.contract.errors import UsageError
 from dpcore.contract.runformat import TRACE_SUFFIXES
-from dpcore.read.importer.write_run import import_traces
+from dpcore.read.dashboard import frame
+from dpcore.read.dashboard.picker import OPEN_ON_OVERVIEW
 from dpcore.read.dashboard.text import md
+from dpcore.read.importer.write_run import import_traces
 
+INTRO = "Traces you already have (torch.profiler, tensorboard_trace_handler, torchtitan) as a run."
 LOCAL, UPLOAD = "A folder or file on this machine", "Upload trace files"
 
 
@@ -58,9 +61,9 @@ def _run_import(source: str, uploads: list, name: str, iteration: int | None, ro
     return result.run_dir.name
 
 
-def import_view(root: Path) -> None:
+def render(root: Path) -> None:
     """Path or uploads, a name, Import; on success ``st.session_state['open_run']`` is the new run
-    (app.py then selects it and shows its Overview) and the page reruns."""
+    (app.py then selects it and shows its Overview) and the app reruns."""
     st.caption("Turn torch.profiler traces into a run: steps from the ProfilerStep#N markers, collectives from "
                "the gloo spans or NCCL kernels, phases where the trace names them (else shown as missing). "
                "Layouts: rank<r>.json, tensorboard_trace_handler's *.pt.trace.json[.gz], torchtitan's "
@@ -83,5 +86,16 @@ def import_view(root: Path) -> None:
         return
     run_id = _run_import(source, uploads, name, int(it) if it.strip() else None, root)
     if run_id is not None:
-        st.session_state["open_run"] = run_id
+        st.session_state[OPEN_ON_OVERVIEW] = run_id
         st.rerun()
+
+
+def page() -> None:
+    """The page as Streamlit runs it (also while the profiles folder is still empty)."""
+    ctx = frame.context()
+    st.caption(INTRO)
+    frame.safely(lambda: render(ctx.root), "The import")
+
+
+if __name__ == "__main__":
+    page()

@@ -1,14 +1,12 @@
-"""Memory view: memory per rank against step time for every variant, and the bytes each variant
+"""Memory page: memory per rank against step time for every variant, and the bytes each variant
 moves per step next to what its algorithm should move.
 
-Why one view for both: sharded data parallelism (ZeRO-1, FSDP) buys memory with communication;
+Why one page for both: sharded data parallelism (ZeRO-1, FSDP) buys memory with communication;
 a user deciding between DDP and FSDP needs both halves side by side. Numbers come from
 `dpcore.read.analysis.memory` (step time from `job_summary`, the numbers `summarize` prints),
 figures from `dpcore.read.plots.memory`.
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -16,10 +14,13 @@ import streamlit as st
 
 from dpcore.read.analysis.memory import (MIB, VOLUME_FORMULAS, comm_volume, job_memory, memory_table,
                                          volume_totals)
-from dpcore.read.dashboard import data
+from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
 from dpcore.read.plots.memory import memory_breakdown_figure, memory_tradeoff_figure, volume_figure
 from dpcore.read.plots.style import variant_rank
+from dpcore.read.rundir.load import Run
+
+INTRO = "Memory per rank against step time for every variant, and the bytes each one moves per step."
 
 NUM = st.column_config.NumberColumn
 HELD = ("held = parameters + gradients + optimizer state + other, each tensor storage counted once "
@@ -59,16 +60,16 @@ VOLUME_CONFIG = {
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _tables(_run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def tables(_run: Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(per (job, rank), per job, comm volume per (job, op)) of the run (cached per file stamp)."""
     table = memory_table(_run.memory, data.job_summary(_run, run_key))
     return table, job_memory(table), comm_volume(_run.collectives, _run.jobs, _run.memory, _run.grads)
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _figures(_run, run_key: tuple) -> tuple[go.Figure, go.Figure, go.Figure]:
-    # cache_resource: hand back the same figures (see dashboard/figures.py on why not cache_data)
-    table, jobs, volume = _tables(_run, run_key)
+@st.cache_data(show_spinner=False, max_entries=16)
+def charts(_run: Run, run_key: tuple) -> tuple[go.Figure, go.Figure, go.Figure]:
+    """The trade (scatter), what each rank holds (bars), bytes moved against expected."""
+    table, jobs, volume = tables(_run, run_key)
     return (memory_tradeoff_figure(jobs, "Memory per rank against step time: the trade"),
             memory_breakdown_figure(table, "What each rank holds"),
             volume_figure(volume, "Bytes moved per rank per step: measured vs expected"))
@@ -78,14 +79,12 @@ def _mib(df: pd.DataFrame, cols: dict[str, str]) -> pd.DataFrame:
     return df.assign(**{new: pd.to_numeric(df[old], errors="coerce") / MIB for old, new in cols.items()})
 
 
-def memory_view(run, root: Path) -> None:
+def render(run: Run) -> None:
     """The trade (scatter), the breakdown per rank (stacked bars), the per-job table, and the
-    communication volume against the expected formulas, each with its formula beside it.
-
-    ``root`` keeps the views' common signature; everything shown comes from the loaded run."""
+    communication volume against the expected formulas, each with its formula beside it."""
     key = data.key(run)
-    table, jobs, volume = _tables(run, key)
-    trade, breakdown, vol = _figures(run, key)
+    table, jobs, volume = tables(run, key)
+    trade, breakdown, vol = charts(run, key)
     if table.empty:
         st.info("This run has no memory.csv rows (recorded since dpcore measured memory per rank; "
                 "older runs and all-reduce benchmarks lack it).")
@@ -121,3 +120,13 @@ def memory_view(run, root: Path) -> None:
                f"{FORMULAS['busbw']}); `bytes` is the size of the tensor handed to the collective (the full, "
                "gathered buffer for all-gather and reduce-scatter). Expected, with P = trainable parameter "
                "bytes, N ranks: " + "; ".join(f"**{v}**: {VOLUME_FORMULAS[v]}" for v in variants) + ".")
+
+
+def page() -> None:
+    """The page as Streamlit runs it."""
+    st.caption(INTRO)
+    frame.each_run(render)
+
+
+if __name__ == "__main__":
+    page()

@@ -1,0 +1,94 @@
+"""What every dashboard page shares: the runs app.py picked, the per-run frame, the error wrapper.
+
+Why a hand-over through session state: Streamlit runs app.py (navigation and the shared sidebar)
+and then the chosen page's file in the same script run, and a page file takes no arguments. So
+app.py leaves the profiles folder, the run listing, the loaded runs and the current page in
+``st.session_state[CONTEXT]`` right before it runs the page, on every run (so it is never
+stale); the page reads them back with :func:`context`.
+
+Why :func:`safely`: run data is hostile input; a run that breaks one page must show a readable
+error (and its traceback on demand), never take the whole app down.
+"""
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dpcore.read.dashboard import launcher
+from dpcore.read.dashboard.pages import PageSpec
+from dpcore.read.dashboard.picker import offer_other_run
+from dpcore.read.dashboard.text import md
+from dpcore.read.rundir.load import Run
+
+CONTEXT = "dpcore_context"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What app.py hands to the page it runs."""
+    root: Path  #: the profiles folder (every file the app reads lies inside it)
+    runs: pd.DataFrame  #: every run under root (`data.list_runs`), newest first
+    loaded: list[Run]  #: the runs picked in the sidebar (two in compare mode), loaded
+    page: PageSpec  #: the page being run
+
+
+def hand_over(ctx: Context) -> None:
+    """app.py: leave the context for the page about to run."""
+    st.session_state[CONTEXT] = ctx
+
+
+def context() -> Context:
+    """A page: what app.py picked for this run (stops with a note when the page was started
+    on its own, without app.py)."""
+    ctx = st.session_state.get(CONTEXT)
+    if not isinstance(ctx, Context):
+        st.error("This page is part of the dpcore dashboard: start it with `streamlit run app.py`.")
+        st.stop()
+    return ctx
+
+
+def safely(fn: Callable[[], None], where: str) -> None:
+    """Run one part of a page; a bad run shows a readable error instead of taking the page down."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - hostile data must not crash the app
+        st.error(f"{where} could not be drawn: {type(exc).__name__}: {md(exc)}")
+        with st.expander("Details"):
+            st.code(traceback.format_exc(), language=None)
+
+
+def each_run(render: Callable[[Run], None]) -> None:
+    """The body of a page drawn once per picked run: a subheader per run in compare mode, the
+    offer of a run that has data for this page, the loader's warnings, and ``render`` inside
+    :func:`safely`."""
+    ctx = context()
+    if not ctx.loaded:
+        st.info("Pick another run in the sidebar.")
+        return
+    for run in ctx.loaded:
+        if len(ctx.loaded) > 1:
+            st.subheader(f"Run {md(run.path.name)}")
+        offer_other_run(ctx.runs, ctx.page, run.path.name)
+        for w in run.warnings:  # rows the loader could not read and skipped
+            st.warning(md(w))
+        safely(lambda: render(run), f"{ctx.page.title} of run {md(run.path.name)}")
+
+
+def landing(root: Path, app_dir: Path) -> None:
+    """What every page shows while the profiles folder holds no run: where runs come from, and
+    a one-click quick profile."""
+    st.title("No profiling runs yet")
+    st.markdown(
+        f"dpcore looks for runs in `{root}` (set `DPCORE_PROFILES` to use another folder). A run is what "
+        "`python -m dpcore profile` writes: per-step timings, every collective and message, and Chrome traces.\n\n"
+        "Start with a quick CPU profile: a tiny MLP trained by `single`, `flat`, `ring`, `overlap` and `bucketed` "
+        "data parallelism on 1 and 2 processes (gloo). It takes about a minute.")
+    busy = st.session_state.get("launch") is not None
+    if st.button("Run a quick CPU profile", type="primary", disabled=busy, key="quick"):
+        launcher.quick_start(root, app_dir)
+        st.rerun()

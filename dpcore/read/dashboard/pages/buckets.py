@@ -1,0 +1,62 @@
+"""Buckets page: how the gradient bucket size trades launch overhead against overlap.
+
+Why a sweep: small buckets start communicating early but pay a launch per bucket; one huge
+bucket starts only after the whole backward and hides nothing. The best size sits between, and
+only measuring several finds it. Numbers come from `dpcore.read.analysis.bucket_sweep` (on
+`job_summary`), the figure from `dpcore.read.plots.buckets`.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from dpcore.contract.units import EMPTY
+from dpcore.read import analysis as A
+from dpcore.read.dashboard import data, frame
+from dpcore.read.dashboard.formulas import FORMULAS
+from dpcore.read.dashboard.tables import bucket_rows, table_height
+from dpcore.read.plots.buckets import bucket_figure
+from dpcore.read.rundir.load import Run
+
+INTRO = "How the gradient bucket size trades launch overhead against overlap."
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def sweep(_run: Run, run_key: tuple) -> pd.DataFrame:
+    """The bucket-size sweep of the run's bucketed jobs (`bucket_sweep`)."""
+    return A.bucket_sweep(data.job_summary(_run, run_key))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def sweep_chart(_run: Run, run_key: tuple) -> go.Figure:
+    return bucket_figure(sweep(_run, run_key))
+
+
+def render(run: Run) -> None:
+    """Step time and exposed comm against bucket size, when the run swept bucket sizes."""
+    key = data.key(run)
+    st.plotly_chart(sweep_chart(run, key), key=f"bk-{run.path}")
+    df = sweep(run, key)
+    if not df.empty:
+        shown = bucket_rows(df)
+        st.dataframe(shown, hide_index=True, width="stretch", height=table_height(len(shown)), placeholder=EMPTY,
+                     column_config={
+            "bucket_mb": st.column_config.TextColumn("bucket cap", help="Gradient bucket cap (MiB = 2^20 bytes)."),
+            "comm_ops": st.column_config.NumberColumn("all-reduces per step", format="%d",
+                                                      help="How many buckets the gradients made."),
+            "step_ms": st.column_config.NumberColumn("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
+            "exposed_ms": st.column_config.NumberColumn("exposed E (ms)", help=FORMULAS["exposed_ms"], format="%.2f"),
+            "overlap_pct": st.column_config.NumberColumn("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%")})
+    st.caption("Small buckets start communicating early but pay a launch per bucket; one huge bucket can only "
+               f"start after the whole backward and hides nothing. {FORMULAS['exposed_ms']} {FORMULAS['step_ms']}")
+
+
+def page() -> None:
+    """The page as Streamlit runs it."""
+    st.caption(INTRO)
+    frame.each_run(render)
+
+
+if __name__ == "__main__":
+    page()

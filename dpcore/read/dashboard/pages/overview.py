@@ -1,0 +1,68 @@
+"""Overview page: where a training step's time goes, per (variant, world size), and the summary
+table behind it; in compare mode first what differs between the two runs.
+
+Why every table column carries a help text: engineers want the number, students want to know
+what it means; the formula (docs/DESIGN.md) is one hover away from the value. Numbers come from
+`dpcore.read.analysis.job_summary` (what `python -m dpcore summarize` prints), the figure from
+`dpcore.read.plots.overview`.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from dpcore.contract.units import EMPTY
+from dpcore.read.dashboard import data, frame
+from dpcore.read.dashboard.columns import SUMMARY_CONFIG
+from dpcore.read.dashboard.compare import compare_overview, shared_y_max
+from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS
+from dpcore.read.dashboard.tables import overview_rows, table_height
+from dpcore.read.plots.overview import breakdown_figure
+from dpcore.read.plots.style import variant_rank
+from dpcore.read.rundir.load import Run
+
+INTRO = "How long one training step takes per variant and world size, and how much of it is communication."
+SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "status", "step_ms", "step_ms_p10", "step_ms_p90", "noisy",
+                "comm_fraction", "overlap_pct", "comm_source", "overlap_gap", "sources_disagree", "comm_ops",
+                "comm_bytes", "compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "throughput"]
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def breakdown(_run: Run, run_key: tuple, y_max: float | None = None) -> go.Figure:
+    """The stacked step breakdown of every job (y-axis top ``y_max`` in compare mode)."""
+    return breakdown_figure(data.job_summary(_run, run_key), "Where a training step's time goes", y_max)
+
+
+def render(run: Run, peers: list[Run] | None = None) -> None:
+    """Stacked step breakdown per (variant, world size) and the summary table (every row shown).
+    ``peers``: the runs shown together in compare mode; their charts then share one y-axis."""
+    key = data.key(run)
+    summary = data.job_summary(run, key)
+    y_max = shared_y_max([data.job_summary(r, data.key(r)) for r in peers]) if peers and len(peers) > 1 else None
+    st.plotly_chart(breakdown(run, key, y_max), key=f"ov-{run.path}")
+    st.caption(BREAKDOWN_CAPTION)
+    if summary.empty:
+        return
+    cols = [c for c in SUMMARY_COLS if c in summary.columns]
+    ordered = summary.assign(_o=variant_rank(summary["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
+    shown = overview_rows(ordered, run.jobs)[cols]
+    st.dataframe(shown, hide_index=True, column_config=SUMMARY_CONFIG, width="stretch",
+                 height=table_height(len(shown)), placeholder=EMPTY)
+    st.caption(f"Step time T: median over the timed (untraced) steps and ranks, whiskers p10–p90; noisy = "
+               f"p90/p10 > 1.5. Comm, exposed comm and overlap: per traced step, from the trace where it shows "
+               f"communication, else from the recorded collectives (column 'measured from'); 'gap' is the trace's "
+               f"overlap minus the intervals' on the same steps, and ⚠ marks a gap above 5 points. "
+               f"{FORMULAS['comm_fraction']} {FORMULAS['overlap_pct']} Hover a column header for its formula.")
+
+
+def page() -> None:
+    """The page as Streamlit runs it: the comparison first in compare mode, then each run."""
+    ctx = frame.context()
+    st.caption(INTRO)
+    if len(ctx.loaded) > 1:
+        frame.safely(lambda: compare_overview(ctx.loaded), "The comparison")
+    frame.each_run(lambda run: render(run, peers=ctx.loaded))
+
+
+if __name__ == "__main__":
+    page()

@@ -1,0 +1,104 @@
+"""Scaling page: what adding ranks buys, in the run's own scaling mode (weak or strong).
+
+Why the resources sentence and the noisy warning beside the chart: an efficiency is only as good
+as the machine under it; threads per rank, pinning and oversubscription decide whether T(1) and
+T(N) differ by what data parallelism adds or by what the machine took away. Numbers come from
+`dpcore.read.analysis.scaling` (on `job_summary`), the figure from `dpcore.read.plots.scaling`.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from dpcore.contract.units import EMPTY
+from dpcore.read import analysis as A
+from dpcore.read.dashboard import data, frame
+from dpcore.read.dashboard.columns import NUM, SUMMARY_CONFIG
+from dpcore.read.dashboard.formulas import FORMULAS, scaling_caption
+from dpcore.read.dashboard.tables import bucket_text, table_height
+from dpcore.read.dashboard.text import md
+from dpcore.read.plots.scaling import scaling_figure, shared_ranges
+from dpcore.read.rundir.load import Run
+
+INTRO = "What adding ranks buys: step time, throughput, speedup and efficiency against world size."
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def scaling(_run: Run, run_key: tuple, mode: str) -> pd.DataFrame:
+    """`scaling` of the run's job summary in ``mode``; the run's own bucket size is the default
+    cell of bucketed variants."""
+    bucket = (_run.meta.get("config") or {}).get("bucket_mb")
+    bucket = bucket if isinstance(bucket, (int, float)) else None  # foreign run.json: ignore
+    return A.scaling(data.job_summary(_run, run_key), mode, default_bucket=bucket)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def scaling_chart(_run: Run, run_key: tuple, mode: str, ranges: tuple = ()) -> go.Figure:
+    """The four panels (``ranges``: shared y-ranges in compare mode)."""
+    return scaling_figure(scaling(_run, run_key, mode), mode, ranges=ranges)
+
+
+def measured_how(meta: dict) -> str:
+    """One sentence on the resources behind T(1) and T(N): threads per rank and core pinning."""
+    env = meta.get("environment") if isinstance(meta, dict) else None
+    env = env if isinstance(env, dict) else {}
+    tpr = env.get("threads_per_rank")
+    if isinstance(tpr, dict):  # runs written before the equal-threads policy: one value per world size
+        vals = sorted({str(v) for v in tpr.values()})
+        if len(vals) > 1:
+            return ("Caution: this run gave ranks of different world sizes different thread counts "
+                    f"({md(', '.join(f'N={k}: {v}' for k, v in tpr.items()))}), so efficiency mixes the cost of "
+                    "communication with the loss of threads.")
+        tpr = vals[0] if vals else None
+    if tpr is None:
+        return ""
+    pin = env.get("pinning")
+    pinned = (" each rank pinned to its own cores" if pin == "per-rank"
+              else " ranks not pinned to cores" if pin else "")
+    return f"Every job ran with {md(tpr)} thread(s) per rank{',' if pinned else ''}{pinned}, so T(1) and T(N) differ only by what data parallelism adds."
+
+
+def _scaling_mode(run: Run) -> str:
+    cfg = run.meta.get("config") or {} if isinstance(run.meta, dict) else {}
+    mode = str(cfg.get("scaling") or "weak").lower()
+    return mode if mode in ("weak", "strong") else "weak"
+
+
+def render(run: Run, peers: list[Run] | None = None) -> None:
+    """Step time, throughput, speedup and efficiency against world size, in the run's scaling mode.
+    ``peers``: the runs shown together in compare mode; their panels then share y-axes."""
+    mode = _scaling_mode(run)
+    key = data.key(run)
+    df = scaling(run, key, mode)
+    ranges = shared_ranges([scaling(r, data.key(r), _scaling_mode(r)) for r in peers]) \
+        if peers and len(peers) > 1 else ()
+    st.plotly_chart(scaling_chart(run, key, mode, ranges), key=f"sc-{run.path}")
+    st.caption(scaling_caption(mode) + " " + measured_how(run.meta))
+    if not df.empty and df["noisy"].any():
+        cells = ", ".join(f"{v} ×{n}" for v, n in zip(df.loc[df["noisy"], "variant"],
+                                                      df.loc[df["noisy"], "world_size"]))
+        st.warning(f"Noisy measurements: {md(cells)}. Their step times spread more than "
+                   "1.5× between p10 and p90, or efficiency came out above 100%, so another process "
+                   "probably competed for the cores. Re-run on an idle machine before trusting them.")
+    if not df.empty:
+        cfg_cols = {"step_ms": SUMMARY_CONFIG["step_ms"], "throughput": SUMMARY_CONFIG["throughput"],
+                    "speedup": NUM("speedup S(N)", help=FORMULAS["speedup_" + mode], format="%.2f"),
+                    "efficiency": NUM("efficiency", help=FORMULAS["efficiency_" + mode], format="percent"),
+                    "ideal_speedup": NUM("ideal S(N)", format="%.0f")}
+        shown = df.assign(bucket_mb=[bucket_text(v, b) for v, b in zip(df["variant"], df["bucket_mb"])]) \
+            if {"variant", "bucket_mb"} <= set(df.columns) else df
+        cfg_cols["bucket_mb"] = SUMMARY_CONFIG["bucket_mb"]
+        st.dataframe(shown, hide_index=True, column_config=cfg_cols, width="stretch", placeholder=EMPTY,
+                     height=table_height(len(shown)))
+
+
+def page() -> None:
+    """The page as Streamlit runs it (in compare mode both runs' panels share y-axes)."""
+    ctx = frame.context()
+    st.caption(INTRO)
+    frame.each_run(lambda run: render(run, peers=ctx.loaded))
+
+
+if __name__ == "__main__":
+    page()

@@ -1,0 +1,132 @@
+"""Timeline page: what every rank does during one step, compute above communication, on one clock.
+
+Why a job and a step picker with the step's own numbers beside the picture: a timeline shows
+*where* a step's time goes; the cards say how far that step is from the job's median, so an
+outlier step is not mistaken for the job. Lanes come from `dpcore.read.analysis.timeline` (the
+trace of a profiled step, else steps.csv and collectives.csv), the figure from
+`dpcore.read.plots.timeline`.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from dpcore.contract.units import EMPTY
+from dpcore.read import analysis as A
+from dpcore.read import rundir as R
+from dpcore.read.dashboard import data, frame
+from dpcore.read.dashboard.columns import SUMMARY_CONFIG
+from dpcore.read.dashboard.formulas import FORMULAS
+from dpcore.read.plots.timeline import timeline_figure
+from dpcore.read.rundir.load import Run
+
+INTRO = "What every rank does during one step: compute above, communication below, on one clock."
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def step_metrics(_run: Run, run_key: tuple) -> pd.DataFrame:
+    """Per (job, rank, step) numbers of the run (`step_metrics`): the step cards' source."""
+    return A.step_metrics(_run.steps, _run.collectives, data.trace_steps(_run, run_key))
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def job_events(_run: Run, run_key: tuple, job_id: str) -> pd.DataFrame | None:
+    """Every rank trace of one job as one events frame, read once per job (not once per step).
+    The frame pickles cheaply (names, kinds and threads are categoricals: a 250,000-event job
+    takes about 10 ms), so it is cached like every other result."""
+    return R.job_trace_events(_run, job_id)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def lanes(_run: Run, run_key: tuple, job_id: str, step: int) -> pd.DataFrame:
+    """The step's compute and comm lanes per rank (`timeline`); the job's traces are read only
+    for a traced step."""
+    events = job_events(_run, run_key, job_id) if step in _run.traced_steps(job_id) else None
+    return A.timeline(_run, job_id, step, events=events)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def lanes_figure(_run: Run, run_key: tuple, job_id: str, step: int) -> go.Figure:
+    """The lanes drawn, with the job and step as the title."""
+    return timeline_figure(lanes(_run, run_key, job_id, step), f"{job_id} · step {step}")
+
+
+def _step_cards(run: Run, job: str, step: int, job_row: pd.Series) -> None:
+    """The drawn step's numbers per rank (they change with the step picker), beside the job's."""
+    source = job_row.get("comm_source") if isinstance(job_row.get("comm_source"), str) else None
+    ranks = A.step_ranks(step_metrics(run, data.key(run)), job, step, source)
+    if ranks.empty:
+        return
+    m = st.columns(4)
+    t_max = float(ranks["step_ms"].max())
+    m[0].metric(f"step {step}: T (slowest rank)", f"{t_max:.2f} ms",
+                delta=f"{t_max - job_row['step_ms']:+.2f} ms vs job median", delta_color="inverse",
+                help=FORMULAS["step_ms"])
+    m[1].metric("comm C (mean over ranks)", f"{ranks['comm_ms'].mean():.2f} ms", help=FORMULAS["comm_ms"])
+    m[2].metric("exposed E (mean over ranks)", f"{ranks['exposed_ms'].mean():.2f} ms", help=FORMULAS["exposed_ms"])
+    ov = ranks["overlap_pct"].mean()
+    m[3].metric("overlap (mean over ranks)", "n/a" if pd.isna(ov) else f"{ov:.0f} %", help=FORMULAS["overlap_pct"])
+    job_line = pd.DataFrame([{"rank": "job (T: median)", "step_ms": job_row["step_ms"], "comm_ms": job_row["comm_ms"],
+                              "exposed_ms": job_row["exposed_ms"], "overlap_pct": job_row["overlap_pct"],
+                              "source": f"{job_row.get('comm_source', '')} (all traced steps)"}])
+    table = pd.concat([ranks.assign(rank=ranks["rank"].map(lambda r: f"rank {r}")), job_line], ignore_index=True)
+    st.dataframe(table, hide_index=True, width="stretch", placeholder=EMPTY, column_config={
+        "rank": st.column_config.TextColumn(f"step {step}"),
+        **{k: SUMMARY_CONFIG[k] for k in ("step_ms", "comm_ms", "exposed_ms", "overlap_pct")},
+        "source": st.column_config.TextColumn("measured from", help=FORMULAS.get("comm_source", ""))})
+
+
+def _default_job(jobs: pd.DataFrame, summary: pd.DataFrame) -> int:
+    """The multi-rank job with the highest overlap %: its timeline teaches the most."""
+    ids = list(jobs["job_id"])
+    if summary.empty or "overlap_pct" not in summary:
+        return 0
+    multi = summary[(summary["world_size"] > 1) & summary["job_id"].isin(ids)]
+    best = multi.sort_values("overlap_pct", ascending=False, na_position="last")["job_id"]
+    return ids.index(best.iloc[0]) if len(best) else 0
+
+
+def render(run: Run) -> None:
+    """Lane pair per rank for one job and step, from the trace when there is one, and the
+    drawn step's numbers per rank."""
+    jobs = run.jobs[(run.jobs["kind"] == "train") & (run.jobs["status"] == "complete")].reset_index(drop=True)
+    if jobs.empty:
+        st.info("This run has no completed training job to draw.")
+        return
+    c1, c2 = st.columns([2, 1])
+    summary = data.job_summary(run, data.key(run))
+    job = c1.selectbox("Job", list(jobs["job_id"]), index=_default_job(jobs, summary), key=f"tl-job-{run.path}",
+                       help="One (variant, world size, bucket size) cell of the sweep.")
+    steps = run.steps[run.steps["job_id"] == job]
+    traced_steps = run.traced_steps(job)
+    all_steps = sorted(int(s) for s in steps["step"].unique()) or [0]
+    default = traced_steps[0] if traced_steps else all_steps[0]
+    step = c2.selectbox("Step", all_steps, index=all_steps.index(default), key=f"tl-step-{run.path}-{job}",
+                        format_func=lambda s: f"{s} (profiled, traced)" if s in traced_steps else str(s))
+    with st.spinner("Reading the traces of this job…"):
+        fig = lanes_figure(run, data.key(run), job, int(step))
+    st.plotly_chart(fig, key=f"tl-{run.path}-{job}-{step}")
+    row = summary[summary["job_id"] == job] if "job_id" in summary else summary.iloc[:0]
+    if len(row):
+        _step_cards(run, job, int(step), row.iloc[0])
+    traced = step in traced_steps
+    source = ("each rank's torch.profiler trace (placed on the shared clock by its clock-sync markers; "
+              "if they are missing, from steps.csv and collectives.csv)" if traced else
+              "steps.csv phases (compute) and collectives.csv intervals (comm): this step was not traced")
+    st.caption(
+        f"Each rank has two lanes on the shared clock: **compute** (forward, backward, optimizer) above, "
+        f"**comm** (all-reduce in flight) below. Where orange sits under blue, communication is hidden by "
+        f"compute (overlap); orange under an empty compute lane is exposed comm the step waits for. "
+        f"Drawn from {source}. Drag to zoom, double-click to reset; dense regions are merged into single bars "
+        f"(hover shows how many ops). {FORMULAS['overlap_pct']}")
+
+
+def page() -> None:
+    """The page as Streamlit runs it."""
+    st.caption(INTRO)
+    frame.each_run(render)
+
+
+if __name__ == "__main__":
+    page()

@@ -1,0 +1,131 @@
+"""The sidebar's run picker (one run, or two in compare mode) and the offer of a run that has
+data for the page when the picked one has none.
+
+Why runs are picked by folder, not run id: run ids come from run.json, and a copied run
+(``cp -r``) keeps its id; the folder name is unique under the profiles folder. Everything from
+a run that lands in Markdown goes through :func:`~dpcore.read.dashboard.text.md`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dpcore.read.dashboard import data
+from dpcore.read.dashboard.pages import PageSpec
+from dpcore.read.dashboard.text import md
+from dpcore.read.rundir.load import Run
+
+#: Session keys that open a run: OPEN_ON_OVERVIEW (a profile or an import started from the app has
+#: finished: app.py selects it and shows its Overview), OPEN_HERE (the "Open <run>" button of a
+#: page the picked run has no data for: app.py selects it and the page stays).
+OPEN_ON_OVERVIEW, OPEN_HERE = "open_run", "open_run_keep_page"
+
+
+def _has_kind(runs: pd.DataFrame, kind: str) -> pd.Series:
+    return runs["kinds"].fillna("").astype(str).str.split(",").apply(lambda ks: kind in ks)
+
+
+def folders(runs: pd.DataFrame) -> list[str]:
+    """The folder name of each run (unique under the profiles folder): the picker's keys."""
+    return [Path(str(p)).name for p in runs["path"]]
+
+
+def default_run(runs: pd.DataFrame) -> str:
+    """Folder of the newest complete run with training jobs (the pages most people open
+    first), else of the newest complete run, else of the newest of any status."""
+    runs = runs.assign(_folder=folders(runs))
+    done = runs[runs["status"] == "complete"]
+    train = done[_has_kind(done, "train")]
+    pick = train if not train.empty else done if not done.empty else runs
+    return str(pick["_folder"].iloc[0])
+
+
+def run_with(runs: pd.DataFrame, kind: str | None, folder: str) -> str | None:
+    """When the chosen run (by folder) has no job of ``kind`` ('train', 'allreduce'; None: any
+    run will do), the newest run's folder that has one (else None)."""
+    if kind is None:
+        return None
+    have = runs.assign(_folder=folders(runs))
+    have = have[_has_kind(have, kind)]
+    if have.empty or folder in set(have["_folder"]):
+        return None
+    return str(have["_folder"].iloc[0])
+
+
+def offer_other_run(runs: pd.DataFrame, page: PageSpec, folder: str) -> None:
+    """Say plainly that this run has nothing for the page, with a one-click switch (app.py
+    selects the run on the rerun; the page stays)."""
+    other = run_with(runs, page.needs, folder)
+    if other is None:
+        return
+    kind = "all-reduce benchmark" if page.needs == "allreduce" else "training jobs"
+    st.info(f"Run {md(folder)} has no {kind}; {md(other)} has.")
+    if st.button(f"Open {md(other)}", key=f"open-{page.title}-{other}"):
+        st.session_state[OPEN_HERE] = other
+        st.rerun()
+
+
+#: How much each shared property counts when choosing the run to compare with: the same kind of
+#: jobs first (a training run against an all-reduce benchmark compares nothing), then the model.
+LIKENESS = {"kinds": 8, "model": 4, "size": 2, "backend": 1, "world_sizes": 1, "variants": 1, "device": 1}
+
+
+def default_second(runs: pd.DataFrame, first: str) -> str | None:
+    """Folder of the run most like ``first`` (same kind of jobs, then the same model, size,
+    backend, world sizes, variants, device; complete beats unfinished), newest on a tie; None
+    when there is no other run. Why: comparing a training run with a benchmark is never meant."""
+    runs = runs.assign(_folder=folders(runs)).reset_index(drop=True)
+    mine = runs[runs["_folder"] == first]
+    others = runs[runs["_folder"] != first]
+    if others.empty:
+        return None
+    if mine.empty:
+        return str(others["_folder"].iloc[0])
+    me = mine.iloc[0]
+    score = pd.Series(0.0, index=others.index)
+    for col, weight in LIKENESS.items():
+        if col in runs:
+            score += weight * (others[col].astype(str) == str(me[col])).astype(float)
+    score += 0.5 * (others["status"] == "complete").astype(float)
+    return str(others.loc[score.idxmax(), "_folder"])  # idxmax: the first (newest) of the best
+
+
+def run_labels(runs: pd.DataFrame) -> dict[str, str]:
+    """{folder: picker label}: "run_id · status", plus the folder where two runs share a run id."""
+    ids = [str(r) for r in runs["run_id"]]
+    dup = {r for r in ids if ids.count(r) > 1}
+    return {f: f"{r} ({f}) · {s}" if r in dup else f"{r} · {s}"
+            for f, r, s in zip(folders(runs), ids, runs["status"].astype(str))}
+
+
+def pick_runs(runs: pd.DataFrame) -> list[str]:
+    """Sidebar: one run (default newest complete) and, in compare mode, a second one. Returns
+    the chosen runs' folder names (unique, unlike run ids)."""
+    labels = run_labels(runs)
+    keys = list(labels)
+    if st.session_state.get("run_a") not in keys:
+        st.session_state["run_a"] = default_run(runs)
+    fmt = lambda f: labels.get(f, f)  # noqa: E731 - option labels are plain text, not Markdown
+    a = st.sidebar.selectbox("Run", keys, key="run_a", format_func=fmt, help="Runs under the profiles folder, newest first.")
+    chosen = [a]
+    if len(keys) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
+        others = [f for f in keys if f != a]
+        if st.session_state.get("run_b") not in others:
+            st.session_state["run_b"] = default_second(runs, a) or others[0]
+        chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt))
+    return chosen
+
+
+def load_picked(runs: pd.DataFrame, chosen: list[str], root: Path) -> list[Run]:
+    """The chosen runs (folder names) loaded through the cache; a run that cannot be loaded is
+    named in a warning and left out."""
+    paths = dict(zip(folders(runs), runs["path"]))
+    loaded = []
+    for folder in chosen:
+        try:
+            loaded.append(data.load_run(paths[folder], root))
+        except Exception as exc:  # noqa: BLE001 - RunLoadError names the file; anything else is still a bad run
+            st.warning(f"Run {md(folder)} could not be loaded: {md(exc)}")
+    return loaded
