@@ -58,6 +58,7 @@ def test_every_page_renders_on_the_sample(monkeypatch):
 def test_timeline_from_trace_and_from_csv_on_the_sample():
     from dpcore.read.analysis import timeline
     from dpcore.read.rundir import step_trace_events
+    from dpcore.read.rundir import step_trace_events
     from dpcore.read.rundir import job_trace_events, step_trace_events
     run = load_run(SAMPLE / "sample-train")
     steps = run.steps[run.steps["job_id"] == "bucketed-ws2-b1"]
@@ -82,6 +83,7 @@ def test_timeline_rows_name_their_collective_family():
     """`timeline` returns the family of every comm row (op), so the plot never re-reads names:
     known answers from the names (traces.kinds.comm_op) and from the sample's FSDP and ZeRO-1 steps."""
     from dpcore.read.analysis import timeline
+    from dpcore.read.rundir import step_trace_events
     from dpcore.read.traces.kinds import comm_op
 
     names = {"gloo:allgather": "all_gather", "fsdp_all_gather": "all_gather", "all_gather #3": "all_gather",
