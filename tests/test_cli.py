@@ -84,13 +84,13 @@ def test_allreduce_sizes_must_be_whole_float32(capsys, tmp_path):
 
 
 def test_repeated_world_sizes_and_variants_run_once():
-    from dpcore.contract.config import TrainConfig, parse_choices, parse_int_list
-    from dpcore.write.commands.profile import ProfileOptions, plan_jobs
+    from dpcore.contract.config import ProfileOptions, TrainConfig, parse_choices, parse_int_list
+    from dpcore.write.commands.profile import plan_jobs
     ws = parse_int_list("2,1,2", "world sizes")
     variants = parse_choices("flat,flat,bucketed", "variant", ("flat", "bucketed"))
     assert ws == [2, 1] and variants == ["flat", "bucketed"]
-    jobs = plan_jobs(ProfileOptions(tuple(variants), tuple(ws), bucket_sweep=(1.0, 25.0)),
-                     TrainConfig(bucket_mb=25.0), None)
+    jobs = plan_jobs(ProfileOptions(tuple(variants), tuple(ws), bucket_sweep=(1.0, 25.0),
+                                    train=TrainConfig(bucket_mb=25.0)), None)
     assert [j.job_id for j in jobs] == ["flat-ws2", "flat-ws1", "bucketed-ws2-b1",
                                         "bucketed-ws2-b25", "bucketed-ws1-b1", "bucketed-ws1-b25"]
 

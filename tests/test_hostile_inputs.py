@@ -140,10 +140,10 @@ def test_interrupt_while_jobs_are_planned_marks_the_run_interrupted(monkeypatch,
     from dpcore.cli import main
     import dpcore.write.commands.profile as profile_mod
 
-    def plan(self, cfg, run_dir):
+    def plan(world, opts, run_dir):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(profile_mod.LocalWorld, "plan", plan)
+    monkeypatch.setattr(profile_mod, "plan", plan)
     rc = main(["profile", "--variants", "flat", "--world-sizes", "2", "--width", "16",
                "--steps", "2", "--no-trace", "--progress", "none", "--out", str(tmp_path)])
     assert rc == 130, capsys.readouterr().err
