@@ -1,4 +1,4 @@
-"""Command line: ``python -m dpcore <command>`` (and the ``dpcore`` console script).
+"""Command line: ``python -m dpcore <command>``.
 
 Commands that run jobs and write a run: ``profile``, ``allreduce``; ``verify`` checks that every
 variant trains like ``single``. Commands that read runs and traces: ``analyze``, ``summarize``,
@@ -7,7 +7,7 @@ variant trains like ``single``. Commands that read runs and traces: ``analyze``,
 Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one line>`` and
 exit status 2. The CLI computes nothing itself; it parses text into values and calls the
 modules the dashboard calls too, so both show the same numbers. Validation is not here: the
-options objects (:mod:`dpcore.contract.config`) refuse bad values when they are built, and the
+options objects (:mod:`dpcore.contract.options`) refuse bad values when they are built, and the
 defaults shown below are their fields' defaults.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ import sys
 import threading
 
 from dpcore.contract.config import (ALGOS, BACKENDS, MODELS, OPTIMIZERS, PROGRESS_MODES, SIZES,
-                                    VARIANTS, AllreduceOptions, ProfileOptions, RunOptions,
-                                    TrainConfig, VerifyOptions, default_of, is_model_spec,
+                                    VARIANTS, TrainConfig, default_of, is_model_spec,
                                     parse_bucket_sweep, parse_choices, parse_delay,
                                     parse_int_list, parse_size_list, size_text)
 from dpcore.contract.errors import UsageError
+from dpcore.contract.options import AllreduceOptions, ProfileOptions, RunOptions, VerifyOptions
 
 
 class _Parser(argparse.ArgumentParser):

@@ -84,7 +84,8 @@ def test_allreduce_sizes_must_be_whole_float32(capsys, tmp_path):
 
 
 def test_repeated_world_sizes_and_variants_run_once():
-    from dpcore.contract.config import ProfileOptions, TrainConfig, parse_choices, parse_int_list
+    from dpcore.contract.config import TrainConfig, parse_choices, parse_int_list
+    from dpcore.contract.options import ProfileOptions
     from dpcore.write.commands.profile import plan_jobs
     ws = parse_int_list("2,1,2", "world sizes")
     variants = parse_choices("flat,flat,bucketed", "variant", ("flat", "bucketed"))
@@ -152,14 +153,16 @@ def test_options_refuse_bad_values_wherever_they_are_built(expr: str, needle: st
     """A library caller or a test building the options gets the CLI's one-line error."""
     from dataclasses import replace
 
-    from dpcore.contract import config
-    names = {"replace": replace, **{n: getattr(config, n) for n in (
-        "AllreduceOptions", "ProfileOptions", "TrainConfig", "VerifyOptions")}}
+    from dpcore.contract import options
+    from dpcore.contract.config import TrainConfig
+    names = {"replace": replace, "TrainConfig": TrainConfig, **{n: getattr(options, n) for n in (
+        "AllreduceOptions", "ProfileOptions", "VerifyOptions")}}
     _refused(lambda: eval(expr, names), needle)
 
 
 def test_good_options_pass() -> None:
-    from dpcore.contract.config import ProfileOptions, TrainConfig
+    from dpcore.contract.config import TrainConfig
+    from dpcore.contract.options import ProfileOptions
     # without a trace, --profile-steps is not used (0 == no trace), and toy is verify's model
     opts = ProfileOptions(trace=False, train=TrainConfig(steps=2, profile_steps=0))
     assert opts.train.profile_steps == 0 and TrainConfig(model="toy").model == "toy"
@@ -180,7 +183,7 @@ def _captured(monkeypatch, module: str, func: str, returns: object) -> dict:
 
 def test_cli_defaults_are_the_options_defaults(monkeypatch, tmp_path, capsys) -> None:
     """With no options, each command builds exactly its options class's defaults."""
-    from dpcore.contract.config import AllreduceOptions, ProfileOptions, VerifyOptions
+    from dpcore.contract.options import AllreduceOptions, ProfileOptions, VerifyOptions
 
     got = _captured(monkeypatch, "dpcore.write.commands.profile", "run_profile", (0, None))
     assert main(["profile", "--out", str(tmp_path)]) == 0

@@ -1,17 +1,18 @@
-"""Frozen configuration objects (saved verbatim to run.json), the options of each command that
-runs jobs, and the parsing of the CLI's list and size syntax.
+"""DESIGN's fixed names, the training config (saved verbatim to run.json), the rules every
+option value is checked by, and the parsing of the CLI's list and size syntax.
 
-Why validation lives here, in ``__post_init__``: a config that no job can run must be refused
-wherever it is built (the CLI, a test, a library caller), before any rank starts or any run
-folder exists, with one line naming the option and its valid values (:class:`UsageError`,
-exit 2 in the CLI). The CLI only turns text into values and takes its defaults from these
-classes' fields, so a rule or a default is written once.
+Why validation lives in ``TrainConfig.__post_init__`` (and in the command options built on it,
+:mod:`dpcore.contract.options`): a config that no job can run must be refused wherever it is
+built (the CLI, a test, a library caller), before any rank starts or any run folder exists,
+with one line naming the option and its valid values (:class:`UsageError`, exit 2 in the CLI).
+The CLI only turns text into values and takes its defaults from these classes' fields, so a
+rule or a default is written once.
 """
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Iterable
 
 from dpcore.contract.errors import UsageError, choices_error
@@ -240,8 +241,8 @@ MAX_DELAY_MS = 60_000
 
 
 def parse_delay(text: str) -> tuple[int, float]:
-    """'1:20' -> (rank 1, 20.0 ms). Whether the rank exists and the sleep is in range is
-    checked where the world sizes are known (:class:`ProfileOptions`, :class:`TrainConfig`)."""
+    """'1:20' -> (rank 1, 20.0 ms). Whether the sleep is in range is :class:`TrainConfig`'s
+    check; whether the rank exists, ``ProfileOptions``'s (it knows the world sizes)."""
     m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+(?:\.\d+)?)\s*", text or "")
     if not m:
         raise UsageError(f"bad --inject-delay {text!r}; use RANK:MS, e.g. 1:20 (rank 1 sleeps 20 ms "
@@ -264,7 +265,7 @@ DEFAULT_TIMEOUT_S = 300.0
 def check_timeout(timeout_s: float, option: str = "--timeout") -> float:
     """A job timeout must be a finite number of seconds in (0, MAX_TIMEOUT_S]: 0 or less makes
     every rendezvous fail at once with pages of c10d C++ frames, and nan/inf overflow it.
-    One rule for the options below (before anything runs) and the launcher (library callers)."""
+    One rule for the command options (before anything runs) and the launcher (library callers)."""
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
             and 0 < timeout_s <= MAX_TIMEOUT_S):
         raise UsageError(f"{option} must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}, "
@@ -297,102 +298,3 @@ def default_of(cls: type, name: str) -> Any:
             if f.default_factory is not MISSING:
                 return f.default_factory()
     raise KeyError(f"{cls.__name__} has no default for {name!r}")
-
-
-# --- the options of each command that runs jobs ---------------------------------------------
-
-@dataclass(frozen=True, kw_only=True)
-class RunOptions:
-    """What every command that writes a run is told: where, under which name, on which backend,
-    how long a job may take and how progress is shown."""
-
-    out: str = "profiles"
-    name: str | None = None
-    backend: str = "auto"
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    progress: str = "bar"
-    run_id: str | None = None
-
-    def __post_init__(self) -> None:
-        check_timeout(self.timeout_s)
-        check_choices((self.progress,), "progress mode", PROGRESS_MODES)
-        check_backend(self.backend)
-        check_run_id(self.run_id)
-        # --out is checked where the run folder is made (RunWriter): the file system decides
-
-
-@dataclass(frozen=True)
-class ProfileOptions(RunOptions):
-    """``profile``: which jobs (variants x world sizes x bucket sizes), how each trains
-    (``train``), and the resources every job gets."""
-
-    variants: tuple[str, ...] = VARIANTS
-    world_sizes: tuple[int, ...] = (1, 2)
-    bucket_sweep: tuple[float, ...] = ()
-    trace: bool = True
-    threads_per_rank: int | None = None   # None: physical cores // largest world size
-    pin: bool = True                      # pin each rank to its own CPUs where they fit
-    train: TrainConfig = field(default_factory=TrainConfig)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.train.model in VERIFY_MODELS:  # verify's own model; profile offers MODELS
-            check_model_name(self.train.model)
-        check_choices(self.variants, "variant", VARIANTS, all_ok=True)
-        check_int_list(self.world_sizes, "world sizes")
-        check_bucket_sweep(self.bucket_sweep)
-        check_int("--threads-per-rank", self.threads_per_rank, 1)
-        cfg = self.train
-        if self.trace and not 0 < cfg.profile_steps <= cfg.steps:
-            raise profile_steps_error(cfg.steps, cfg.profile_steps)
-        for ws in self.world_sizes:
-            cfg.local_batch(ws)  # raises the divisibility error for strong scaling
-        top = max(self.world_sizes)
-        if cfg.delay_rank >= top:
-            raise UsageError(f"--inject-delay rank {cfg.delay_rank} does not exist; valid ranks: "
-                             f"0..{top - 1}")
-
-
-@dataclass(frozen=True)
-class AllreduceOptions(RunOptions):
-    """``allreduce``: algorithms x world sizes, each timed at every size (bytes, float32)."""
-
-    algos: tuple[str, ...] = ALGOS
-    world_sizes: tuple[int, ...] = (2, 4)
-    sizes: tuple[int, ...] = (1024, 64 * 1024, 2**20, 16 * 2**20, 64 * 2**20)
-    warmup: int = 3
-    repeats: int = 0                # 0 == adaptive: more repeats for small sizes
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choices(self.algos, "algorithm", ALGOS, all_ok=True)
-        check_int_list(self.world_sizes, "world sizes")
-        if not self.sizes:
-            raise UsageError("--sizes is empty; give sizes like 1KB,64KB,1MB")
-        bad = [s for s in self.sizes if s < 4 or s % 4]
-        if bad:
-            raise UsageError(f"--sizes must be multiples of 4 bytes (float32 elements), got "
-                             f"{', '.join(map(str, bad))}; e.g. 1KB,64KB,1MB")
-        check_int("--warmup", self.warmup, 0)
-        check_int("--repeats", self.repeats, 0, " (0 = adaptive)")
-
-
-@dataclass(frozen=True)
-class VerifyOptions:
-    """``verify``: which variants are compared with ``single``, at which world size, on which
-    model, for how many steps (the training config itself is verify's, per model)."""
-
-    model: str = VERIFY_MODELS[0]
-    world_size: int = 2
-    variants: tuple[str, ...] = VARIANTS
-    steps: int = 5
-    backend: str = "auto"
-    timeout_s: float = DEFAULT_TIMEOUT_S
-
-    def __post_init__(self) -> None:
-        check_model_name(self.model, VERIFY_MODELS)
-        check_timeout(self.timeout_s)
-        check_int("--world-size", self.world_size, 1)
-        check_int("--steps", self.steps, 1)
-        check_choices(self.variants, "variant", VARIANTS, all_ok=True)
-        check_backend(self.backend)

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from dpcore.contract.bandwidth import bus_factor
-from dpcore.contract.config import AllreduceOptions
+from dpcore.contract.options import AllreduceOptions
 from dpcore.contract.runformat import EXIT_CODES, allreduce_job_id
 from dpcore.write.capture.comm_log import Recorder
 from dpcore.write.capture.run_lifecycle import RunLife

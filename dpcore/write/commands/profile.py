@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from dpcore.contract import runformat as rf
-from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS, ProfileOptions
+from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS
+from dpcore.contract.options import ProfileOptions
 from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, train_job_entry, write_job
 from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.commands.profile_rank import profile_job

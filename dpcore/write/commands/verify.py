@@ -25,9 +25,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import (COMPUTE_DTYPES, VERIFY_MODELS, TrainConfig, VerifyOptions,
-                                    check_model_name, is_model_spec)
+from dpcore.contract.config import (COMPUTE_DTYPES, VERIFY_MODELS, TrainConfig, check_model_name,
+                                    is_model_spec)
 from dpcore.contract.errors import JobFailed
+from dpcore.contract.options import VerifyOptions
 from dpcore.write.capture.comm_log import PhaseTimer
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.launch import in_torchrun, launch
