@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
-from dpcore.write.runtime.launch import DistContext, launch
+from dpcore.write.runtime.context import DistContext
+from dpcore.write.runtime.launch import launch
 from dpcore.write.training.trainer import make_trainer
 
 PAIR = ("bucketed", "torch_ddp")
@@ -54,7 +55,8 @@ def run(world_size: int = 2, width: int = 512, batch: int = 32, bucket_mb: float
     """Benchmark both variants; returns per-block medians, overall medians and the ratio."""
     cfg = TrainConfig(model="mlp", width=width, batch_size=batch, bucket_mb=bucket_mb)
     out = launch(_bench_rank, world_size, backend=backend,
-                 args=(cfg, repeats, steps, warmup, record), timeout_s=600)[0]
+                 args=(cfg, repeats, steps, warmup, record), timeout_s=600,
+                 preload=("dpcore.write.training.trainer",))[0]
     blocks = out["blocks"]
     med = {v: statistics.median(b) for v, b in blocks.items()}
     ratios = [a / b for a, b in zip(blocks["bucketed"], blocks["torch_ddp"])]

@@ -85,12 +85,13 @@ def test_allreduce_sizes_must_be_whole_float32(capsys, tmp_path):
 
 def test_repeated_world_sizes_and_variants_run_once():
     from dpcore.contract.config import TrainConfig, parse_choices, parse_int_list
-    from dpcore.write.commands.profile import ProfileOptions, plan_jobs
+    from dpcore.contract.options import ProfileOptions
+    from dpcore.write.commands.profile import plan_jobs
     ws = parse_int_list("2,1,2", "world sizes")
     variants = parse_choices("flat,flat,bucketed", "variant", ("flat", "bucketed"))
     assert ws == [2, 1] and variants == ["flat", "bucketed"]
-    jobs = plan_jobs(ProfileOptions(tuple(variants), tuple(ws), bucket_sweep=(1.0, 25.0)),
-                     TrainConfig(bucket_mb=25.0), None)
+    jobs = plan_jobs(ProfileOptions(tuple(variants), tuple(ws), bucket_sweep=(1.0, 25.0),
+                                    train=TrainConfig(bucket_mb=25.0)), None)
     assert [j.job_id for j in jobs] == ["flat-ws2", "flat-ws1", "bucketed-ws2-b1",
                                         "bucketed-ws2-b25", "bucketed-ws1-b1", "bucketed-ws1-b25"]
 
@@ -104,3 +105,98 @@ def test_unexpected_error_is_one_line_not_a_traceback(monkeypatch, capsys, tmp_p
     rc = main(["profile", "--variants", "flat", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 1 and err.startswith("error: OSError: No space left on device") and err.count("\n") == 1
+
+
+# --- validation lives in the options objects; the CLI takes its defaults from them -----------
+
+def _refused(build, needle: str) -> None:
+    from dpcore.contract.errors import UsageError
+    with pytest.raises(UsageError) as info:
+        build()
+    assert needle in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+OPTION_CASES = [
+    ("TrainConfig(width=0)", "--width must be >= 1, got 0"),
+    ("TrainConfig(lr=float('nan'))", "--lr must be a finite number >= 0, got nan"),
+    ("TrainConfig(model='transformer', size='huge')", "unknown size huge; valid choices: tiny"),
+    ("TrainConfig(scaling='diagonal')", "unknown scaling mode diagonal; valid choices: weak, strong"),
+    ("TrainConfig(bucket_mb=0.0)", "--bucket-mb must be a positive number of MB, got 0.0"),
+    ("TrainConfig(optimizer='lbfgs')", "unknown optimizer lbfgs; valid choices: sgd, adam, adamw"),
+    ("TrainConfig(delay_rank=1, delay_ms=0.0)", "--inject-delay must sleep between 0 and 60000 ms, got 0"),
+    ("TrainConfig(model='resnet')", "--model must be one of mlp, transformer, einsum or MODULE:FUNCTION"),
+    ("ProfileOptions(train=TrainConfig(steps=2))", "--profile-steps must be between 1 and --steps (2), got 3"),
+    ("ProfileOptions(train=TrainConfig(model='toy'))", "--model must be one of mlp, transformer, einsum or"),
+    ("ProfileOptions(world_sizes=(2,), train=TrainConfig(delay_rank=2, delay_ms=5.0))",
+     "--inject-delay rank 2 does not exist; valid ranks: 0..1"),
+    ("ProfileOptions(world_sizes=(3,), train=TrainConfig(scaling='strong', batch_size=8))",
+     "global batch 8 is not divisible by world size 3"),
+    ("ProfileOptions(threads_per_rank=0)", "--threads-per-rank must be >= 1, got 0"),
+    ("ProfileOptions(bucket_sweep=(0.0,))", "bad --bucket-sweep value '0.0'"),
+    ("ProfileOptions(variants=('ddp',))", "unknown variant ddp; valid choices: single"),
+    ("replace(ProfileOptions(), world_sizes=(0, 2))", "world sizes must be integers >= 1, got '0,2'"),
+    ("ProfileOptions(progress='fancy')", "unknown progress mode fancy; valid choices: bar, json, none"),
+    ("ProfileOptions(run_id='a/b')", "bad --run-id 'a/b'"),
+    ("AllreduceOptions(backend='mpi')", "unknown backend 'mpi'; valid choices: auto, gloo, nccl"),
+    ("AllreduceOptions(timeout_s=0)", "--timeout must be a number of seconds > 0"),
+    ("AllreduceOptions(sizes=(1024, 6))", "--sizes must be multiples of 4 bytes (float32 elements), got 6"),
+    ("AllreduceOptions(sizes=())", "--sizes is empty"),
+    ("AllreduceOptions(algos=('tree',))", "unknown algorithm tree; valid choices: native, ring"),
+    ("AllreduceOptions(repeats=-1)", "--repeats must be >= 0 (0 = adaptive), got -1"),
+    ("VerifyOptions(world_size=0)", "--world-size must be >= 1, got 0"),
+    ("VerifyOptions(model='resnet')", "--model must be one of mlp, transformer, einsum, toy or"),
+]
+
+
+@pytest.mark.parametrize("expr,needle", OPTION_CASES, ids=[e for e, _ in OPTION_CASES])
+def test_options_refuse_bad_values_wherever_they_are_built(expr: str, needle: str) -> None:
+    """A library caller or a test building the options gets the CLI's one-line error."""
+    from dataclasses import replace
+
+    from dpcore.contract import options
+    from dpcore.contract.config import TrainConfig
+    names = {"replace": replace, "TrainConfig": TrainConfig, **{n: getattr(options, n) for n in (
+        "AllreduceOptions", "ProfileOptions", "VerifyOptions")}}
+    _refused(lambda: eval(expr, names), needle)
+
+
+def test_good_options_pass() -> None:
+    from dpcore.contract.config import TrainConfig
+    from dpcore.contract.options import ProfileOptions
+    # without a trace, --profile-steps is not used (0 == no trace), and toy is verify's model
+    opts = ProfileOptions(trace=False, train=TrainConfig(steps=2, profile_steps=0))
+    assert opts.train.profile_steps == 0 and TrainConfig(model="toy").model == "toy"
+    assert TrainConfig(model="mine:build").model == "mine:build"  # checked when loaded
+
+
+def _captured(monkeypatch, module: str, func: str, returns: object) -> dict:
+    """Replace ``module.func`` by a recorder of its arguments that returns ``returns``."""
+    import importlib
+    got: dict = {}
+
+    def fake(*args, **kwargs):
+        got.update(args=args, kwargs=kwargs)
+        return returns
+    monkeypatch.setattr(importlib.import_module(module), func, fake)
+    return got
+
+
+def test_cli_defaults_are_the_options_defaults(monkeypatch, tmp_path, capsys) -> None:
+    """With no options, each command builds exactly its options class's defaults."""
+    from dpcore.contract.options import AllreduceOptions, ProfileOptions, VerifyOptions
+
+    got = _captured(monkeypatch, "dpcore.write.commands.profile", "run_profile", (0, None))
+    assert main(["profile", "--out", str(tmp_path)]) == 0
+    assert got["args"][0] == ProfileOptions(out=str(tmp_path))
+
+    got = _captured(monkeypatch, "dpcore.write.commands.allreduce", "run_allreduce", (0, None))
+    assert main(["allreduce", "--out", str(tmp_path)]) == 0
+    assert got["args"][0] == AllreduceOptions(out=str(tmp_path))
+
+    got = _captured(monkeypatch, "dpcore.write.commands.verify", "run_verify", ([], True))
+    assert main(["verify"]) == 0
+    d = VerifyOptions()
+    kw = got["kwargs"]
+    assert (got["args"][0], kw["model"], kw["steps"], tuple(kw["variants"]), kw["backend"],
+            kw["timeout_s"]) == (d.world_size, d.model, d.steps, d.variants, d.backend, d.timeout_s)
+    assert not list(tmp_path.iterdir())  # nothing ran

@@ -134,16 +134,46 @@ def test_interrupt_while_ranks_start_marks_the_run_interrupted(monkeypatch, tmp_
         Path(f"/proc/{starts[0]}/stat").read_text().split()[2] == "Z"
 
 
+def test_interrupt_during_allreduce_keeps_the_finished_cell(monkeypatch, tmp_path, capsys):
+    """`allreduce` shares profile's run life cycle: Ctrl-C/SIGTERM as the second cell's ranks
+    start ends the run `interrupted` (exit 130), the first cell stays complete with its rows,
+    the unfinished cell is `interrupted`, not `failed`."""
+    from dpcore.cli import main
+    import dpcore.write.runtime.launch as launch_mod
+
+    proc_cls = launch_mod._mp_context().Process
+    real_start = proc_cls.start
+    starts: list[int] = []
+
+    def start(self):
+        if len(starts) == 2:  # the first cell's two ranks started; the second cell's do not
+            raise KeyboardInterrupt
+        real_start(self)
+        starts.append(self.pid)
+
+    monkeypatch.setattr(proc_cls, "start", start)
+    rc = main(["allreduce", "--algos", "native,ring", "--world-sizes", "2", "--sizes", "1KB",
+               "--repeats", "2", "--warmup", "0", "--progress", "none", "--out", str(tmp_path)])
+    assert rc == 130, capsys.readouterr().err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    meta = json.loads((run / rf.RUN_JSON).read_text())
+    assert meta["status"] == "interrupted"
+    assert {j["id"]: j["status"] for j in meta["jobs"]} == {"native-ws2": "complete",
+                                                           "ring-ws2": "interrupted"}
+    rows = (run / "allreduce.csv").read_text().splitlines()
+    assert len(rows) == 2 and rows[1].startswith("native-ws2,native,2,1024,2,")
+
+
 def test_interrupt_while_jobs_are_planned_marks_the_run_interrupted(monkeypatch, tmp_path, capsys):
     """Ctrl-C after run.json exists but before the job loop (while jobs are planned) must not
     leave the run `running` with nobody writing it."""
     from dpcore.cli import main
     import dpcore.write.commands.profile as profile_mod
 
-    def plan(self, cfg, run_dir):
+    def plan(world, opts, run_dir):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(profile_mod.LocalWorld, "plan", plan)
+    monkeypatch.setattr(profile_mod, "plan", plan)
     rc = main(["profile", "--variants", "flat", "--world-sizes", "2", "--width", "16",
                "--steps", "2", "--no-trace", "--progress", "none", "--out", str(tmp_path)])
     assert rc == 130, capsys.readouterr().err

@@ -220,6 +220,46 @@ def test_allreduce_command_writes_run(tmp_path):
     assert {j["kind"] for j in meta["jobs"]} == {"allreduce"}
 
 
+def test_torchrun_runs_the_allreduce_benchmark_in_its_world(tmp_path):
+    """`allreduce` under torchrun: the cells run on torchrun's 2 ranks (its one world size,
+    whatever --world-sizes says), rank 0 writes the run and prints the table."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun) if torchrun.exists() else "torchrun", "--standalone", "--nproc-per-node",
+           "2", "-m", "dpcore", "allreduce", "--algos", "native,ring,naive", "--world-sizes", "2,4",
+           "--sizes", "1KB,64KB", "--repeats", "3", "--warmup", "1", "--progress", "none",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("(complete): all-reduce, float32") == 1  # one table: rank 0's
+    run = _only_run(tmp_path)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["kind"] == "allreduce"
+    assert meta["environment"]["torchrun"] is True and meta["config"]["world_sizes"] == [2]
+    jobs = {j["id"]: j for j in meta["jobs"]}
+    assert set(jobs) == {"native-ws2", "ring-ws2", "naive-ws2"}
+    for job in jobs.values():
+        assert job["status"] == "complete" and job["kind"] == "allreduce", job
+        assert job["wrong_elements"] == {"1024": 0, "65536": 0}
+        assert set(job["clock_offsets_ns"]) == {"0", "1"}
+    cols, rows = _read_csv(run / "allreduce.csv")
+    assert cols == ALLREDUCE_COLUMNS
+    assert sorted((r["job_id"], int(r["bytes"])) for r in rows) == sorted(
+        (j, b) for j in jobs for b in (1024, 65536))
+    for r in rows:
+        assert int(r["world_size"]) == 2 and int(r["repeats"]) == 3
+        t = float(r["time_ms"])
+        algbw = int(r["bytes"]) / (t / 1e3) / 1e9
+        assert t > 0 and abs(float(r["algbw_gbps"]) - algbw) <= 1e-5 + 1e-3 * algbw
+        assert abs(float(r["busbw_gbps"]) - algbw) <= 1e-5 + 1e-3 * algbw  # 2(N-1)/N = 1 at N=2
+    _, msgs = _read_csv(run / "messages.csv")
+    assert {m["rank"] for m in msgs} == {"0", "1"}  # both ranks' messages reached rank 0
+    naive = [m for m in msgs if m["job_id"] == "naive-ws2" and m["side"] == "send" and m["step"] == "0"]
+    assert len(naive) == 2 * 1  # N(N-1) messages for one call
+    ring = {m["phase"] for m in msgs if m["job_id"] == "ring-ws2"}
+    assert ring == {"reduce_scatter", "all_gather"}
+    assert not [m for m in msgs if m["job_id"] == "native-ws2"]
+
+
 def _descendants(pid: int) -> set[int]:
     rows = [ln.split() for ln in subprocess.run(["ps", "-eo", "pid,ppid"], capture_output=True,
                                                text=True).stdout.splitlines()[1:]]

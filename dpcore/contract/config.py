@@ -1,11 +1,21 @@
-"""Frozen configuration objects (saved verbatim to run.json) and size parsing."""
+"""DESIGN's fixed names, the training config (saved verbatim to run.json), the rules every
+option value is checked by, and the parsing of the CLI's list and size syntax.
+
+Why validation lives in ``TrainConfig.__post_init__`` (and in the command options built on it,
+:mod:`dpcore.contract.options`): a config that no job can run must be refused wherever it is
+built (the CLI, a test, a library caller), before any rank starts or any run folder exists,
+with one line naming the option and its valid values (:class:`UsageError`, exit 2 in the CLI).
+The CLI only turns text into values and takes its defaults from these classes' fields, so a
+rule or a default is written once.
+"""
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, Iterable
 
-from dpcore.contract.errors import UsageError
+from dpcore.contract.errors import UsageError, choices_error
 
 # DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
 # dpcore.write.dp.variants and dpcore.write.dp.comm re-export them next to their implementations).
@@ -30,8 +40,14 @@ SINGLE_PROCESS = ("single", "manual", "data_parallel")
 BUCKET_SENSITIVE = ("bucketed", "torch_ddp", "zero1", "torch_zero1")
 ALGOS = ("native", "ring", "naive", "central")
 MODELS = ("mlp", "transformer", "einsum")
+#: Built-in models that only ``verify`` and the tests use (not offered by ``profile``).
+VERIFY_MODELS = ("toy",)
 SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
 SCALING = ("weak", "strong")
+#: ``--backend``: ``auto`` = nccl when every local rank can have its own GPU, else gloo.
+BACKENDS = ("auto", "gloo", "nccl")
+#: ``--progress``: a terminal bar per job, JSON lines (what the dashboard follows), or nothing.
+PROGRESS_MODES = ("bar", "json", "none")
 #: ``--model MODULE:FUNCTION``: a user's own model (a function returning a ``dpcore.Workload``).
 MODEL_SPEC = "MODULE:FUNCTION"
 _SPEC_RE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)")
@@ -86,6 +102,32 @@ class TrainConfig:
     #: fsdp only: all-gather and compute in this dtype (one of COMPUTE_DTYPES), "" = float32.
     compute_dtype: str = ""
 
+    def __post_init__(self) -> None:
+        """Refuse a config no job can run: one line naming the option and its valid values."""
+        if self.model not in VERIFY_MODELS:
+            check_model_name(self.model)
+        if self.model == "transformer":
+            check_choices((self.size,), "size", SIZES)
+        check_int("--width", self.width, 1)
+        check_int("--batch-size", self.batch_size, 1)
+        check_choices((self.scaling,), "scaling mode", SCALING)
+        check_int("--steps", self.steps, 1)
+        check_int("--warmup", self.warmup, 0)
+        if self.profile_steps < 0:
+            raise profile_steps_error(self.steps, self.profile_steps)
+        if not (math.isfinite(self.bucket_mb) and self.bucket_mb > 0):
+            raise UsageError(f"--bucket-mb must be a positive number of MB, got {self.bucket_mb}")
+        if not (math.isfinite(self.lr) and self.lr >= 0):
+            raise UsageError(f"--lr must be a finite number >= 0, got {self.lr:g}")
+        check_choices((self.optimizer,), "optimizer", OPTIMIZERS)
+        if self.compute_dtype:
+            check_choices((self.compute_dtype,), "compute dtype", COMPUTE_DTYPES)
+        if self.delay_rank < -1:
+            raise UsageError(f"--inject-delay rank must be >= 0, got {self.delay_rank}")
+        if self.delay_rank >= 0 and not 0 < self.delay_ms <= MAX_DELAY_MS:
+            raise UsageError(f"--inject-delay must sleep between 0 and {MAX_DELAY_MS:.0f} ms, "
+                             f"got {self.delay_ms:g}")
+
     def global_batch(self, world_size: int) -> int:
         return self.batch_size * world_size if self.scaling == "weak" else self.batch_size
 
@@ -114,68 +156,145 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
+def parse_size_list(text: str) -> tuple[int, ...]:
+    """'1KB,64KB' -> (1024, 65536): sizes in bytes, each once, in the order given."""
+    return tuple(dict.fromkeys(parse_size(s) for s in text.split(",") if s.strip()))
+
+
+def size_text(nbytes: int) -> str:
+    """65536 -> '64KB': the largest binary unit that holds ``nbytes`` whole (parse_size's inverse)."""
+    for unit in ("GB", "MB", "KB"):
+        if nbytes and nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return f"{nbytes}B"
+
+
+def check_int(option: str, value: "int | None", minimum: int, note: str = "") -> None:
+    """An integer option below its minimum is one line naming the option and the range
+    (None: not given, nothing to check)."""
+    if value is not None and value < minimum:
+        raise UsageError(f"{option} must be >= {minimum}{note}, got {value}")
+
+
+def check_int_list(values: Iterable[int], what: str, minimum: int = 1, text: str | None = None) -> None:
+    """Every value >= ``minimum`` and at least one; ``text``: how the user wrote them."""
+    vals = list(values)
+    if not vals or min(vals) < minimum:
+        shown = text if text is not None else ",".join(map(str, vals))
+        raise UsageError(f"{what} must be integers >= {minimum}, got {shown!r}")
+
+
 def parse_int_list(text: str, what: str, minimum: int = 1) -> list[int]:
     """'1,2,4' -> [1, 2, 4], with a clear error naming ``what``."""
     try:
         vals = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise UsageError(f"bad {what} {text!r}; expected comma-separated integers like 1,2,4") from None
-    if not vals or min(vals) < minimum:
-        raise UsageError(f"{what} must be integers >= {minimum}, got {text!r}")
+    check_int_list(vals, what, minimum, text)
     return list(dict.fromkeys(vals))  # a repeated value would run the same job twice
+
+
+def check_choices(values: Iterable[str], what: str, valid: tuple[str, ...], all_ok: bool = False,
+                  text: str | None = None) -> None:
+    """Refuse unknown names (or none at all) with the valid choices; ``all_ok``: the option
+    also takes ``all``; ``text``: how the user wrote them (shown when none were given)."""
+    vals = list(values)
+    bad = [v for v in vals if v not in valid]
+    if bad or not vals:
+        raise UsageError(f"unknown {what} {', '.join(map(str, bad)) or repr(text or '')}; valid "
+                         f"choices: {', '.join(valid)}" + (" or all" if all_ok else ""))
 
 
 def parse_choices(text: str, what: str, valid: tuple[str, ...], all_ok: bool = True) -> list[str]:
     """'a,b' or 'all' -> list, rejecting unknown names with the valid choices."""
     if all_ok and text.strip() == "all":
         return list(valid)
-    vals = [v.strip() for v in text.split(",") if v.strip()]
-    vals = list(dict.fromkeys(vals))
-    bad = [v for v in vals if v not in valid]
-    if bad or not vals:
-        raise UsageError(f"unknown {what} {', '.join(bad) or repr(text)}; valid choices: "
-                         f"{', '.join(valid)}" + (" or all" if all_ok else ""))
+    vals = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    check_choices(vals, what, valid, all_ok, text)
     return vals
+
+
+def check_bucket_sweep(values: Iterable[float], shown: Iterable[str] | None = None) -> None:
+    """Every bucket size of a sweep finite and > 0 MB (``shown``: as the user wrote them)."""
+    vals = list(values)
+    for mb, item in zip(vals, shown if shown is not None else map(str, vals)):
+        if not (math.isfinite(mb) and mb > 0):
+            raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB like 1,10,25,100")
 
 
 def parse_bucket_sweep(text: str) -> tuple[float, ...]:
     """'1,10,25' (MB) or sizes with units ('512KB,4MB') -> MB, all finite and > 0."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
     out = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
+    for item in items:
         try:
             mb = parse_size(item) / 2**20 if item.upper().endswith("B") else float(item)
         except (ValueError, UsageError):
             mb = float("nan")
-        if not (math.isfinite(mb) and mb > 0):
-            raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB like 1,10,25,100")
         out.append(mb)
+    check_bucket_sweep(out, items)
     return tuple(dict.fromkeys(out))
 
 
-def parse_delay(text: str, world_size: int) -> tuple[int, float]:
-    """'1:20' -> (rank 1, 20.0 ms), with a clear error naming the valid ranks."""
+#: Longest accepted ``--inject-delay`` sleep (ms): a straggler, not a hang.
+MAX_DELAY_MS = 60_000
+
+
+def parse_delay(text: str) -> tuple[int, float]:
+    """'1:20' -> (rank 1, 20.0 ms). Whether the sleep is in range is :class:`TrainConfig`'s
+    check; whether the rank exists, ``ProfileOptions``'s (it knows the world sizes)."""
     m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+(?:\.\d+)?)\s*", text or "")
     if not m:
         raise UsageError(f"bad --inject-delay {text!r}; use RANK:MS, e.g. 1:20 (rank 1 sleeps 20 ms "
                          "in its forward every step)")
-    rank, ms = int(m.group(1)), float(m.group(2))
-    if rank >= world_size:
-        raise UsageError(f"--inject-delay rank {rank} does not exist; valid ranks: 0..{world_size - 1}")
-    if not 0 < ms <= 60_000:
-        raise UsageError(f"--inject-delay must sleep between 0 and 60000 ms, got {ms:g}")
-    return rank, ms
+    return int(m.group(1)), float(m.group(2))
+
+
+def profile_steps_error(steps: int, got: int) -> UsageError:
+    """The one message for a --profile-steps outside 1..--steps."""
+    return UsageError(f"--profile-steps must be between 1 and --steps ({steps}), got {got}; "
+                      "use --no-trace to skip tracing")
 
 
 #: Longest accepted job timeout (seconds): beyond it c10d's millisecond timeouts overflow.
 MAX_TIMEOUT_S = 1e6
+#: How long a job may run before it is killed and reported, unless --timeout says otherwise.
+DEFAULT_TIMEOUT_S = 300.0
 
 
 def check_timeout(timeout_s: float, option: str = "--timeout") -> float:
     """A job timeout must be a finite number of seconds in (0, MAX_TIMEOUT_S]: 0 or less makes
     every rendezvous fail at once with pages of c10d C++ frames, and nan/inf overflow it.
-    One rule for the CLI (before anything runs) and the launcher (library callers)."""
+    One rule for the command options (before anything runs) and the launcher (library callers)."""
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
             and 0 < timeout_s <= MAX_TIMEOUT_S):
         raise UsageError(f"{option} must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}, "
                          f"got {timeout_s:g}")
     return float(timeout_s)
+
+
+def check_backend(backend: str) -> None:
+    """One of :data:`BACKENDS` (whether nccl has its GPUs is the launcher's question)."""
+    if backend not in BACKENDS:
+        raise choices_error("backend", backend, BACKENDS)
+
+
+_RUN_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+
+def check_run_id(run_id: str | None) -> None:
+    """Run ids become folder names under --out: letters, digits, '-', '_' and '.' only."""
+    if run_id is not None and not _RUN_ID_RE.fullmatch(run_id):
+        raise UsageError(f"bad --run-id {run_id!r}; use letters, digits, '-', '_' and '.' "
+                         "(no slashes), e.g. my-run-1")
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of field ``name`` of dataclass ``cls`` (how the CLI takes its defaults)."""
+    for f in fields(cls):
+        if f.name == name:
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+    raise KeyError(f"{cls.__name__} has no default for {name!r}")

@@ -9,58 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from dpcore.contract import runformat as rf
-from dpcore.contract.files import atomic_write_text, csv_text, new_run_id, now_iso
 from dpcore.contract.errors import UsageError
-from dpcore.write.runtime.resources import is_oversubscribed, physical_cores, threads_per_rank
-from dpcore.write.runtime.resources import pinning as launch_pinning
-
-
-def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None = None,
-                threads: int | None = None, pin: bool = False) -> dict:
-    """What the numbers were measured on. ``oversubscribed`` when any job has more ranks on
-    this host than physical cores (its timings then mean little)."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    local = ranks_per_host or max(world_sizes or [1])
-    devices = ([torch.cuda.get_device_name(i) for i in range(gpus)] if backend == "nccl"
-               else [platform.processor() or platform.machine() or "cpu"])
-    return {
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "backend": backend,
-        "device": "cuda" if backend == "nccl" else "cpu",
-        "devices": devices,
-        "cpu_cores": physical_cores(),
-        "logical_cpus": os.cpu_count(),
-        # one value for every job (cores // largest world size unless --threads-per-rank)
-        "threads_per_rank": threads or threads_per_rank(local),
-        "pinning": launch_pinning(local, threads or threads_per_rank(local)) if pin else "none",
-        "oversubscribed": is_oversubscribed(local),
-        "gpus": gpus,
-    }
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunOptions:
-    """What every command that writes a run is told: where, under which name, on which backend,
-    how long a job may take and how progress is shown."""
-
-    out: str = "profiles"
-    name: str | None = None
-    backend: str = "auto"
-    timeout_s: float = 300.0
-    progress: str = "bar"
-    run_id: str | None = None
+from dpcore.contract.files import atomic_write_text, csv_text, new_run_id, now_iso
 
 
 def _unwritable(root: Path, exc: OSError) -> UsageError:

@@ -11,35 +11,36 @@ sum is known exactly (:func:`check_input`: small integers, exact in float32 what
 algorithm adds them in) counts the elements that differ from the expected sum, summed over
 ranks. The counts go into the job's run.json entry (``wrong_elements``: {bytes: count}), so
 allreduce.csv keeps DESIGN's columns; ``summarize`` and this command print them.
+
+The run's life cycle (statuses, a failing cell, Ctrl-C) is the one ``profile`` uses
+(:class:`~dpcore.write.capture.run_lifecycle.RunLife`), and so are its worlds: cells run on
+ranks spawned here, or, under ``torchrun``, on torchrun's ranks (across nodes; its one world
+size), rank 0 writing. Options are validated when built (:class:`AllreduceOptions`).
 """
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from dpcore.contract.bandwidth import bus_factor
-from dpcore.write.runtime.clock import measure_offset
-from dpcore.contract.errors import JobFailed
-from dpcore.write.capture.comm_log import Recorder
-from dpcore.write.runtime.launch import DistContext, launch, resolve_backend
-from dpcore.write.runtime.resources import physical_cores, pinning, threads_per_rank
-from dpcore.write.runtime.progress import Progress
+from dpcore.contract.options import AllreduceOptions
 from dpcore.contract.runformat import EXIT_CODES, allreduce_job_id
-from dpcore.write.capture.run_writer import RunOptions, RunWriter, environment
+from dpcore.write.capture.comm_log import Recorder
+from dpcore.write.capture.run_lifecycle import RunLife
+from dpcore.write.capture.run_writer import RunWriter
+from dpcore.write.runtime.clock import measure_offset
+from dpcore.write.runtime.context import DistContext
+from dpcore.write.runtime.progress import Progress
+from dpcore.write.runtime.world import LocalWorld, TorchrunWorld, open_world
 
-
-@dataclass(frozen=True)
-class AllreduceOptions(RunOptions):
-    algos: tuple[str, ...]
-    world_sizes: tuple[int, ...]
-    sizes: tuple[int, ...]          # bytes
-    warmup: int = 3
-    repeats: int = 0                # 0 == adaptive: more repeats for small sizes
+#: What the spawned ranks of a cell run: the forkserver imports these once.
+PRELOAD = ("dpcore.write.commands.allreduce", "dpcore.write.dp.comm")
 
 
 def repeats_for(nbytes: int, requested: int) -> int:
@@ -133,48 +134,43 @@ def cell_rows(job_id: str, algo: str, n: int, results: list[dict]) -> list[dict]
     return rows
 
 
-def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, str]:
-    """Run every (algorithm, world size) cell into a run directory; returns the exit code and the
-    run directory (the CLI prints its table through the read wing, as `summarize` does)."""
-    backend = resolve_backend(opts.backend, max(opts.world_sizes))
+def run_cell(world: LocalWorld | TorchrunWorld, writer: RunWriter | None, jid: str, algo: str,
+             n: int, opts: AllreduceOptions, progress: Progress) -> dict[str, Any]:
+    """Run one (algorithm, world size) cell; on the writing rank write its allreduce.csv and
+    messages.csv rows and return its run.json fields (JobFailed when a rank failed)."""
+    res = world.run(bench_worker, n, (jid, algo, opts.sizes, opts.warmup, opts.repeats),
+                    progress.step)
+    if writer is None or not res:
+        return {}
+    writer.append_rows("allreduce", cell_rows(jid, algo, n, res))
+    writer.append_rows("messages", [m for r in res for m in r["messages"]])
+    return {"wrong_elements": wrong_elements(res),
+            "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(res)}}
+
+
+def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | None]:
+    """Run every (algorithm, world size) cell into a run directory; returns the exit code and,
+    on the process that wrote it, the run directory (None on torchrun's other ranks). The CLI
+    prints its table through the read wing, as `summarize` does."""
+    # one threads-per-rank value for every cell (cores // largest world size), as in `profile`
+    world = open_world(opts.backend, opts.world_sizes, timeout_s=opts.timeout_s, preload=PRELOAD)
+    opts = replace(opts, world_sizes=world.world_sizes)
     config = {"algos": list(opts.algos), "world_sizes": list(opts.world_sizes),
               "sizes": list(opts.sizes), "warmup": opts.warmup, "repeats": opts.repeats,
               "dtype": "float32"}
-    top = max(opts.world_sizes)
-    threads = threads_per_rank(top)  # one value for every cell, as in `profile`
-    pin = pinning(top, threads) == "per-rank"
-    writer = RunWriter(opts.out, opts.name, command=argv, config=config,
-                       environment=environment(backend, list(opts.world_sizes), threads=threads, pin=pin),
-                       kind="allreduce", run_id=opts.run_id)
-    cells = [(a, n) for n in opts.world_sizes for a in opts.algos]
-    progress = Progress(opts.progress, len(cells))
-    progress.run_start(str(writer.run_dir))
-    failed, status = 0, "failed"  # until the loop has really finished
-    try:
+    life = RunLife(world, lambda: RunWriter(opts.out, opts.name, command=argv, config=config,
+                                            environment=world.environment(), kind="allreduce",
+                                            run_id=opts.run_id))
+    with life:
+        cells = [(a, n) for n in opts.world_sizes for a in opts.algos]
+        progress = Progress(opts.progress if world.writes else "none", len(cells))
+        life.start(progress)
+        for algo, n in cells:
+            life.add_job({"id": allreduce_job_id(algo, n), "kind": "allreduce", "algo": algo,
+                          "variant": algo, "world_size": n, "bucket_mb": None,
+                          "status": "pending", "oversubscribed": world.oversubscribed(n)})
         for algo, n in cells:
             jid = allreduce_job_id(algo, n)
-            writer.add_job({"id": jid, "kind": "allreduce", "algo": algo, "variant": algo,
-                            "world_size": n, "bucket_mb": None, "status": "running",
-                            "oversubscribed": n > physical_cores()})
-            progress.job_start(jid, len(opts.sizes))
-            try:
-                res = launch(bench_worker, n, backend=backend, timeout_s=opts.timeout_s,
-                             args=(jid, algo, opts.sizes, opts.warmup, opts.repeats),
-                             on_progress=progress.step, threads=threads, pin=pin)
-                cell = cell_rows(jid, algo, n, res)
-                writer.append_rows("allreduce", cell)
-                writer.append_rows("messages", [m for r in res for m in r["messages"]])
-                writer.add_job({"id": jid, "status": "complete", "wrong_elements": wrong_elements(res),
-                                "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(res)}})
-                progress.job_end(jid, "complete")
-            except JobFailed as exc:
-                failed += 1
-                writer.add_job({"id": jid, "status": "failed", "error": exc.message.strip()})
-                progress.job_end(jid, "failed", exc.message.splitlines()[0])
-        status = "failed" if failed else "complete"
-    except KeyboardInterrupt:
-        status = "interrupted"
-    finally:
-        writer.close(status)
-        progress.run_end(str(writer.run_dir), status)
-    return EXIT_CODES[status], str(writer.run_dir)
+            life.run_job(jid, len(opts.sizes), lambda jid=jid, algo=algo, n=n:
+                         run_cell(world, life.writer, jid, algo, n, opts, progress))
+    return EXIT_CODES[life.status], (life.run_dir if life.writer else None)

@@ -10,29 +10,17 @@ traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up ste
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch.distributed as dist
 
-from dpcore.write.runtime.clock import measure_offset
 from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
-from dpcore.write.runtime.launch import DistContext
+from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
 from dpcore.write.capture.tracing import TraceCapture
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One cell of the sweep. ``world_size`` is the logical data-parallel degree (replicas);
-    ``processes`` is how many ranks are launched (1 for single-process variants)."""
-
-    job_id: str
-    variant: str
-    world_size: int
-    processes: int
-    bucket_mb: float
-    trace_dir: str | None  # None == --no-trace
+from dpcore.write.runtime.clock import measure_offset
+from dpcore.write.runtime.context import DistContext
 
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
@@ -63,13 +51,8 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
         trainer.step(x, y, timer)
         rec.step = -1
         if keep:
-            t = timer.finish()
-            rows.append({"job_id": spec.job_id, "variant": spec.variant,
-                         "world_size": spec.world_size, "bucket_mb": spec.bucket_mb,
-                         "rank": ctx.rank, "step": step, "profiled": profiled,
-                         "t_start_ns": t["t_start_ns"], "step_ms": round(t["step_ms"], 6),
-                         **{k: round(t[k], 6) for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")},
-                         "samples": trainer.samples_per_step})
+            rows.append(steps_row(spec, ctx.rank, step, profiled, timer.finish(),
+                                  trainer.samples_per_step))
         done += 1
         ctx.report({"done": done, "phase": "warmup" if step < 0 else
                     ("profiled" if profiled else "timed")})

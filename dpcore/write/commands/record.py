@@ -32,11 +32,12 @@ end rank 0 gathers the rows and writes run.json, the CSV tables and the merged t
 
 Ending: a clean exit marks the run ``complete``; an exception marks it ``failed`` with the error
 text (rank 0 writes what it measured, without waiting for ranks that may be gone) and
-re-raises; Ctrl-C marks it ``interrupted`` and keeps the data.
+re-raises; Ctrl-C marks it ``interrupted`` and keeps the data. These are the run life cycle's
+rules (:class:`~dpcore.write.capture.run_lifecycle.RunLife`, shared with ``profile`` and
+``allreduce``), and the rows are built and written by the same functions as ``profile``'s.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
@@ -50,16 +51,15 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dpcore.contract import runformat as rf
-from dpcore.write.runtime.clock import measure_offset
-from dpcore.write.runtime.launch import DistContext
-from dpcore.write.runtime.resources import is_oversubscribed
-from dpcore.write.commands.profile import record_job
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
-from dpcore.write.capture.run_writer import RunWriter, environment
-from dpcore.write.commands.record_hooks import HookState, describe, recording_allreduce_hook, world_context
+from dpcore.write.capture.run_lifecycle import (JobSpec, RunLife, steps_row, train_job_entry,
+                                                write_job)
+from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.capture.tracing import TraceCapture
+from dpcore.write.commands.record_hooks import HookState, describe, recording_allreduce_hook
 from dpcore.write.dp.variants.base import Wrapper
-from dpcore.write.commands.profile_rank import JobSpec
+from dpcore.write.runtime.clock import measure_offset
+from dpcore.write.runtime.world import UserWorld
 
 #: The optional phase marks, and the steps.csv column each one fills.
 PHASES = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -150,7 +150,6 @@ class Recording:
         self._rows: list[dict] = []
         self._in_step, self._tracing, self._phase = False, False, None
         self._step_obj = _Step(self)
-        self._writer: RunWriter | None = None
         self._capture: TraceCapture | None = None
         self._undo: list[Any] = []
         self._last_grad_ns = 0
@@ -171,49 +170,37 @@ class Recording:
 
     # -- setup --------------------------------------------------------------------------
     def __enter__(self) -> "Recording":
-        ctx = self.ctx = world_context()
+        world = UserWorld()
+        ctx = self.ctx = world.ctx
         offset, self.rtt_ns = measure_offset(ctx)  # collective: every rank is here
         ws = ctx.world_size
         self.job_id = rf.job_id(self.variant, ws, self.bucket_mb or 0.0)
-        box: list[Any] = [None, ""]
-        if ctx.rank == 0:
-            try:
-                self._writer = self._open_writer(ctx)
-                box[0] = str(self._writer.run_dir)
-            except Exception as exc:  # noqa: BLE001 - every rank must learn it, then raise
-                box[1] = f"{type(exc).__name__}: {exc}"
-        if ws > 1:
-            dist.broadcast_object_list(box, src=0)
-        if box[1]:
-            raise RuntimeError(f"dpcore.record could not create the run: {box[1]}")
-        self.run_dir = Path(box[0])
+        # rank 0 makes the run folder; a failure to make it is raised on every rank
+        self._life = RunLife(world, lambda: self._open_writer(world))
+        self.run_dir = self._life.run_dir
+        tdir = rf.trace_dir(self.run_dir, self.job_id) if self.profile_steps else None
+        self.spec = JobSpec(self.job_id, self.variant, ws, ws, self.bucket_mb,
+                            str(tdir) if tdir else None)
+        self._life.add_job(train_job_entry(self.spec, "running", world.oversubscribed(ws)))
         self.rec = Recorder(self.job_id, ctx.rank, offset)
         self._attach(self.model)
         dev = next((p.device for p in self.model.parameters()), ctx.device) if self.model \
             is not None else ctx.device
         self._timer = PhaseTimer(dev, offset)
-        if self.profile_steps:
+        if tdir is not None:
             first = self.warmup
             self._capture = TraceCapture(
-                rf.trace_dir(self.run_dir, self.job_id), ctx.rank, self.job_id, offset,
+                tdir, ctx.rank, self.job_id, offset,
                 first=first, last=first + self.profile_steps - 1,
                 warmup_step=first - 1 if first else None, cuda=dev.type == "cuda")
         return self
 
-    def _open_writer(self, ctx: DistContext) -> RunWriter:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
-        env = environment(ctx.backend if ctx.world_size > 1 else "none", [ctx.world_size],
-                          ranks_per_host=local, threads=ctx.threads)
+    def _open_writer(self, world: UserWorld) -> RunWriter:
         config = {"model": self.model_class, "variant": self.variant, "batch_size": self.samples,
                   "bucket_mb": self.bucket_mb, "steps": 0, "warmup": self.warmup,
                   "profile_steps": self.profile_steps, "trace": bool(self.profile_steps)}
-        w = RunWriter(self.out, self.name, command=list(sys.argv), config=config,
-                      environment=env, kind="record")
-        w.add_job({"id": self.job_id, "kind": "train", "variant": self.variant,
-                   "world_size": ctx.world_size, "processes": ctx.world_size,
-                   "bucket_mb": self.bucket_mb, "status": "running",
-                   "oversubscribed": is_oversubscribed(local)})
-        return w
+        return RunWriter(self.out, self.name, command=list(sys.argv), config=config,
+                         environment=world.environment(), kind="record")
 
     def _attach(self, model: nn.Module | None) -> None:
         """Route the model's collectives through this recording's Recorder (undone at exit)."""
@@ -266,15 +253,9 @@ class Recording:
         self._in_step, self._phase = False, None
         self._n += 1
         if ok and n >= self.warmup:
-            t = self._timer.finish()
-            s = samples if samples is not None else self.samples
-            self._rows.append({
-                "job_id": self.job_id, "variant": self.variant, "world_size": self.ctx.world_size,
-                "bucket_mb": self.bucket_mb if self.bucket_mb is not None else "",
-                "rank": self.ctx.rank, "step": n, "profiled": self._tracing,
-                "t_start_ns": t["t_start_ns"], "step_ms": round(t["step_ms"], 6),
-                **{k: round(t[k], 6) for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")},
-                "samples": s if s is not None else ""})
+            self._rows.append(steps_row(self.spec, self.ctx.rank, n, self._tracing,
+                                        self._timer.finish(),
+                                        samples if samples is not None else self.samples))
         if n == self.warmup - 1:
             self.rec.clear()  # warm-up collectives are not part of the run
         cap = self._capture
@@ -296,12 +277,12 @@ class Recording:
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
+        self.status = self._life.outcome(exc_type)
         if exc_type is None:
-            self.status, error = "complete", ""
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.status, error = "interrupted", "interrupted (KeyboardInterrupt)"
+            error = ""
+        elif self.status == "interrupted":
+            error = "interrupted (KeyboardInterrupt)"
         else:
-            self.status = "failed"
             error = f"rank {self.ctx.rank}: {exc_type.__name__}: {exc}\n" + "".join(
                 traceback.format_tb(tb, limit=6))
         mine = self._result()
@@ -310,11 +291,11 @@ class Recording:
             gathered: list[Any] = [None] * self.ctx.world_size if self.ctx.rank == 0 else []
             dist.gather_object(mine, gathered if self.ctx.rank == 0 else None, dst=0)
             results = gathered
-        if self._writer is not None:
+        if self._life.writer is not None:
             self._write(results, error)
 
     def _result(self) -> dict[str, Any]:
-        """This rank's rows in the shape ``profile.record_job`` takes (as the worker returns)."""
+        """This rank's rows in the shape :func:`write_job` takes (as profile's ranks return)."""
         keep = {r["step"] for r in self._rows}
         coll = [c for c in self.rec.collective_rows() if c["step"] in keep]
         deadline = time.monotonic() + 1.0
@@ -334,23 +315,20 @@ class Recording:
 
     def _write(self, results: list[dict], error: str) -> None:
         """Rank 0: rows, merged trace and final statuses (never masks the user's exception)."""
-        w = self._writer
-        assert w is not None
-        tdir = rf.trace_dir(w.run_dir, self.job_id) if self._capture is not None else None
-        spec = JobSpec(self.job_id, self.variant, self.ctx.world_size, self.ctx.world_size,
-                       self.bucket_mb or 0.0, str(tdir) if tdir else None)
+        life = self._life
+        assert life.writer is not None
         status = self.status
         try:
-            fields = record_job(w, spec, results)
+            fields = write_job(life.writer, self.spec, results)
         except Exception as exc:  # noqa: BLE001 - the rows are the point; say what broke
             fields = {"status": "failed"}
             error = error or f"writing the run failed: {type(exc).__name__}: {exc}"
             status = "failed" if status == "complete" else status
-        fields["status"] = "complete" if status == "complete" else status
+        fields["status"] = status
         if error:
             fields["error"] = error.strip()
         if self._note:
             fields["note"] = self._note
-        w.meta["config"]["steps"] = len({r["step"] for r in results[0]["steps"]})
-        w.add_job({"id": self.job_id, **fields})
-        w.close(status)
+        life.writer.meta["config"]["steps"] = len({r["step"] for r in results[0]["steps"]})
+        life.end_job(self.job_id, fields)
+        life.close(status)

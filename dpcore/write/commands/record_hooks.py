@@ -1,12 +1,12 @@
-"""How a ``dpcore.record`` recording attaches to the user's world and model.
+"""How a ``dpcore.record`` recording attaches to the user's model.
 
-Kept apart from :mod:`dpcore.write.commands.record` (the recording's life cycle) because these are the
-pieces that depend on what the user brought: the default process group (or none), the kind of
-model (PyTorch DDP, a ``dpcore.wrap`` wrapper, anything else) and DDP's comm-hook protocol.
+Kept apart from :mod:`dpcore.write.commands.record` (the recording's steps and phases) because
+these are the pieces that depend on what the user brought: the kind of model (PyTorch DDP, a
+``dpcore.wrap`` wrapper, anything else) and DDP's comm-hook protocol. The user's process group
+(or none) is :class:`dpcore.write.runtime.world.UserWorld`.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -14,25 +14,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dpcore.write.runtime.launch import DistContext
 from dpcore.write.dp.variants.base import Wrapper
 
 USER_VARIANT = "user"  # a loop whose data parallelism dpcore does not know
-
-
-def world_context() -> DistContext:
-    """This process's place in the default process group (a world of one without a group)."""
-    if dist.is_available() and dist.is_initialized():
-        backend = str(dist.get_backend())
-        dev = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
-               else torch.device("cpu"))
-        return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(),
-                           local_rank=int(os.environ.get("LOCAL_RANK", 0)), backend=backend,
-                           device=dev, threads=torch.get_num_threads())
-    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
-        torch.device("cpu")
-    return DistContext(rank=0, world_size=1, local_rank=0, backend="none", device=dev,
-                       threads=torch.get_num_threads())
 
 
 def describe(model: nn.Module | None) -> tuple[str, float | None, str]:

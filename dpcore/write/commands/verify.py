@@ -25,15 +25,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import COMPUTE_DTYPES, TrainConfig, is_model_spec
-from dpcore.contract.errors import JobFailed, UsageError
+from dpcore.contract.config import (COMPUTE_DTYPES, VERIFY_MODELS, TrainConfig, check_model_name,
+                                    is_model_spec)
+from dpcore.contract.errors import JobFailed
+from dpcore.contract.options import VerifyOptions
 from dpcore.write.capture.comm_log import PhaseTimer
-from dpcore.write.runtime.launch import DistContext, in_torchrun, launch
-from dpcore.write.training.models import MODEL_NAMES
+from dpcore.write.runtime.context import DistContext
+from dpcore.write.runtime.launch import in_torchrun, launch
 from dpcore.write.training.trainer import local_context, make_trainer
 from dpcore.write.dp.variants import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 from dpcore.write.training.workload import load_workload, param_bytes
 
+#: What verify's spawned ranks run: the forkserver imports it (and the trainer with it) once.
+PRELOAD = ("dpcore.write.commands.verify",)
 # per-rank batch and bucket size used by verify (small buckets -> several buckets even on toy)
 VERIFY_BATCH = {"toy": 4, "mlp": 8, "transformer": 2, "einsum": 16}
 VERIFY_BUCKET_MB = {"toy": 0.0004, "mlp": 1.0, "transformer": 1.0, "einsum": 4.0}
@@ -58,9 +62,7 @@ def verify_config(model: str, steps: int, **overrides: Any) -> TrainConfig:
                     warmup=0, profile_steps=0, bucket_mb=bucket_mb, lr=0.01, seed=0)
         base.update(overrides)
         return TrainConfig(**base)
-    if model not in MODEL_NAMES:
-        raise UsageError(f"unknown model {model!r}; valid choices: {', '.join(MODEL_NAMES)} "
-                         "or MODULE:FUNCTION")
+    check_model_name(model, VERIFY_MODELS)  # before the per-model tables are indexed
     base = dict(model=model, batch_size=VERIFY_BATCH[model], scaling="weak", steps=steps,
                 warmup=0, profile_steps=0, bucket_mb=VERIFY_BUCKET_MB[model],
                 lr=VERIFY_LR.get(model, 0.01), seed=0)
@@ -195,12 +197,9 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
     Returns one row per variant (``COLUMNS``) and ``ok`` (no row DIFFERS or errored; skipped
     rows are fine). Under torchrun only rank 0 gets rows; other ranks get ``([], True)``.
     """
-    if world_size < 1:
-        raise UsageError(f"world size must be >= 1, got {world_size}")
     wanted = list(VARIANTS) if not variants else list(variants)
-    bad = [v for v in wanted if v not in VARIANTS]
-    if bad:
-        raise UsageError(f"unknown variant {', '.join(bad)}; valid choices: {', '.join(VARIANTS)}")
+    VerifyOptions(model=model, world_size=world_size, variants=tuple(wanted), steps=steps,
+                  backend=backend, timeout_s=timeout_s)  # UsageError naming what is wrong
     cfg = cfg or verify_config(model, steps)
     cfg = replace(cfg, steps=steps)
     local = local_context()
@@ -220,13 +219,13 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
     if multi:
         try:
             got = [launch(_verify_worker, world_size, backend=backend, args=(multi, cfg),
-                          timeout_s=timeout_s)]
+                          timeout_s=timeout_s, preload=PRELOAD)]
         except JobFailed:
             got = []
             for v in multi:  # isolate the failing variant(s)
                 try:
                     got.append(launch(_verify_worker, world_size, backend=backend,
-                                      args=([v], cfg), timeout_s=timeout_s))
+                                      args=([v], cfg), timeout_s=timeout_s, preload=PRELOAD))
                 except JobFailed as exc:
                     results[v] = (None, 0.0, "error: " + exc.message.strip().splitlines()[0])
         if in_torchrun() and got and got[0][0] is None:

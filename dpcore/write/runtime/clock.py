@@ -14,7 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from dpcore.write.runtime.launch import DistContext
+from dpcore.write.runtime.context import DistContext
 
 
 def measure_offset(ctx: DistContext, rounds: int = 20) -> tuple[int, int]:

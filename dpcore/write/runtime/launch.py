@@ -7,7 +7,9 @@ port (the classic "pick a free port, close it, hope" has a window where another 
 Why ``forkserver`` with torch preloaded: each job needs fresh processes (a failed collective
 can poison a process group), and re-importing torch per rank costs seconds on a small
 machine. Forking from a server that already imported torch makes a new rank cheap, while
-avoiding ``fork`` of a parent that may hold threads or CUDA state.
+avoiding ``fork`` of a parent that may hold threads or CUDA state. Which of dpcore's own
+modules the server preloads too is the caller's to say (``launch(..., preload=...)``): the
+command knows what its ranks run; this generic launcher names nothing above it.
 """
 from __future__ import annotations
 
@@ -20,45 +22,21 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import check_timeout
+from dpcore.contract.config import check_backend, check_timeout
 from dpcore.contract.errors import JobFailed, UsageError
+from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.resources import _pin, threads_per_rank
 
-BACKENDS = ("auto", "gloo", "nccl")
+#: What the forkserver always imports before forking a rank (the caller adds its own modules).
+BASE_PRELOAD = ("torch", "torch.distributed", "torch.profiler", "dpcore.write.runtime.launch")
 #: After a rank reports an error, how long to look for a rank that died meanwhile: a rank killed
 #: by a signal sends nothing, and its peers' "Connection closed by peer" usually arrives first.
 BLAME_GRACE_S = 1.0
-
-
-@dataclass
-class DistContext:
-    """Everything a rank needs to know about its place in the job (passed explicitly)."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    backend: str
-    device: torch.device
-    threads: int
-    #: CPUs this rank is pinned to (os.sched_setaffinity); empty when it is not pinned.
-    cpus: tuple[int, ...] = ()
-    #: Forwards rank 0's progress events to the launcher; None when nobody listens.
-    progress: Callable[[dict], None] | None = None
-
-    def report(self, event: dict) -> None:
-        """Send a progress event to the parent (rank 0 only; others are ignored)."""
-        if self.progress is not None and self.rank == 0:
-            self.progress(event)
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
 
 
 def in_torchrun() -> bool:
@@ -68,8 +46,7 @@ def in_torchrun() -> bool:
 
 def resolve_backend(backend: str, world_size: int, ranks_on_host: int | None = None) -> str:
     """Pick gloo/nccl. ``auto`` -> nccl when every local rank can have its own GPU."""
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
+    check_backend(backend)
     local = world_size if ranks_on_host is None else ranks_on_host
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "auto":
@@ -134,17 +111,24 @@ def _die_with_launcher(launcher_pid: int) -> None:
 
 
 _MP_CONTEXT: Any = None
+_PRELOAD: list[str] = []
 
 
-def _mp_context() -> Any:
+def _mp_context(preload: Sequence[str] = ()) -> Any:
+    """The start method's context (forkserver where available), created once per process.
+
+    ``preload``: dpcore modules the ranks of this launch import (the caller's, e.g. a command's
+    per-rank body), added to :data:`BASE_PRELOAD`. The forkserver reads the list when it starts,
+    at the first launch of the process; modules named later are imported by each rank instead
+    (correct, only slower)."""
     global _MP_CONTEXT  # process-wide cache of the start method; holds no job state
     if _MP_CONTEXT is None:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         _MP_CONTEXT = mp.get_context(method)
-        if method == "forkserver":
-            _MP_CONTEXT.set_forkserver_preload(
-                ["torch", "torch.distributed", "torch.profiler", "dpcore.write.runtime.launch", "dpcore.write.training.trainer",
-                 "dpcore.write.commands.profile_rank", "dpcore.write.dp.comm"])
+    new = [m for m in (*BASE_PRELOAD, *preload) if m not in _PRELOAD]
+    if new and _MP_CONTEXT.get_start_method() == "forkserver":
+        _PRELOAD.extend(new)
+        _MP_CONTEXT.set_forkserver_preload(list(_PRELOAD))
     return _MP_CONTEXT
 
 
@@ -172,7 +156,7 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
 
 def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", args: tuple = (),
            timeout_s: float = 300.0, on_progress: Callable[[dict], None] | None = None,
-           threads: int | None = None, pin: bool = False) -> list[Any]:
+           threads: int | None = None, pin: bool = False, preload: Sequence[str] = ()) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``world_size`` ranks and return their results by rank.
 
     Spawns the ranks on this host, or, under ``torchrun``, runs ``fn`` in the world torchrun
@@ -184,6 +168,8 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     ``threads``: torch threads per rank (default cores // ranks on this host; ``profile``
     passes one value for every job of a run, so T(1) and T(N) get the same resources).
     ``pin``: pin each rank to its own CPUs (:func:`rank_cpus`) where they fit.
+    ``preload``: modules the forkserver imports once for every rank (:func:`_mp_context`);
+    the caller names what its ``fn`` needs, so this launcher names no module above it.
     """
     if world_size < 1:
         raise UsageError(f"world size must be >= 1, got {world_size}")
@@ -192,7 +178,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
         return _torchrun_launch(fn, world_size, backend, timeout_s, args, on_progress, threads, pin)
     backend = resolve_backend(backend, world_size)
     threads = threads or threads_per_rank(world_size)
-    ctx = _mp_context()
+    ctx = _mp_context(preload)
     store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
                           timeout=_dt.timedelta(seconds=timeout_s), wait_for_workers=False)
     results = ctx.Queue()

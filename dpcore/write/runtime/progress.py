@@ -3,15 +3,13 @@
 ``--progress json`` prints one JSON object per line on stdout (events ``run_start``,
 ``job_start``, ``step``, ``job_end``, ``run_end``) so the dashboard can follow a run it started
 without scraping a progress bar. ``bar`` draws a tqdm bar per job on stderr (stdout stays
-clean for tables).
+clean for tables). The modes' names are :data:`dpcore.contract.config.PROGRESS_MODES`.
 """
 from __future__ import annotations
 
 import json
 import sys
 from typing import Any
-
-MODES = ("bar", "json", "none")
 
 
 class Progress:

@@ -28,7 +28,7 @@ from torch.profiler import record_function
 
 from dpcore.contract.config import TrainConfig, is_model_spec
 from dpcore.contract.errors import UsageError, choices_error
-from dpcore.write.runtime.launch import DistContext
+from dpcore.write.runtime.context import DistContext
 from dpcore.write.training.models import build_model, loss_fn, make_batch
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap

@@ -1,0 +1,115 @@
+"""The options of each command that runs jobs (``profile``, ``allreduce``, ``verify``), as frozen
+dataclasses that refuse bad values when they are built.
+
+Why here, torch-free: the CLI builds its argparse defaults from these fields and must stay cheap
+to import; the commands take the same objects. Cross-option rules (a trace needs
+``--profile-steps`` within ``--steps``; strong scaling needs a batch every world size divides;
+an ``--inject-delay`` rank must exist) need the options and the training config together, so
+:class:`ProfileOptions` holds its :class:`~dpcore.contract.config.TrainConfig`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dpcore.contract.config import (ALGOS, DEFAULT_TIMEOUT_S, PROGRESS_MODES,
+                                    VARIANTS, VERIFY_MODELS, TrainConfig, check_backend,
+                                    check_bucket_sweep, check_choices, check_int,
+                                    check_int_list, check_model_name, check_run_id,
+                                    check_timeout, profile_steps_error)
+from dpcore.contract.errors import UsageError
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What every command that writes a run is told: where, under which name, on which backend,
+    how long a job may take and how progress is shown."""
+
+    out: str = "profiles"
+    name: str | None = None
+    backend: str = "auto"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    progress: str = "bar"
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_timeout(self.timeout_s)
+        check_choices((self.progress,), "progress mode", PROGRESS_MODES)
+        check_backend(self.backend)
+        check_run_id(self.run_id)
+        # --out is checked where the run folder is made (RunWriter): the file system decides
+
+
+@dataclass(frozen=True)
+class ProfileOptions(RunOptions):
+    """``profile``: which jobs (variants x world sizes x bucket sizes), how each trains
+    (``train``), and the resources every job gets."""
+
+    variants: tuple[str, ...] = VARIANTS
+    world_sizes: tuple[int, ...] = (1, 2)
+    bucket_sweep: tuple[float, ...] = ()
+    trace: bool = True
+    threads_per_rank: int | None = None   # None: physical cores // largest world size
+    pin: bool = True                      # pin each rank to its own CPUs where they fit
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.train.model in VERIFY_MODELS:  # verify's own model; profile offers MODELS
+            check_model_name(self.train.model)
+        check_choices(self.variants, "variant", VARIANTS, all_ok=True)
+        check_int_list(self.world_sizes, "world sizes")
+        check_bucket_sweep(self.bucket_sweep)
+        check_int("--threads-per-rank", self.threads_per_rank, 1)
+        cfg = self.train
+        if self.trace and not 0 < cfg.profile_steps <= cfg.steps:
+            raise profile_steps_error(cfg.steps, cfg.profile_steps)
+        for ws in self.world_sizes:
+            cfg.local_batch(ws)  # raises the divisibility error for strong scaling
+        top = max(self.world_sizes)
+        if cfg.delay_rank >= top:
+            raise UsageError(f"--inject-delay rank {cfg.delay_rank} does not exist; valid ranks: "
+                             f"0..{top - 1}")
+
+
+@dataclass(frozen=True)
+class AllreduceOptions(RunOptions):
+    """``allreduce``: algorithms x world sizes, each timed at every size (bytes, float32)."""
+
+    algos: tuple[str, ...] = ALGOS
+    world_sizes: tuple[int, ...] = (2, 4)
+    sizes: tuple[int, ...] = (1024, 64 * 1024, 2**20, 16 * 2**20, 64 * 2**20)
+    warmup: int = 3
+    repeats: int = 0                # 0 == adaptive: more repeats for small sizes
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choices(self.algos, "algorithm", ALGOS, all_ok=True)
+        check_int_list(self.world_sizes, "world sizes")
+        if not self.sizes:
+            raise UsageError("--sizes is empty; give sizes like 1KB,64KB,1MB")
+        bad = [s for s in self.sizes if s < 4 or s % 4]
+        if bad:
+            raise UsageError(f"--sizes must be multiples of 4 bytes (float32 elements), got "
+                             f"{', '.join(map(str, bad))}; e.g. 1KB,64KB,1MB")
+        check_int("--warmup", self.warmup, 0)
+        check_int("--repeats", self.repeats, 0, " (0 = adaptive)")
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """``verify``: which variants are compared with ``single``, at which world size, on which
+    model, for how many steps (the training config itself is verify's, per model)."""
+
+    model: str = VERIFY_MODELS[0]
+    world_size: int = 2
+    variants: tuple[str, ...] = VARIANTS
+    steps: int = 5
+    backend: str = "auto"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        check_model_name(self.model, VERIFY_MODELS)
+        check_timeout(self.timeout_s)
+        check_int("--world-size", self.world_size, 1)
+        check_int("--steps", self.steps, 1)
+        check_choices(self.variants, "variant", VARIANTS, all_ok=True)
+        check_backend(self.backend)

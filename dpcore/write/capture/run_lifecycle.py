@@ -1,0 +1,228 @@
+"""One run's life cycle, shared by every command that writes a run (``profile``, ``allreduce``,
+``dpcore.record``): open the run folder, mark each job pending, running, then complete, failed
+or skipped, survive a failing job, end ``interrupted`` on Ctrl-C/SIGTERM, close.
+
+Why once, here: the rules are the run format's promises (DESIGN.md), and three copies drifted
+(``allreduce`` could not run under torchrun because its copy had no world). The rules:
+
+- The writing rank makes the folder; every rank learns its path, or the reason it could not be
+  made (a bad ``--out``, an existing ``--run-id``), so no rank waits for a run that never began.
+- A job that fails (:class:`JobFailed`) is recorded with its error and failing rank, and the
+  next job runs; the run ends ``failed``.
+- Ctrl-C or SIGTERM (as KeyboardInterrupt) ends the run ``interrupted``; every finished job's
+  rows were written atomically when it ended, so nothing measured is lost.
+- Whatever ends the run, no job stays ``running`` or ``pending`` (:meth:`RunWriter.close`).
+
+Also here, because ``profile`` and ``dpcore.record`` write a training job the same way: the job
+(:class:`JobSpec`), its run.json entry, its steps.csv row (:func:`steps_row`, the one builder)
+and :func:`write_job`, which turns every rank's rows into the job's tables and merged trace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Callable, Protocol
+
+from dpcore.contract import runformat as rf
+from dpcore.contract.errors import JobFailed, UsageError
+from dpcore.contract.intervals import comm_start, step_comm, union_length
+from dpcore.write.capture.merged_trace import merge_job_traces
+from dpcore.write.capture.run_writer import RunWriter
+from dpcore.write.runtime.progress import Progress
+
+#: steps.csv's phase columns, as :meth:`PhaseTimer.finish` returns them.
+PHASE_COLUMNS = ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job of a run: a cell of ``profile``'s sweep, or a recorded loop.
+    ``world_size`` is the logical data-parallel degree (replicas); ``processes`` is how many
+    ranks run it (1 for single-process variants). ``bucket_mb`` is None where the job has no
+    bucket size (a user's loop without one)."""
+
+    job_id: str
+    variant: str
+    world_size: int
+    processes: int
+    bucket_mb: float | None
+    trace_dir: str | None  # None == no trace
+
+
+def train_job_entry(spec: JobSpec, status: str, oversubscribed: bool) -> dict[str, Any]:
+    """A training job's run.json entry as it is first written (``pending`` or ``running``)."""
+    return {"id": spec.job_id, "kind": "train", "variant": spec.variant,
+            "world_size": spec.world_size, "processes": spec.processes,
+            "bucket_mb": spec.bucket_mb, "status": status, "oversubscribed": oversubscribed}
+
+
+def steps_row(spec: JobSpec, rank: int, step: int, profiled: bool, timing: dict[str, Any],
+              samples: int | None) -> dict[str, Any]:
+    """One steps.csv row from a step's :meth:`PhaseTimer.finish` (``timing``); the comm
+    columns are filled by :func:`attach_comm` when the job is written. None (no bucket size,
+    samples unknown) is an empty cell."""
+    return {"job_id": spec.job_id, "variant": spec.variant, "world_size": spec.world_size,
+            "bucket_mb": spec.bucket_mb, "rank": rank, "step": step, "profiled": profiled,
+            "t_start_ns": timing["t_start_ns"], "step_ms": round(timing["step_ms"], 6),
+            **{k: round(timing[k], 6) for k in PHASE_COLUMNS}, "samples": samples}
+
+
+def attach_comm(steps: list[dict], collectives: list[dict]) -> None:
+    """Fill steps.csv's comm_ms / comm_ops / comm_bytes: the union of the rank's collective
+    intervals clipped to the step window (``contract.intervals.step_comm``, the function the
+    analysis uses too, so the file and every view agree)."""
+    by_step: dict[tuple, list[dict]] = {}
+    for c in collectives:
+        by_step.setdefault((c["job_id"], int(c["rank"]), int(c["step"])), []).append(c)
+    for row in steps:
+        mine = by_step.get((row["job_id"], int(row["rank"]), int(row["step"])), [])
+        start = comm_start([c["t_launch_ns"] for c in mine],
+                           [rf.parse_ns(c["t_start_ns"]) or -1 for c in mine])
+        clipped = step_comm(start, [c["t_end_ns"] for c in mine], row["t_start_ns"], row["step_ms"])
+        row.update(comm_ms=round(union_length(*clipped) / 1e6, 6), comm_ops=len(mine),
+                   comm_bytes=sum(int(c["bytes"]) for c in mine))
+
+
+def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
+    """Write one finished training job's rows (every rank's result, by rank) and merged trace;
+    return its run.json fields."""
+    first = results[0]
+    if first.get("skip_reason"):
+        return {"status": "skipped", "skip_reason": first["skip_reason"]}
+    steps = [row for r in results for row in r["steps"]]
+    attach_comm(steps, [row for r in results for row in r["collectives"]])
+    writer.append_rows("steps", steps)
+    for table in rf.JOB_TABLES:
+        writer.append_rows(table, [row for r in results for row in r.get(table, [])])
+    extra: dict[str, Any] = {
+        "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(results)},
+        "clock_rtt_ns": {str(i): r["rtt_ns"] for i, r in enumerate(results)},
+        # (t_a, t_b) shared-clock brackets of each rank's dpcore_clock_sync#k markers
+        "clock_sync_ns": {str(i): r["sync"] for i, r in enumerate(results) if r.get("trace")},
+        "threads_per_rank": first.get("threads"),
+        "cpus_per_rank": {str(i): r.get("cpus", []) for i, r in enumerate(results)},
+    }
+    errors = [r["trace_error"] for r in results if r.get("trace_error")]
+    if errors:
+        extra["trace_error"] = errors[0]
+    traces = {i: Path(r["trace"]) for i, r in enumerate(results) if r.get("trace")}
+    if traces and all(p.exists() for p in traces.values()):
+        tdir = Path(spec.trace_dir or "")
+        msgs = [m for r in results for m in r["messages"]]
+        extra["merged_trace"] = merge_job_traces(traces, {i: results[i]["sync"] for i in traces},
+                                                 msgs, tdir / rf.MERGED_TRACE)
+        extra["traces"] = sorted(p.name for p in tdir.iterdir() if rf.trace_key(p.name))
+    return {"status": "complete", **extra}
+
+
+class World(Protocol):
+    """What the life cycle needs of a world (:mod:`dpcore.write.runtime.world`)."""
+
+    writes: bool
+
+    def broadcast(self, box: list[Any]) -> None: ...
+
+    def finish(self, status: str) -> None: ...
+
+
+def open_run(world: World, make_writer: Callable[[], RunWriter]) -> tuple[RunWriter | None, Path]:
+    """Make the run folder on the writing rank and tell every rank where it is.
+
+    A failure to make it reaches every rank: the writing rank re-raises it; the others raise a
+    :class:`UsageError` with the same line (bad input) or a RuntimeError naming it."""
+    box: list[Any] = [None, "", False]  # run folder, error text, error is a UsageError
+    writer: RunWriter | None = None
+    error: Exception | None = None
+    if world.writes:
+        try:
+            writer = make_writer()
+            box[0] = str(writer.run_dir)
+        except Exception as exc:  # noqa: BLE001 - every rank must learn it, then raise
+            error = exc
+            box[1], box[2] = str(exc), isinstance(exc, UsageError)
+            if not box[2]:
+                box[1] = f"{type(exc).__name__}: {exc}"
+    world.broadcast(box)
+    if error is not None:
+        raise error
+    if box[1]:
+        raise UsageError(box[1]) if box[2] else RuntimeError(
+            f"rank 0 could not create the run: {box[1]}")
+    return writer, Path(box[0])
+
+
+class RunLife:
+    """One run from the moment its folder exists to its final status.
+
+    Used as ``with RunLife(world, make_writer) as life:`` by commands that run jobs: inside,
+    :meth:`run_job` runs each job; a Ctrl-C/SIGTERM inside the block ends the run
+    ``interrupted`` and is absorbed (the caller returns :attr:`status`'s exit code, 130); any
+    other exception ends it ``failed`` and propagates. ``dpcore.record``, whose run spans a
+    user's block, calls :meth:`outcome`, :meth:`end_job` and :meth:`close` itself. On ranks
+    that do not write (torchrun's others) every write is skipped; the rules still apply."""
+
+    def __init__(self, world: World, make_writer: Callable[[], RunWriter]) -> None:
+        self.world = world
+        self.writer, self.run_dir = open_run(world, make_writer)
+        self.progress: Progress | None = None
+        self.failed = 0
+        self.status = "running"
+
+    def start(self, progress: Progress) -> None:
+        """Jobs are planned: progress reporting begins."""
+        self.progress = progress
+        progress.run_start(str(self.run_dir))
+
+    def add_job(self, entry: dict[str, Any]) -> None:
+        """Insert or update (by ``id``) a job's run.json entry."""
+        if self.writer is not None:
+            self.writer.add_job(entry)
+
+    def run_job(self, job_id: str, steps_total: int, body: Callable[[], dict[str, Any]]) -> dict:
+        """Mark the job running, run ``body`` (which returns the job's run.json fields, e.g.
+        from :func:`write_job`; ``status`` defaults to complete), record the outcome. A
+        :class:`JobFailed` is recorded as the job's failure and the run goes on."""
+        self.add_job({"id": job_id, "status": "running"})
+        if self.progress is not None:
+            self.progress.job_start(job_id, steps_total)
+        try:
+            fields = {"status": "complete", **body()}
+        except JobFailed as exc:
+            self.failed += 1
+            fields = {"status": "failed", "error": exc.message.strip(), "failed_rank": exc.rank}
+        self.end_job(job_id, fields)
+        return fields
+
+    def end_job(self, job_id: str, fields: dict[str, Any]) -> None:
+        """Write a finished job's fields (``status`` among them) and report its end."""
+        self.add_job({"id": job_id, **fields})
+        if self.progress is not None:
+            first = (fields.get("error") or fields.get("skip_reason") or "").splitlines()
+            self.progress.job_end(job_id, fields["status"], first[0][:200] if first else "")
+
+    def outcome(self, exc_type: type[BaseException] | None) -> str:
+        """The run's status when ended by ``exc_type`` (None: ran to its end)."""
+        if exc_type is None:
+            return "failed" if self.failed else "complete"
+        return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+
+    def close(self, status: str) -> None:
+        """The final status: no job stays running, progress reports the end."""
+        self.status = status
+        if self.writer is not None:
+            self.writer.close(status)
+        if self.progress is not None:
+            self.progress.run_end(str(self.run_dir), status)
+
+    def __enter__(self) -> RunLife:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        status = self.outcome(exc_type)
+        self.close(status)
+        if exc_type is not None and status != "interrupted":
+            return False  # a bug or a broken disk: the CLI reports it; the run says failed
+        self.world.finish(status)
+        return True

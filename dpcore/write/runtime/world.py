@@ -1,0 +1,217 @@
+"""Where a run's ranks come from, and what the numbers were measured on.
+
+Three worlds, one interface, so that a command's run life cycle is written once
+(:mod:`dpcore.write.capture.run_lifecycle`) whatever made the ranks:
+
+- :class:`LocalWorld`: ranks spawned by dpcore on this host, one launch per job; this process
+  writes the run.
+- :class:`TorchrunWorld`: the world ``torchrun`` made. Every rank runs every job; the results
+  are gathered to rank 0, which writes. This is how ``profile`` and ``allreduce`` run across
+  nodes.
+- :class:`UserWorld`: a user's own loop (``dpcore.record``): the default process group the user
+  initialised, or one process without one. dpcore neither starts nor ends it.
+
+A world answers: does this process write (``writes``), which world sizes it can run
+(``world_sizes``), how to share a small object from the writing rank (``broadcast``), the
+environment for run.json, whether a job is oversubscribed, how to end (``finish``); the two
+job-running worlds also ``run`` a function on every rank of a job.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import traceback
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from dpcore.contract.config import DEFAULT_TIMEOUT_S
+from dpcore.contract.errors import JobFailed
+from dpcore.write.runtime.context import DistContext
+from dpcore.write.runtime.launch import in_torchrun, launch, resolve_backend
+from dpcore.write.runtime.resources import (is_oversubscribed, physical_cores, pinning,
+                                            threads_per_rank)
+
+
+def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None = None,
+                threads: int | None = None, pin: bool = False) -> dict:
+    """What the numbers were measured on. ``oversubscribed`` when any job has more ranks on
+    this host than physical cores (its timings then mean little)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local = ranks_per_host or max(world_sizes or [1])
+    devices = ([torch.cuda.get_device_name(i) for i in range(gpus)] if backend == "nccl"
+               else [platform.processor() or platform.machine() or "cpu"])
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "backend": backend,
+        "device": "cuda" if backend == "nccl" else "cpu",
+        "devices": devices,
+        "cpu_cores": physical_cores(),
+        "logical_cpus": os.cpu_count(),
+        # one value for every job (cores // largest world size unless --threads-per-rank)
+        "threads_per_rank": threads or threads_per_rank(local),
+        "pinning": pinning(local, threads or threads_per_rank(local)) if pin else "none",
+        "oversubscribed": is_oversubscribed(local),
+        "gpus": gpus,
+    }
+
+
+def _resources(threads: int | None, pin: bool, ranks_on_host: int) -> tuple[int, bool]:
+    """Equal resources for every job of a run: the same threads per rank (cores // the most
+    ranks any job puts on this host, unless given), and every rank pinned to its own CPUs
+    when all of them fit, so T(1) and T(N) differ only by what data parallelism adds."""
+    threads = threads or threads_per_rank(ranks_on_host)
+    return threads, pin and pinning(ranks_on_host, threads) == "per-rank"
+
+
+class LocalWorld:
+    """Ranks spawned by dpcore on this host, one launch per job; this process writes."""
+
+    writes = True
+    #: the ranks are this process's children: a failed job's ranks were killed mid-way
+    spawns = True
+
+    def __init__(self, backend: str, world_sizes: Sequence[int], *, ranks_on_host: int,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
+                 pin: bool = True, preload: Sequence[str] = ()) -> None:
+        self.backend = resolve_backend(backend, ranks_on_host)
+        self.world_sizes = tuple(world_sizes)
+        self.timeout_s, self.preload = timeout_s, tuple(preload)
+        self.threads, self.pin = _resources(threads, pin, ranks_on_host)
+
+    def environment(self) -> dict:
+        return environment(self.backend, list(self.world_sizes), threads=self.threads,
+                           pin=self.pin)
+
+    def oversubscribed(self, processes: int) -> bool:
+        return processes > physical_cores()
+
+    def broadcast(self, box: list[Any]) -> None:
+        """Nothing to share: this process is the only one that plans and writes."""
+
+    def run(self, fn: Callable[..., Any], processes: int, args: tuple,
+            on_progress: Callable[[dict], None] | None = None) -> list[Any] | None:
+        """Every rank's result; JobFailed when a rank raised, died or timed out."""
+        return launch(fn, processes, backend=self.backend, args=args, timeout_s=self.timeout_s,
+                      on_progress=on_progress, threads=self.threads, pin=self.pin,
+                      preload=self.preload)
+
+    def finish(self, status: str) -> None:
+        """Nothing to tear down: launch() reaped every rank of every job."""
+
+
+class TorchrunWorld:
+    """The world torchrun made: every rank runs every job, results gathered to rank 0, which
+    writes. Its one world size is torchrun's."""
+
+    spawns = False
+
+    def __init__(self, backend: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 threads: int | None = None, pin: bool = True) -> None:
+        self.ws, self.rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+        self.local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", self.ws))
+        self.backend = resolve_backend(backend, self.ws, self.local_ws)
+        self.writes, self.world_sizes, self.timeout_s = self.rank == 0, (self.ws,), timeout_s
+        self.threads, self.pin = _resources(threads, pin, self.local_ws)
+        if not dist.is_initialized():
+            dist.init_process_group(self.backend, timeout=_dt.timedelta(seconds=timeout_s))
+
+    def environment(self) -> dict:
+        return {**environment(self.backend, [self.ws], ranks_per_host=self.local_ws,
+                              threads=self.threads, pin=self.pin),
+                "torchrun": True, "nnodes": self.ws // max(self.local_ws, 1)}
+
+    def oversubscribed(self, processes: int) -> bool:
+        return self.local_ws > physical_cores()
+
+    def broadcast(self, box: list[Any]) -> None:
+        """Rank 0's ``box`` contents reach every rank (in place)."""
+        dist.broadcast_object_list(box, src=0)
+
+    def run(self, fn: Callable[..., Any], processes: int, args: tuple,
+            on_progress: Callable[[dict], None] | None = None) -> list[Any] | None:
+        """Run ``fn`` on every rank of torchrun's world; rank 0 gets every rank's result (or
+        JobFailed naming the first rank that raised), the other ranks None."""
+        try:
+            mine: Any = launch(fn, self.ws, backend=self.backend, args=args,
+                               timeout_s=self.timeout_s, on_progress=on_progress,
+                               threads=self.threads, pin=self.pin)[self.rank]
+        except Exception as exc:  # noqa: BLE001 - reported through rank 0
+            mine = {"error": f"rank {self.rank}: {type(exc).__name__}: {exc}\n"
+                             f"{traceback.format_exc(limit=6)}"}
+        gathered: list[Any] = [None] * self.ws if self.writes else []
+        dist.gather_object(mine, gathered if self.writes else None, dst=0)
+        if not self.writes:
+            return None
+        failed = [(i, g["error"]) for i, g in enumerate(gathered)
+                  if isinstance(g, dict) and "error" in g]
+        if failed:
+            raise JobFailed(*failed[0])
+        return gathered
+
+    def finish(self, status: str) -> None:
+        """A clean goodbye, except after Ctrl-C: the other ranks are stopping too."""
+        if status != "interrupted":
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def open_world(backend: str, world_sizes: Sequence[int], *, ranks_on_host: int | None = None,
+               timeout_s: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
+               pin: bool = True, preload: Sequence[str] = ()) -> LocalWorld | TorchrunWorld:
+    """The world this process runs jobs in: torchrun's when torchrun started it, else ranks
+    spawned here for each job (``ranks_on_host``: the most any job puts on this host, default
+    the largest world size). ``preload``: modules the spawned ranks run (the command's)."""
+    if in_torchrun():
+        return TorchrunWorld(backend, timeout_s=timeout_s, threads=threads, pin=pin)
+    return LocalWorld(backend, world_sizes, ranks_on_host=ranks_on_host or max(world_sizes),
+                      timeout_s=timeout_s, threads=threads, pin=pin, preload=preload)
+
+
+def world_context() -> DistContext:
+    """This process's place in the default process group (a world of one without a group)."""
+    if dist.is_available() and dist.is_initialized():
+        backend = str(dist.get_backend())
+        dev = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
+               else torch.device("cpu"))
+        return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                           local_rank=int(os.environ.get("LOCAL_RANK", 0)), backend=backend,
+                           device=dev, threads=torch.get_num_threads())
+    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
+        torch.device("cpu")
+    return DistContext(rank=0, world_size=1, local_rank=0, backend="none", device=dev,
+                       threads=torch.get_num_threads())
+
+
+class UserWorld:
+    """The world of a user's own loop: whatever process group the user made (or none). Rank 0
+    writes; dpcore runs no job in it and leaves the group as it found it."""
+
+    spawns = False
+
+    def __init__(self) -> None:
+        self.ctx = world_context()
+        self.writes = self.ctx.rank == 0
+        self.world_sizes = (self.ctx.world_size,)
+        self.local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", self.ctx.world_size))
+
+    def environment(self) -> dict:
+        ctx = self.ctx
+        return environment(ctx.backend if ctx.world_size > 1 else "none", [ctx.world_size],
+                           ranks_per_host=self.local_ws, threads=ctx.threads)
+
+    def oversubscribed(self, processes: int) -> bool:
+        return is_oversubscribed(self.local_ws)
+
+    def broadcast(self, box: list[Any]) -> None:
+        if self.ctx.world_size > 1:
+            dist.broadcast_object_list(box, src=0)
+
+    def finish(self, status: str) -> None:
+        """The user's process group is the user's to end."""
