@@ -22,7 +22,8 @@ from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
 DATA = Path(__file__).parent / "data"
 PROFILES = Path(__file__).parent.parent / "profiles"
-DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel"}
+DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel",
+          "Kernel", "Memcpy", "Memset"}  # and the legacy (pre-1.10 kineto) names
 
 
 def _as_id(v):

@@ -19,7 +19,7 @@ from dpcore.read.analysis.metrics import (NOISY_SPREAD, SOURCE_GAP_POINTS, rank_
 from dpcore.read.analysis.comm_overlap import overlap_from_trace
 from dpcore.read.analysis.summary import job_summary
 from dpcore.read.analysis.timeline import trace_step_metrics
-from dpcore.read.traces.reader import TraceFormatError, read_trace_dir
+from dpcore.read.traces.reader import TraceFormatError, read_trace_dir, trace_notes
 
 #: DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover.
 ANALYZE_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms", "steps"]
@@ -45,13 +45,14 @@ def _fmt(df: pd.DataFrame) -> str:
     return df.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep="-")
 
 
-def _trace_folder_ranks(trace_dir: Path) -> pd.DataFrame:
-    """Per rank over the ProfilerSteps of a folder of traces (the whole trace when it has none)."""
+def _trace_folder_ranks(trace_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Per rank over the steps of a folder of traces (the whole trace as one step when it has no
+    ProfilerStep markers), and the reader's notes on the traces (the rules they needed)."""
     try:
-        rows = trace_rows(overlap_from_trace(read_trace_dir(trace_dir)))
+        events = read_trace_dir(trace_dir)
     except TraceFormatError as exc:
         raise ValueError(str(exc)) from None
-    return rank_metrics(rows, "trace")
+    return rank_metrics(trace_rows(overlap_from_trace(events)), "trace"), trace_notes(events)
 
 
 def analyze(path: str, csv: bool = False) -> str:
@@ -68,10 +69,12 @@ def analyze(path: str, csv: bool = False) -> str:
     if not p.exists():
         raise ValueError(f"no such file or directory: {p}")
     if p.is_file() or not (p / RUN_JSON).exists():  # one trace file, or a folder of them (recursive)
-        df = _trace_folder_ranks(p)
-        if csv:
+        df, notes = _trace_folder_ranks(p)
+        if csv:  # the notes go to stderr: stdout stays one CSV table
+            for n in notes:
+                print(f"note: {n}", file=sys.stderr)
             return df.to_csv(index=False, columns=ANALYZE_COLUMNS, float_format="%.4f")
-        return f"{p}  (ms per step)\n{_fmt(df[ANALYZE_COLUMNS])}\n"
+        return f"{p}  (ms per step)\n{_fmt(df[ANALYZE_COLUMNS])}\n" + "".join(f"note: {n}\n" for n in notes)
     run = load_run_reporting(p)
     per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(run)), "trace")
     if per.empty:

@@ -18,21 +18,43 @@ from typing import Any
 
 import numpy as np
 
-from dpcore.contract.tracefile import load_trace, x_event_fields
-from dpcore.read.traces.bytescan import WINDOW_BYTES, Columns, _Odd, _Scanner
+from dpcore.contract.tracefile import as_id, as_text, load_trace, x_event_fields
+from dpcore.read.traces.bytescan import META_KEYS, META_TEXT, WINDOW_BYTES, Columns, _Odd, _Scanner
 
-__all__ = ["Columns", "WINDOW_BYTES", "columns_from_events", "read_columns"]
+__all__ = ["Columns", "WINDOW_BYTES", "columns_from_events", "meta_event_fields", "read_columns"]
+
+
+def meta_event_fields(events: list[Any]) -> dict[str, list[Any]]:
+    """The collective metadata (bytescan.META_KEYS) of every complete event, in file order, by the
+    conventions of ``x_event_fields``: text as ``name`` ("" when absent), numbers as
+    ``correlation`` (int() of the value if it fits int64, else -1); args that is not an object
+    counts as absent."""
+    out: dict[str, list[Any]] = {f: [] for f, _ in META_KEYS}
+    for e in events:
+        if type(e) is not dict or e.get("ph") != "X":
+            continue
+        args = e.get("args")
+        args = args if isinstance(args, dict) else {}
+        for f, key in META_KEYS:
+            k = key[1:-1].decode()
+            if f in META_TEXT:
+                out[f].append(as_text(args[k]) if k in args else "")
+            else:
+                out[f].append(as_id(args.get(k)))
+    return out
+
 
 def columns_from_events(events: list[Any], path: str | Path) -> Columns:
     """Columns from parsed events (the reference; used for the files the scanner declines)."""
-    out = x_event_fields(events, path)
+    out = {**x_event_fields(events, path), **meta_event_fields(events)}
     codes, tables = {}, {}
-    for f in ("name", "cat", "pid", "tid"):
+    for f in ("name", "cat", "pid", "tid", *META_TEXT):
         table: dict[Any, int] = {}
         codes[f] = np.asarray([table.setdefault(v, len(table)) for v in out[f]], dtype=np.int32)
         tables[f] = list(table)
     return Columns(np.asarray(out["ts"], np.float64), np.asarray(out["dur"], np.float64),
-                   np.asarray(out["corr"], np.int64), np.asarray(out["stream"], np.int64), codes, tables)
+                   np.asarray(out["corr"], np.int64), np.asarray(out["stream"], np.int64), codes, tables,
+                   {f: np.asarray(out[f], np.int64) for f, _ in META_KEYS if f not in META_TEXT})
 
 
 def read_columns(path: str | Path, window: int = WINDOW_BYTES) -> tuple[dict[str, Any], Columns]:
