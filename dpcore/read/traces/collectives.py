@@ -29,7 +29,7 @@ DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Lon
                "Byte": 1, "Bool": 1, "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16, "QInt8": 1,
                "QUInt8": 1, "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8,
                "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
-               "Float8_e8m0fnu": 1}
+               "Float8_e8m0fnu": 1, "Float4_e2m1fn_x2": 1}
 _RANGE = "record_param_comms"
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
