@@ -1,14 +1,16 @@
 """Chrome trace -> columns of its complete ('X') events, without a Python object per event.
 
 Why: a 250k-event torch.profiler trace is ~45 MB of JSON; a JSON parser turns it into ~2M
-Python objects (~0.6 s with orjson, more to free), of which the analysis keeps 8 fields. So the
-bytes that :mod:`dpcore.contract.tracefile` read are scanned with numpy instead, a few MB at a
-time (simdjson's structural index, vectorised): quotes are marked (escaped ones dropped), a
-prefix xor gives the string interiors, the structural characters outside strings get a nesting
-depth, keys are told apart by the 8 bytes that end them, and each needed value is read from its
-byte span: numbers by one vectorised cast, strings and ids by decoding only the distinct spans.
-The values are those of a full JSON parse (``x_event_fields``, the reference the tests compare
-with); anything the scanner does not expect (entries that are not objects, duplicate keys,
+Python objects (~0.6 s with orjson, more to free), of which the analysis keeps 8 fields (and
+the collective metadata of a few events: bytescan.META_KEYS). So the bytes that
+:mod:`dpcore.contract.tracefile` read are scanned with numpy instead, a few MB at a time
+(simdjson's structural index, vectorised): quotes are marked (escaped ones dropped), a prefix
+xor gives the string interiors, the structural characters outside strings get a nesting depth,
+keys are told apart by the 8 bytes that end them (and the bytes before, for keys that share
+those), and each needed value is read from its byte span: numbers by one vectorised cast,
+strings and ids by decoding only the distinct spans. The values are those of a full JSON parse
+(``x_event_fields`` and :func:`meta_event_fields`, the references the tests compare with);
+anything the scanner does not expect (entries that are not objects, duplicate keys,
 truncation, ...) hands the file to that full parse.
 """
 from __future__ import annotations
