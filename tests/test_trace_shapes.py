@@ -146,6 +146,7 @@ def test_no_profiler_steps_is_one_step_for_every_command(tmp_path):
     assert got.steps == 1 and run.steps["step"].tolist() == [0] and run.steps["step_ms"].tolist() == [1.0]
     assert any("the whole trace is one step" in n for n in got.notes)
     assert any("the whole trace is one step" in n for n in run.meta["jobs"][0]["notes"])
+    assert "the whole trace is one step" in summarize(str(got.run_dir))  # said on screen by every command
     s = _csv(summarize(str(got.run_dir), csv=True)).iloc[0]
     assert s["comm_steps"] == 1 and s["overlap_pct"] == near(60.0) and s["step_ms"] == near(1.0)
     c = run.collectives.iloc[0]

@@ -174,7 +174,11 @@ def summarize(path: str, csv: bool = False) -> str:
     p = Path(path)
     run = load_run_reporting(p)
     s = summary_table(run)
-    if csv:
+    notes = [f"note: {j.get('id')}: {n}" for j in run.meta.get("jobs", []) if isinstance(j, dict)
+             for n in (j.get("notes") or [])]  # what an import's traces needed (no steps, no rank, ...)
+    if csv:  # the notes go to stderr: stdout stays one CSV table
+        for n in notes:
+            print(n, file=sys.stderr)
         return s.to_csv(index=False, float_format="%.4f")
     if s.empty and run.allreduce is not None and not run.allreduce.empty:
         return allreduce_text(path)
@@ -193,7 +197,7 @@ def summarize(path: str, csv: bool = False) -> str:
              + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
              + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
                 "variant's algorithm should move (README 'Memory and communication volume')."
-                if "bus_mib_per_step" in s else "")]
+                if "bus_mib_per_step" in s else "")] + notes
     return "\n".join(lines) + "\n"
 
 
