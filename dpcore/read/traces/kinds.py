@@ -51,7 +51,8 @@ from dpcore.contract.tracefile import DEVICE_CATS
 from dpcore.read.traces.columns import Columns
 
 KINDS = ("compute", "comm", "memcpy", "sync", "other")
-_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+#: A step marker's name (matched from its start): torch.profiler's ``ProfilerStep#N`` ranges.
+STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 #: dpcore's own phase ranges (``record_function`` in write/training/trainer.py) and the category
 #: the profiler writes them with; no other event is read as a dpcore phase.
 DPCORE_PHASES = ("forward", "backward", "optimizer")
@@ -153,7 +154,7 @@ def _steps(ts: np.ndarray, dur: np.ndarray, names: list[str], name_codes: np.nda
     every event is in WHOLE_TRACE_STEP."""
     step_of_code = np.full(len(names) + 1, -1, dtype=np.int64)
     for i, n in enumerate(names):
-        m = _STEP_RE.match(n)
+        m = STEP_RE.match(n)
         if m:
             step_of_code[i] = int(m.group(1))
     marker = (step_of_code[name_codes] >= 0) & host
@@ -263,7 +264,7 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     phase_ev = np.asarray([n in DPCORE_PHASES for n in names], dtype=bool)[name_c] & phase_cat  # dpcore's only
     hole = np.asarray([bool(_CPU_WAIT_RE.search(n)) for n in names], dtype=bool)
     launch = np.asarray([bool(_CPU_LAUNCH_RE.match(n)) for n in names], dtype=bool)
-    marker = np.asarray([n == "grad_sync" or bool(_STEP_RE.match(n)) for n in names], dtype=bool)[name_c]
+    marker = np.asarray([n == "grad_sync" or bool(STEP_RE.match(n)) for n in names], dtype=bool)[name_c]
     marker |= phase_ev
     thread = pid_c.astype(np.int64) * (int(tid_c.max(initial=0)) + 1) + tid_c
     # main thread: the one with the phase / ProfilerStep ranges, else the busiest cpu_op thread

@@ -26,7 +26,7 @@ import pandas as pd
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
 from dpcore.contract.tracefile import DEVICE_CATS, MAX_TRACE_FILE_BYTES, TraceFormatError, open_regular
 from dpcore.read.traces.collectives import collective_meta
-from dpcore.read.traces.kinds import KINDS, _STEP_RE, classify
+from dpcore.read.traces.kinds import KINDS, STEP_RE, classify
 from dpcore.read.traces.columns import Columns, read_columns
 
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -128,7 +128,7 @@ def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
     ``ProfilerStep#N`` range on the host (the longest, if a rank has several of one number),
     and for a trace without any, its whole span (of its host events, all in one step)."""
     host = events[on_host(events)]
-    num = host["name"].astype(str).str.extract("^" + _STEP_RE.pattern, expand=False)  # re.match, as kinds
+    num = host["name"].astype(str).str.extract("^" + STEP_RE.pattern, expand=False)  # re.match, as kinds
     marked = host.loc[num.notna(), ["rank", "ts", "dur"]].assign(step=num.dropna().astype(np.int64))
     marked = marked.sort_values("dur", ascending=False).drop_duplicates(["rank", "step"])
     rows = [marked]
