@@ -13,6 +13,7 @@ from dpcore.read.rundir import RunLoadError, list_runs, load_run
 from dpcore.read.traces import TraceFormatError, read_trace, read_trace_dir
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
 from dpcore.read.traces.columns import read_columns
+from dpcore.read.traces.reader import trace_notes
 
 DATA = Path(__file__).parent / "data"
 
@@ -51,8 +52,10 @@ def test_plain_json_rank_from_name_and_errors(tmp_path):
     (tmp_path / "worker_rank3.json").write_text(json.dumps(doc))
     assert set(read_trace(tmp_path / "worker_rank3.json")["rank"]) == {3}
     (tmp_path / "trace.json").write_text(json.dumps(doc))
+    lone = read_trace(tmp_path / "trace.json")  # the only trace read: rank 0 of 1, said in a note
+    assert set(lone["rank"]) == {0} and "read as rank 0 of 1" in trace_notes(lone)[0]
     with pytest.raises(TraceFormatError, match="cannot tell the rank.*trace.json"):
-        read_trace(tmp_path / "trace.json")
+        read_trace(tmp_path / "trace.json", only=False)  # one of several traces: which rank is it?
     text = json.dumps(gpu_trace(1, steps=1, kernels_per_step=10))
     (tmp_path / "cut.json").write_text(text[: len(text) // 2])
     with pytest.raises(TraceFormatError, match="cut.json"):

@@ -22,7 +22,8 @@ from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
 DATA = Path(__file__).parent / "data"
 PROFILES = Path(__file__).parent.parent / "profiles"
-DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel"}
+DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel",
+          "Kernel", "Memcpy", "Memset"}  # and the legacy (pre-1.10 kineto) names
 
 
 def _as_id(v):
@@ -218,7 +219,7 @@ def test_dir_categories_as_pandas_concat(tmp_path):
         write(tmp_path / f"rank{r}.json", doc)
     frames = [read_trace(tmp_path / f"rank{r}.json") for r in range(3)]
     want = pd.concat(frames, ignore_index=True)
-    for c in ("name", "category", "pid", "tid"):
+    for c in ("name", "category", "pid", "tid", "collective"):
         if want[c].dtype != "category":
             want[c] = want[c].astype("category")
     pd.testing.assert_frame_equal(read_trace_dir(tmp_path), want, check_exact=True)

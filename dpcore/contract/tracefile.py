@@ -286,7 +286,10 @@ def parse_metadata(head: bytes, tail: bytes) -> dict[str, Any] | None:
 
 # What the fields of a complete ('X') event mean to dpcore: the reference semantics, which
 # every reader applies to the parsed JSON values (the columnar reader to each distinct value).
-DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel"})
+#: Categories of events that run on a device stream (``args.stream`` is read for these only),
+#: with the names older kineto wrote before torch 1.10 (``Kernel``, ``Memcpy``, ``Memset``).
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel",
+                         "Kernel", "Memcpy", "Memset"})
 X_FIELDS = ("ts", "dur", "name", "cat", "pid", "tid", "corr", "stream")
 
 

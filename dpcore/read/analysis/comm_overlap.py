@@ -59,7 +59,7 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
     have_coll = collectives is not None and not collectives.empty
     if have_coll:
         c_start, c_end = comm_start_ns(collectives), collectives["t_end_ns"].to_numpy(np.float64)
-        c_bytes = pd.to_numeric(collectives["bytes"], errors="coerce").fillna(0).to_numpy(np.int64)
+        c_bytes = pd.to_numeric(collectives["bytes"], errors="coerce").to_numpy(np.float64)  # NaN: unknown
         keys = list(zip(collectives["job_id"], collectives["rank"].astype(int), collectives["step"].astype(int)))
         for i, k in enumerate(keys):
             groups.setdefault(k, []).append(i)
@@ -87,10 +87,16 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
             "comm_fraction": exposed / step_ms if step_ms > 0 else float("nan"),
             # counted from collectives.csv when the run has it (one definition), else steps.csv's
             "comm_ops": len(idx) if have_coll else rec.get("comm_ops"),
-            "comm_bytes": int(c_bytes[idx].sum()) if have_coll else rec.get("comm_bytes"),
+            "comm_bytes": _known_sum(c_bytes[idx]) if have_coll else rec.get("comm_bytes"),
             "samples": rec.get("samples"),
         })
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+
+
+def _known_sum(nbytes: np.ndarray) -> float:
+    """Σ bytes of a step's collectives (an int); NaN when any of them is unknown (an imported
+    trace without collective metadata): unknown reads as unknown, never as 0."""
+    return int(nbytes.sum()) if np.isfinite(nbytes).all() else float("nan")
 
 
 def _trace_sets(ev: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:

@@ -167,11 +167,13 @@ def comm_volume(collectives: pd.DataFrame, jobs: pd.DataFrame, memory: pd.DataFr
     parameters is not a step's). Expected = :func:`expected_volume` with P and R from
     :func:`model_bytes` (``zero1`` judged by the op it returns parameters with: broadcasts when
     it logged broadcasts and no all-gather). An op measured but not expected (or the reverse)
-    has 0 on the other side.
+    has 0 on the other side. An op with any collective of unknown bytes (an empty cell) has
+    NaN measured bytes: unknown reads as unknown, never as 0.
     """
     if collectives is None or collectives.empty:
         return pd.DataFrame(columns=VOLUME_COLUMNS)
-    c = collectives.assign(bytes=pd.to_numeric(collectives["bytes"], errors="coerce").fillna(0))
+    # an empty bytes cell is unknown (an imported trace without collective metadata), not 0 bytes
+    c = collectives.assign(bytes=pd.to_numeric(collectives["bytes"], errors="coerce"))
     c = c[pd.to_numeric(c["step"], errors="coerce") >= 0]
     info = jobs.drop_duplicates("job_id").set_index("job_id") if jobs is not None and not jobs.empty else None
     rows = []
@@ -181,7 +183,8 @@ def comm_volume(collectives: pd.DataFrame, jobs: pd.DataFrame, memory: pd.DataFr
         ws = pd.to_numeric(pd.Series([info.at[job_id, "world_size"] if known else None]), errors="coerce").iloc[0]
         n = int(ws) if np.isfinite(ws) and ws >= 1 else int(g["rank"].nunique())
         pairs = g[["rank", "step"]].drop_duplicates().shape[0]
-        measured = g.groupby("op").agg(calls=("bytes", "size"), nbytes=("bytes", "sum"))
+        measured = g.groupby("op").agg(calls=("bytes", "size"),
+                                       nbytes=("bytes", lambda b: b.sum(min_count=len(b))))  # NaN if any unknown
         p, r = model_bytes(memory, job_id, variant, n, grads)
         ret = "broadcast" if "broadcast" in measured.index and "all_gather" not in measured.index else "all_gather"
         expected = {t["op"]: t for t in expected_volume(variant, n, p, r, ret)} if np.isfinite(p) else {}

@@ -3,15 +3,23 @@
 Why only what the trace says: an imported run is read by the same views as a profiled one, and
 a number the views show must be one the trace measured. So
 
-* steps are the ``ProfilerStep#N`` ranges (every imported step is traced: ``profiled`` True);
+* steps are the reader's steps (:func:`dpcore.read.traces.reader.step_ranges`, the one rule
+  ``analyze`` uses too): the ``ProfilerStep#N`` ranges, or for a trace without any, the whole
+  trace as one step (every imported step is traced: ``profiled`` True);
 * phases come only from ranges that clearly name them: dpcore's own ``forward``/``backward``/
-  ``optimizer``, else ``DistributedDataParallel.forward`` / ``FullyShardedDataParallel.forward``
-  (forward), the span of the autograd engine's ``autograd::engine::evaluate_function:`` nodes
-  (backward) and ``Optimizer.step#<cls>.step`` (optimizer). A phase with no such range stays
-  empty (NaN): the views show it as missing. ``sync_ms`` and ``samples`` are never in a trace;
-* collectives are the comm events (kind ``comm``: gloo spans on a gloo thread, NCCL kernels),
-  numbered by order within (rank, step) as :func:`stragglers_from_traces` matches them; the op
-  comes from the name, bytes stay empty (a kernel or gloo span does not carry its size).
+  ``optimizer`` annotations (``user_annotation`` events, as dpcore writes them), else the
+  explicit mapping of foreign names :data:`dpcore.read.traces.kinds.FOREIGN_PHASES`
+  (``## forward ##``, ``DistributedDataParallel.forward``, ``## backward ##``,
+  ``Optimizer.step#<cls>.step``, ...) and for backward the span of the autograd engine's
+  ``autograd::engine::evaluate_function:`` nodes. A TorchScript op called ``forward`` is not a
+  phase. A phase with no such range stays empty (NaN): the views show it as missing.
+  ``sync_ms`` and ``samples`` are never in a trace;
+* collectives are the comm events of the traced steps (kind ``comm``: gloo spans on a gloo
+  thread, NCCL kernels counted in the step that launched them; a kernel launched before the
+  trace began is in no step and not a row), numbered by order within (rank, step) as
+  :func:`stragglers_from_traces` matches them; the op comes from the profiler's collective
+  metadata where the trace has it (``Collective name``), else from the kernel/span name; bytes
+  from the metadata's element counts and dtype, empty where the trace does not say.
 
 Clock: ``ts`` is µs on each rank's host clock. Ranks of one host share that clock; across hosts
 :func:`clock_offsets_ns` estimates each rank's offset to rank 0 from the ends of matched
@@ -25,13 +33,10 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.intervals import merge, step_comm, union_length
+from dpcore.read.traces.kinds import AUTOGRAD_NODE, FOREIGN_PHASES, PHASE_CATEGORY
+from dpcore.read.traces.reader import on_host, step_ranges
 
 VARIANT = "imported"
-_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-_FWD = re.compile(r"^(forward|(DistributedDataParallel|FullyShardedDataParallel)\.forward)$")
-_BWD_MARK = re.compile(r"^backward$")
-_BWD_NODE = re.compile(r"^autograd::engine::evaluate_function: ")
-_OPT = re.compile(r"^(optimizer|Optimizer\.step#.*\.step)$")
 #: Collective names as gloo spans (``gloo:all_reduce``), NCCL kernels (``ncclDevKernel_AllReduce_
 #: Sum_f32_RING_LL``, ``ncclKernel_AllGather_RING_LL_Sum_int8_t``) and profiler ranges spell them.
 _OPS = [(re.compile(p, re.IGNORECASE), op) for p, op in (
@@ -57,34 +62,32 @@ def algo_of(name: str, backend: str) -> str:
 
 
 def _cpu(ev: pd.DataFrame) -> pd.DataFrame:
-    return ev[ev["stream"] < 0]
+    return ev[on_host(ev)]
 
 
 def profiler_steps(events: pd.DataFrame) -> pd.DataFrame:
-    """rank, step, ts, dur (µs) of every ``ProfilerStep#N`` range (CPU side, longest per step)."""
-    ev = _cpu(events)
-    names = ev["name"].astype(str)
-    num = names.str.extract(_STEP_RE, expand=False)
-    s = ev.loc[num.notna(), ["rank", "ts", "dur"]].assign(step=num.dropna().astype(np.int64))
-    s = s.sort_values("dur", ascending=False).drop_duplicates(["rank", "step"])
-    return s.sort_values(["rank", "step"]).reset_index(drop=True)[["rank", "step", "ts", "dur"]]
+    """rank, step, ts, dur (µs) of every step: :func:`step_ranges`, the reader's one rule."""
+    return step_ranges(events)
 
 
-def _phase_ms(ev: pd.DataFrame, names: pd.Series, rx: re.Pattern) -> float:
-    """Union length (ms) of the ranges whose name matches; NaN when none does."""
-    sel = names.str.match(rx).to_numpy()
+def _union_ms(ev: pd.DataFrame, sel: np.ndarray) -> float:
+    """Union length (ms) of the selected ranges; NaN when none is selected."""
     if not sel.any():
         return float("nan")
     ts = ev["ts"].to_numpy(np.float64)[sel]
     return union_length(ts, ts + ev["dur"].to_numpy(np.float64)[sel]) / 1e3
 
 
-def _backward_ms(ev: pd.DataFrame, names: pd.Series) -> float:
-    """dpcore's ``backward`` range, else first to last autograd node of the step; NaN without either."""
-    ms = _phase_ms(ev, names, _BWD_MARK)
-    if not np.isnan(ms):
+def _phase_ms(ev: pd.DataFrame, names: pd.Series, phase: str) -> float:
+    """dpcore's own range of the phase (a ``user_annotation`` named ``phase``), else the foreign
+    names of FOREIGN_PHASES, else for backward the first to last autograd node; NaN without any."""
+    own = (names == phase).to_numpy() & (ev["category"].astype(str) == PHASE_CATEGORY).to_numpy()
+    if own.any():
+        return _union_ms(ev, own)
+    ms = _union_ms(ev, names.str.match(FOREIGN_PHASES[phase]).to_numpy())
+    if not np.isnan(ms) or phase != "backward":
         return ms
-    sel = names.str.match(_BWD_NODE).to_numpy()
+    sel = names.str.match(AUTOGRAD_NODE).to_numpy()
     if not sel.any():
         return float("nan")
     ts = ev["ts"].to_numpy(np.float64)[sel]
@@ -99,18 +102,23 @@ def collective_rows(events: pd.DataFrame, job_id: str, backend: str,
     gloo thread picked the collective up, or when the NCCL kernel began; ``t_start_ns`` is only
     known for kernels (the backend began then), empty for gloo.
     """
-    comm = events[events["kind"] == "comm"].sort_values(["rank", "step", "ts"], kind="stable")
+    comm = events[(events["kind"] == "comm") & (events["step"] >= 0)]
+    comm = comm.sort_values(["rank", "step", "ts"], kind="stable")
     if comm.empty:
         return []
     seq = comm.groupby(["rank", "step"]).cumcount().to_numpy()
     off = offsets_ns or {}
     rows = []
-    for (rank, step, ts, dur, name, stream), q in zip(
-            comm[["rank", "step", "ts", "dur", "name", "stream"]].itertuples(index=False, name=None), seq):
+    meta = comm["collective"] if "collective" in comm else pd.Series("", index=comm.index)
+    nbytes = comm["bytes"] if "bytes" in comm else pd.Series(np.nan, index=comm.index)
+    for (rank, step, ts, dur, name, stream, coll, nb), q in zip(zip(
+            comm["rank"], comm["step"], comm["ts"], comm["dur"], comm["name"], comm["stream"], meta, nbytes), seq):
         o = off.get(int(rank), 0)
         start = int(round(ts * 1e3)) - o
+        op = op_of(str(coll)) if coll else "unknown"
         rows.append({"job_id": job_id, "rank": int(rank), "step": int(step), "seq": int(q),
-                     "op": op_of(str(name)), "algo": algo_of(str(name), backend), "bytes": "",
+                     "op": op if op != "unknown" else op_of(str(name)), "algo": algo_of(str(name), backend),
+                     "bytes": int(nb) if nb == nb else "",
                      "t_launch_ns": start, "t_start_ns": start if stream >= 0 else "",
                      "t_end_ns": int(round((ts + dur) * 1e3)) - o, "bucket": ""})
     return rows
@@ -139,15 +147,22 @@ def step_rows(events: pd.DataFrame, collectives: list[dict], job_id: str, world_
         s, e = merge(s, e)
         rows.append({"job_id": job_id, "variant": VARIANT, "world_size": world_size, "bucket_mb": "",
                      "rank": int(rank), "step": int(step), "profiled": True, "t_start_ns": t0,
-                     "step_ms": dur / 1e3, "fwd_ms": _phase_ms(ev, names, _FWD),
-                     "bwd_ms": _backward_ms(ev, names), "sync_ms": float("nan"),
-                     "opt_ms": _phase_ms(ev, names, _OPT), "comm_ms": float((e - s).sum()) / 1e6,
-                     "comm_ops": len(colls), "comm_bytes": "", "samples": ""})
+                     "step_ms": dur / 1e3, "fwd_ms": _phase_ms(ev, names, "forward"),
+                     "bwd_ms": _phase_ms(ev, names, "backward"), "sync_ms": float("nan"),
+                     "opt_ms": _phase_ms(ev, names, "optimizer"), "comm_ms": float((e - s).sum()) / 1e6,
+                     "comm_ops": len(colls), "comm_bytes": _bytes_sum(colls), "samples": ""})
     for r in rows:  # CSV: an unknown number is an empty cell
         for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms"):
             if np.isnan(r[k]):
                 r[k] = ""
     return rows
+
+
+def _bytes_sum(colls: list[dict]) -> int | str:
+    """Σ bytes of a step's collectives; empty (unknown) when any of them has no bytes."""
+    if any(c["bytes"] == "" for c in colls):
+        return ""
+    return sum(int(c["bytes"]) for c in colls)
 
 
 def matched_ends(events: pd.DataFrame) -> pd.DataFrame:

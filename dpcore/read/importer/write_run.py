@@ -24,11 +24,13 @@ from dpcore.contract.errors import UsageError
 from dpcore.contract.files import atomic_write_text, csv_text, new_run_id, now_iso
 from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.importer.rows import VARIANT, clock_offsets_ns, collective_rows, step_rows
-from dpcore.read.traces.reader import concat_events, iteration_dirs, read_trace_meta, trace_files
+from dpcore.read.traces.reader import concat_events, iteration_dirs, read_trace_meta, trace_files, trace_notes
 
 ALIGN = ("auto", "always", "never")
 #: steps.csv / collectives.csv columns a torch.profiler trace never carries.
-NEVER_IN_TRACES = ["sync_ms", "samples", "comm_bytes", "bytes", "bucket"]
+NEVER_IN_TRACES = ["sync_ms", "samples", "bucket"]
+#: ... and those only newer traces carry (the collectives' metadata: torch >= 2.1).
+BYTES_COLUMNS = ["comm_bytes", "bytes"]
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,13 @@ class Imported:
     collectives: int
     missing: list[str]
     alignment: str
+    notes: tuple[str, ...] = ()
 
 
 def _read(files: list[Path]) -> tuple[list[dict], pd.DataFrame, dict[int, Path]]:
     metas, frames, by_rank = [], [], {}
     for f in files:
-        meta, ev = read_trace_meta(f)
+        meta, ev = read_trace_meta(f, only=len(files) == 1)
         rank = int(ev["rank"].iloc[0]) if len(ev) else -1
         if rank in by_rank:
             raise TraceFormatError(f"two traces for rank {rank}: {by_rank[rank]} and {f} (several jobs or "
@@ -92,10 +95,11 @@ def _missing(steps: list[dict], colls: list[dict]) -> list[str]:
     """Columns the traces could not fill (shown as missing in the views, never guessed)."""
     out = [c for c in ("fwd_ms", "bwd_ms", "opt_ms") if not steps or all(r[c] == "" for r in steps)]
     if not steps:
-        out.insert(0, "steps (no ProfilerStep#N markers)")
+        out.insert(0, "steps (no events)")
     if not colls:
         out.append("collectives (no NCCL kernels or gloo spans)")
-    return out + NEVER_IN_TRACES
+    unknown = BYTES_COLUMNS if not colls or any(c["bytes"] == "" for c in colls) else []
+    return out + NEVER_IN_TRACES + unknown
 
 
 def _staging(out: Path, name: str | None) -> tuple[str, Path]:
@@ -122,6 +126,7 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         metas, events, by_rank = _read(files)
     except TraceFormatError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
+    notes = trace_notes(events)
     ranks = sorted(by_rank)
     ws = len(ranks)
     job = f"imported-ws{ws}"
@@ -152,12 +157,12 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
                       "bucket_mb": None, "status": "complete", "error": None, "ranks": ranks,
                       "clock_offsets_ns": {str(r): int(o) for r, o in offsets.items()},
                       "clock_shift_us": {str(r): -o / 1e3 for r, o in offsets.items()},
-                      "clock_alignment": how, "trace_sources": names, "missing": missing}],
+                      "clock_alignment": how, "trace_sources": names, "missing": missing, "notes": notes}],
         }
         atomic_write_text(tmp / rf.RUN_JSON, json.dumps(meta, indent=1, default=str))
         os.rename(tmp, Path(out) / run_id)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Imported(Path(out) / run_id, job, ranks, len(steps), len(colls), missing, how)
+    return Imported(Path(out) / run_id, job, ranks, len(steps), len(colls), missing, how, tuple(notes))
 

@@ -5,6 +5,7 @@ The CLI and the dashboard show the same numbers because both call the same analy
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -16,19 +17,20 @@ from dpcore.read.report.resolve import load_run_reporting, resolve
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import RunLoadError
-from dpcore.read.traces.reader import TraceFormatError, read_trace_dir
+from dpcore.read.traces.reader import TraceFormatError, read_trace_dir, trace_notes
 
 #: DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover.
 ANALYZE_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms", "steps"]
 
 
-def _trace_folder_ranks(trace_dir: Path) -> pd.DataFrame:
-    """Per rank over the ProfilerSteps of a folder of traces (the whole trace when it has none)."""
+def _trace_folder_ranks(trace_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Per rank over the steps of a folder of traces (the whole trace as one step when it has no
+    ProfilerStep markers), and the reader's notes on the traces (the rules they needed)."""
     try:
-        rows = trace_rows(overlap_from_trace(read_trace_dir(trace_dir)))
+        events = read_trace_dir(trace_dir)
     except TraceFormatError as exc:
         raise ValueError(str(exc)) from None
-    return rank_metrics(rows, "trace")
+    return rank_metrics(trace_rows(overlap_from_trace(events)), "trace"), trace_notes(events)
 
 
 def analyze(path: str, csv: bool = False) -> str:
@@ -43,10 +45,12 @@ def analyze(path: str, csv: bool = False) -> str:
     """
     p, kind = resolve(path)
     if kind == "traces":  # one trace file, or a folder of them (recursive)
-        df = _trace_folder_ranks(p)
-        if csv:
+        df, notes = _trace_folder_ranks(p)
+        if csv:  # the notes go to stderr: stdout stays one CSV table
+            for n in notes:
+                print(f"note: {n}", file=sys.stderr)
             return csv_table(df[ANALYZE_COLUMNS])
-        return f"{p}  (ms per step)\n{text_table(df[ANALYZE_COLUMNS])}\n"
+        return f"{p}  (ms per step)\n{text_table(df[ANALYZE_COLUMNS])}\n" + "".join(f"note: {n}\n" for n in notes)
     run = load_run_reporting(p)
     per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run))),
                        "trace")

@@ -6,6 +6,7 @@ module loads the run and its traces, picks DESIGN.md's columns and lays them out
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -55,7 +56,11 @@ def summarize(path: str, csv: bool = False) -> str:
     p = Path(path)
     run = load_run_reporting(p)
     s = summary_table(run)
-    if csv:
+    notes = [f"note: {j.get('id')}: {n}" for j in run.meta.get("jobs", []) if isinstance(j, dict)
+             for n in (j.get("notes") or [])]  # what an import's traces needed (no steps, no rank, ...)
+    if csv:  # the notes go to stderr: stdout stays one CSV table
+        for n in notes:
+            print(n, file=sys.stderr)
         return csv_table(s)
     if s.empty and run.allreduce is not None and not run.allreduce.empty:
         return allreduce_text(path)
@@ -74,7 +79,7 @@ def summarize(path: str, csv: bool = False) -> str:
              + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
              + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
                 "variant's algorithm should move (README 'Memory and communication volume')."
-                if "bus_mib_per_step" in s else "")]
+                if "bus_mib_per_step" in s else "")] + notes
     return "\n".join(lines) + "\n"
 
 

@@ -8,7 +8,7 @@ falls back to that parse.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,11 +21,21 @@ from dpcore.contract.tracefile import (DECODE_ERRORS, DEVICE_CATS, X_FIELDS, Tra
 
 WINDOW_BYTES = 2 << 20  # cache-sized, and the work arrays stay small
 _EVENT_KEYS = (b'"ph"', b'"ts"', b'"dur"', b'"name"', b'"cat"', b'"pid"', b'"tid"', b'"args"')
-_ARG_KEYS = (b'"correlation"', b'"stream"')  # X_FIELDS = _EVENT_KEYS[1:7] + _ARG_KEYS
+#: The collective's metadata that torch.profiler (2.1+) writes into the ``args`` of its
+#: ``record_param_comms`` ranges and of NCCL kernels: (field, key). Text fields are read like
+#: ``name`` ("" when absent), the others like ``correlation`` (int, -1 when absent or not a number).
+META_KEYS = (("coll", b'"Collective name"'), ("in_nelems", b'"In msg nelems"'),
+             ("out_nelems", b'"Out msg nelems"'), ("dtype", b'"dtype"'), ("group_size", b'"Group size"'))
+META_FIELDS = tuple(f for f, _ in META_KEYS)
+META_TEXT = ("coll", "dtype")
+_ARG_KEYS = (b'"correlation"', b'"stream"') + tuple(k for _, k in META_KEYS)
+#: Every field the scan keeps: X_FIELDS (= _EVENT_KEYS[1:7] + the first two _ARG_KEYS), then META_FIELDS.
+FIELDS = X_FIELDS + META_FIELDS
 _DELTA = np.zeros(256, np.int8)
 _DELTA[list(b"{[")], _DELTA[list(b"}]")] = 1, -1
 _TEXT: dict[str, tuple[Callable[[Any], Any], Any]] = {"name": (as_text, ""), "cat": (as_text, ""),
-                                                     "pid": (as_ident, -1), "tid": (as_ident, -1)}
+                                                     "pid": (as_ident, -1), "tid": (as_ident, -1),
+                                                     **{f: (as_text, "") for f in META_TEXT}}
 _ENTRY = np.frombuffer(b",{}", np.uint8)  # the array's tokens: a comma, then an object
 _SPACES = np.uint64(0x2020202020202020)
 _LOW_BYTES = np.asarray([(1 << 8 * k) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)
@@ -42,7 +52,9 @@ class Columns:
 
     ``tables[f]`` lists the distinct values of field f in order of first appearance (what the
     events frame's categories are built from); ts/dur in µs as in the file; corr/stream -1
-    when absent (see ``x_event_fields`` for every convention).
+    when absent (see ``x_event_fields`` for every convention). The collective metadata
+    (META_KEYS): ``coll`` and ``dtype`` in codes/tables like ``name``, the element counts and
+    group size in ``nums`` (-1 when absent).
     """
 
     ts: np.ndarray
@@ -51,6 +63,17 @@ class Columns:
     stream: np.ndarray
     codes: dict[str, np.ndarray]
     tables: dict[str, list[Any]]
+    nums: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _leads(keys: tuple[bytes, ...]) -> list[int]:
+    """For each key, the first key that ends with the same 8 bytes (itself if none does): keys
+    that share their last 8 bytes (``"In msg nelems"``, ``"Out msg nelems"``) are told apart by
+    the bytes before. A key of 8 bytes or fewer shares its ending with no other key."""
+    tails = [k[-8:] for k in keys]
+    leads = [tails.index(t) for t in tails]
+    assert all(len(keys[j]) > 8 for j, lead in enumerate(leads) if tails.count(tails[j]) > 1), keys
+    return leads
 
 
 def _key_index(word: int, keys: tuple[bytes, ...]) -> int:
@@ -75,7 +98,7 @@ class _Scanner:
 
     def __init__(self, path: str | Path) -> None:
         self.path = path
-        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in X_FIELDS}  # per window
+        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}  # per window
         self.raw: dict[str, dict[bytes, int]] = {f: {} for f in _TEXT}  # distinct spans, in order
         self.escapes = False  # whether the current window has a backslash
         self.d_arr = 2  # depth inside the array
@@ -197,10 +220,11 @@ class _Scanner:
         is_args[nested[value[ch[value] == 123]]] = True
         ac = np.flatnonzero(colon & (depth == d_ev + 1))
         args = self._keys(ac[is_args[nested[ac]]], _ARG_KEYS, p, evid, nev)
-        for f, t in zip(X_FIELDS, [*keys[xe, 1:7].T, *args[xe].T]):  # converted while in cache
+        for f, t in zip(FIELDS, [*keys[xe, 1:7].T, *args[xe].T]):  # converted while in cache
             vs, ve = self._spans(t, p, dl, depth)
             self.parts[f].append(self._raw_ids(f, vs, ve) if f in _TEXT else self._numbers(
-                vs, ve, np.float64 if f in ("ts", "dur") else np.int64, repeats=f in ("dur", "stream")))
+                vs, ve, np.float64 if f in ("ts", "dur") else np.int64,
+                repeats=f in ("dur", "stream", "group_size")))
 
     def _keys(self, kc: np.ndarray, keys: tuple[bytes, ...], p: np.ndarray, evid: np.ndarray,
               nev: int) -> np.ndarray:
@@ -218,14 +242,24 @@ class _Scanner:
         lut = [_key_index(int(u), keys) for u in uniq]
         if -2 in lut:
             raise _Odd  # spaces between a key and its colon: rare enough for the full parse
-        kid = np.asarray([nk if k == -1 else k for k in lut] + [nk], np.int64).take(codes)  # nk: other keys
-        for j, key in enumerate(keys):
-            hit = np.flatnonzero(kid == j) if len(key) > 8 or self.escapes else ()
-            if len(key) > 8 and len(hit):  # check the bytes before the last 8
-                head = self.at(e[hit] - len(key) + 1) & _LOW_BYTES[len(key) - 8]
-                kid[hit[head != np.uint64(int.from_bytes(key[:-8], "little"))]] = nk
-            if self.escapes and len(hit):  # a backslash before the opening quote: a longer key
-                kid[hit[self.a[e[hit] - len(key)] == 92]] = nk
+        tail = np.asarray([nk if k == -1 else k for k in lut] + [nk], np.int64).take(codes)  # nk: other keys
+        kid, leads = tail.copy(), _leads(keys)
+        for j, key in enumerate(keys):  # a group's first key comes first: it clears the group's hits
+            hit = np.flatnonzero(tail == leads[j]) if len(key) > 8 or self.escapes else ()
+            if not len(hit):
+                continue
+            ok = np.ones(len(hit), bool)
+            at = e[hit] - len(key) + 1  # the opening quote
+            ok &= at >= 0
+            for c in range(0, len(key) - 8, 8):  # check the bytes before the last 8, 8 at a time
+                chunk = key[c:min(c + 8, len(key) - 8)]
+                got = self.at(np.maximum(at + c, 0)) & _LOW_BYTES[len(chunk)]
+                ok &= got == np.uint64(int.from_bytes(chunk, "little"))
+            if self.escapes:  # a backslash before the opening quote: a longer key
+                ok &= self.a[np.maximum(at - 1, 0)] != 92
+            if leads[j] == j:
+                kid[hit] = nk
+            kid[hit[ok]] = j
         cell = evid.take(kc)
         cell *= nk + 1
         cell += kid
@@ -277,7 +311,8 @@ class _Scanner:
                                 for raw in self.raw[f]] + [0], np.int32)
             codes[f], tables[f] = remap.take(cols[f]), list(table)
         cols["stream"][~np.asarray([c in DEVICE_CATS for c in tables["cat"]] + [False], bool).take(codes["cat"])] = -1
-        return Columns(cols["ts"], cols["dur"], cols["corr"], cols["stream"], codes, tables)
+        return Columns(cols["ts"], cols["dur"], cols["corr"], cols["stream"], codes, tables,
+                       {f: cols[f] for f in META_FIELDS if f not in _TEXT})
 
     def _raw_ids(self, f: str, vs: np.ndarray, ve: np.ndarray) -> np.ndarray:
         """Ids of the byte strings at the spans among the field's distinct ones (b"": absent),

@@ -1,14 +1,16 @@
 """Chrome trace -> columns of its complete ('X') events, without a Python object per event.
 
 Why: a 250k-event torch.profiler trace is ~45 MB of JSON; a JSON parser turns it into ~2M
-Python objects (~0.6 s with orjson, more to free), of which the analysis keeps 8 fields. So the
-bytes that :mod:`dpcore.contract.tracefile` read are scanned with numpy instead, a few MB at a
-time (simdjson's structural index, vectorised): quotes are marked (escaped ones dropped), a
-prefix xor gives the string interiors, the structural characters outside strings get a nesting
-depth, keys are told apart by the 8 bytes that end them, and each needed value is read from its
-byte span: numbers by one vectorised cast, strings and ids by decoding only the distinct spans.
-The values are those of a full JSON parse (``x_event_fields``, the reference the tests compare
-with); anything the scanner does not expect (entries that are not objects, duplicate keys,
+Python objects (~0.6 s with orjson, more to free), of which the analysis keeps 8 fields (and
+the collective metadata of a few events: bytescan.META_KEYS). So the bytes that
+:mod:`dpcore.contract.tracefile` read are scanned with numpy instead, a few MB at a time
+(simdjson's structural index, vectorised): quotes are marked (escaped ones dropped), a prefix
+xor gives the string interiors, the structural characters outside strings get a nesting depth,
+keys are told apart by the 8 bytes that end them (and the bytes before, for keys that share
+those), and each needed value is read from its byte span: numbers by one vectorised cast,
+strings and ids by decoding only the distinct spans. The values are those of a full JSON parse
+(``x_event_fields`` and :func:`meta_event_fields`, the references the tests compare with);
+anything the scanner does not expect (entries that are not objects, duplicate keys,
 truncation, ...) hands the file to that full parse.
 """
 from __future__ import annotations
@@ -18,21 +20,43 @@ from typing import Any
 
 import numpy as np
 
-from dpcore.contract.tracefile import load_trace, x_event_fields
-from dpcore.read.traces.bytescan import WINDOW_BYTES, Columns, _Odd, _Scanner
+from dpcore.contract.tracefile import as_id, as_text, load_trace, x_event_fields
+from dpcore.read.traces.bytescan import META_KEYS, META_TEXT, WINDOW_BYTES, Columns, _Odd, _Scanner
 
-__all__ = ["Columns", "WINDOW_BYTES", "columns_from_events", "read_columns"]
+__all__ = ["Columns", "WINDOW_BYTES", "columns_from_events", "meta_event_fields", "read_columns"]
+
+
+def meta_event_fields(events: list[Any]) -> dict[str, list[Any]]:
+    """The collective metadata (bytescan.META_KEYS) of every complete event, in file order, by the
+    conventions of ``x_event_fields``: text as ``name`` ("" when absent), numbers as
+    ``correlation`` (int() of the value if it fits int64, else -1); args that is not an object
+    counts as absent."""
+    out: dict[str, list[Any]] = {f: [] for f, _ in META_KEYS}
+    for e in events:
+        if type(e) is not dict or e.get("ph") != "X":
+            continue
+        args = e.get("args")
+        args = args if isinstance(args, dict) else {}
+        for f, key in META_KEYS:
+            k = key[1:-1].decode()
+            if f in META_TEXT:
+                out[f].append(as_text(args[k]) if k in args else "")
+            else:
+                out[f].append(as_id(args.get(k)))
+    return out
+
 
 def columns_from_events(events: list[Any], path: str | Path) -> Columns:
     """Columns from parsed events (the reference; used for the files the scanner declines)."""
-    out = x_event_fields(events, path)
+    out = {**x_event_fields(events, path), **meta_event_fields(events)}
     codes, tables = {}, {}
-    for f in ("name", "cat", "pid", "tid"):
+    for f in ("name", "cat", "pid", "tid", *META_TEXT):
         table: dict[Any, int] = {}
         codes[f] = np.asarray([table.setdefault(v, len(table)) for v in out[f]], dtype=np.int32)
         tables[f] = list(table)
     return Columns(np.asarray(out["ts"], np.float64), np.asarray(out["dur"], np.float64),
-                   np.asarray(out["corr"], np.int64), np.asarray(out["stream"], np.int64), codes, tables)
+                   np.asarray(out["corr"], np.int64), np.asarray(out["stream"], np.int64), codes, tables,
+                   {f: np.asarray(out[f], np.int64) for f, _ in META_KEYS if f not in META_TEXT})
 
 
 def read_columns(path: str | Path, window: int = WINDOW_BYTES) -> tuple[dict[str, Any], Columns]:

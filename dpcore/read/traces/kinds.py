@@ -18,6 +18,27 @@ Classification (what the overlap numbers count):
   of compute. Collective launches (``c10d::*``, ``record_param_comms``) are kind other; a launch
   from a gradient hook stays inside its backward node's interval, as in the steps.csv phase
   intervals (so trace-based and interval-based overlap agree).
+
+Phases: only dpcore's own ranges are read as phases here: the ``record_function`` annotations
+``forward``/``backward``/``optimizer`` that ``write/training/trainer.py`` opens, which the
+profiler writes as ``user_annotation`` events. A foreign op that happens to be called ``forward``
+(a TorchScript module's ``forward`` is a ``cpu_op``) is an op like any other. Other frameworks'
+phase names (``## backward ##``, ``Optimizer.step#Adagrad.step``, ...) are a separate, explicit
+mapping, :data:`FOREIGN_PHASES`: the importer reads fwd/bwd/opt times from it; compute on the main
+thread of a foreign trace is every op of the step (it has no dpcore phases to restrict it to).
+
+Steps (one rule, :func:`classify`, for every command): an event on the host belongs to the
+``ProfilerStep#N`` range it starts in (``gpu_user_annotation`` copies of the markers on the
+device timeline are not steps); a kernel, memcpy or memset belongs to the step in which it was
+LAUNCHED (its runtime launch event, linked by correlation id), and one whose launch is not in
+the trace (queued before the profiler started) belongs to no traced step (-1). A trace without
+any ``ProfilerStep#N`` marker is one step, number 0, covering the whole trace (and says so in
+a note). Only a GPU trace with no launch linked to any kernel (no correlation ids at all) places
+its kernels by their GPU time instead, with a note.
+
+Older traces: kineto before torch 1.10 named the categories ``Kernel``, ``Runtime``,
+``Operator``, ``Memcpy`` and ``Memset``; :func:`canonical_categories` renames them to today's
+(:data:`LEGACY_CATEGORIES`) before anything is classified.
 """
 from __future__ import annotations
 
@@ -26,11 +47,30 @@ import re
 import numpy as np
 
 from dpcore.contract.intervals import merge
+from dpcore.contract.tracefile import DEVICE_CATS
 from dpcore.read.traces.columns import Columns
 
 KINDS = ("compute", "comm", "memcpy", "sync", "other")
-_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-_PHASES = ("forward", "backward", "optimizer")
+#: A step marker's name (matched from its start): torch.profiler's ``ProfilerStep#N`` ranges.
+STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+#: dpcore's own phase ranges (``record_function`` in write/training/trainer.py) and the category
+#: the profiler writes them with; no other event is read as a dpcore phase.
+DPCORE_PHASES = ("forward", "backward", "optimizer")
+PHASE_CATEGORY = "user_annotation"
+#: Other frameworks' names for the phases (torchrec/HTA ``## <phase> ##`` annotations, DDP's and
+#: FSDP's forward ranges, torch.optim's ``Optimizer.step#<cls>.step``); backward also from the
+#: span of the autograd engine's nodes (:data:`AUTOGRAD_NODE`). Read only by name, any category.
+FOREIGN_PHASES: dict[str, re.Pattern[str]] = {
+    "forward": re.compile(r"^(## forward ##|(DistributedDataParallel|FullyShardedDataParallel)\.forward)$"),
+    "backward": re.compile(r"^## backward ##$"),
+    "optimizer": re.compile(r"^(## optimizer ##|Optimizer\.step#.*\.step)$"),
+}
+AUTOGRAD_NODE = re.compile(r"^autograd::engine::evaluate_function: ")
+#: kineto's category names before torch 1.10 -> today's.
+LEGACY_CATEGORIES = {"Kernel": "kernel", "Runtime": "cuda_runtime", "Operator": "cpu_op",
+                     "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
+#: Step of every event of a trace without ProfilerStep markers: the whole trace is one step.
+WHOLE_TRACE_STEP = 0
 _CPU_WAIT_RE = re.compile(r"wait|synchronize", re.IGNORECASE)
 _CPU_LAUNCH_RE = re.compile(r"^(c10d::|record_param_comms|nccl:)")
 _NCCL_KERNEL = re.compile(r"^(void\s+)?nccl", re.IGNORECASE)
@@ -40,21 +80,54 @@ _NCCL_KERNEL = re.compile(r"^(void\s+)?nccl", re.IGNORECASE)
 _COMM_RANGE_RE = re.compile(r"^(record_param_comms$|nccl:|c10d::)")
 
 
-def classify(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
-    """(kind code into KINDS, ProfilerStep number or -1) of every event of one trace."""
+def canonical_categories(cols: Columns) -> list[str]:
+    """Rename legacy categories (LEGACY_CATEGORIES) in ``cols`` to today's names, in place;
+    returns the legacy names found (empty for a current trace)."""
+    cats = cols.tables["cat"]
+    old = [c for c in cats if c in LEGACY_CATEGORIES]
+    if not old:
+        return []
+    table: dict[str, int] = {}
+    remap = np.asarray([table.setdefault(LEGACY_CATEGORIES.get(c, c), len(table)) for c in cats] + [0], np.int32)
+    cols.codes["cat"] = remap.take(cols.codes["cat"])
+    cols.tables["cat"] = list(table)
+    return old
+
+
+def classify(cols: Columns) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(kind code into KINDS, step number or -1, notes) of every event of one trace; the notes
+    say where the trace needed a rule of the module docstring (no steps, unlaunched kernels, ...)."""
+    notes = []
+    legacy = canonical_categories(cols)
+    if legacy:
+        notes.append(f"legacy categories ({', '.join(legacy)}) read as "
+                     f"{', '.join(LEGACY_CATEGORIES[c] for c in legacy)}")
     ts, dur, stream, corr = cols.ts, cols.dur, cols.stream, cols.corr
     names, cats = cols.tables["name"], cols.tables["cat"]
     name_c, cat_c = cols.codes["name"], cols.codes["cat"]
+    host = (stream < 0) & ~np.asarray([c in DEVICE_CATS for c in cats] + [False], bool)[cat_c]
+    step, marked = _steps(ts, dur, names, name_c, host)
+    if not marked:
+        notes.append(f"no ProfilerStep#N markers: the whole trace is one step (step {WHOLE_TRACE_STEP})")
     if any(c in ("kernel", "gpu_memcpy", "gpu_memset") for c in cats):  # a GPU trace
         kind = _pair_kinds(names, cats, name_c, cat_c)
         _comm_by_launch(kind, ts, dur, names, cats, name_c, cat_c, stream, corr, cols.codes["pid"],
                         cols.codes["tid"])
-        step = _steps(ts, dur, names, name_c)
-        _launch_steps(step, stream, corr)
+        unlaunched = _launch_steps(step, stream, corr)
+        if unlaunched is None:
+            notes.append("no kernel's launch is in the trace (no correlation ids): kernels are counted "
+                         "in the step in which they ran on the GPU")
+        else:
+            unlaunched &= np.asarray([c in ("kernel", "gpu_memcpy", "gpu_memset") for c in cats] + [False],
+                                     bool)[cat_c]
+            if unlaunched.any():
+                queued = int((unlaunched & (kind == KINDS.index("comm"))).sum())
+                notes.append(f"{int(unlaunched.sum())} GPU event(s) ({queued} of them collectives) were "
+                             "launched before the trace began (their launch is not in it): they count in no "
+                             "traced step")
     else:
         kind = _cpu_kinds(ts, dur, names, cats, name_c, cat_c, cols.codes["tid"], cols.codes["pid"])
-        step = _steps(ts, dur, names, name_c)
-    return kind, step
+    return kind, step, notes
 
 
 def _gpu_kind(name: str, cat: str) -> str:
@@ -73,17 +146,21 @@ def _gpu_kind(name: str, cat: str) -> str:
     return "other"
 
 
-def _steps(ts: np.ndarray, dur: np.ndarray, names: list[str], name_codes: np.ndarray) -> np.ndarray:
-    """ProfilerStep number of each event by time (CPU events), -1 outside every step."""
+def _steps(ts: np.ndarray, dur: np.ndarray, names: list[str], name_codes: np.ndarray,
+           host: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(ProfilerStep number of each event by its start time, -1 outside every step; whether the
+    trace has markers). Markers are ``host`` events: a ``gpu_user_annotation`` copy on the
+    device timeline (which has no stream id on ROCm) lies elsewhere in time. Without any marker,
+    every event is in WHOLE_TRACE_STEP."""
     step_of_code = np.full(len(names) + 1, -1, dtype=np.int64)
     for i, n in enumerate(names):
-        m = _STEP_RE.match(n)
+        m = STEP_RE.match(n)
         if m:
             step_of_code[i] = int(m.group(1))
-    marker = step_of_code[name_codes] >= 0
-    out = np.full(ts.size, -1, dtype=np.int64)
+    marker = (step_of_code[name_codes] >= 0) & host
     if not marker.any():
-        return out
+        return np.full(ts.size, WHOLE_TRACE_STEP, dtype=np.int64), False
+    out = np.full(ts.size, -1, dtype=np.int64)
     order = np.argsort(ts[marker], kind="stable")
     s_ts, s_end = ts[marker][order], (ts[marker] + dur[marker])[order]
     s_num = step_of_code[name_codes[marker]][order]
@@ -91,7 +168,7 @@ def _steps(ts: np.ndarray, dur: np.ndarray, names: list[str], name_codes: np.nda
     ok = idx >= 0
     ok[ok] &= ts[ok] < s_end[idx[ok]]
     out[ok] = s_num[idx[ok]]
-    return out
+    return out, True
 
 
 def _pair_kinds(names: list[str], cats: list[str], name_c: np.ndarray, cat_c: np.ndarray) -> np.ndarray:
@@ -143,24 +220,39 @@ def _comm_by_launch(kind: np.ndarray, ts: np.ndarray, dur: np.ndarray, names: li
     kind[dev & (kind == KINDS.index("compute"))] = KINDS.index("comm")
 
 
-def _launch_steps(step: np.ndarray, stream: np.ndarray, corr: np.ndarray) -> None:
-    """Kernels (stream >= 0) take the step of the CPU op that launched them (same correlation)."""
-    host = np.flatnonzero((stream < 0) & (corr > 0) & (step >= 0))
-    dev = np.flatnonzero((stream >= 0) & (corr > 0))
-    if not host.size or not dev.size:
-        return
-    top = int(corr.max())
-    if top <= 4 * len(corr) + 1024:  # dense lookup by correlation id; the first launch wins
-        by_corr = np.full(top + 1, -1, np.int64)
-        by_corr[corr[host][::-1]] = step[host][::-1]
-        found = by_corr[corr[dev]]
-        step[dev[found >= 0]] = found[found >= 0]
-        return
-    order = np.argsort(corr[host], kind="stable")
-    keys, vals = corr[host][order], step[host][order]
-    pos = np.clip(np.searchsorted(keys, corr[dev]), 0, keys.size - 1)
-    found = keys[pos] == corr[dev]
-    step[dev[found]] = vals[pos[found]]
+def _launch_steps(step: np.ndarray, stream: np.ndarray, corr: np.ndarray) -> np.ndarray | None:
+    """Device events (stream >= 0) take the step of the host event that launched them (same
+    correlation id; the first launch wins); those whose launch is not in the trace get -1.
+
+    Returns which events are device events without a launch in the trace, or None when not one
+    device event has a launch (no correlation ids at all): then ``step`` is left by GPU time,
+    the only clue there is.
+    """
+    host = np.flatnonzero((stream < 0) & (corr > 0))
+    dev = np.flatnonzero(stream >= 0)
+    out = np.zeros(step.size, bool)
+    if not dev.size:
+        return out
+    launched = np.full(dev.size, -2, np.int64)  # -2: no launch in the trace
+    c = corr[dev]
+    if host.size:
+        top = int(corr.max())
+        if top <= 4 * len(corr) + 1024:  # dense lookup by correlation id
+            by_corr = np.full(top + 1, -2, np.int64)
+            by_corr[corr[host][::-1]] = step[host][::-1]
+            launched[c > 0] = by_corr[c[c > 0]]
+        else:
+            order = np.argsort(corr[host], kind="stable")
+            keys, vals = corr[host][order], step[host][order]
+            pos = np.clip(np.searchsorted(keys, c), 0, keys.size - 1)
+            found = (keys[pos] == c) & (c > 0)
+            launched[found] = vals[pos[found]]
+    missing = launched == -2
+    if missing.all():
+        return None
+    step[dev] = np.where(missing, -1, launched)
+    out[dev[missing]] = True
+    return out
 
 
 def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str], name_c: np.ndarray,
@@ -168,15 +260,17 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     """Kinds for a CPU (gloo) trace; see the module docstring."""
     kind = np.full(ts.size, KINDS.index("other"), dtype=np.int8)
     is_gloo = np.asarray([n.startswith("gloo:") for n in names], dtype=bool)
-    phase_code = np.asarray([n in _PHASES for n in names], dtype=bool)
+    phase_cat = np.asarray([c == PHASE_CATEGORY for c in cats] + [False], dtype=bool)[cat_c]
+    phase_ev = np.asarray([n in DPCORE_PHASES for n in names], dtype=bool)[name_c] & phase_cat  # dpcore's only
     hole = np.asarray([bool(_CPU_WAIT_RE.search(n)) for n in names], dtype=bool)
     launch = np.asarray([bool(_CPU_LAUNCH_RE.match(n)) for n in names], dtype=bool)
-    marker = np.asarray([n in _PHASES or n == "grad_sync" or bool(_STEP_RE.match(n)) for n in names], dtype=bool)
+    marker = np.asarray([n == "grad_sync" or bool(STEP_RE.match(n)) for n in names], dtype=bool)[name_c]
+    marker |= phase_ev
     thread = pid_c.astype(np.int64) * (int(tid_c.max(initial=0)) + 1) + tid_c
     # main thread: the one with the phase / ProfilerStep ranges, else the busiest cpu_op thread
     op_cat = np.asarray([c == "cpu_op" for c in cats], dtype=bool)
-    if marker[name_c].any():
-        main = np.bincount(thread[marker[name_c]]).argmax()
+    if marker.any():
+        main = np.bincount(thread[marker]).argmax()
     elif op_cat[cat_c].any():
         main = np.bincount(thread[op_cat[cat_c]]).argmax()
     else:
@@ -186,7 +280,7 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     is_barrier = np.asarray(["barrier" in n for n in names], dtype=bool)[name_c]
     kind[is_gloo[name_c] & ~on_main & ~is_barrier] = KINDS.index("comm")
     ops = on_main & op_cat[cat_c]
-    ph = on_main & phase_code[name_c]
+    ph = on_main & phase_ev
     if ph.any():
         order = np.argsort(ts[ph])
         p_s, p_e = ts[ph][order], (ts[ph] + dur[ph])[order]

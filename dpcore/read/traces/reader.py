@@ -1,8 +1,13 @@
 """torch.profiler Chrome traces -> one events DataFrame with a `kind` per event.
 
 Reading is here (files, ranks, worker processes); what each event counts as (compute, comm,
-memcpy, sync, other) and which ProfilerStep it belongs to is decided in
-:mod:`dpcore.read.traces.kinds`, whose docstring gives the rules.
+memcpy, sync, other) and which step it belongs to is decided in
+:mod:`dpcore.read.traces.kinds`, whose docstring gives the rules; which collective a comm kernel
+runs and its bytes in :mod:`dpcore.read.traces.collectives`.
+
+Where a trace needed one of those rules (no rank, no steps, legacy categories, kernels launched
+before the trace began), the frame says so in ``attrs["notes"]`` (one line each, naming the
+file): every command that reads traces prints them, so a number is never silently re-based.
 """
 from __future__ import annotations
 
@@ -19,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
-from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, TraceFormatError, open_regular
-from dpcore.read.traces.kinds import KINDS, classify
+from dpcore.contract.tracefile import DEVICE_CATS, MAX_TRACE_FILE_BYTES, TraceFormatError, open_regular
+from dpcore.read.traces.collectives import collective_meta
+from dpcore.read.traces.kinds import KINDS, STEP_RE, classify
 from dpcore.read.traces.columns import Columns, read_columns
 
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -36,24 +42,32 @@ def _codes_to_cat(codes: np.ndarray, table: list) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=pd.Index(table, dtype=object))
 
 
-def _rank_of(meta: dict, path: Path) -> int:
+def _rank_of(meta: dict, path: Path) -> int | None:
+    """distributedInfo.rank, else 'rank<r>' in the file name, else None."""
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int) and info["rank"] >= 0:
         return int(info["rank"])
     m = _RANK_RE.search(path.name)
     if m:
         return int(m.group(1))
-    raise TraceFormatError(f"cannot tell the rank of trace {path}: no distributedInfo.rank and no "
-                           f"'rank<r>' in the file name")
+    return None
+
+
+def _no_rank(path: Path) -> TraceFormatError:
+    return TraceFormatError(f"cannot tell the rank of trace {path}: no distributedInfo.rank and no "
+                            f"'rank<r>' in the file name, and it is not the only trace read")
 
 
 def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
-    """Columns -> events DataFrame (see ANALYSIS_API.md) with kind and step assigned."""
+    """Columns -> events DataFrame (see ANALYSIS_API.md) with kind, step and, for comm kernels,
+    the collective's name and bytes where the trace's metadata says (else "" and NaN).
+    ``attrs["notes"]``: the rules this trace needed (kinds.classify's notes)."""
+    kind, step, notes = classify(cols)  # first: it renames legacy categories in cols
     ts, dur, stream = cols.ts, cols.dur, cols.stream
     names, cats = cols.tables["name"], cols.tables["cat"]
     name_c, cat_c = cols.codes["name"], cols.codes["cat"]
-    kind, step = classify(cols)
-    return pd.DataFrame({
+    coll_c, coll_t, nbytes = collective_meta(cols, kind == KINDS.index("comm"))
+    df = pd.DataFrame({
         "ts": ts, "dur": dur,
         "name": _codes_to_cat(name_c, names),
         "category": _codes_to_cat(cat_c, cats),
@@ -62,31 +76,69 @@ def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
         "stream": stream, "rank": np.full(ts.size, rank, dtype=np.int64),
         "kind": pd.Categorical.from_codes(kind, categories=list(KINDS)),
         "step": step,
+        "collective": _codes_to_cat(coll_c, coll_t), "bytes": nbytes,
     }, copy=False)
+    df.attrs["notes"] = notes
+    return df
 
 
-def read_trace_meta(path: str | Path) -> tuple[dict, pd.DataFrame]:
+def read_trace_meta(path: str | Path, only: bool = True) -> tuple[dict, pd.DataFrame]:
     """(top-level metadata, events) of one trace: what :func:`read_trace` reads, plus the
     trace's own description (``distributedInfo``, ``deviceProperties``, ``host_name``) that an
-    importer records as the run's environment."""
+    importer records as the run's environment. ``only``: see :func:`read_trace`."""
     p = Path(path)
     if not p.exists():  # a FIFO or device exists but is refused, by name, when opened
         raise TraceFormatError(f"trace file not found: {p}")
     meta, cols = read_columns(p)
-    return meta, events_frame(meta, cols, _rank_of(meta, p))
+    rank = _rank_of(meta, p)
+    if rank is None and not only:
+        raise _no_rank(p)
+    df = events_frame(meta, cols, 0 if rank is None else rank)
+    if rank is None:
+        df.attrs["notes"] = ["no rank in the trace (no distributedInfo, no 'rank<r>' in the file name): "
+                             "read as rank 0 of 1", *df.attrs["notes"]]
+    df.attrs["notes"] = [f"{p.name}: {n}" for n in df.attrs["notes"]]
+    return meta, df
 
 
-def read_trace(path: str | Path) -> pd.DataFrame:
+def read_trace(path: str | Path, only: bool = True) -> pd.DataFrame:
     """Read one torch.profiler Chrome trace (.json or .json.gz) into the events DataFrame.
 
-    Raises TraceFormatError (a ValueError) naming the file if it is missing, truncated, foreign,
-    or has no rank (distributedInfo.rank, else 'rank<r>' in the file name).
+    The rank is distributedInfo.rank, else 'rank<r>' in the file name; a trace with neither is
+    rank 0 of 1 when it is the ``only`` trace read (a single-process job: tensorboard_trace_handler
+    writes no rank), with a note. Raises TraceFormatError (a ValueError) naming the file if it is
+    missing, truncated, foreign, or has no rank and is not the only trace.
     """
-    p = Path(path)
-    if not p.exists():  # a FIFO or device exists but is refused, by name, when opened
-        raise TraceFormatError(f"trace file not found: {p}")
-    meta, cols = read_columns(p)
-    return events_frame(meta, cols, _rank_of(meta, p))
+    return read_trace_meta(path, only)[1]
+
+
+def trace_notes(events: pd.DataFrame) -> list[str]:
+    """The notes :func:`read_trace` and :func:`read_trace_files` left on a frame (see the module docstring)."""
+    return list(events.attrs.get("notes", []))
+
+
+def on_host(events: pd.DataFrame) -> np.ndarray:
+    """Which events ran on the host: no stream and not a device category (a ``gpu_user_annotation``
+    copy of a range lies on the device timeline, with no stream id on ROCm)."""
+    return (events["stream"] < 0).to_numpy() & ~events["category"].isin(DEVICE_CATS).to_numpy()
+
+
+def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
+    """rank, step, ts, dur (µs) of every step of the events, by kinds' one rule: the
+    ``ProfilerStep#N`` range on the host (the longest, if a rank has several of one number),
+    and for a trace without any, its whole span (of its host events, all in one step)."""
+    host = events[on_host(events)]
+    num = host["name"].astype(str).str.extract("^" + STEP_RE.pattern, expand=False)  # re.match, as kinds
+    marked = host.loc[num.notna(), ["rank", "ts", "dur"]].assign(step=num.dropna().astype(np.int64))
+    marked = marked.sort_values("dur", ascending=False).drop_duplicates(["rank", "step"])
+    rows = [marked]
+    bare = host[~host["rank"].isin(set(marked["rank"])) & (host["step"] >= 0)]
+    if len(bare):
+        g = bare.assign(end=bare["ts"] + bare["dur"]).groupby(["rank", "step"], as_index=False)
+        span = g.agg(ts=("ts", "min"), end=("end", "max"))
+        rows.append(span.assign(dur=span["end"] - span["ts"])[["rank", "ts", "dur", "step"]])
+    out = pd.concat([r for r in rows if len(r)] or [marked], ignore_index=True)
+    return out.sort_values(["rank", "step"]).reset_index(drop=True)[["rank", "step", "ts", "dur"]]
 
 
 def trace_files(path: str | Path, iteration: int | None = None) -> list[Path]:
@@ -186,22 +238,29 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
     """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = min(len(files), cpus, MAX_WORKERS)
+    read = read_trace if len(files) == 1 else _read_one_of_many
     if workers < 2 or not _can_fork() or sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
-        yield from map(read_trace, files)
+        yield from map(read, files)
         return
     ex = None
     try:
         ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
-        results = ex.map(read_trace, files)  # submits every file: starts the workers
+        results = ex.map(read, files)  # submits every file: starts the workers
     except (OSError, NotImplementedError):  # no usable worker processes here (no sem_open, ...)
         if ex is not None:
             ex.shutdown(wait=True, cancel_futures=True)
-        yield from map(read_trace, files)
+        yield from map(read, files)
         return
     try:
         yield from results
     finally:  # on an error or an early close, drop the ranks not yet parsed
         ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _read_one_of_many(path: Path) -> pd.DataFrame:
+    """read_trace of one file of several (a trace without a rank is then an error); module-level
+    so that worker processes can run it."""
+    return read_trace(path, only=False)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -226,7 +285,9 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
                  np.zeros(0, np.int64) for p in parts]
         dtype = dtypes[0] if cats is dtypes[0].categories else pd.CategoricalDtype(cats)
         cols[c] = pd.Categorical.from_codes(np.concatenate(codes), dtype=dtype)
-    return pd.DataFrame(cols, copy=False)
+    out = pd.DataFrame(cols, copy=False)
+    out.attrs["notes"] = [n for f in frames for n in trace_notes(f)]
+    return out
 
 
 def read_trace_files(files: list[Path]) -> pd.DataFrame:
@@ -237,7 +298,7 @@ def read_trace_files(files: list[Path]) -> pd.DataFrame:
     try:
         for f, df in zip(files, reader):
             r = int(df["rank"].iloc[0]) if len(df) else _rank_of({}, f)
-            if r in seen:
+            if r is not None and r in seen:
                 raise TraceFormatError(f"two traces for rank {r}: {seen[r]} and {f}")
             seen[r] = f
             frames.append(df)
