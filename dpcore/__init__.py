@@ -11,7 +11,7 @@ Public API (imports are lazy so ``import dpcore`` stays cheap for the CLI and th
   whose state is sharded across the default process group (ZeRO-1): each rank keeps state for
   and steps its share of the parameters, then broadcasts them. Use it in your own loop after
   averaging gradients (DDP, ``dpcore.wrap``); it needs Adam-like state to save memory.
-- ``dpcore.load_run(path)``: open a run directory (see docs / DESIGN.md).
+- ``dpcore.load_run(path)``: open a run directory (see docs/DESIGN.md).
 - ``dpcore.Workload(model, make_batch, loss_fn)``: what a user's ``--model MODULE:FUNCTION``
   returns (``examples/my_model.py``).
 - ``dpcore.record(out="profiles", *, name=None, model=None, ...)``: a user's own training loop

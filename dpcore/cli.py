@@ -52,7 +52,7 @@ def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: "float |
                    help="mlp hidden width (ignored for MODULE:FUNCTION) (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=None,
                    help=f"per-rank batch (weak scaling) or global batch (strong); default "
-                        f"{train('batch_size')}, einsum 5120 (DESIGN's b), MODULE:FUNCTION its "
+                        f"{train('batch_size')}, einsum 5120 (docs/DESIGN.md's b), MODULE:FUNCTION its "
                         f"Workload.batch_size or {train('batch_size')}")
     p.add_argument("--steps", type=int, default=steps, help="(default %(default)s)")
     p.add_argument("--lr", type=float, default=lr)

@@ -1,7 +1,7 @@
 """Synthetic but complete dpcore run directories for the dashboard tests.
 
 Why: the dashboard must be testable before (and independently of) a real profiling run.
-The generator follows DESIGN.md's run-directory contract exactly (run.json, steps.csv,
+The generator follows docs/DESIGN.md's run-directory contract exactly (run.json, steps.csv,
 collectives.csv, messages.csv, allreduce.csv, traces/<job>/rank<r>.json.gz and merged), with
 timings from a tiny cost model so that the pictures look like a real CPU/gloo run: blocking
 variants expose all their communication, overlap/bucketed hide most of it in backward, the

@@ -4,7 +4,7 @@ Traces other projects recorded (HTA's and TraceLens' test data, a kineto sample:
 folder's SOURCE.txt) are read by ``analyze``, ``import`` and ``summarize`` and checked against an
 exact interval sweep written here, independently of dpcore: plain Python over the JSON events.
 
-The sweep's definitions (DESIGN.md's metrics, issue 19's rules):
+The sweep's definitions (docs/DESIGN.md's metrics, issue 19's rules):
 
 * steps: the ``ProfilerStep#N`` ranges on the host (not their ``gpu_user_annotation`` copies);
   a trace without any is one step covering its host events;
@@ -32,9 +32,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpcore.read.analysis import load_run
+from dpcore.read.rundir import load_run
 from dpcore.read.importer.write_run import import_traces
-from dpcore.read.report.commands import analyze, summarize
+from dpcore.read.report.analyze import analyze
+from dpcore.read.report.summarize import summarize
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 FOLDERS = sorted(p.name for p in TRACES.iterdir() if p.is_dir()) if TRACES.is_dir() else []

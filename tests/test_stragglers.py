@@ -1,4 +1,4 @@
-"""Stragglers and skew (DESIGN.md "collective wait (stragglers)") with known answers.
+"""Stragglers and skew (docs/DESIGN.md "collective wait (stragglers)") with known answers.
 
 A rank's wait = latest arrival − its own arrival, at most its comm; the rank with wait 0 arrived
 last. Synthetic collectives pin the arithmetic (wait/transfer split, the cap, ties, unmatched

@@ -1,4 +1,4 @@
-"""Metric definitions that both wings compute (DESIGN.md "Metric definitions").
+"""Metric definitions that both wings compute (docs/DESIGN.md "Metric definitions").
 
 Why here: the ``allreduce`` command writes busbw into allreduce.csv and the analysis recomputes
 it from bytes and time to check the file; both must use the same factor, and the write wing may

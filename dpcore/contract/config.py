@@ -1,4 +1,4 @@
-"""DESIGN's fixed names, the training config (saved verbatim to run.json), the rules every
+"""docs/DESIGN.md's fixed names, the training config (saved verbatim to run.json), the rules every
 option value is checked by, and the parsing of the CLI's list and size syntax.
 
 Why validation lives in ``TrainConfig.__post_init__`` (and in the command options built on it,
@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from dpcore.contract.errors import UsageError, choices_error
 
-# DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
+# docs/DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
 # dpcore.write.dp.variants and dpcore.write.dp.comm re-export them next to their implementations).
 VARIANTS = ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
             "torch_ddp", "data_parallel", "zero1", "torch_zero1", "fsdp", "torch_fsdp")

@@ -40,7 +40,7 @@ def merge(starts: object, ends: object) -> Intervals:
 
 
 def union_length(starts: object, ends: object) -> float:
-    """Length of the union of intervals (the DESIGN 'comm time C' of a rank's collectives)."""
+    """Length of the union of intervals (the docs/DESIGN.md 'comm time C' of a rank's collectives)."""
     s, e = merge(starts, ends)
     return float((e - s).sum())
 
@@ -107,7 +107,7 @@ def comm_start(launch_ns: object, start_ns: object) -> np.ndarray:
 
 def step_comm(starts_ns: object, ends_ns: object, t_start_ns: float, step_ms: float) -> Intervals:
     """A rank's collective intervals of one step, clipped to the step window
-    [t_start, t_start + step_ms]: what DESIGN.md's comm time C of that step is the union of.
+    [t_start, t_start + step_ms]: what docs/DESIGN.md's comm time C of that step is the union of.
 
     Both steps.csv's ``comm_ms`` (written by the engine) and the analysis' step breakdown use
     this, so the file and every view agree on C."""

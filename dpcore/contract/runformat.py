@@ -1,4 +1,4 @@
-"""The run-directory format (DESIGN.md "The run directory"), in one torch-free, pandas-free place.
+"""The run-directory format (docs/DESIGN.md "The run directory"), in one torch-free, pandas-free place.
 
 Why one module: the writer (``dpcore.write``), the loaders and dashboard (``dpcore.read``) and
 the test fixtures must agree on every file name, column, dtype and path. Spelled out once here,
@@ -58,7 +58,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "job_id": "str", "algo": "str", "world_size": "int", "bytes": "int", "repeats": "int",
         "time_ms": "float", "algbw_gbps": "float", "busbw_gbps": "float",
     },
-    # dpcore's additions to DESIGN.md's four tables (older runs lack them: read as empty).
+    # dpcore's additions to docs/DESIGN.md's four tables (older runs lack them: read as empty).
     # grads: one row per gradient per recorded step of a multi-process job; ``param`` is the
     # index among the model's trainable parameters in registration order, ``t_ready_ns`` the
     # moment autograd finished accumulating it (what a bucket's readiness is made of, and
@@ -75,7 +75,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "peak_bytes": "int", "peak_method": "str",
     },
 }
-#: The tables DESIGN.md itself lists (the others are dpcore's documented additions).
+#: The tables docs/DESIGN.md itself lists (the others are dpcore's documented additions).
 DESIGN_TABLES = ("steps", "collectives", "messages", "allreduce")
 TABLES: dict[str, list[str]] = {t: list(cols) for t, cols in SCHEMA.items()}
 STEP_COLUMNS = TABLES["steps"]

@@ -72,7 +72,7 @@ def message_pairs(messages: pd.DataFrame) -> pd.DataFrame:
 def ring_step_times(messages: pd.DataFrame) -> pd.DataFrame:
     """Per (job, algo, step, call, phase, ring_step, rank): duration, transfer and wait (ms).
 
-    DESIGN.md: transfer = the shortest matching send→recv time across ranks in that ring step
+    docs/DESIGN.md: transfer = the shortest matching send→recv time across ranks in that ring step
     (send posted at src .. receive completed at dst: the pure wire time when nobody waited;
     for a chunk sent as several pipelined sub-messages, the union of their intervals on that
     link), wait = the rank's time in the ring step minus that transfer.

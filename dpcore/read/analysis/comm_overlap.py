@@ -2,7 +2,7 @@
 
 overlap % = |comm ∩ compute| / |comm|, with comm and compute taken as *unions* of intervals
 (HTA ``get_comm_comp_overlap``); exposed comm E = |comm \\ compute| is what communication adds to
-the step, and comm fraction = E / T (DESIGN.md).
+the step, and comm fraction = E / T (docs/DESIGN.md).
 """
 from __future__ import annotations
 

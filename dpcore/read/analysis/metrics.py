@@ -10,7 +10,7 @@ computed here, from the same rows, by the same functions:
   (torch.profiler, the traced steps only; columns ``trace_*``).
 * :func:`rank_metrics` aggregates them per (job, rank) and :func:`job_metrics` per job.
 
-Which steps each number comes from (DESIGN.md, issue "Numbers a user can trust"):
+Which steps each number comes from (docs/DESIGN.md, issue "Numbers a user can trust"):
 
 * T and the phases: the timed steps (run without the profiler), median and p10/p90 over every
   (rank, step).

@@ -2,7 +2,7 @@
 
 A collective completes only when every rank has joined it, so the rank that arrives last sets
 its pace; every other rank's time in the collective is partly waiting for that rank, partly
-moving data. DESIGN.md "collective wait (stragglers)": for one collective matched across ranks,
+moving data. docs/DESIGN.md "collective wait (stragglers)": for one collective matched across ranks,
 
 * a rank's **wait** = latest arrival − its own arrival (at most its comm time, see below); the
   rank with wait 0 arrived last

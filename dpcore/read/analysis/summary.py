@@ -1,6 +1,6 @@
 """Per-job summaries, scaling curves and bucket sweeps (DataFrames in, DataFrames out).
 
-Scaling follows DESIGN.md: weak scaling (fixed batch per rank) S(N) = N·T(1)/T(N), efficiency
+Scaling follows docs/DESIGN.md: weak scaling (fixed batch per rank) S(N) = N·T(1)/T(N), efficiency
 T(1)/T(N); strong scaling (fixed global batch) S(N) = T(1)/T(N), efficiency S(N)/N.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _noisy(row: "pd.Series | dict") -> bool:
 
 
 def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = None) -> pd.DataFrame:
-    """Speedup and efficiency vs world size per variant ("weak" or "strong", DESIGN.md formulas).
+    """Speedup and efficiency vs world size per variant ("weak" or "strong", docs/DESIGN.md formulas).
 
     T(1) is the variant's own 1-rank job, else the `single` job. With several bucket sizes per
     (variant, N), ``default_bucket`` (the run's ``--bucket-mb``, run.json config) is used, else

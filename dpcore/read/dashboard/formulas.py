@@ -1,4 +1,4 @@
-"""Metric formulas exactly as DESIGN.md defines them, shown beside every number in the app.
+"""Metric formulas exactly as docs/DESIGN.md defines them, shown beside every number in the app.
 
 Why one table: the CLI, the README and the app must explain a number the same way; keeping the
 wording here makes the help texts consistent across pages.

@@ -2,7 +2,7 @@
 
 Why two pictures: "who arrives last" is a share per rank (a straggler's bar towers over the
 chance line 100/N), while "what it costs" is time: each rank's comm time per collective split
-into waiting for the last rank (latest arrival − own arrival, DESIGN.md) and the transfer after
+into waiting for the last rank (latest arrival − own arrival, docs/DESIGN.md) and the transfer after
 everyone arrived. A straggler itself waits almost nothing; the ranks it delays wait a lot.
 """
 from __future__ import annotations

@@ -88,7 +88,7 @@ def empty_figure(message: str, height: int = 240) -> go.Figure:
 
 
 def variant_rank(variants: pd.Series) -> pd.Series:
-    """Sort key in DESIGN.md's teaching order: baseline first, then blocking, then overlapping variants."""
+    """Sort key in docs/DESIGN.md's teaching order: baseline first, then blocking, then overlapping variants."""
     return variants.map({v: i for i, v in enumerate(VARIANT_ORDER)}).fillna(len(VARIANT_ORDER))
 
 

@@ -19,7 +19,7 @@ from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import RunLoadError
 from dpcore.read.traces.reader import TraceFormatError, read_trace_dir, trace_notes
 
-#: DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover.
+#: docs/DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover.
 ANALYZE_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms", "steps"]
 
 

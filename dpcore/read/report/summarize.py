@@ -2,7 +2,7 @@
 table ``profile`` prints when its run ends.
 
 The numbers are :func:`dpcore.read.analysis.summary.job_summary`'s, the dashboard's; this
-module loads the run and its traces, picks DESIGN.md's columns and lays them out.
+module loads the run and its traces, picks docs/DESIGN.md's columns and lays them out.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import Run
 
-#: DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.
+#: docs/DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.
 SUMMARIZE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90",
                      "comm_ms", "exposed_comm_ms", "overlap_pct", "noisy", "status", "step_ms_p50",
                      "comm_source", "comm_steps", "overlap_pct_trace", "overlap_pct_intervals", "overlap_gap",
@@ -37,7 +37,7 @@ def run_job_summary(run: Run) -> pd.DataFrame:
 
 
 def summary_table(run: Run) -> pd.DataFrame:
-    """`summarize`'s rows: job_summary with DESIGN's column names, in SUMMARIZE_COLUMNS order,
+    """`summarize`'s rows: job_summary with docs/DESIGN.md's column names, in SUMMARIZE_COLUMNS order,
     then, when memory.csv has rows, MiB per rank (mean over ranks) of parameters, gradients,
     optimizer state and the peak (:func:`summary_memory_columns`), and, when the run logged
     collectives, the bus MiB per rank per step measured and expected (:func:`summary_volume_columns`)."""

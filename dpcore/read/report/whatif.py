@@ -54,7 +54,7 @@ def _header(model: Model) -> list[str]:
 def whatif_text(path: str, job: str, bucket_mb: str | None = None, world_sizes: str | None = None,
                 bandwidth_gbps: float | None = None, latency_us: float | None = None,
                 algo: str | None = None, csv: bool = False, allreduce_run: str | None = None) -> str:
-    """The `whatif` command's output: CSV rows (WHATIF_COLUMNS, DESIGN's columns first) or a table
+    """The `whatif` command's output: CSV rows (WHATIF_COLUMNS, docs/DESIGN.md's columns first) or a table
     with the fitted model's parameters and where each came from."""
     buckets, sizes = parse_buckets(bucket_mb), parse_world_sizes(world_sizes)
     run = load_run_reporting(path)

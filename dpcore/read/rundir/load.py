@@ -36,7 +36,7 @@ class RunLoadError(Exception):
 
 @dataclass(frozen=True)
 class Run:
-    """One loaded run directory (DESIGN.md 'The run directory')."""
+    """One loaded run directory (docs/DESIGN.md 'The run directory')."""
 
     path: Path
     meta: dict

@@ -58,7 +58,7 @@ import numpy as np
 
 from dpcore.contract.intervals import clip, union_length
 
-#: All-reduce algorithms the alpha-beta model knows (DESIGN.md's --algos).
+#: All-reduce algorithms the alpha-beta model knows (docs/DESIGN.md's --algos).
 ALGOS = ("ring", "native", "central", "naive")
 
 

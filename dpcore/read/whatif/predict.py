@@ -23,7 +23,7 @@ from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.fit import JOB_FIT, Source, fit_kappa, fit_network, job_timelines
 from dpcore.read.whatif.model import ALGOS, RankStep, Replay, allreduce_parts, replay, undilate
 
-#: DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
+#: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
 WHATIF_COLUMNS = ["world_size", "bucket_mb", "bandwidth_gbps", "latency_us", "step_ms", "comm_ms",
                   "exposed_comm_ms", "hidden_comm_ms", "compute_ms", "other_ms", "buckets",
                   "measured_step_ms", "error_pct", "measured_job", "kappa", "algo"]

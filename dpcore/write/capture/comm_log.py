@@ -100,7 +100,7 @@ class Recorder:
 
     # -- export ------------------------------------------------------------------------
     def collective_rows(self) -> list[dict]:
-        """Rows for collectives.csv (DESIGN.md columns)."""
+        """Rows for collectives.csv (docs/DESIGN.md columns)."""
         # the tuple is in the contract's column order (runformat.COLLECTIVE_COLUMNS)
         return [dict(zip(COLLECTIVE_COLUMNS, (self.job_id, self.rank, step, seq, op, algo, nbytes,
                                               t_launch, format_ns(t_start), t_end, bucket)))
@@ -108,7 +108,7 @@ class Recorder:
                 (r[:9] for r in self._coll)]
 
     def message_rows(self) -> list[dict]:
-        """Rows for messages.csv (DESIGN.md columns)."""
+        """Rows for messages.csv (docs/DESIGN.md columns)."""
         # the tuple is in the contract's column order (runformat.MESSAGE_COLUMNS)
         return [dict(zip(MESSAGE_COLUMNS, (self.job_id, algo, self.rank, step, call, phase, rs, src, dst,
                                            chunk, nbytes, tp, td, side)))

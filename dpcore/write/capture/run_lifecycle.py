@@ -2,7 +2,7 @@
 ``dpcore.record``): open the run folder, mark each job pending, running, then complete, failed
 or skipped, survive a failing job, end ``interrupted`` on Ctrl-C/SIGTERM, close.
 
-Why once, here: the rules are the run format's promises (DESIGN.md), and three copies drifted
+Why once, here: the rules are the run format's promises (docs/DESIGN.md), and three copies drifted
 (``allreduce`` could not run under torchrun because its copy had no world). The rules:
 
 - The writing rank makes the folder; every rank learns its path, or the reason it could not be

@@ -1,4 +1,4 @@
-"""The run directory (DESIGN.md): run.json, CSV tables and traces, always written atomically.
+"""The run directory (docs/DESIGN.md): run.json, CSV tables and traces, always written atomically.
 
 Why atomic writes everywhere: the dashboard reads runs while they are being written, and a
 crash or Ctrl-C must never leave half a file that poisons a run. Every file is written to a

@@ -10,7 +10,7 @@ Like nccl-tests' ``#wrong``, every cell also checks the result: one more call on
 sum is known exactly (:func:`check_input`: small integers, exact in float32 whatever order the
 algorithm adds them in) counts the elements that differ from the expected sum, summed over
 ranks. The counts go into the job's run.json entry (``wrong_elements``: {bytes: count}), so
-allreduce.csv keeps DESIGN's columns; ``summarize`` and this command print them.
+allreduce.csv keeps docs/DESIGN.md's columns; ``summarize`` and this command print them.
 
 The run's life cycle (statuses, a failing cell, Ctrl-C) is the one ``profile`` uses
 (:class:`~dpcore.write.capture.run_lifecycle.RunLife`), and so are its worlds: cells run on

@@ -5,7 +5,7 @@ learning; random batches generated from ``(seed, step)`` are identical in every 
 each rank can slice its own contiguous shard ``[rank*local:(rank+1)*local]`` of the same
 global batch and every variant can be checked against ``single`` on the full batch.
 
-Models (DESIGN.md "Models"):
+Models (docs/DESIGN.md "Models"):
 
 * ``mlp``: 16 ``Linear`` layers of width ``cfg.width`` with ReLU between them; input dim
   :data:`MLP_IN_DIM` (256), :data:`MLP_CLASSES` (10) classes, cross-entropy loss.
@@ -15,7 +15,7 @@ Models (DESIGN.md "Models"):
   step well under a second. Big sizes are only constructed when asked for.
 * ``einsum``: two weight matrices, ``h = relu(einsum('bd,df->bf', x, W1))`` then
   ``einsum('bf,fd->bd', h, W2)`` with MSE to a target; d=2048, f=1024. ``b`` is the *global*
-  batch (DESIGN.md's 5120 is :data:`EINSUM_BATCH`, see :func:`default_batch_size`); each rank
+  batch (docs/DESIGN.md's 5120 is :data:`EINSUM_BATCH`, see :func:`default_batch_size`); each rank
   computes its ``b/N`` rows, so the total work is fixed and only its split changes.
 * ``toy`` (tests / verify): a tied weight (13x7, used as embedding and output head), a frozen
   parameter (``requires_grad=False``), a buffer, and sizes not divisible by 2 or 3.
@@ -112,7 +112,7 @@ class Transformer(nn.Module):
 
 
 class Einsum(nn.Module):
-    """Two weight matrices; the activation is the DESIGN.md 'bd,df->bf' einsum."""
+    """Two weight matrices; the activation is the docs/DESIGN.md 'bd,df->bf' einsum."""
 
     def __init__(self, d: int = EINSUM_D, f: int = EINSUM_F) -> None:
         super().__init__()

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import ALGOS  # DESIGN names, kept torch-free in dpcore.contract.config
+from dpcore.contract.config import ALGOS  # docs/DESIGN.md names, kept torch-free in dpcore.contract.config
 from dpcore.write.dp.comm._common import OPS, check_op, copy_back, flat_buffer
 from dpcore.write.dp.comm.central import central_all_reduce
 from dpcore.write.dp.comm.naive import naive_all_reduce

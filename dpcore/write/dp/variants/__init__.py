@@ -1,6 +1,6 @@
 """DP variants: one module per variant, one interface (:class:`Wrapper`), one registry.
 
-``VARIANTS`` / ``MULTIPROCESS`` / ``SINGLE_PROCESS`` / ``SHARDED`` are DESIGN.md's names
+``VARIANTS`` / ``MULTIPROCESS`` / ``SINGLE_PROCESS`` / ``SHARDED`` are docs/DESIGN.md's names
 (defined torch-free in :mod:`dpcore.contract.config`). Every class in ``REGISTRY`` derives from
 :class:`Wrapper`; its ``processes`` says how a job of it runs: ``1`` (single, manual,
 data_parallel: a job of one process, given the logical replica count N as
@@ -40,7 +40,7 @@ REGISTRY: dict[str, type[Wrapper]] = {
     "torch_ddp": TorchDDP, "data_parallel": DataParallelDP, "zero1": Zero1DP,
     "torch_zero1": TorchZero1, "fsdp": FSDP, "torch_fsdp": TorchFSDP,
 }
-assert tuple(REGISTRY) == VARIANTS, "registry and DESIGN names must match"
+assert tuple(REGISTRY) == VARIANTS, "registry and docs/DESIGN.md names must match"
 assert all(REGISTRY[v].name == v for v in VARIANTS), "a class's name must be its registry key"
 assert {v for v in VARIANTS if REGISTRY[v].processes == 1} == set(SINGLE_PROCESS), \
     "a class's processes must agree with dpcore.contract.config.SINGLE_PROCESS"

@@ -38,7 +38,7 @@ class Wrapper(nn.Module, abc.ABC):
     a subclass too (its constructor chains to ``nn.Module.__init__`` through this class).
     """
 
-    name: ClassVar[str]                  # DESIGN.md's variant name
+    name: ClassVar[str]                  # docs/DESIGN.md's variant name
     processes: ClassVar[int | str]       # 1 (one process, N replicas inside) or "N" (one per rank)
     #: True when the wrapper waits for its collectives inside ``loss.backward()`` (DDP's
     #: reducer), so the trainer must find the end of backward computation itself.
@@ -111,7 +111,7 @@ class DPWrapper(Wrapper):
     synchronised forward) and :meth:`on_train_batch_start`.
     """
 
-    processes = "N"  # DESIGN.md: N processes, one per rank
+    processes = "N"  # docs/DESIGN.md: N processes, one per rank
 
     def __init__(self, module: nn.Module, *, group: Any = None,
                  recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0) -> None:
