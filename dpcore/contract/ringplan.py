@@ -16,7 +16,7 @@ Every rank sends 2(N-1) chunks, i.e. 2(N-1)/N of the tensor, independent of N: t
 the ring is bandwidth-optimal and why nccl-tests' busbw multiplies algbw by 2(N-1)/N.
 
 Nothing here touches processes or tensors, so the schedule is testable by simulation
-(see tests/test_schedule.py); :mod:`dpcore.write.dp.comm.ring` only does the communication around it.
+(see tests/contract/test_ringplan.py); :mod:`dpcore.write.dp.comm.ring` only does the communication around it.
 It lives outside :mod:`dpcore.write.dp.comm` (which imports torch) so the analysis and the dashboard can
 use the same plan without importing torch.
 """

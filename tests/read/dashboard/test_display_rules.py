@@ -1,0 +1,278 @@
+"""What users read on the dashboard: binary sizes, empty cells that say why, table heights, compare
+mode, bucket lines, ring pictures, Perfetto hand-off, download names and the New run form.
+
+Why these tests: the polish items are easy to undo by accident (a new table forgets the binary
+units, a new figure reuses one colour for send and receive, a form goes back to submitting on
+Enter). Each test pins the behaviour a user saw fixed: known answers for the formatting rule,
+figure properties for the pure builders, the CLI's text, and the app's widgets via AppTest.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dpcore.contract.ringplan import ring_schedule
+from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
+from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
+from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
+from dpcore.read.dashboard.picker import default_second
+from dpcore.read.dashboard.tables import bucket_text, overview_rows, status_text, table_height
+from dpcore.read.plots.buckets import bucket_figure
+from dpcore.read.plots.ring import aggregate_pieces, message_figure
+from dpcore.read.plots.ring_circle import ring_circle_figure
+from dpcore.read.plots.style import SIDE_COLORS
+from tests.app_pages import open_page
+
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLE = ROOT / "profiles"
+APP = str(ROOT / "app.py")
+
+
+# --- one formatting rule: binary units, "—" for nothing -------------------------------------
+
+@pytest.mark.parametrize("value,text", [(16777216, "16 MiB"), (1024, "1 KiB"), (1536, "1.5 KiB"), (512, "512 B"),
+                                        (0, "0 B"), (3957800, "3.77 MiB"), (2**30, "1 GiB"), (17_000_000, "16.2 MiB"),
+                                        (None, "—"), (float("nan"), "—"), ("x", "—")])
+def test_binary_size_known_answers(value, text) -> None:
+    assert binary_size(value) == text
+
+
+def test_mib_and_cells() -> None:
+    assert mib_size(0.25) == "256 KiB" and mib_size(25) == "25 MiB" and mib_size(None) == EMPTY
+    assert cell(None) == cell(float("nan")) == cell("") == "—" and cell(3) == "3"
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+def test_empty_cells_say_what_they_mean() -> None:
+    assert status_text("skipped", "data_parallel", "data_parallel needs 2 or more GPUs on this host; found 0") == \
+        "skipped: needs 2 or more GPUs on this host; found 0"
+    assert status_text("failed", "ring", None, "rank 1 died (SIGKILL)\ntraceback") == "failed: rank 1 died (SIGKILL)"
+    assert status_text("complete", "ring", None) == "complete" and status_text(None, "ring", None) == "—"
+    assert bucket_text("ring", 25.0) == "" and bucket_text("bucketed", 1.0) == "1 MiB"
+    assert bucket_text("torch_ddp", 0.25) == "256 KiB"
+
+
+def test_overview_rows_and_height() -> None:
+    summary = pd.DataFrame(dict(job_id=["ring-ws2", "bucketed-ws2-b1", "data_parallel-ws2"],
+                                variant=["ring", "bucketed", "data_parallel"], world_size=2, bucket_mb=[25.0, 1.0, 25.0],
+                                status=["complete", "complete", "skipped"], comm_bytes=[16777216, 4 << 20, np.nan]))
+    jobs = pd.DataFrame(dict(job_id=["data_parallel-ws2"], skip_reason=["data_parallel needs 2 or more GPUs"],
+                             error=[None]))
+    rows = overview_rows(summary, jobs)
+    assert rows["bucket_mb"].tolist() == ["", "1 MiB", ""]
+    assert rows["comm_bytes"].tolist() == ["16 MiB", "4 MiB", "—"]
+    assert rows["status"].iloc[2] == "skipped: needs 2 or more GPUs"
+    assert table_height(25) > table_height(10) > table_height(1)  # every row shown, no inner scroll
+
+
+# --- compare mode ------------------------------------------------------------------------------
+
+def test_compare_defaults_to_a_run_of_the_same_kind() -> None:
+    runs = pd.DataFrame(dict(  # newest first, as list_runs returns them
+        path=["/p/bench-new", "/p/train-a", "/p/train-other-model", "/p/train-b"],
+        kinds=["allreduce", "train", "train", "train"], model=[None, "mlp", "transformer", "mlp"],
+        size=[None, "tiny", "tiny", "tiny"], backend="gloo", world_sizes=["2", "1,2", "1,2", "1,2"],
+        variants=["native,ring", "flat,ring", "flat,ring", "flat,ring"], device="cpu", status="complete"))
+    assert default_second(runs, "train-a") == "train-b"  # not the newer benchmark, not the other model
+    assert default_second(runs, "bench-new") == "train-a"  # nothing alike: the newest other
+    assert default_second(runs.iloc[:1], "bench-new") is None
+
+
+def test_config_difference_and_ratio_column() -> None:
+    a = {"config": {"model": "mlp", "width": 256, "steps": 10}, "environment": {"backend": "gloo", "host": "x"}}
+    b = {"config": {"model": "mlp", "width": 512, "steps": 10}, "environment": {"backend": "gloo", "host": "y"}}
+    diff = config_diff({"A": a, "B": b})
+    assert diff.to_dict("records") == [{"setting": "config.width", "A": "256", "B": "512"}]  # host never matters
+    assert config_diff({"A": a, "B": a}).empty
+    sa = pd.DataFrame(dict(variant=["ring", "flat"], world_size=[2, 2], bucket_mb=25.0, step_ms=[10.0, 8.0],
+                           exposed_ms=[2.0, 1.0]))
+    sb = sa.assign(step_ms=[15.0, 4.0])
+    t = ratio_table({"A": sa, "B": sb})
+    assert t["T: B/A"].tolist() == [1.5, 0.5] and t["job"].tolist() == ["ring ×2", "flat ×2"]
+    top = shared_y_max([sa.assign(step_ms_p90=[11.0, 9.0]), sb.assign(step_ms_p90=[16.0, 5.0])])
+    assert top == pytest.approx(1.08 * 16.0)  # one scale for both runs' charts
+
+
+# --- buckets -----------------------------------------------------------------------------------
+
+def test_bucket_lines_of_one_variant_are_distinguishable() -> None:
+    df = pd.DataFrame(dict(variant=["bucketed"] * 4, world_size=[1, 1, 2, 2], bucket_mb=[0.25, 25] * 2,
+                           step_ms=[3, 4, 9, 10], exposed_ms=[0, 0, 2, 6]))
+    fig = bucket_figure(df)
+    legend = [t for t in fig.data if t.showlegend]
+    assert [t.name for t in legend] == ["bucketed ×1", "bucketed ×2"]
+    one, two = legend
+    assert one.line.color == two.line.color  # colour = variant
+    assert one.line.dash != two.line.dash and one.marker.symbol != two.marker.symbol  # dash/marker = N
+    assert list(fig.layout.xaxis.ticktext) == ["256 KiB", "25 MiB"]
+
+
+def test_sample_script_sweeps_buckets_that_differ() -> None:
+    text = (ROOT / "scripts" / "make_sample.sh").read_text()
+    assert "--bucket-sweep 0.25,1,2" in text and "--bucket-sweep 1,4 " not in text
+
+
+# --- ring messages -----------------------------------------------------------------------------
+
+def pipelined_ring(n: int, pieces: int) -> pd.DataFrame:
+    """Messages of one ring all-reduce call at n ranks, each chunk sent as `pieces` sub-messages."""
+    rows, t = [], 0
+    for s in ring_schedule(n):
+        for k in range(pieces):
+            common = dict(job_id=f"ring-ws{n}", algo="ring", step=0, call=0, phase=s.phase, ring_step=s.ring_step,
+                          bytes=1 << 20, t_post_ns=t + k * 1000)
+            rows.append(dict(common, rank=s.rank, src=s.rank, dst=s.dst, chunk=s.send_chunk, side="send",
+                             t_done_ns=t + k * 1000 + 50_000))
+            rows.append(dict(common, rank=s.dst, src=s.rank, dst=s.dst, chunk=s.send_chunk, side="recv",
+                             t_done_ns=t + k * 1000 + 80_000))
+        t += 100_000
+    return pd.DataFrame(rows)
+
+
+def _arrows(fig: go.Figure) -> int:
+    return sum(int(np.isnan(np.asarray(t.x, float)).sum()) for t in fig.data
+               if isinstance(t, go.Scatter) and t.mode == "lines+markers")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_sub_messages_are_one_arrow_per_chunk_and_ring_step(n: int) -> None:
+    msgs = pipelined_ring(n, pieces=4)
+    assert len(aggregate_pieces(msgs)) == 2 * 2 * n * (n - 1)  # a send and a receive per chunk message
+    assert _arrows(message_figure(msgs)) == 2 * n * (n - 1)  # 2(N−1) steps × N chunk transfers
+    assert _arrows(message_figure(msgs, show_pieces=True)) == 4 * 2 * n * (n - 1)
+
+
+def test_send_and_receive_colours_differ_and_labels_are_optional() -> None:
+    fig = message_figure(pipelined_ring(3, pieces=2))
+    bars = [t for t in fig.data if isinstance(t, go.Bar)]
+    colours = {t.name.split(" ")[0]: t.marker.color for t in bars}
+    assert colours["send"] != colours["receive"] and SIDE_COLORS["send"] != SIDE_COLORS["recv"]
+    assert all(("send" in t.name) != ("receive" in t.name) and "·" in t.name for t in bars)  # legend: side · phase
+    assert not [t for t in fig.data if isinstance(t, go.Scatter) and t.mode == "text"]
+    labelled = message_figure(pipelined_ring(3, pieces=2), label_size=12)
+    texts = [t for t in labelled.data if isinstance(t, go.Scatter) and t.mode == "text"]
+    assert texts and texts[0].textfont.size == 12 and texts[0].text[0].endswith("×2")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_ring_circle_steps_through_the_plan(n: int) -> None:
+    fig = ring_circle_figure(n, chunk_bytes="4 MiB")
+    assert len(fig.frames) == 2 * (n - 1) == len(fig.layout.sliders[0].steps)
+    first = fig.frames[0]
+    heads, labels = first.data[1], first.data[2]
+    assert len(heads.x) == n  # one chunk transfer per rank per step, rank r -> r+1
+    plan = [s for s in ring_schedule(n) if s.phase == "reduce_scatter" and s.ring_step == 0]
+    assert list(labels.text) == [f"chunk {s.send_chunk} (4 MiB)" for s in plan]
+    assert first.name == "reduce-scatter step 1" and fig.frames[-1].name == f"all-gather step {n - 1}"
+    assert ring_circle_figure(3, label_size=0).frames[0].data[2].text[0] == ""
+
+
+def test_ring_view_on_an_allreduce_run_picks_message_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (SAMPLE / "sample-allreduce" / "run.json").exists():
+        pytest.skip("sample runs not present")
+    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.sidebar.selectbox(key="run_a").set_value("sample-allreduce").run()
+    open_page(at, "Ring messages")
+    assert not at.exception and not at.error
+    picker = next(s for s in at.selectbox if s.label == "Message size")
+    assert "16 MiB" in picker.options and not [s for s in at.selectbox if s.label == "Step"]
+    assert any(t.label == "Show sub-messages" for t in at.toggle)
+    assert len(at.get("plotly_chart")) >= 4  # diagram, circle, wait/transfer, chunks, counts
+
+
+# --- traces ------------------------------------------------------------------------------------
+
+def test_open_in_perfetto_posts_the_trace_after_pong() -> None:
+    trace = b"\x1f\x8b fake gzip bytes"
+    page = perfetto_html(trace, "run </script><b>x", "run-job-rank0.json.gz")
+    assert "window.open(P.origin)" in page and '"PING"' in page and '"PONG"' in page
+    assert "perfetto: {buffer: bytes(), title: P.title, fileName: P.fileName}" in page
+    assert base64.b64encode(trace).decode() in page and "https://ui.perfetto.dev" in page
+    assert "</script><b>" not in page  # a title cannot break out of the script
+    assert too_big(MAX_EMBED_BYTES + 1) and not too_big(MAX_EMBED_BYTES)
+    with pytest.raises(ValueError):
+        perfetto_html(b"x" * (MAX_EMBED_BYTES + 1), "t", "f")
+
+
+def test_download_names_carry_the_run_id() -> None:
+    from dpcore.read.dashboard.pages.traces import download_name
+
+    class FakeRun:
+        meta = {"run_id": "20250101-120000-mlp"}
+        path = Path("/profiles/copy-of-run")
+    assert download_name(FakeRun(), "ring-ws2", "rank0.json.gz") == "20250101-120000-mlp-ring-ws2-rank0.json.gz"
+    FakeRun.meta = {"run_id": "../../evil name"}
+    assert "/" not in download_name(FakeRun(), "ring-ws2", "merged.json.gz")
+
+
+# --- new run form ------------------------------------------------------------------------------
+
+def _blocks(node):
+    for child in getattr(node, "children", {}).values():
+        yield child
+        yield from _blocks(child)
+
+
+def test_enter_in_the_new_run_form_does_not_start_a_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    open_page(at, "New run")
+    forms = [b for b in _blocks(at._tree) if getattr(b, "type", None) == "form"]
+    assert forms, "the New run form is not drawn"
+    assert all(not b.proto.form.enter_to_submit for b in forms)
+
+
+# --- CLI ---------------------------------------------------------------------------------------
+
+
+
+
+
+
+
+def test_compare_mode_scaling_panels_share_y_axes():
+    """Two runs' scaling frames give one y top per panel (max over runs, p90 whiskers and the
+    ideal line included, efficiency at least 1), and the figure applies them panel by panel."""
+    import pandas as pd
+
+    from dpcore.read.plots.scaling import scaling_figure, shared_ranges
+
+    def frame(step, p90, thr, sp, eff):
+        return pd.DataFrame({"variant": ["flat", "flat"], "world_size": [1, 2], "step_ms": step,
+                             "step_ms_p10": step, "step_ms_p90": p90, "throughput": thr,
+                             "speedup": sp, "efficiency": eff, "ideal_speedup": [1, 2]})
+
+    a = frame([10, 12], [11, 30], [100, 160], [1.0, 1.6], [1.0, 0.8])
+    b = frame([20, 25], [21, 26], [50, 80], [1.0, 2.5], [1.0, 1.25])
+    tops = dict(shared_ranges([a, b]))
+    assert tops["step_ms"] == pytest.approx(30 * 1.08)      # run a's p90 whisker
+    assert tops["throughput"] == pytest.approx(160 * 1.08)
+    assert tops["speedup"] == pytest.approx(2.5 * 1.08)
+    assert tops["efficiency"] == pytest.approx(1.25 * 1.08)
+    fig = scaling_figure(a, ranges=tuple(tops.items()))
+    assert list(fig.layout.yaxis.range) == pytest.approx([0, 30 * 1.08])
+    assert list(fig.layout.yaxis4.range) == pytest.approx([0, 1.25 * 1.08])
+    assert scaling_figure(a).layout.yaxis.range is None      # one run alone: autorange
+
+
+def test_new_run_command_carries_the_optimizer_and_refuses_unknown_ones(tmp_path):
+    """The New-run form can make the ZeRO trade visible (Adam); a value outside the CLI's
+    choices never reaches the command line."""
+    from dpcore.read.dashboard.launcher import build_command
+
+    cmd = build_command(tmp_path, "mlp", "tiny", ["zero1", "bucketed"], [1, 2], 5, 25.0, [], "adam")
+    assert cmd[cmd.index("--optimizer") + 1] == "adam"
+    assert build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [])[-1] == "sgd"
+    with pytest.raises(ValueError, match="optimizer"):
+        build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], "lion")

@@ -1,0 +1,89 @@
+"""Analysis of a real `python -m dpcore profile` run (2 gloo ranks, flat vs overlap)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpcore.read.analysis import job_summary, overlap_by_rank, trace_step_metrics
+from dpcore.read.report.analyze import analyze
+from dpcore.read.report.summarize import summarize
+from dpcore.read.rundir import list_runs, load_run, traced_job_events
+from dpcore.read.traces import read_trace_dir
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profiles")
+    cmd = [sys.executable, "-m", "dpcore", "profile", "--variants", "flat,overlap", "--world-sizes", "2",
+           "--steps", "4", "--warmup", "1", "--out", str(out)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    runs, warnings = list_runs(out)
+    assert not warnings and len(runs) == 1
+    return Path(runs["path"].iloc[0])
+
+
+def test_profile_run_overlap(run_dir):
+    run = load_run(run_dir)
+    s = job_summary(run, trace_step_metrics(traced_job_events(run))).set_index("variant")
+    assert set(s.index) == {"flat", "overlap"} and (s["status"] == "complete").all()
+    assert s.loc["flat", "overlap_pct"] < 5.0                         # blocking all-reduce after backward
+    assert s.loc["overlap", "overlap_pct"] > s.loc["flat", "overlap_pct"] + 5.0
+    assert (s["comm_ms"] > 0).all() and (s["step_ms"] >= s["compute_ms"]).all()
+    flat = overlap_by_rank(read_trace_dir(run_dir / "traces" / "flat-ws2"))
+    ovl = overlap_by_rank(read_trace_dir(run_dir / "traces" / "overlap-ws2"))
+    assert sorted(flat["rank"]) == [0, 1] and (flat["comm_ms"] > 0).all()
+    assert flat["overlap_pct"].max() < 5.0 and ovl["overlap_pct"].mean() > flat["overlap_pct"].mean()
+    assert analyze(str(run_dir / "traces" / "flat-ws2"), csv=True).splitlines()[0] == \
+        "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms,steps"
+    assert "overlap-ws2" in summarize(str(run_dir))
+
+
+def test_summarize_equals_mean_over_ranks_of_analyze(run_dir):
+    """One value per metric: on a fresh run, summarize's overlap of each job equals the mean
+    over ranks of analyze on that job's traces (the before-stop check allows 0.5 points)."""
+    import io
+
+    import pandas as pd
+    s = pd.read_csv(io.StringIO(summarize(str(run_dir), csv=True))).set_index("job_id")
+    assert list(s.reset_index().columns[:11]) == ["job_id", "variant", "world_size", "bucket_mb", "step_ms",
+                                                  "step_ms_p10", "step_ms_p90", "comm_ms", "exposed_comm_ms",
+                                                  "overlap_pct", "noisy"]
+    whole = pd.read_csv(io.StringIO(analyze(str(run_dir), csv=True)))
+    for job in ("flat-ws2", "overlap-ws2"):
+        folder = pd.read_csv(io.StringIO(analyze(str(run_dir / "traces" / job), csv=True)))
+        assert (folder["steps"] == 3).all()  # --profile-steps 3: the ms columns are per step
+        assert s.loc[job, "comm_source"] == "trace"
+        assert abs(s.loc[job, "overlap_pct"] - folder["overlap_pct"].mean()) < 0.5, job
+        assert abs(s.loc[job, "exposed_comm_ms"] - folder["exposed_comm_ms"].mean()) < 0.01, job
+        mine = whole[whole["job_id"] == job]
+        assert mine["overlap_pct"].tolist() == pytest.approx(folder["overlap_pct"].tolist(), abs=1e-3)
+        gap = s.loc[job, "overlap_pct_trace"] - s.loc[job, "overlap_pct_intervals"]
+        assert s.loc[job, "overlap_gap"] == pytest.approx(gap, abs=1e-3)
+        assert bool(s.loc[job, "sources_disagree"]) == (abs(gap) > 5)
+
+
+def test_trace_and_interval_overlap_agree_on_the_same_steps(run_dir):
+    """The profiled steps are measured twice: from collectives.csv + phase intervals, and from
+    the torch.profiler trace (gloo spans vs main-thread compute). Per rank they must agree
+    within a few points, and blocking flat must show ~0 either way."""
+    from dpcore.read.analysis import overlap_from_trace, step_breakdown
+    run = load_run(run_dir)
+    iv = step_breakdown(run.steps, run.collectives, profiled=True)
+    for job in ("flat-ws2", "overlap-ws2"):
+        ev = read_trace_dir(run_dir / "traces" / job)
+        tr = overlap_from_trace(ev)
+        tr = tr[tr["step"] >= 0]
+        mine = iv[iv["job_id"] == job]
+        assert set(zip(mine["rank"], mine["step"])) == set(zip(tr["rank"], tr["step"]))
+        a = mine.groupby("rank")[["overlapped_ms", "comm_ms"]].sum()
+        b = tr.groupby("rank")[["overlapped_ms", "comm_ms"]].sum()
+        pct_iv = 100 * a["overlapped_ms"] / a["comm_ms"]
+        pct_tr = 100 * b["overlapped_ms"] / b["comm_ms"]
+        for rank in (0, 1):
+            assert abs(pct_iv[rank] - pct_tr[rank]) < 10.0, (job, rank, pct_iv[rank], pct_tr[rank])
+        if job == "flat-ws2":
+            assert pct_tr.max() < 5.0 and pct_iv.max() < 5.0

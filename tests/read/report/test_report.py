@@ -1,0 +1,130 @@
+"""The read wing's split between loading, analysis and command text.
+
+- ``dpcore.read.report``: one table formatter (tables.py) and one "is this PATH a run or traces?"
+  answer (resolve.py), used by every command.
+- ``dpcore.read.analysis``: DataFrames in, DataFrames out: once a run and its traces are loaded,
+  no analysis function touches the disk again (checked by making every loader fail).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore.cli import main
+from dpcore.read.analysis import job_summary, step_metrics, timeline, trace_step_metrics
+from dpcore.read.report.resolve import resolve
+from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.rundir import job_traces, load
+from dpcore.read.rundir import job_trace_events, load_run, step_trace_events, traced_job_events
+from tests.fixtures_run import make_run
+
+SAMPLE = Path(__file__).resolve().parents[3] / "profiles"
+REPORT = Path(__file__).resolve().parents[3] / "dpcore" / "read" / "report"
+
+
+def test_text_table_two_decimals_and_a_dash_for_empty_cells() -> None:
+    df = pd.DataFrame({"rank": [0, 1], "overlap_pct": [12.345, np.nan], "source": ["trace", "intervals"]})
+    assert text_table(df).splitlines() == [" rank  overlap_pct    source",
+                                           "    0        12.35     trace",
+                                           "    1            - intervals"]
+    # the end-of-run table's own convention, through the same function
+    assert text_table(df[["overlap_pct"]], float_format=lambda v: f"{v:,.3f}", na_rep="NaN").splitlines() == [
+        " overlap_pct", "      12.345", "         NaN"]
+
+
+def test_csv_table_four_decimals_no_index() -> None:
+    df = pd.DataFrame({"job_id": ["a", "b"], "comm_ms": [1.23456, np.nan]})
+    assert csv_table(df) == "job_id,comm_ms\na,1.2346\nb,\n"
+
+
+def test_one_formatter_and_one_resolver_in_report() -> None:
+    """Only tables.py renders tables and only resolve.py decides what a PATH is: a command that
+    formats or resolves on its own fails here."""
+    for f in sorted(REPORT.glob("*.py")):
+        text = f.read_text(encoding="utf-8")
+        if f.name != "tables.py":
+            assert not re.search(r"\.to_(string|csv)\(", text), f"{f.name} formats a table itself"
+        if f.name != "resolve.py":
+            assert "RUN_JSON" not in text and '"run.json"' not in text, f"{f.name} resolves PATH itself"
+
+
+def test_resolve_run_traces_and_missing(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "profiles")
+    trace_dir = run / "traces" / "ring-ws2"
+    one = sorted(trace_dir.glob("rank*"))[0]
+    assert resolve(str(run)) == (run, "run")
+    assert resolve(trace_dir) == (trace_dir, "traces")
+    assert resolve(one) == (one, "traces")
+    (tmp_path / "plain").mkdir()
+    assert resolve(tmp_path / "plain") == (tmp_path / "plain", "traces")  # no run.json: traces, maybe none
+    with pytest.raises(ValueError, match=r"^no such file or directory: .*nowhere$"):
+        resolve(tmp_path / "nowhere")
+
+
+def test_analyze_and_stragglers_answer_a_missing_path_alike(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["analyze", str(missing)]) == 2
+    assert main(["stragglers", str(missing)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: no such file or directory: {missing}"] * 2
+
+
+def test_analysis_never_touches_the_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load first (rundir), then make every loader fail: the analysis gives the same numbers
+    from the loaded frames alone."""
+    run = load_run(make_run(tmp_path / "profiles"))
+    job = "bucketed-ws2-b25"
+    step = run.traced_steps(job)[0]
+    timed = int(run.steps.loc[(run.steps["job_id"] == job) & ~run.steps["profiled"], "step"].iloc[0])
+    pairs = list(traced_job_events(run))
+    assert job in dict(pairs)
+    events = job_trace_events(run, job)
+    assert step_trace_events(run, job, timed) is None  # a timed step: not traced, nothing read
+    lanes = timeline(run, job, step, events)
+    assert set(lanes["lane"]) == {"compute", "comm"} and set(lanes["rank"]) == {0, 1}
+    per_step = trace_step_metrics(pairs)
+    summary = job_summary(run, per_step)
+    rows = step_metrics(run.steps, run.collectives, per_step)
+
+    def no_disk(*args: object, **kwargs: object) -> None:
+        raise AssertionError("analysis touched the disk")
+
+    monkeypatch.setattr(load.Run, "trace_files", no_disk)
+    monkeypatch.setattr(job_traces, "read_trace_files", no_disk)
+    with pytest.raises(AssertionError, match="touched the disk"):  # the trap works
+        job_trace_events(run, job)
+    assert timeline(run, job, step, events).equals(lanes)
+    assert not timeline(run, job, timed, None).empty  # from steps.csv and collectives.csv
+    assert trace_step_metrics(pairs).equals(per_step)
+    assert job_summary(run, per_step).equals(summary)
+    assert step_metrics(run.steps, run.collectives, per_step).equals(rows)
+    # the trace numbers reach the summary: the job's comm comes from its traces
+    assert summary.set_index("job_id").at[job, "comm_source"] == "trace"
+
+
+def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -> None:
+    from dpcore.read.report.allreduce import ALLREDUCE_TABLE
+    from dpcore.read.report.summarize import summarize
+
+    if not (SAMPLE / "sample-allreduce" / "run.json").exists():
+        pytest.skip("sample runs not present")
+    out = summarize(str(SAMPLE / "sample-allreduce"))
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["algo"])
+    assert header.split() == ALLREDUCE_TABLE
+    assert "16 MiB" in out and "repeats" in out
+    # a run written with the correctness check: its #wrong counts are printed, wrong ones loudly
+    run = shutil.copytree(SAMPLE / "sample-allreduce", tmp_path / "checked")
+    meta = json.loads((run / "run.json").read_text())
+    for j in meta["jobs"]:
+        j["wrong_elements"] = {str(b): (3 if j["id"] == "ring-ws2" and b == 1024 else 0) for b in meta["config"]["sizes"]}
+    (run / "run.json").write_text(json.dumps(meta))
+    out = summarize(str(run))
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(("ring", "native"))]
+    assert {r[-1] for r in rows} == {"0", "3"}
+    assert "WRONG RESULTS: ring at 2 ranks, 1 KiB: 3 element(s)" in out
