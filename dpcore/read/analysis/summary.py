@@ -32,7 +32,7 @@ def job_summary(run: Run, trace_steps: pd.DataFrame | None = None) -> pd.DataFra
     if trace_steps is None:
         trace_steps = trace_step_metrics(run)
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
-    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps))
+    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls))
     base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]
     out = base.merge(per, on="job_id", how="left") if len(per.columns) > 1 else base.copy()
     for c in SUMMARY_COLUMNS:

@@ -126,7 +126,7 @@ def job_summary(_run: A.Run, run_key: tuple) -> pd.DataFrame:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def step_metrics(_run: A.Run, run_key: tuple) -> pd.DataFrame:
-    return A.step_metrics(_run.steps, _run.collectives, trace_steps(_run, run_key))
+    return A.step_metrics(_run.steps, _run.collectives, trace_steps(_run, run_key), _run.comm_calls)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -73,7 +73,7 @@ def analyze(path: str, csv: bool = False) -> str:
             return df.to_csv(index=False, columns=ANALYZE_COLUMNS, float_format="%.4f")
         return f"{p}  (ms per step)\n{_fmt(df[ANALYZE_COLUMNS])}\n"
     run = load_run_reporting(p)
-    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(run)), "trace")
+    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(run), run.comm_calls), "trace")
     if per.empty:
         raise RunLoadError(f"no rank traces in run {p} (traces/<job_id>/rank<r>.json.gz)")
     if csv:
