@@ -28,6 +28,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import clip, comm_start, overlap_stats, step_comm, subtract
 from dpcore.contract.runformat import parse_bools
 
@@ -38,11 +39,11 @@ BREAKDOWN_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "st
                      "comm_ops", "comm_bytes", "samples"]
 TRACE_COLUMNS = ["rank", "step", "step_ms", "compute_ms", "comm_ms", "overlapped_ms", "exposed_ms", "overlap_pct"]
 RANK_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms"]
-#: Communication calls on a CPU trace's compute thread, never compute even when a gradient hook
-#: runs them inside a backward node: the operators that launch a collective (``c10d::*``,
-#: ``record_param_comms``, ``nccl:*``, with everything nested in them) and dpcore's own
-#: ``comm_call#<op>`` / ``comm_call#wait`` ranges (the recorder's comm_calls.csv, in the trace).
-_COMM_CALL_RE = re.compile(r"^(c10d::|record_param_comms$|nccl:|comm_call#)")
+#: Communication calls in a trace of dpcore's: the recorder's ``comm_call#<op>`` (launching a
+#: collective, or a blocking one) and ``comm_call#wait`` ranges, comm_calls.csv's rows as the
+#: profiler saw them. Never compute, even inside an operator (a gradient hook's launch inside a
+#: backward node, a blocking all-gather inside FSDP2's backward hook).
+_COMM_CALL_RE = re.compile(r"^comm_call#")
 #: DDP's reducer operators: where they are, DDP finishes its gradient synchronisation inside
 #: backward() after the last gradient was accumulated (waits for its buckets, copies them back).
 _REDUCER_RE = re.compile(r"reducer::")
@@ -53,10 +54,10 @@ _PHASE_RANGES = ("forward", "backward", "grad_sync", "optimizer")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
-def has_peers(world_size: object) -> bool:
-    """Whether a job's collectives communicate: a world of one has no peer (unknown: assume so)."""
-    ws = pd.to_numeric(pd.Series([world_size]), errors="coerce").iloc[0]
-    return not (np.isfinite(ws) and ws <= 1)
+def peers_of(row: "pd.Series | dict") -> object:
+    """The world size that says whether a row's collectives communicate (``step_comm``): the
+    job's own, except for an imported job, whose world size counts only the ranks imported."""
+    return None if row.get("variant") == IMPORTED else row.get("world_size")
 
 
 def comm_start_ns(collectives: pd.DataFrame) -> np.ndarray:
@@ -121,7 +122,7 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
         t0, step_ms = float(rec["t_start_ns"]), float(rec["step_ms"])
         key = (rec["job_id"], int(rec["rank"]), int(rec["step"]))
         idx = groups.get(key, [])
-        comm = (step_comm(c_start[idx], c_end[idx], t0, step_ms) if idx and has_peers(rec.get("world_size"))
+        comm = (step_comm(c_start[idx], c_end[idx], t0, step_ms, peers_of(rec)) if idx
                 else (np.empty(0), np.empty(0)))
         compute = compute_intervals_ns(rec)
         known = not (np.isnan(compute[0]).any() or np.isnan(compute[1]).any())
@@ -160,13 +161,16 @@ def _trace_sets(ev: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], tuple[
     Compute on a CPU trace of dpcore's (one with its ``forward``/``backward``/``optimizer``
     ranges on the thread that computes) is those ranges, as steps.csv's phases are: the main
     thread's wall time in them, Python included (a hook's bookkeeping is work the step does; an
-    operator-only union would call it idle). Elsewhere (GPU kernels, foreign CPU traces) it is
-    the union of the compute events. Either way it excludes, on the threads that compute: waits
-    (kind ``sync``) and communication calls (:data:`_COMM_CALL_RE`): a gradient hook launches
-    its all-reduce from inside a backward node; the launch is not compute. Where DDP's reducer
-    runs inside dpcore's ``backward`` range, backward's compute ends with the last gradient
-    accumulation: the rest is DDP's gradient synchronisation (its comm hooks, its wait, copying
-    buckets back), which steps.csv counts as ``sync_ms`` too.
+    operator-only union would call it idle), minus the recorder's communication calls
+    (:data:`_COMM_CALL_RE`). Elsewhere (GPU kernels, foreign CPU traces) it is the union of the
+    compute events. Either way waits on the threads that compute (kind ``sync``) are cut out.
+
+    DDP (its reducer's operators inside dpcore's ``backward`` range): backward's compute ends
+    with the last gradient accumulation, the rest is DDP's gradient synchronisation (its comm
+    hook, its wait, copying buckets back), as steps.csv counts it (``sync_ms``); and every
+    all-reduce launched in backward is over when backward ends (the reducer waited for it), so
+    its span is cut there: gloo's thread may close it later, still running the completion
+    callbacks or descheduled, while the main thread already computes.
     """
     kind = ev["kind"].to_numpy()
     ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
@@ -227,20 +231,21 @@ def _ddp_backward(ev: pd.DataFrame, names: pd.Series, ts: np.ndarray, end: np.nd
 def _window(ev: pd.DataFrame, step: int) -> tuple[float, float]:
     """The step's window [a, b] in µs on the trace's clock (see :func:`overlap_from_trace`)."""
     ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
+    stream = ev["stream"].to_numpy() if "stream" in ev else np.full(ts.size, -1)
+    device = stream >= 0
+    if device.any():  # a GPU step: its kernels, whenever the CPU launched them
+        return float(ts[device].min()), float(end[device].max())
     if step < 0:  # no ProfilerStep: the whole trace
         return float(ts.min()), float(end.max())
     names = ev["name"].astype(str)
     phase = _phase_mask(ev, names)
-    if phase.any():
-        a, b = float(ts[phase].min()), float(end[phase].max())
-    else:
-        marker = names.str.match(_STEP_RE).to_numpy()
-        a, b = (float(ts[marker].min()), float(end[marker].max())) if marker.any() else \
-            (float(ts.min()), float(end.max()))
-    stream = ev["stream"].to_numpy() if "stream" in ev else np.full(ts.size, -1)
-    later = ((ev["kind"] == "comm").to_numpy() | (stream >= 0)) & (ts >= a)
-    if later.any():  # the step's collectives and kernels run past its CPU range: still its own
-        b = max(b, float(end[later].max()))
+    marker = phase if phase.any() else names.str.match(_STEP_RE).to_numpy()
+    if not marker.any():
+        return float(ts.min()), float(end.max())
+    a, b = float(ts[marker].min()), float(end[marker].max())
+    late = (ev["kind"] == "comm").to_numpy() & (ts >= a)
+    if late.any():  # a collective the step started still is the step's, to its end
+        b = max(b, float(end[late].max()))
     return a, b
 
 
@@ -256,11 +261,12 @@ def _row(rank: int, step: int, ev: pd.DataFrame) -> dict:
 def overlap_from_trace(events: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, ProfilerStep) overlap from trace events; step = -1 (whole trace) without steps.
 
-    Each step is measured in its window, ``step_ms`` long: from the start of dpcore's first phase
-    range (``forward``) to the end of its last (``optimizer``), as steps.csv times the step, or
-    the ``ProfilerStep#N`` range where the trace has no dpcore phases; extended to the end of the
-    step's collectives and GPU kernels when they run past it (a GPU step ends with its last
-    kernel). So compute + exposed comm <= step_ms in every row.
+    Each step is measured in its window, ``step_ms`` long, so compute + exposed comm <= step_ms
+    in every row. On GPU: from the step's first kernel to its last (a kernel belongs to the step
+    that launched it), the step as the GPU ran it. On CPU: from the start of dpcore's first
+    phase range (``forward``) to the end of its last (``optimizer``), as steps.csv times the
+    step, or the ``ProfilerStep#N`` range where the trace has no dpcore phases; extended to the
+    end of a collective the step started that runs past it.
     """
     rows = []
     for rank, ev in events.groupby("rank", sort=True):

@@ -34,7 +34,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, has_peers, step_breakdown
+from dpcore.contract.intervals import has_peers
+from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, peers_of, step_breakdown
 
 KEY = ["job_id", "rank", "step"]
 _PARTS = ["step_ms", "compute_ms", "comm_ms", "overlapped_ms", "exposed_ms"]
@@ -69,7 +70,8 @@ def step_metrics(steps: pd.DataFrame, collectives: pd.DataFrame,
             columns={c: f"trace_{c}" for c in TRACE_COLUMNS if c not in ("rank", "step")})
         rows = rows.drop(columns=TRACE_PARTS + ["trace_overlap_pct"]).merge(
             t[KEY + TRACE_PARTS + ["trace_overlap_pct"]], on=KEY, how="left")
-        alone = ~rows["world_size"].map(has_peers).astype(bool) & rows["trace_comm_ms"].notna()
+        peers = [has_peers(peers_of(r)) for r in rows[["variant", "world_size"]].to_dict("records")]
+        alone = ~np.asarray(peers, dtype=bool) & rows["trace_comm_ms"].notna().to_numpy()
         if alone.any():
             rows.loc[alone, ["trace_comm_ms", "trace_overlapped_ms", "trace_exposed_ms"]] = 0.0
             rows.loc[alone, "trace_overlap_pct"] = np.nan

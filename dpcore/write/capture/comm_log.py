@@ -14,6 +14,8 @@ change *how* it runs (DDP's comm hook) decide once.
 """
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from typing import Any
 
@@ -41,8 +43,8 @@ class Recorder:
     loop; rows logged outside a step carry -1.
     """
 
-    __slots__ = ("job_id", "rank", "offset_ns", "step", "_coll", "_calls", "_open", "_messages", "_grads",
-                 "_params")
+    __slots__ = ("job_id", "rank", "offset_ns", "step", "_coll", "_calls", "_open", "_watcher", "_messages",
+                 "_grads", "_params")
     enabled = True  # False only for NullRecorder
 
     def __init__(self, job_id: str, rank: int, offset_ns: int = 0) -> None:
@@ -57,6 +59,7 @@ class Recorder:
         self._calls: list[tuple[int, int, str, int, int]] = []
         # row index -> the open ``comm_call#<op>`` trace range of its launch (profiling only)
         self._open: dict[int, Any] = {}
+        self._watcher: _EndWatcher | None = None  # started by the first work without a future
         # Message rows are tuples appended as-is (two clock reads + one append per message).
         self._messages: list[tuple] = []
         # Gradient-ready rows: (step, param index, t_ready); names/bytes come from _params.
@@ -135,8 +138,10 @@ class Recorder:
 
         try:
             work.get_future().add_done_callback(_finished)
-        except RuntimeError:  # "Work::getFuture not implemented": the end is stamped at wait()
-            pass
+        except RuntimeError:  # "Work::getFuture not implemented": a watcher thread waits for it
+            if self._watcher is None:
+                self._watcher = _EndWatcher(offset)
+            self._watcher.add(row, work)
         return RecordedWork(work, row, self._calls, offset)
 
     # -- messages ----------------------------------------------------------------------
@@ -190,6 +195,37 @@ class Recorder:
         self._calls.clear()
         self._messages.clear()
         self._grads.clear()
+
+
+class _EndWatcher:
+    """A daemon thread that stamps the end of async works without a future.
+
+    Why: gloo's reduce-scatter returns a work with no future, and its ``is_completed()`` never
+    turns true, so the only way to learn when it finished is to wait for it. Stamped at the
+    caller's own wait, the end could come long after the backend finished (``fsdp`` waits for a
+    reduce-scatter only when two newer ones are in flight), and the recorded interval would
+    claim communication the trace does not show. This thread waits for each such work, in
+    launch order (the order the backend runs them), and stamps the end when the wait returns;
+    waiting does not change the work (the caller's own wait still returns it).
+    """
+
+    def __init__(self, offset_ns: int) -> None:
+        self._offset = offset_ns
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="dpcore-end-watcher", daemon=True).start()
+
+    def add(self, row: list[Any], work: Any) -> None:
+        self._queue.put((row, work))
+
+    def _run(self) -> None:
+        while True:
+            row, work = self._queue.get()
+            try:
+                work.wait()
+            except Exception:  # noqa: BLE001 - the caller's own wait reports the failure
+                continue
+            if row[7] < 0:
+                row[7] = _perf_ns() + self._offset
 
 
 #: ``torch.distributed.Work`` where this torch build has distributed support (every CPU/CUDA
