@@ -162,8 +162,10 @@ def _trace_sets(ev: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], tuple[
     ranges on the thread that computes) is those ranges, as steps.csv's phases are: the main
     thread's wall time in them, Python included (a hook's bookkeeping is work the step does; an
     operator-only union would call it idle), minus the recorder's communication calls
-    (:data:`_COMM_CALL_RE`). Elsewhere (GPU kernels, foreign CPU traces) it is the union of the
-    compute events. Either way waits on the threads that compute (kind ``sync``) are cut out.
+    (:data:`_COMM_CALL_RE`). Elsewhere (GPU kernels, foreign CPU traces, and dpcore traces
+    recorded before the calls were marked, whose waits show only as gaps between operators) it
+    is the union of the compute events. Either way waits on the threads that compute (kind
+    ``sync``) are cut out.
 
     DDP (its reducer's operators inside dpcore's ``backward`` range): backward's compute ends
     with the last gradient accumulation, the rest is DDP's gradient synchronisation (its comm
@@ -183,7 +185,10 @@ def _trace_sets(ev: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], tuple[
         on_comp = np.isin(threads, np.unique(threads[comp]))
         phases = _phase_mask(ev, names) & on_comp & (names != "grad_sync").to_numpy()
         stream = ev["stream"].to_numpy() if "stream" in ev else np.full(ts.size, -1)
-        if phases.any() and not (comp & (stream >= 0)).any():  # dpcore's CPU trace
+        # dpcore's CPU trace, whose communication calls are marked (or that has none to mark;
+        # an older trace without the marks keeps the operators: its waits are their gaps)
+        calls_known = bool(launch.any()) or not comm.any()
+        if phases.any() and calls_known and not (comp & (stream >= 0)).any():
             compute = (ts[phases], end[phases])
         hole = (sync | launch) & on_comp
         cut_s, cut_e = [ts[hole]], [end[hole]]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcore.contract.intervals import has_peers
 from dpcore.contract.runformat import RUN_JSON
 from dpcore.contract.units import EMPTY, binary_size
 from dpcore.read.analysis.comm import allreduce_bandwidth
@@ -21,8 +22,16 @@ from dpcore.read.analysis.summary import job_summary
 from dpcore.read.analysis.timeline import trace_step_metrics
 from dpcore.read.traces.reader import TraceFormatError, read_trace_dir
 
-#: DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover.
-ANALYZE_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms", "steps"]
+#: DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover,
+#: the mean step window they were measured in, and comm fraction = Σ exposed / Σ step_ms.
+ANALYZE_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms", "steps", "step_ms",
+                   "comm_fraction"]
+#: What analyze's and summarize's numbers are, in one place (both print it; DESIGN.md's definitions).
+COMPUTE_NOTE = ("compute = forward, backward and optimizer work of the rank's main thread (CPU: the time in "
+                "dpcore's phases minus the time inside communication calls -- launching, a blocking "
+                "collective, waiting; a foreign CPU trace: its main-thread operators; GPU: compute kernels). "
+                "comm = union of the rank's collective intervals (none at world size 1: no peer). "
+                "exposed = comm not under compute; overlap = overlapped / comm (HTA).")
 #: DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.
 SUMMARIZE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90",
                      "comm_ms", "exposed_comm_ms", "overlap_pct", "noisy", "status", "step_ms_p50",
@@ -54,6 +63,11 @@ def _trace_folder_ranks(trace_dir: Path) -> pd.DataFrame:
     return rank_metrics(rows, "trace")
 
 
+_ANALYZE_NOTE = ("ms columns: means per traced step; step_ms: the step's window they were measured in (from "
+                 "forward to the end of optimizer, the ProfilerStep of a foreign CPU trace, a GPU step's "
+                 "kernels); comm_fraction = exposed / step_ms over those steps. " + COMPUTE_NOTE)
+
+
 def analyze(path: str, csv: bool = False) -> str:
     """Per-rank overlap % (HTA definition), comm, exposed comm and compute, per traced step.
 
@@ -71,7 +85,7 @@ def analyze(path: str, csv: bool = False) -> str:
         df = _trace_folder_ranks(p)
         if csv:
             return df.to_csv(index=False, columns=ANALYZE_COLUMNS, float_format="%.4f")
-        return f"{p}  (ms per step)\n{_fmt(df[ANALYZE_COLUMNS])}\n"
+        return f"{p}  (ms per step)\n{_fmt(df[ANALYZE_COLUMNS])}\n\n{_ANALYZE_NOTE}\n"
     run = load_run_reporting(p)
     per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(run), run.comm_calls), "trace")
     if per.empty:
@@ -79,27 +93,39 @@ def analyze(path: str, csv: bool = False) -> str:
     if csv:
         return per[["job_id"] + ANALYZE_COLUMNS].to_csv(index=False, float_format="%.4f")
     parts = []
+    sizes = dict(zip(run.jobs["job_id"], run.jobs["world_size"]))
     for job_id, df in per.groupby("job_id", sort=False):
         note = ""
-        if (df["comm_ms"] <= 0).all() and (run.collectives["job_id"] == job_id).any():
+        if not has_peers(sizes.get(job_id)) and (run.collectives["job_id"] == job_id).any():
+            note = "\n  (world size 1: no peer, so its collectives move nothing and are no communication)"
+        elif (df["comm_ms"] <= 0).all() and (run.collectives["job_id"] == job_id).any():
             note = ("\n  (no comm in the trace: gloo runs the point-to-point transfers of the "
                     "from-scratch algorithms off the traced threads; `summarize` has this job's "
                     "comm from collectives.csv)")
         parts.append(f"{job_id}  (ms per traced step)\n{_fmt(df[ANALYZE_COLUMNS])}{note}")
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(parts) + f"\n\n{_ANALYZE_NOTE}\n"
+
+
+#: `summarize`'s columns after SUMMARIZE_COLUMNS: memory per rank and bus volume per step. Every
+#: run has all of them (empty where unknown), so the CSVs of several runs stack.
+SUMMARIZE_EXTRA = ["param_mib", "grad_mib", "optim_mib", "peak_mib", "bus_mib_per_step",
+                   "expected_bus_mib_per_step"]
 
 
 def summary_table(run: "Run") -> pd.DataFrame:
     """`summarize`'s rows: job_summary with DESIGN's column names, in SUMMARIZE_COLUMNS order,
-    then, when memory.csv has rows, MiB per rank (mean over ranks) of parameters, gradients,
-    optimizer state and the peak (:func:`summary_memory_columns`), and, when the run logged
-    collectives, the bus MiB per rank per step measured and expected (:func:`summary_volume_columns`)."""
+    then MiB per rank (mean over ranks) of parameters, gradients, optimizer state and the peak
+    (:func:`summary_memory_columns`; empty without memory.csv rows) and the bus MiB per rank per
+    step measured and expected (:func:`summary_volume_columns`; empty without collectives):
+    the same columns for every run."""
     s = job_summary(run).rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
     for extra in (summary_memory_columns(run.memory),
                   summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads)):
-        if not extra.empty:
-            s = s.merge(extra, on="job_id", how="left")
-    return s
+        s = s.merge(extra, on="job_id", how="left")
+    for c in SUMMARIZE_EXTRA:
+        if c not in s:
+            s[c] = float("nan")
+    return s[SUMMARIZE_COLUMNS + SUMMARIZE_EXTRA]
 
 
 #: The all-reduce table (`allreduce`, and `summarize` on an all-reduce run), nccl-tests' columns:
@@ -177,16 +203,19 @@ def summarize(path: str, csv: bool = False) -> str:
         return allreduce_text(path)
     if s.empty:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
-    extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if c in s]
+    extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if s[c].notna().any()]
     view = s[_SUMMARY_VIEW + extra].rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s",
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
                                                     "expected_bus_mib_per_step": "expected_MiB"})
     lines = [f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})", _fmt(view), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
-             f"{NOISY_SPREAD:g}. comm/exposed/overlap: per traced step, from the trace (source=trace) or "
-             "the recorded collectives (source=intervals); gap_pts = trace - intervals overlap on the "
-             f"same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree)."
+             f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
+             "traced steps (Σ part / Σ step time, mean over ranks), so compute + exposed <= T; "
+             "comm_fraction = exposed / T. Measured from the trace (source=trace) or the recorded "
+             "collectives and communication calls (source=intervals); gap_pts = trace - intervals "
+             f"overlap on the same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree). "
+             + COMPUTE_NOTE
              + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
              + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
                 "variant's algorithm should move (README 'Memory and communication volume')."
