@@ -68,6 +68,13 @@ SCHEMA: dict[str, dict[str, str]] = {
         "job_id": "str", "rank": "int", "step": "int", "param": "int", "name": "str",
         "bytes": "int", "t_ready_ns": "ns",
     },
+    # memory: one row per (job, rank): bytes this rank holds of each kind (each tensor storage
+    # counted once), and the peak seen during a step (``peak_method`` says how it was taken).
+    "memory": {
+        "job_id": "str", "rank": "int", "variant": "str", "world_size": "int", "device": "str",
+        "param_bytes": "int", "grad_bytes": "int", "optim_bytes": "int", "other_bytes": "int",
+        "peak_bytes": "int", "peak_method": "str",
+    },
     # comm_calls: when a rank's thread was inside a communication call for collective ``seq``
     # of collectives.csv: ``launch`` (the call that started an async collective), ``blocking``
     # (a blocking collective, launch to return) or ``wait`` (waiting for an async one). Compute
@@ -75,13 +82,6 @@ SCHEMA: dict[str, dict[str, str]] = {
     "comm_calls": {
         "job_id": "str", "rank": "int", "step": "int", "seq": "int", "call": "str",
         "t_begin_ns": "ns", "t_end_ns": "ns",
-    },
-    # memory: one row per (job, rank): bytes this rank holds of each kind (each tensor storage
-    # counted once), and the peak seen during a step (``peak_method`` says how it was taken).
-    "memory": {
-        "job_id": "str", "rank": "int", "variant": "str", "world_size": "int", "device": "str",
-        "param_bytes": "int", "grad_bytes": "int", "optim_bytes": "int", "other_bytes": "int",
-        "peak_bytes": "int", "peak_method": "str",
     },
 }
 #: The tables DESIGN.md itself lists (the others are dpcore's documented additions).

@@ -96,21 +96,23 @@ class Recorder:
         if rf is not None:
             rf.__exit__(None, None, None)
 
+    # The call's logged end is read after its trace range closed (and its begin before the range
+    # opened), so a call in comm_calls.csv covers its range in the trace, the profiler's own cost
+    # of the range included: both methods then leave the same time out of compute.
     def done(self, idx: int) -> None:
         """A blocking collective returned now, on the thread that launched it: it ended now, and
         that thread was inside the call from the launch until now."""
         row = self._coll[idx]
         row[7] = _perf_ns() + self.offset_ns
         self._close(idx)
-        self._calls.append((row[0], row[1], "blocking", row[5], row[7]))
+        self._calls.append((row[0], row[1], "blocking", row[5], _perf_ns() + self.offset_ns))
 
     def returned(self, idx: int) -> None:
         """The call that launched an async collective returned now (its end is stamped later, by
         :meth:`finished` or the callback :meth:`track` adds)."""
         row = self._coll[idx]
-        now = _perf_ns() + self.offset_ns
         self._close(idx)
-        self._calls.append((row[0], row[1], "launch", row[5], now))
+        self._calls.append((row[0], row[1], "launch", row[5], _perf_ns() + self.offset_ns))
 
     def finished(self, idx: int) -> None:
         """The collective completed now, seen from another thread (a future's callback on the
@@ -246,18 +248,17 @@ class RecordedWork(_WorkBase):
         self._work, self._row, self._calls, self._offset = work, row, calls, offset_ns
 
     def wait(self, timeout: Any = None) -> bool:
+        t0 = _perf_ns()
         rf = record_function(WAIT_RANGE) if _profiling() else None
         if rf is not None:
             rf.__enter__()
-        t0 = _perf_ns()
         ok = self._work.wait() if timeout is None else self._work.wait(timeout)
-        t1 = _perf_ns()
-        if rf is not None:
-            rf.__exit__(None, None, None)
         row, off = self._row, self._offset
         if row[7] < 0:  # no future (or its callback has not run yet): it is over now
-            row[7] = t1 + off
-        self._calls.append((row[0], row[1], "wait", t0 + off, t1 + off))
+            row[7] = _perf_ns() + off
+        if rf is not None:
+            rf.__exit__(None, None, None)
+        self._calls.append((row[0], row[1], "wait", t0 + off, _perf_ns() + off))
         return ok
 
     def get_future(self) -> Any:
