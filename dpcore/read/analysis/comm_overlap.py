@@ -24,6 +24,7 @@ operators minus waits and collective launches, gloo spans / kernels).
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -179,20 +180,20 @@ def _trace_sets(ev: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], tuple[
     comm, comp, sync = kind == "comm", kind == "compute", kind == "sync"
     compute = (ts[comp], end[comp])
     if comp.any():
-        names = ev["name"].astype(str)
-        launch = (kind != "comm") & names.str.match(_COMM_CALL_RE).to_numpy()
-        threads = (ev["pid"].astype(str) + "/" + ev["tid"].astype(str)).to_numpy()
+        launch = ~comm & _by_name(ev["name"], lambda n: bool(_COMM_CALL_RE.match(n)))
+        threads = _threads(ev)
         on_comp = np.isin(threads, np.unique(threads[comp]))
-        phases = _phase_mask(ev, names) & on_comp & (names != "grad_sync").to_numpy()
+        phase = _phase_mask(ev)
         stream = ev["stream"].to_numpy() if "stream" in ev else np.full(ts.size, -1)
         # dpcore's CPU trace, whose communication calls are marked (or that has none to mark;
         # an older trace without the marks keeps the operators: its waits are their gaps)
         calls_known = bool(launch.any()) or not comm.any()
-        if phases.any() and calls_known and not (comp & (stream >= 0)).any():
-            compute = (ts[phases], end[phases])
+        work = phase & on_comp & ~_by_name(ev["name"], lambda n: n == "grad_sync")
+        if work.any() and calls_known and not (comp & (stream >= 0)).any():
+            compute = (ts[work], end[work])
         hole = (sync | launch) & on_comp
         cut_s, cut_e = [ts[hole]], [end[hole]]
-        for a, b, last_grad in _ddp_backward(ev, names, ts, end, on_comp):
+        for a, b, last_grad in _ddp_backward(ev, phase & on_comp, ts, end, on_comp):
             cut_s.append(np.array([last_grad]))
             cut_e.append(np.array([b]))
             # DDP waited for every bucket before backward() returned: an all-reduce launched
@@ -206,24 +207,42 @@ def _trace_sets(ev: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], tuple[
     return (ts[comm], end[comm]), compute
 
 
-def _phase_mask(ev: pd.DataFrame, names: pd.Series) -> np.ndarray:
+def _by_name(col: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
+    """``test(name)`` of every event, evaluated once per distinct name (the reader's names are
+    categorical: a 250k-event trace has a few thousand of them)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats, codes = col.cat.categories, col.cat.codes.to_numpy()
+    else:
+        codes, cats = pd.factorize(col.astype(str))
+    hit = np.fromiter((bool(test(str(c))) for c in cats), dtype=bool, count=len(cats))
+    return np.append(hit, False)[codes]  # code -1 (no name): False
+
+
+def _threads(ev: pd.DataFrame) -> np.ndarray:
+    """One integer per (pid, tid) of every event."""
+    p, t = pd.factorize(ev["pid"])[0].astype(np.int64), pd.factorize(ev["tid"])[0].astype(np.int64)
+    return p * (int(t.max(initial=0)) + 2) + t
+
+
+def _phase_mask(ev: pd.DataFrame) -> np.ndarray:
     """dpcore's phase ranges: user annotations named forward/backward/grad_sync/optimizer (a
     foreign ``forward`` operator, such as a TorchScript module's, is no phase of ours)."""
     if "category" not in ev:
         return np.zeros(len(ev), dtype=bool)
-    cat = ev["category"].astype(str).str.lower()
-    return (names.isin(_PHASE_RANGES) & (cat == "user_annotation")).to_numpy()
+    return (_by_name(ev["name"], lambda n: n in _PHASE_RANGES)
+            & _by_name(ev["category"], lambda c: c.lower() == "user_annotation"))
 
 
-def _ddp_backward(ev: pd.DataFrame, names: pd.Series, ts: np.ndarray, end: np.ndarray,
+def _ddp_backward(ev: pd.DataFrame, phase: np.ndarray, ts: np.ndarray, end: np.ndarray,
                   on_comp: np.ndarray) -> list[tuple[float, float, float]]:
     """(start, end, end of the last gradient accumulation) of every dpcore ``backward`` range
-    on the computing thread in which DDP's reducer ran (see :func:`_trace_sets`)."""
-    nm = names.to_numpy()
-    bwd = np.flatnonzero((nm == "backward") & _phase_mask(ev, names) & on_comp)
-    if not bwd.size or not names.str.contains(_REDUCER_RE).any():
+    (``phase``: dpcore's phase ranges on the computing thread) in which DDP's reducer ran (see
+    :func:`_trace_sets`)."""
+    names = ev["name"]
+    bwd = np.flatnonzero(phase & _by_name(names, lambda n: n == "backward"))
+    if not bwd.size or not _by_name(names, lambda n: bool(_REDUCER_RE.search(n))).any():
         return []
-    acc = np.flatnonzero((nm == _ACCUMULATE) & on_comp)
+    acc = np.flatnonzero(_by_name(names, lambda n: n == _ACCUMULATE) & on_comp)
     out = []
     for i in bwd:
         a, b = ts[i], end[i]
@@ -242,9 +261,9 @@ def _window(ev: pd.DataFrame, step: int) -> tuple[float, float]:
         return float(ts[device].min()), float(end[device].max())
     if step < 0:  # no ProfilerStep: the whole trace
         return float(ts.min()), float(end.max())
-    names = ev["name"].astype(str)
-    phase = _phase_mask(ev, names)
-    marker = phase if phase.any() else names.str.match(_STEP_RE).to_numpy()
+    marker = _phase_mask(ev)
+    if not marker.any():
+        marker = _by_name(ev["name"], lambda n: bool(_STEP_RE.match(n)))
     if not marker.any():
         return float(ts.min()), float(end.max())
     a, b = float(ts[marker].min()), float(end[marker].max())
