@@ -18,8 +18,11 @@ One definition each, whichever method measures it:
   nothing: it is not communication (C = E = 0, overlap undefined); its calls still are not compute.
 
 The two methods: :func:`step_breakdown` (the recorded intervals: steps.csv phases minus
-comm_calls.csv, collectives.csv) and :func:`overlap_from_trace` (torch.profiler: main-thread
-operators minus waits and collective launches, gloo spans / kernels).
+comm_calls.csv, collectives.csv) and :func:`overlap_from_trace` (torch.profiler: dpcore's phase
+ranges minus the recorder's ``comm_call#`` ranges, or the main-thread operators minus waits in
+a trace without them; gloo spans / kernels). The recorder writes both records of a call, so the
+methods differ only in their instruments: perf_counter stamps around the calls against the
+profiler's spans, which is what the gap between them measures.
 """
 from __future__ import annotations
 
