@@ -35,6 +35,9 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 #: ``compute_dtype`` of ``fsdp`` (``TrainConfig.compute_dtype``); "" = compute in float32.
 COMPUTE_DTYPES = ("float16", "bfloat16")
 SINGLE_PROCESS = ("single", "manual", "data_parallel")
+#: The variant of a job that ``dpcore import`` made from foreign traces. Its world size counts
+#: the ranks imported, not the ranks of the job that wrote them (one rank of eight: 1).
+IMPORTED = "imported"
 #: variants whose job id carries the bucket size (zero1 / torch_zero1 average gradients in
 #: bucketed / DDP buckets)
 BUCKET_SENSITIVE = ("bucketed", "torch_ddp", "zero1", "torch_zero1")

@@ -7,6 +7,8 @@ keeps a 250k-event trace well under a second.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 Intervals = tuple[np.ndarray, np.ndarray]
@@ -105,11 +107,25 @@ def comm_start(launch_ns: object, start_ns: object) -> np.ndarray:
     return np.where(np.isfinite(start) & (start >= 0), start, launch)
 
 
-def step_comm(starts_ns: object, ends_ns: object, t_start_ns: float, step_ms: float) -> Intervals:
+def has_peers(world_size: object) -> bool:
+    """Whether a job's collectives communicate: a world of one rank has no peer, so its
+    collectives move nothing and are no communication (C = 0). Unknown (None, NaN): assume so."""
+    try:
+        ws = float(world_size)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    return not (math.isfinite(ws) and ws <= 1)
+
+
+def step_comm(starts_ns: object, ends_ns: object, t_start_ns: float, step_ms: float,
+              world_size: object = None) -> Intervals:
     """A rank's collective intervals of one step, clipped to the step window
     [t_start, t_start + step_ms]: what docs/DESIGN.md's comm time C of that step is the union of.
+    None at world size 1 (:func:`has_peers`); ``world_size`` None: not known, kept.
 
     Both steps.csv's ``comm_ms`` (written by the engine) and the analysis' step breakdown use
     this, so the file and every view agree on C."""
+    if not has_peers(world_size):
+        return np.empty(0), np.empty(0)
     lo = float(t_start_ns)
     return clip(starts_ns, ends_ns, lo, lo + float(step_ms) * 1e6)

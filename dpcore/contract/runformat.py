@@ -13,6 +13,7 @@ A run is ``<out>/<run_id>/`` holding::
     messages.csv      one row per point-to-point message of the from-scratch algorithms
     allreduce.csv     one row per (allreduce job, size)
     grads.csv         one row per (job, rank, step, gradient): when backward produced it
+    comm_calls.csv    one row per communication call of a rank's thread (launch, blocking, wait)
     memory.csv        one row per (job, rank): bytes of parameters, gradients, optimizer state, peak
     traces/<job_id>/rank<r>.json.gz   torch.profiler Chrome trace of one rank
     traces/<job_id>/merged.json.gz    all ranks on one clock, messages drawn as flows
@@ -74,6 +75,14 @@ SCHEMA: dict[str, dict[str, str]] = {
         "param_bytes": "int", "grad_bytes": "int", "optim_bytes": "int", "other_bytes": "int",
         "peak_bytes": "int", "peak_method": "str",
     },
+    # comm_calls: when a rank's thread was inside a communication call for collective ``seq``
+    # of collectives.csv: ``launch`` (the call that started an async collective), ``blocking``
+    # (a blocking collective, launch to return) or ``wait`` (waiting for an async one). Compute
+    # is the step's phases minus these: a thread blocked on communication is not computing.
+    "comm_calls": {
+        "job_id": "str", "rank": "int", "step": "int", "seq": "int", "call": "str",
+        "t_begin_ns": "ns", "t_end_ns": "ns",
+    },
 }
 #: The tables docs/DESIGN.md itself lists (the others are dpcore's documented additions).
 DESIGN_TABLES = ("steps", "collectives", "messages", "allreduce")
@@ -84,8 +93,9 @@ MESSAGE_COLUMNS = TABLES["messages"]
 ALLREDUCE_COLUMNS = TABLES["allreduce"]
 GRAD_COLUMNS = TABLES["grads"]
 MEMORY_COLUMNS = TABLES["memory"]
+CALL_COLUMNS = TABLES["comm_calls"]
 #: Tables a profiling job's ranks fill (steps, written with comm columns attached, aside).
-JOB_TABLES = ("collectives", "messages", "grads", "memory")
+JOB_TABLES = ("collectives", "messages", "grads", "memory", "comm_calls")
 
 #: The columns that name one point-to-point message on both of its sides (sender and receiver
 #: log a row each); pipelined sub-messages of one chunk share the key (see ``contract.messages``).

@@ -78,7 +78,7 @@ def test_job_ids_and_trace_paths() -> None:
     assert [rf.trace_key(n) for n in ("rank0.json.gz", "merged.json", "notes.txt", ".json")] == \
         ["rank0", "merged", None, None]
     assert rf.is_rank_trace("rank12") and not rf.is_rank_trace("merged") and not rf.is_rank_trace("rankx")
-    with pytest.raises(ValueError, match="valid: steps, collectives, messages, allreduce, grads, memory"):
+    with pytest.raises(ValueError, match="valid: steps, collectives, messages, allreduce, grads, memory, comm_calls"):
         rf.table_file("jobs")
 
 

@@ -5,31 +5,40 @@ number dpcore shows (``summarize``, ``analyze``, every dashboard view and card, 
 computed here, from the same rows, by the same functions:
 
 * :func:`step_metrics` gives one row per (job, rank, step) with step time T, the phases, and
-  comm C / exposed comm E / overlap from two measurement methods where both exist:
-  the *intervals* (steps.csv phases and collectives.csv, every step) and the *trace*
-  (torch.profiler, the traced steps only; columns ``trace_*``).
+  compute / comm C / exposed comm E / overlap from two measurement methods where both exist:
+  the *intervals* (steps.csv phases minus comm_calls.csv, collectives.csv; every step) and the
+  *trace* (torch.profiler, the traced steps only; columns ``trace_*``). Both measure the same
+  quantities by the same definitions (:mod:`dpcore.read.analysis.comm_overlap`), each within the
+  step's window, so in every row compute + E + other = T with other >= 0.
 * :func:`rank_metrics` aggregates them per (job, rank) and :func:`job_metrics` per job.
 
 Which steps each number comes from (docs/DESIGN.md, issue "Numbers a user can trust"):
 
 * T and the phases: the timed steps (run without the profiler), median and p10/p90 over every
   (rank, step).
-* C, E and overlap: the traced steps, from the trace where it shows communication, else from
-  the recorded collectives on those same steps (``comm_source`` says which). A run without
-  traced steps uses the intervals of its timed steps.
+* compute, C, E and overlap: the traced steps, from the trace where it shows communication (or
+  where neither method sees any), else from the recorded intervals on those same steps
+  (``comm_source`` says which). A run without traced steps uses the intervals of its timed steps.
 * Aggregation over steps is a ratio of sums per rank (overlap % = Σ overlapped / Σ comm, the
-  HTA definition over a rank's steps; ms columns are per-step means), then a mean over ranks.
-  So a job's overlap in ``summarize`` is exactly the mean over ranks of ``analyze`` on its traces.
+  HTA definition over a rank's steps; comm fraction = Σ E / Σ T; ms columns are per-step means),
+  then a mean over ranks. So a job's overlap in ``summarize`` is exactly the mean over ranks of
+  ``analyze`` on its traces.
+* The job's breakdown of T (:func:`job_metrics`): the traced steps are slower than the timed ones
+  (the profiler's cost), so their milliseconds do not add up to the timed T. What carries over is
+  each part's *share* of the step: compute_ms = T · Σ compute / Σ T_traced, likewise comm,
+  overlapped and exposed, and other = T − compute − exposed. The parts add up to T, and comm
+  fraction = E / T is the exposed share, never above 1.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, step_breakdown
+from dpcore.contract.intervals import has_peers
+from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, peers_of, step_breakdown
 
 KEY = ["job_id", "rank", "step"]
-_PARTS = ["compute_ms", "comm_ms", "overlapped_ms", "exposed_ms"]
+_PARTS = ["step_ms", "compute_ms", "comm_ms", "overlapped_ms", "exposed_ms"]
 TRACE_PARTS = [f"trace_{c}" for c in _PARTS]
 #: Above this gap (percentage points) between the trace's and the intervals' overlap of the same
 #: steps, the two measurement methods disagree and every view says so.
@@ -38,19 +47,21 @@ SOURCE_GAP_POINTS = 5.0
 #: fighting for a core): its median is not a number to decide on.
 NOISY_SPREAD = 1.5
 RANK_COLUMNS = ["job_id", "rank", "steps", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms",
-                "overlapped_ms"]
+                "overlapped_ms", "step_ms", "comm_fraction"]
 
 
 def step_metrics(steps: pd.DataFrame, collectives: pd.DataFrame,
-                 trace_steps: pd.DataFrame | None = None) -> pd.DataFrame:
+                 trace_steps: pd.DataFrame | None = None, calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (job, rank, step) of every step: the interval breakdown (``traced`` says
     whether the step was profiled) plus the trace's ``trace_*`` columns where a trace covers it.
 
     ``trace_steps``: :func:`dpcore.read.analysis.comm_overlap.overlap_from_trace` rows with a
     ``job_id`` column (see :func:`trace_step_metrics`), or None for a run without traces.
+    ``calls``: the run's comm_calls.csv (``Run.comm_calls``), cut out of the phases' compute.
+    At world size 1 the trace's collectives are no communication either (no peer).
     """
-    timed = step_breakdown(steps, collectives, profiled=False).assign(traced=False)
-    prof = step_breakdown(steps, collectives, profiled=True).assign(traced=True)
+    timed = step_breakdown(steps, collectives, profiled=False, calls=calls).assign(traced=False)
+    prof = step_breakdown(steps, collectives, profiled=True, calls=calls).assign(traced=True)
     rows = pd.concat([f for f in (timed, prof) if not f.empty] or [timed], ignore_index=True)
     for c in TRACE_PARTS + ["trace_overlap_pct"]:
         rows[c] = np.nan
@@ -59,6 +70,11 @@ def step_metrics(steps: pd.DataFrame, collectives: pd.DataFrame,
             columns={c: f"trace_{c}" for c in TRACE_COLUMNS if c not in ("rank", "step")})
         rows = rows.drop(columns=TRACE_PARTS + ["trace_overlap_pct"]).merge(
             t[KEY + TRACE_PARTS + ["trace_overlap_pct"]], on=KEY, how="left")
+        peers = [has_peers(peers_of(r)) for r in rows[["variant", "world_size"]].to_dict("records")]
+        alone = ~np.asarray(peers, dtype=bool) & rows["trace_comm_ms"].notna().to_numpy()
+        if alone.any():
+            rows.loc[alone, ["trace_comm_ms", "trace_overlapped_ms", "trace_exposed_ms"]] = 0.0
+            rows.loc[alone, "trace_overlap_pct"] = np.nan
     rows["traced"] = rows["traced"].astype(bool)
     return rows
 
@@ -77,15 +93,19 @@ def trace_rows(trace_steps: pd.DataFrame) -> pd.DataFrame:
 def _ratio_of_sums(g: pd.DataFrame, prefix: str) -> dict:
     comm = g[f"{prefix}comm_ms"].sum()
     ov = g[f"{prefix}overlapped_ms"].sum(min_count=1)  # all missing (unknown phases): missing, not 0
+    exposed = g[f"{prefix}exposed_ms"].sum(min_count=1)
+    t = g[f"{prefix}step_ms"].sum(min_count=1)
     n = len(g)
     return {"steps": n, "overlap_pct": 100.0 * ov / comm if comm > 0 else np.nan,
-            "comm_ms": comm / n, "exposed_comm_ms": g[f"{prefix}exposed_ms"].sum(min_count=1) / n,
-            "compute_ms": g[f"{prefix}compute_ms"].sum() / n, "overlapped_ms": ov / n}
+            "comm_ms": comm / n, "exposed_comm_ms": exposed / n,
+            "compute_ms": g[f"{prefix}compute_ms"].sum(min_count=1) / n, "overlapped_ms": ov / n,
+            "step_ms": t / n, "comm_fraction": exposed / t if t > 0 else np.nan}
 
 
 def rank_metrics(rows: pd.DataFrame, source: str = "trace") -> pd.DataFrame:
     """Per (job, rank) over the traced steps: overlap % as Σ overlapped / Σ comm (HTA's per-rank
-    definition), ms columns per step (mean), ``steps`` how many steps that is.
+    definition), comm fraction as Σ exposed / Σ T, ms columns per step (mean; ``step_ms`` is the
+    mean window the parts were measured in), ``steps`` how many steps that is.
 
     ``source``: ``"trace"`` (the ``trace_*`` columns of traced steps that a trace covers) or
     ``"intervals"`` (the interval columns of the traced steps, else of the timed steps).
@@ -106,15 +126,24 @@ def rank_metrics(rows: pd.DataFrame, source: str = "trace") -> pd.DataFrame:
 
 
 def _mean_over_ranks(per_rank: pd.DataFrame) -> pd.DataFrame:
-    return per_rank.groupby("job_id", sort=False).agg(
-        overlap_pct=("overlap_pct", "mean"), comm_ms=("comm_ms", "mean"),
-        exposed_ms=("exposed_comm_ms", "mean"), overlapped_ms=("overlapped_ms", "mean"),
-        comm_steps=("steps", "max"))
+    """Per job, mean over ranks of each rank's overlap and of each part's share of the step."""
+    t = per_rank["step_ms"].where(per_rank["step_ms"] > 0)
+    shares = per_rank.assign(**{f"{c}_share": per_rank[c] / t for c in
+                                ("compute_ms", "comm_ms", "exposed_comm_ms", "overlapped_ms")})
+    return shares.groupby("job_id", sort=False).agg(
+        overlap_pct=("overlap_pct", "mean"), compute_share=("compute_ms_share", "mean"),
+        comm_share=("comm_ms_share", "mean"), exposed_share=("exposed_comm_ms_share", "mean"),
+        overlapped_share=("overlapped_ms_share", "mean"), comm_steps=("steps", "max"),
+        any_comm=("comm_ms", "max"))
 
 
 def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per job: T spread over the timed steps, phases (medians), and C/E/overlap from the traced
-    steps (trace where it shows comm, else intervals), both methods side by side with their gap.
+    """Per job: T spread over the timed steps, phases (medians), and the breakdown of T (compute,
+    C, E, overlap) from the traced steps (trace where it shows comm, else intervals), both
+    methods' overlap side by side with their gap.
+
+    The breakdown is T times each part's share of the traced steps (module docstring), so
+    compute_ms + exposed_ms + other_ms = step_ms, other_ms >= 0 and comm_fraction = E / T <= 1.
 
     Columns: job_id, step_ms (median), step_ms_p10, step_ms_p50, step_ms_p90, step_ms_std,
     n_steps, noisy, fwd_ms, bwd_ms, sync_ms, opt_ms, compute_ms, comm_ms, exposed_ms,
@@ -137,27 +166,34 @@ def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
                     "step_ms_p90": q[0.9], "step_ms_std": g["step_ms"].std(ddof=0),
                     "n_steps": int(g["step"].nunique()), "throughput": thr.median(),
                     **{c: pd.to_numeric(g[c], errors="coerce").median()
-                       for c in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "compute_ms", "comm_ops", "comm_bytes")}})
+                       for c in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "comm_ops", "comm_bytes")}})
     df = pd.DataFrame(out)
     p10, p90 = df["step_ms_p10"], df["step_ms_p90"]
     df["noisy"] = ((p10 > 0) & (p90 / p10 > NOISY_SPREAD)).fillna(False).astype(bool)
-    per_rank_trace = rank_metrics(rows, "trace")
-    # no phases recorded (an imported trace that names none): every such step is traced, so
-    # compute is the trace's compute (the same union the overlap is measured against), not 0
-    df["compute_ms"] = df["compute_ms"].fillna(df["job_id"].map(per_rank_trace.groupby("job_id")["compute_ms"].mean()))
-    trace = _mean_over_ranks(per_rank_trace)
-    trace = trace[trace["comm_ms"] > 0]  # a trace that shows no comm cannot measure overlap
+    trace = _mean_over_ranks(rank_metrics(rows, "trace"))
     ivals = _mean_over_ranks(rank_metrics(rows, "intervals"))
+    # the trace unless it misses communication the recorded intervals saw (gloo runs the
+    # from-scratch algorithms' point-to-point transfers off any traced thread)
+    seen = ivals["any_comm"].reindex(trace.index).fillna(0) > 0
+    trace_ok = (trace["any_comm"] > 0) | ~seen
+    trace = trace[trace_ok]
     chosen = pd.concat([trace.assign(comm_source="trace"),
                         ivals[~ivals.index.isin(trace.index)].assign(comm_source="intervals")])
-    df = df.merge(chosen, left_on="job_id", right_index=True, how="left")
-    df["overlap_pct_trace"] = df["job_id"].map(trace["overlap_pct"])
+    df = df.merge(chosen.drop(columns="any_comm"), left_on="job_id", right_index=True, how="left")
+    t = df["step_ms"]
+    df["compute_ms"] = df["compute_share"] * t
+    df["comm_ms"] = df["comm_share"] * t
+    df["exposed_ms"] = df["exposed_share"] * t
+    df["overlapped_ms"] = df["overlapped_share"] * t
+    df["comm_fraction"] = df["exposed_share"].where(t > 0)
+    df["other_ms"] = (t - df["compute_ms"] - df["exposed_ms"].fillna(0)).clip(lower=0)
+    with_comm = trace[trace["any_comm"] > 0]
+    df["overlap_pct_trace"] = df["job_id"].map(with_comm["overlap_pct"])
     df["overlap_pct_intervals"] = df["job_id"].map(ivals["overlap_pct"])
     df["overlap_gap"] = df["overlap_pct_trace"] - df["overlap_pct_intervals"]
     df["sources_disagree"] = (df["overlap_gap"].abs() > SOURCE_GAP_POINTS).fillna(False).astype(bool)
-    df["comm_fraction"] = (df["exposed_ms"] / df["step_ms"]).where(df["step_ms"] > 0)
-    df["other_ms"] = (df["step_ms"] - df["compute_ms"] - df["exposed_ms"].fillna(0)).clip(lower=0)
-    return df.reset_index(drop=True)
+    return df.drop(columns=["compute_share", "comm_share", "exposed_share", "overlapped_share"]
+                   ).reset_index(drop=True)
 
 
 def step_ranks(rows: pd.DataFrame, job_id: str, step: int, source: str | None = None) -> pd.DataFrame:

@@ -30,7 +30,7 @@ def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
     :mod:`dpcore.read.rundir.job_traces`); None for a run without traces (intervals only).
     """
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
-    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps))
+    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls))
     base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]
     out = base.merge(per, on="job_id", how="left") if len(per.columns) > 1 else base.copy()
     for c in SUMMARY_COLUMNS:

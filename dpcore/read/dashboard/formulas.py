@@ -8,13 +8,18 @@ from __future__ import annotations
 FORMULAS: dict[str, str] = {
     "step_ms": "Step time T: wall time from the step's start to the optimizer step's end "
                "(CUDA events on GPU, perf_counter on CPU). Median over timed steps and ranks.",
-    "compute_ms": "Compute: forward + backward + optimizer work on the main thread (CPU) or compute kernels (GPU).",
-    "comm_ms": "Comm time C = |union of the rank's collective intervals in the step|.",
+    "compute_ms": "Compute: forward + backward + optimizer work of the main thread, minus the time it spent inside "
+                  "communication calls (launching a collective, a blocking one, waiting) on CPU; compute kernels "
+                  "on GPU. Ms of T: T × compute's share of the traced steps.",
+    "comm_ms": "Comm time C = |union of the rank's collective intervals in the step|; none at world size 1 "
+               "(no peer: a collective moves nothing).",
     "overlapped_ms": "Overlapped comm = |comm ∩ compute|: communication hidden under compute.",
     "exposed_ms": "Exposed comm E = |comm \\ compute|: communication the step waits for.",
-    "other_ms": "Other = T − compute − E (idle, waits, Python overhead), ≥ 0.",
+    "other_ms": "Other = T − compute − E ≥ 0: time in communication calls under which no communication ran, "
+                "idle, Python outside the phases (and at world size 1 the collectives' own calls).",
     "overlap_pct": "Overlap % = |comm ∩ compute| / |comm| (Holistic Trace Analysis), per rank per step.",
-    "comm_fraction": "Comm fraction = E / T: what communication costs the step.",
+    "comm_fraction": "Comm fraction = E / T: what communication costs the step (Σ E / Σ T over the traced "
+                     "steps, mean over ranks; never above 1).",
     "comm_ops": "Collective calls per step per rank.",
     "comm_bytes": "Bytes all-reduced per step per rank.",
     "throughput": "Throughput = global samples per step / T (samples/s).",
@@ -25,14 +30,17 @@ FORMULAS: dict[str, str] = {
     "algbw": "algbw = bytes / t (t = median time of one all-reduce).",
     "busbw": "busbw = algbw · 2(N−1)/N for all-reduce (nccl-tests); (N−1)/N for reduce-scatter "
              "and all-gather; 1 for broadcast.",
-    "comm_source": "Where comm, exposed comm and overlap come from: 'trace' = the torch.profiler trace of the "
-                   "traced steps (gloo spans / NCCL kernels); 'intervals' = the recorded collectives "
-                   "(collectives.csv) against the step's phases, used when the trace shows no communication.",
+    "comm_source": "Where compute, comm, exposed comm and overlap come from: 'trace' = the torch.profiler trace "
+                   "of the traced steps (gloo spans / NCCL kernels); 'intervals' = the recorded collectives "
+                   "(collectives.csv) against the step's phases minus the recorded communication calls "
+                   "(comm_calls.csv), used when the trace misses communication the recording saw. Both apply "
+                   "the same definitions; the gap says how far apart they are on the same steps.",
     "ring_wait": "For each ring step: transfer = the shortest matching send→recv time across ranks; wait = the rest.",
 }
 
 BREAKDOWN_CAPTION = (
-    "Each bar is one step (median) of one job, split so the parts add up to the step time T: "
+    "Each bar is one step (median T) of one job, split by each part's share of the traced steps, so the "
+    "parts add up to T: "
     "compute with no communication in flight, communication **hidden** under compute (overlapped), "
     "communication the step **waits** for (exposed, E = |comm \\ compute|), and other time. "
     "Blocking variants (`naive`, `flat`, `central`, `ring`) wait for all their communication after backward; "

@@ -19,7 +19,10 @@ a number the views show must be one the trace measured. So
   trace began is in no step and not a row), numbered by order within (rank, step) as
   :func:`stragglers_from_traces` matches them; the op comes from the profiler's collective
   metadata where the trace has it (``Collective name``), else from the kernel/span name; bytes
-  from the metadata's element counts and dtype, empty where the trace does not say.
+  from the metadata's element counts and dtype, empty where the trace does not say;
+* ``comm_ms`` is the union of the step's comm events, as ``analyze`` measures a step's comm (a
+  kernel belongs to the step that launched it and counts whole, also when it runs after the
+  step's CPU range has ended).
 
 Clock: ``ts`` is µs on each rank's host clock. Ranks of one host share that clock; across hosts
 :func:`clock_offsets_ns` estimates each rank's offset to rank 0 from the ends of matched
@@ -32,11 +35,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from dpcore.contract.intervals import merge, step_comm, union_length
+from dpcore.contract.config import IMPORTED
+from dpcore.contract.intervals import union_length
 from dpcore.read.traces.kinds import AUTOGRAD_NODE, FOREIGN_PHASES, PHASE_CATEGORY
 from dpcore.read.traces.reader import on_host, step_ranges
 
-VARIANT = "imported"
+VARIANT = IMPORTED
 #: Collective names as gloo spans (``gloo:all_reduce``), NCCL kernels (``ncclDevKernel_AllReduce_
 #: Sum_f32_RING_LL``, ``ncclKernel_AllGather_RING_LL_Sum_int8_t``) and profiler ranges spell them.
 _OPS = [(re.compile(p, re.IGNORECASE), op) for p, op in (
@@ -142,14 +146,15 @@ def step_rows(events: pd.DataFrame, collectives: list[dict], job_id: str, world_
         names = cpu_names.loc[ev.index]
         t0 = int(round(ts * 1e3)) - off.get(int(rank), 0)
         colls = by_key.get((int(rank), int(step)), [])
-        s, e = step_comm(np.array([c["t_launch_ns"] for c in colls], np.float64),
-                         np.array([c["t_end_ns"] for c in colls], np.float64), t0, dur / 1e3)
-        s, e = merge(s, e)
+        # comm_ms as `analyze` measures it: the union of the comm events that belong to the step
+        # (a kernel to the step that launched it), not clipped to the CPU range: a GPU step's
+        # kernels run after the CPU has moved on, and they are still that step's communication
+        comm_ms = union_length([c["t_launch_ns"] for c in colls], [c["t_end_ns"] for c in colls]) / 1e6
         rows.append({"job_id": job_id, "variant": VARIANT, "world_size": world_size, "bucket_mb": "",
                      "rank": int(rank), "step": int(step), "profiled": True, "t_start_ns": t0,
                      "step_ms": dur / 1e3, "fwd_ms": _phase_ms(ev, names, "forward"),
                      "bwd_ms": _phase_ms(ev, names, "backward"), "sync_ms": float("nan"),
-                     "opt_ms": _phase_ms(ev, names, "optimizer"), "comm_ms": float((e - s).sum()) / 1e6,
+                     "opt_ms": _phase_ms(ev, names, "optimizer"), "comm_ms": comm_ms,
                      "comm_ops": len(colls), "comm_bytes": _bytes_sum(colls), "samples": ""})
     for r in rows:  # CSV: an unknown number is an empty cell
         for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms"):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcore.contract.intervals import has_peers
 from dpcore.read.analysis.comm_overlap import overlap_from_trace
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
 from dpcore.read.analysis.timeline import trace_step_metrics
@@ -19,8 +20,19 @@ from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import RunLoadError
 from dpcore.read.traces.reader import TraceFormatError, read_trace_dir, trace_notes
 
-#: docs/DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover.
-ANALYZE_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms", "steps"]
+#: docs/DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover,
+#: the mean step window they were measured in, and comm fraction = Σ exposed / Σ step_ms.
+ANALYZE_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms", "steps", "step_ms",
+                   "comm_fraction"]
+#: What analyze's and summarize's numbers are, in one place (both print it; docs/DESIGN.md's definitions).
+COMPUTE_NOTE = ("compute = forward, backward and optimizer work of the rank's main thread (CPU: the time in "
+                "dpcore's phases minus the time inside communication calls -- launching, a blocking "
+                "collective, waiting; a foreign CPU trace: its main-thread operators; GPU: compute kernels). "
+                "comm = union of the rank's collective intervals (none at world size 1: no peer). "
+                "exposed = comm not under compute; overlap = overlapped / comm (HTA).")
+_ANALYZE_NOTE = ("ms columns: means per traced step; step_ms: the step's window they were measured in (from "
+                 "forward to the end of optimizer, the ProfilerStep of a foreign CPU trace, a GPU step's "
+                 "kernels); comm_fraction = exposed / step_ms over those steps. " + COMPUTE_NOTE)
 
 
 def _trace_folder_ranks(trace_dir: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -50,20 +62,24 @@ def analyze(path: str, csv: bool = False) -> str:
             for n in notes:
                 print(f"note: {n}", file=sys.stderr)
             return csv_table(df[ANALYZE_COLUMNS])
-        return f"{p}  (ms per step)\n{text_table(df[ANALYZE_COLUMNS])}\n" + "".join(f"note: {n}\n" for n in notes)
+        return (f"{p}  (ms per step)\n{text_table(df[ANALYZE_COLUMNS])}\n" + "".join(f"note: {n}\n" for n in notes)
+                + f"\n{_ANALYZE_NOTE}\n")
     run = load_run_reporting(p)
-    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run))),
-                       "trace")
+    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run)),
+                                    run.comm_calls), "trace")
     if per.empty:
         raise RunLoadError(f"no rank traces in run {p} (traces/<job_id>/rank<r>.json.gz)")
     if csv:
         return csv_table(per[["job_id"] + ANALYZE_COLUMNS])
     parts = []
+    sizes = dict(zip(run.jobs["job_id"], run.jobs["world_size"]))
     for job_id, df in per.groupby("job_id", sort=False):
         note = ""
-        if (df["comm_ms"] <= 0).all() and (run.collectives["job_id"] == job_id).any():
+        if not has_peers(sizes.get(job_id)) and (run.collectives["job_id"] == job_id).any():
+            note = "\n  (world size 1: no peer, so its collectives move nothing and are no communication)"
+        elif (df["comm_ms"] <= 0).all() and (run.collectives["job_id"] == job_id).any():
             note = ("\n  (no comm in the trace: gloo runs the point-to-point transfers of the "
                     "from-scratch algorithms off the traced threads; `summarize` has this job's "
                     "comm from collectives.csv)")
         parts.append(f"{job_id}  (ms per traced step)\n{text_table(df[ANALYZE_COLUMNS])}{note}")
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(parts) + f"\n\n{_ANALYZE_NOTE}\n"

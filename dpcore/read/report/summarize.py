@@ -16,6 +16,7 @@ from dpcore.read.analysis.metrics import NOISY_SPREAD, SOURCE_GAP_POINTS
 from dpcore.read.analysis.summary import job_summary
 from dpcore.read.analysis.timeline import trace_step_metrics
 from dpcore.read.report.allreduce import allreduce_text
+from dpcore.read.report.analyze import COMPUTE_NOTE
 from dpcore.read.report.resolve import load_run_reporting
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.job_traces import traced_job_events
@@ -36,17 +37,26 @@ def run_job_summary(run: Run) -> pd.DataFrame:
     return job_summary(run, trace_step_metrics(traced_job_events(run)))
 
 
+#: `summarize`'s columns after SUMMARIZE_COLUMNS: memory per rank and bus volume per step. Every
+#: run has all of them (empty where unknown), so the CSVs of several runs stack.
+SUMMARIZE_EXTRA = ["param_mib", "grad_mib", "optim_mib", "peak_mib", "bus_mib_per_step",
+                   "expected_bus_mib_per_step"]
+
+
 def summary_table(run: Run) -> pd.DataFrame:
     """`summarize`'s rows: job_summary with docs/DESIGN.md's column names, in SUMMARIZE_COLUMNS order,
-    then, when memory.csv has rows, MiB per rank (mean over ranks) of parameters, gradients,
-    optimizer state and the peak (:func:`summary_memory_columns`), and, when the run logged
-    collectives, the bus MiB per rank per step measured and expected (:func:`summary_volume_columns`)."""
+    then MiB per rank (mean over ranks) of parameters, gradients, optimizer state and the peak
+    (:func:`summary_memory_columns`; empty without memory.csv rows) and the bus MiB per rank per
+    step measured and expected (:func:`summary_volume_columns`; empty without collectives):
+    the same columns for every run."""
     s = run_job_summary(run).rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
     for extra in (summary_memory_columns(run.memory),
                   summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads)):
-        if not extra.empty:
-            s = s.merge(extra, on="job_id", how="left")
-    return s
+        s = s.merge(extra, on="job_id", how="left")
+    for c in SUMMARIZE_EXTRA:
+        if c not in s:
+            s[c] = float("nan")
+    return s[SUMMARIZE_COLUMNS + SUMMARIZE_EXTRA]
 
 
 def summarize(path: str, csv: bool = False) -> str:
@@ -66,16 +76,19 @@ def summarize(path: str, csv: bool = False) -> str:
         return allreduce_text(path)
     if s.empty:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
-    extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if c in s]
+    extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if s[c].notna().any()]
     view = s[_SUMMARY_VIEW + extra].rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s",
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
                                                     "expected_bus_mib_per_step": "expected_MiB"})
     lines = [f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})", text_table(view), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
-             f"{NOISY_SPREAD:g}. comm/exposed/overlap: per traced step, from the trace (source=trace) or "
-             "the recorded collectives (source=intervals); gap_pts = trace - intervals overlap on the "
-             f"same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree)."
+             f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
+             "traced steps (Σ part / Σ step time, mean over ranks), so compute + exposed <= T; "
+             "comm_fraction = exposed / T. Measured from the trace (source=trace) or the recorded "
+             "collectives and communication calls (source=intervals); gap_pts = trace - intervals "
+             f"overlap on the same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree). "
+             + COMPUTE_NOTE
              + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
              + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
                 "variant's algorithm should move (README 'Memory and communication volume')."

@@ -45,9 +45,12 @@ class Run:
     collectives: pd.DataFrame
     messages: pd.DataFrame
     allreduce: pd.DataFrame
-    #: dpcore's additions (runformat's docstring): per-gradient ready times, memory per rank.
+    #: dpcore's additions (runformat's docstring): per-gradient ready times, memory per rank,
+    #: communication calls.
     grads: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rf.GRAD_COLUMNS))
     memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rf.MEMORY_COLUMNS))
+    #: When each rank's thread was inside a communication call (empty for older runs).
+    comm_calls: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=rf.CALL_COLUMNS))
     #: The folder the run was confined to when loaded (the dashboard's profiles folder), else None.
     root: Path | None = None
     #: One line per problem the loader worked around (rows with unreadable numbers, skipped).

@@ -1,4 +1,5 @@
-"""Low-overhead instrumentation: collective and message logs on the shared clock, phase timers.
+"""Low-overhead instrumentation: collective, communication-call and message logs on the shared
+clock, phase timers.
 
 Why our own instrumentation instead of relying on the trace: gloo spans in a CPU trace are
 incomplete (async work runs on gloo threads that the profiler may not attribute), and timed
@@ -7,21 +8,33 @@ collective a variant issues goes through :class:`Recorder`, so comm intervals ex
 without a trace.
 
 Cost model: one ``perf_counter_ns`` per event edge and a list append; rows are turned into
-dicts only when the job ends. Where nothing is recorded (``verify``, users' own loops, the
+dicts only when the job ends. The ``comm_call#`` trace ranges exist only while the profiler
+runs, and a watcher thread only once a work without a future (gloo's reduce-scatter) appears. Where nothing is recorded (``verify``, users' own loops, the
 ``allreduce`` timing repeats) the callee gets :data:`NULL_RECORDER`, whose methods do nothing,
 so no call site tests for a missing recorder; ``enabled`` lets the rare caller that would
 change *how* it runs (DDP's comm hook) decide once.
 """
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from typing import Any
 
 import torch
+from torch.profiler import record_function
 
-from dpcore.contract.runformat import COLLECTIVE_COLUMNS, GRAD_COLUMNS, MESSAGE_COLUMNS, format_ns
+from dpcore.contract.runformat import (CALL_COLUMNS, COLLECTIVE_COLUMNS, GRAD_COLUMNS, MESSAGE_COLUMNS,
+                                      format_ns)
 
 _perf_ns = time.perf_counter_ns
+#: Whether torch.profiler is recording on this thread (a cheap check: opening a range costs
+#: ~10 µs even with no profiler running, so the ranges below exist only in traced steps).
+_profiling = torch.autograd._profiler_enabled
+#: Trace range names of communication calls: ``comm_call#<op>`` (a launch or a blocking
+#: collective) and ``comm_call#wait``; the analysis cuts them out of the trace's compute.
+CALL_RANGE = "comm_call#"
+WAIT_RANGE = CALL_RANGE + "wait"
 
 
 class Recorder:
@@ -32,8 +45,8 @@ class Recorder:
     loop; rows logged outside a step carry -1.
     """
 
-    __slots__ = ("job_id", "rank", "offset_ns", "step", "_coll", "_messages", "_grads",
-                 "_params")
+    __slots__ = ("job_id", "rank", "offset_ns", "step", "_coll", "_calls", "_open", "_watcher", "_messages",
+                 "_grads", "_params")
     enabled = True  # False only for NullRecorder
 
     def __init__(self, job_id: str, rank: int, offset_ns: int = 0) -> None:
@@ -44,6 +57,11 @@ class Recorder:
         # Each collective row is a mutable list so async completion can fill t_end in place:
         # [step, seq, op, algo, bytes, t_launch, t_start, t_end, bucket]
         self._coll: list[list[Any]] = []
+        # When this thread was inside a communication call: (step, seq, call, t_begin, t_end).
+        self._calls: list[tuple[int, int, str, int, int]] = []
+        # row index -> the open ``comm_call#<op>`` trace range of its launch (profiling only)
+        self._open: dict[int, Any] = {}
+        self._watcher: _EndWatcher | None = None  # started by the first work without a future
         # Message rows are tuples appended as-is (two clock reads + one append per message).
         self._messages: list[tuple] = []
         # Gradient-ready rows: (step, param index, t_ready); names/bytes come from _params.
@@ -55,32 +73,80 @@ class Recorder:
         return _perf_ns() + self.offset_ns
 
     # -- collectives -------------------------------------------------------------------
+    # Besides when each collective ran (launch .. end), the recorder logs when the thread that
+    # launched it was *inside a communication call* (comm_calls.csv): the launch call of an
+    # async collective, a blocking collective from launch to return, a wait. The analysis cuts
+    # those out of the step's compute phases: a thread blocked on communication is not computing
+    # (DESIGN.md: compute = forward, backward and optimizer work). While the profiler runs, each
+    # call is also a ``comm_call#<op>`` range (``comm_call#wait`` for a wait) in the trace, so
+    # the trace's compute leaves out the same calls even where they sit inside an operator
+    # (a blocking collective in a backward hook).
     def launch(self, op: str, algo: str, nbytes: int, bucket: int = -1) -> int:
-        """Log the launch of a collective; returns the row index for :meth:`done`/:meth:`track`."""
+        """Log the launch of a collective (call it right before the call that starts it);
+        returns the row index for :meth:`done`, :meth:`track` or :meth:`returned`."""
         self._coll.append([self.step, len(self._coll), op, algo, int(nbytes),
                            _perf_ns() + self.offset_ns, -1, -1, bucket])
-        return len(self._coll) - 1
+        idx = len(self._coll) - 1
+        if _profiling():
+            rf = record_function(f"{CALL_RANGE}{op}")
+            rf.__enter__()
+            self._open[idx] = rf
+        return idx
 
+    def _close(self, idx: int) -> None:
+        rf = self._open.pop(idx, None)
+        if rf is not None:
+            rf.__exit__(None, None, None)
+
+    # The call's logged end is read after its trace range closed (and its begin before the range
+    # opened), so a call in comm_calls.csv covers its range in the trace, the profiler's own cost
+    # of the range included: both methods then leave the same time out of compute.
     def done(self, idx: int) -> None:
-        """Mark a blocking collective finished now."""
-        self._coll[idx][7] = _perf_ns() + self.offset_ns
-
-    def track(self, idx: int, work: Any) -> None:
-        """Set the end time when an async ``Work`` completes.
-
-        The future's callback runs on the backend's thread right when the work finishes,
-        which is the completion time we want (not when the main thread gets around to
-        waiting on it). Every backend dpcore supports (gloo, NCCL; torch >= 2.4) gives
-        collectives a future.
-        """
+        """A blocking collective returned now, on the thread that launched it: it ended now, and
+        that thread was inside the call from the launch until now."""
         row = self._coll[idx]
-        offset = self.offset_ns
+        row[7] = _perf_ns() + self.offset_ns
+        self._close(idx)
+        self._calls.append((row[0], row[1], "blocking", row[5], _perf_ns() + self.offset_ns))
+
+    def returned(self, idx: int) -> None:
+        """The call that launched an async collective returned now (its end is stamped later, by
+        :meth:`finished` or the callback :meth:`track` adds)."""
+        row = self._coll[idx]
+        self._close(idx)
+        self._calls.append((row[0], row[1], "launch", row[5], _perf_ns() + self.offset_ns))
+
+    def finished(self, idx: int) -> None:
+        """The collective completed now, seen from another thread (a future's callback on the
+        backend's thread): its end only, no communication call of the launching thread."""
+        row = self._coll[idx]
+        if row[7] < 0:
+            row[7] = _perf_ns() + self.offset_ns
+
+    def track(self, idx: int, work: Any) -> Any:
+        """The call that launched an async collective returned now with ``work``; returns the
+        :class:`RecordedWork` to wait on in its place (it logs the caller's wait).
+
+        The end is set by the future's callback, which runs on the backend's thread right when
+        the work finishes: the completion time we want (not when the main thread gets around to
+        waiting on it). Every backend dpcore supports (gloo, NCCL; torch >= 2.4) gives
+        collectives a future; a work without one (older gloo's reduce-scatter) gets its end when
+        it is waited on, an upper bound of when the backend finished it.
+        """
+        self.returned(idx)
+        row, offset = self._coll[idx], self.offset_ns
 
         def _finished(fut: Any) -> None:
             if row[7] < 0:
                 row[7] = _perf_ns() + offset
 
-        work.get_future().add_done_callback(_finished)
+        try:
+            work.get_future().add_done_callback(_finished)
+        except RuntimeError:  # "Work::getFuture not implemented": a watcher thread waits for it
+            if self._watcher is None:
+                self._watcher = _EndWatcher(offset)
+            self._watcher.add(row, work)
+        return RecordedWork(work, row, self._calls, offset)
 
     # -- messages ----------------------------------------------------------------------
     def message(self, algo: str, call: int, phase: str, ring_step: int, src: int, dst: int,
@@ -115,6 +181,11 @@ class Recorder:
                 for (step, algo, call, phase, rs, src, dst, chunk, nbytes, tp, td, side)
                 in self._messages]
 
+    def call_rows(self) -> list[dict]:
+        """Rows for comm_calls.csv (runformat.CALL_COLUMNS)."""
+        return [dict(zip(CALL_COLUMNS, (self.job_id, self.rank, step, seq, call, t0, t1)))
+                for step, seq, call, t0, t1 in self._calls]
+
     def grad_rows(self) -> list[dict]:
         """Rows for grads.csv (runformat.GRAD_COLUMNS)."""
         params = self._params
@@ -125,15 +196,100 @@ class Recorder:
     def clear(self) -> None:
         """Drop everything logged so far (e.g. after warm-up steps)."""
         self._coll.clear()
+        self._calls.clear()
         self._messages.clear()
         self._grads.clear()
+
+
+class _EndWatcher:
+    """A daemon thread that stamps the end of async works without a future.
+
+    Why: gloo's reduce-scatter returns a work with no future, and its ``is_completed()`` never
+    turns true, so the only way to learn when it finished is to wait for it. Stamped at the
+    caller's own wait, the end could come long after the backend finished (``fsdp`` waits for a
+    reduce-scatter only when two newer ones are in flight), and the recorded interval would
+    claim communication the trace does not show. This thread waits for each such work, in
+    launch order (the order the backend runs them), and stamps the end when the wait returns;
+    waiting does not change the work (the caller's own wait still returns it).
+    """
+
+    def __init__(self, offset_ns: int) -> None:
+        self._offset = offset_ns
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="dpcore-end-watcher", daemon=True).start()
+
+    def add(self, row: list[Any], work: Any) -> None:
+        self._queue.put((row, work))
+
+    def _run(self) -> None:
+        while True:
+            row, work = self._queue.get()
+            try:
+                work.wait()
+            except Exception:  # noqa: BLE001 - the caller's own wait reports the failure
+                continue
+            if row[7] < 0:
+                row[7] = _perf_ns() + self._offset
+
+
+#: ``torch.distributed.Work`` where this torch build has distributed support (every CPU/CUDA
+#: wheel); a build without it never launches a collective, so ``object`` stands in.
+_WorkBase: Any = getattr(torch.distributed, "Work", object)
+
+
+class RecordedWork(_WorkBase):
+    """An async collective's ``Work`` that logs the caller's ``wait()`` as a communication call.
+
+    A subclass of ``torch.distributed.Work`` (FSDP2 checks ``isinstance``), so it goes wherever
+    the real work would. A work without a future gets its end when the wait returns.
+    """
+
+    def __init__(self, work: Any, row: list[Any], calls: list[tuple[int, int, str, int, int]],
+                 offset_ns: int) -> None:
+        super().__init__()
+        self._work, self._row, self._calls, self._offset = work, row, calls, offset_ns
+
+    def wait(self, timeout: Any = None) -> bool:
+        t0 = _perf_ns()
+        rf = record_function(WAIT_RANGE) if _profiling() else None
+        if rf is not None:
+            rf.__enter__()
+        ok = self._work.wait() if timeout is None else self._work.wait(timeout)
+        row, off = self._row, self._offset
+        if row[7] < 0:  # no future (or its callback has not run yet): it is over now
+            row[7] = _perf_ns() + off
+        if rf is not None:
+            rf.__exit__(None, None, None)
+        self._calls.append((row[0], row[1], "wait", t0 + off, _perf_ns() + off))
+        return ok
+
+    def get_future(self) -> Any:
+        return self._work.get_future()
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def is_success(self) -> bool:
+        return self._work.is_success()
+
+    def exception(self) -> Any:
+        return self._work.exception()
+
+    def source_rank(self) -> int:
+        return self._work.source_rank()
+
+    def result(self) -> Any:
+        return self._work.result()
+
+    def synchronize(self) -> None:
+        self._work.synchronize()
 
 
 class NullRecorder(Recorder):
     """A :class:`Recorder` that records nothing: the default wherever recording is optional.
 
     Every method keeps :class:`Recorder`'s signature and does nothing (``launch`` returns -1,
-    the rows are empty), except :meth:`now`, which still reads the clock so that code timing
+    ``track`` the work it was given, the rows are empty), except :meth:`now`, which still reads the clock so that code timing
     itself through a recorder keeps working. It holds no state (``step`` reads -1 and drops
     writes; there is no ``__dict__``), so the one shared :data:`NULL_RECORDER` is a constant,
     not a mutable singleton.
@@ -166,8 +322,14 @@ class NullRecorder(Recorder):
     def done(self, idx: int) -> None:
         pass
 
-    def track(self, idx: int, work: Any) -> None:
+    def returned(self, idx: int) -> None:
         pass
+
+    def finished(self, idx: int) -> None:
+        pass
+
+    def track(self, idx: int, work: Any) -> Any:
+        return work
 
     def message(self, algo: str, call: int, phase: str, ring_step: int, src: int, dst: int,
                 chunk: int, nbytes: int, t_post: int, t_done: int, side: str) -> None:
@@ -183,6 +345,9 @@ class NullRecorder(Recorder):
         return []
 
     def message_rows(self) -> list[dict]:
+        return []
+
+    def call_rows(self) -> list[dict]:
         return []
 
     def grad_rows(self) -> list[dict]:

@@ -70,8 +70,8 @@ def steps_row(spec: JobSpec, rank: int, step: int, profiled: bool, timing: dict[
 
 def attach_comm(steps: list[dict], collectives: list[dict]) -> None:
     """Fill steps.csv's comm_ms / comm_ops / comm_bytes: the union of the rank's collective
-    intervals clipped to the step window (``contract.intervals.step_comm``, the function the
-    analysis uses too, so the file and every view agree)."""
+    intervals clipped to the step window, none at world size 1 (``contract.intervals.step_comm``,
+    the function the analysis uses too, so the file and every view agree)."""
     by_step: dict[tuple, list[dict]] = {}
     for c in collectives:
         by_step.setdefault((c["job_id"], int(c["rank"]), int(c["step"])), []).append(c)
@@ -79,7 +79,8 @@ def attach_comm(steps: list[dict], collectives: list[dict]) -> None:
         mine = by_step.get((row["job_id"], int(row["rank"]), int(row["step"])), [])
         start = comm_start([c["t_launch_ns"] for c in mine],
                            [rf.parse_ns(c["t_start_ns"]) or -1 for c in mine])
-        clipped = step_comm(start, [c["t_end_ns"] for c in mine], row["t_start_ns"], row["step_ms"])
+        clipped = step_comm(start, [c["t_end_ns"] for c in mine], row["t_start_ns"], row["step_ms"],
+                            row.get("world_size"))
         row.update(comm_ms=round(union_length(*clipped) / 1e6, 6), comm_ops=len(mine),
                    comm_bytes=sum(int(c["bytes"]) for c in mine))
 

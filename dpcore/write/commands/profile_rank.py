@@ -96,7 +96,9 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     coll = [c for c in rec.collective_rows() if c["step"] in keep]
     msgs = [m for m in rec.message_rows() if m["step"] in keep]
     grads = [g for g in rec.grad_rows() if g["step"] in keep]
+    calls = [c for c in rec.call_rows() if c["step"] in keep]
     return {"steps": rows, "collectives": coll, "messages": msgs, "grads": grads, "memory": memory,
+            "comm_calls": calls,
             "offset_ns": offset,
             "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None,
             "trace_error": trace_error, "sync": capture.sync if capture else [],

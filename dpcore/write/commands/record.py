@@ -308,6 +308,7 @@ class Recording:
         return {"steps": self._rows, "offset_ns": self.rec.offset_ns, "rtt_ns": self.rtt_ns,
                 "collectives": coll,
                 "messages": [m for m in self.rec.message_rows() if m["step"] in keep],
+                "comm_calls": [c for c in self.rec.call_rows() if c["step"] in keep],
                 "trace": str(cap.trace_file) if cap is not None and cap.trace_file else None,
                 "trace_error": cap.error if cap is not None else "",
                 "sync": cap.sync if cap is not None else [],

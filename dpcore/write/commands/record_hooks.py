@@ -54,11 +54,12 @@ def recording_allreduce_hook(state, bucket):  # annotated below, as real objects
     buf.div_(state.world_size)
     idx = rec.launch("all_reduce", "native", buf.numel() * buf.element_size(), bucket.index())
     fut = dist.all_reduce(buf, group=state.group, async_op=True).get_future()
+    rec.returned(idx)
     if rf_ctx is not None:
         rf_ctx.__exit__(None, None, None)
 
     def finished(f: torch.futures.Future) -> torch.Tensor:
-        rec.done(idx)  # runs on the backend's thread as the all-reduce completes
+        rec.finished(idx)  # runs on the backend's thread as the all-reduce completes
         return f.value()[0]
 
     return fut.then(finished)

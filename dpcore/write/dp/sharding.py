@@ -69,20 +69,6 @@ class _SliceWork:
         return True
 
 
-
-class _DoneOnWait:
-    """An async work without a future (gloo's reduce-scatter): its end is logged at ``wait()``,
-    i.e. when the caller needed it, an upper bound of when the backend finished it."""
-
-    def __init__(self, work: Any, recorder: Recorder, idx: int) -> None:
-        self.work, self.recorder, self.idx = work, recorder, idx
-
-    def wait(self) -> bool:
-        self.work.wait()
-        self.recorder.done(self.idx)
-        return True
-
-
 class Collectives:
     """Recorded flat collectives of one process group (see module docstring).
 
@@ -120,11 +106,8 @@ class Collectives:
         with record_function(f"{self.prefix}_{op}"):
             idx = rec.launch(op, "native", nbytes, bucket)
             work = fn()
-            if async_op:
-                try:
-                    rec.track(idx, work)
-                except RuntimeError:  # "Work::getFuture not implemented"
-                    work = _DoneOnWait(work, rec, idx)
+            if async_op:  # the recorded work logs the caller's wait (and, without a
+                work = rec.track(idx, work)  # future, the end when the wait returns)
             else:
                 rec.done(idx)
         return work

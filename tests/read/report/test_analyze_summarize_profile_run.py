@@ -38,13 +38,14 @@ def test_profile_run_overlap(run_dir):
     assert sorted(flat["rank"]) == [0, 1] and (flat["comm_ms"] > 0).all()
     assert flat["overlap_pct"].max() < 5.0 and ovl["overlap_pct"].mean() > flat["overlap_pct"].mean()
     assert analyze(str(run_dir / "traces" / "flat-ws2"), csv=True).splitlines()[0] == \
-        "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms,steps"
+        "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms,steps,step_ms,comm_fraction"
     assert "overlap-ws2" in summarize(str(run_dir))
 
 
 def test_summarize_equals_mean_over_ranks_of_analyze(run_dir):
-    """One value per metric: on a fresh run, summarize's overlap of each job equals the mean
-    over ranks of analyze on that job's traces (the before-stop check allows 0.5 points)."""
+    """One value per metric: on a fresh run, summarize's overlap and comm fraction of each job
+    equal the mean over ranks of analyze on that job's traces, and summarize's ms columns are T
+    times the shares analyze measures (the before-stop check allows 0.5 points)."""
     import io
 
     import pandas as pd
@@ -58,7 +59,12 @@ def test_summarize_equals_mean_over_ranks_of_analyze(run_dir):
         assert (folder["steps"] == 3).all()  # --profile-steps 3: the ms columns are per step
         assert s.loc[job, "comm_source"] == "trace"
         assert abs(s.loc[job, "overlap_pct"] - folder["overlap_pct"].mean()) < 0.5, job
-        assert abs(s.loc[job, "exposed_comm_ms"] - folder["exposed_comm_ms"].mean()) < 0.01, job
+        fraction = (folder["exposed_comm_ms"] / folder["step_ms"]).mean()
+        assert s.loc[job, "comm_fraction"] == pytest.approx(fraction, abs=1e-3), job
+        assert s.loc[job, "exposed_comm_ms"] == pytest.approx(s.loc[job, "step_ms"] * fraction, rel=1e-3), job
+        compute = (folder["compute_ms"] / folder["step_ms"]).mean() * s.loc[job, "step_ms"]
+        assert s.loc[job, "compute_ms"] == pytest.approx(compute, rel=1e-3), job
+        assert s.loc[job, "compute_ms"] + s.loc[job, "exposed_comm_ms"] <= s.loc[job, "step_ms"] * (1 + 1e-9)
         mine = whole[whole["job_id"] == job]
         assert mine["overlap_pct"].tolist() == pytest.approx(folder["overlap_pct"].tolist(), abs=1e-3)
         gap = s.loc[job, "overlap_pct_trace"] - s.loc[job, "overlap_pct_intervals"]
@@ -72,7 +78,7 @@ def test_trace_and_interval_overlap_agree_on_the_same_steps(run_dir):
     within a few points, and blocking flat must show ~0 either way."""
     from dpcore.read.analysis import overlap_from_trace, step_breakdown
     run = load_run(run_dir)
-    iv = step_breakdown(run.steps, run.collectives, profiled=True)
+    iv = step_breakdown(run.steps, run.collectives, profiled=True, calls=run.comm_calls)
     for job in ("flat-ws2", "overlap-ws2"):
         ev = read_trace_dir(run_dir / "traces" / job)
         tr = overlap_from_trace(ev)

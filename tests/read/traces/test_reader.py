@@ -156,7 +156,8 @@ def test_analyze_and_summarize(runs, gpu_dir):
     _, good = runs
     out = analyze(str(gpu_dir), csv=True)
     lines = out.strip().splitlines()
-    assert lines[0] == "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms,steps" and len(lines) == 3
+    assert lines[0] == "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms,steps,step_ms,comm_fraction" \
+        and len(lines) == 3
     assert "overlap_pct" in analyze(str(gpu_dir))
     assert analyze(str(good), csv=True).splitlines()[0].startswith("job_id,rank,overlap_pct")
     text = summarize(str(good))

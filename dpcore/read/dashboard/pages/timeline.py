@@ -27,7 +27,7 @@ INTRO = "What every rank does during one step: compute above, communication belo
 @st.cache_data(show_spinner=False, max_entries=16)
 def step_metrics(_run: Run, run_key: tuple) -> pd.DataFrame:
     """Per (job, rank, step) numbers of the run (`step_metrics`): the step cards' source."""
-    return A.step_metrics(_run.steps, _run.collectives, data.trace_steps(_run, run_key))
+    return A.step_metrics(_run.steps, _run.collectives, data.trace_steps(_run, run_key), _run.comm_calls)
 
 
 @st.cache_data(show_spinner=False, max_entries=4)

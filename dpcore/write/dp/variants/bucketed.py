@@ -108,8 +108,7 @@ class BucketedDP(DPWrapper):
         with record_function(f"bucket{b.index}"):
             idx = rec.launch("all_reduce", "native", b.buffer.numel() * b.buffer.element_size(),
                              b.index)
-            b.work = dist.all_reduce(b.buffer, group=self.group, async_op=True)
-            rec.track(idx, b.work)
+            b.work = rec.track(idx, dist.all_reduce(b.buffer, group=self.group, async_op=True))
 
     def _prepare(self) -> None:
         for b in self.buckets:

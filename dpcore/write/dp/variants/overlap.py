@@ -46,8 +46,7 @@ class OverlapDP(DPWrapper):
         rec = self.recorder
         with record_function(f"allreduce_param{i}"):
             idx = rec.launch("all_reduce", "native", grad.numel() * grad.element_size())
-            work = dist.all_reduce(grad, group=self.group, async_op=True)
-            rec.track(idx, work)
+            work = rec.track(idx, dist.all_reduce(grad, group=self.group, async_op=True))
         self._handles.append((work, grad))
         self._launched.add(i)
 

@@ -77,13 +77,23 @@ class _HookState:
 
 def _recorded_allreduce_hook(state: _HookState, bucket: dist.GradBucket
                              ) -> torch.futures.Future[torch.Tensor]:
-    """Average a DDP bucket with an async all-reduce and log it in the Recorder."""
+    """Average a DDP bucket with an async all-reduce and log it in the Recorder.
+
+    One Python callback on the backend's thread (DDP needs one to unwrap the result): it also
+    stamps the end. Each extra one costs a GIL hand-off there, which keeps the backend's thread
+    (and its trace span) busy after the all-reduce is over while the main thread computes."""
     buf = bucket.buffer()
     i = bucket.index()
     state.buffers[i] = buf
+    rec = state.recorder
     with record_function(f"bucket{i}"):
         buf.div_(state.world_size)
-        idx = state.recorder.launch("all_reduce", "native", buf.numel() * buf.element_size(), i)
-        work = dist.all_reduce(buf, group=state.group, async_op=True)
-        state.recorder.track(idx, work)
-    return work.get_future().then(lambda fut: fut.value()[0])
+        idx = rec.launch("all_reduce", "native", buf.numel() * buf.element_size(), i)
+        fut = dist.all_reduce(buf, group=state.group, async_op=True).get_future()
+        rec.returned(idx)
+
+    def finished(f: torch.futures.Future) -> torch.Tensor:
+        rec.finished(idx)
+        return f.value()[0]
+
+    return fut.then(finished)

@@ -110,11 +110,12 @@ def _install_recorded_comms(module: nn.Module, recorder: Recorder) -> None:
         with record_function(f"torch_fsdp_{op}"):
             idx = recorder.launch(op, "native", nbytes)
             work = call()
-            try:
-                recorder.track(idx, work)
-            except (AttributeError, RuntimeError):  # blocking, or gloo work without a future:
-                recorder.done(idx)                   # its end is when the call returned
-        return work
+            if work is None:  # a blocking call: its end is when it returned
+                recorder.done(idx)
+                return work
+            # FSDP2 waits on what we return: the recorded work logs that wait (and, for a gloo
+            # work without a future, the end when the wait returns)
+            return recorder.track(idx, work)
 
     class _AllGather(DefaultAllGather):
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
