@@ -18,10 +18,24 @@ import signal
 import sys
 import threading
 
-from dpcore.contract.config import (ALGOS, BACKENDS, MODELS, OPTIMIZERS, PROGRESS_MODES, SIZES,
-                                    VARIANTS, TrainConfig, default_of, is_model_spec,
-                                    parse_bucket_sweep, parse_choices, parse_delay,
-                                    parse_int_list, parse_size_list, size_text)
+from dpcore.contract.config import (
+    ALGOS,
+    BACKENDS,
+    MODELS,
+    OPTIMIZERS,
+    PROGRESS_MODES,
+    SIZES,
+    VARIANTS,
+    TrainConfig,
+    default_of,
+    is_model_spec,
+    parse_bucket_sweep,
+    parse_choices,
+    parse_delay,
+    parse_int_list,
+    parse_size_list,
+    size_text,
+)
 from dpcore.contract.errors import UsageError
 from dpcore.contract.options import AllreduceOptions, ProfileOptions, RunOptions, VerifyOptions
 
@@ -33,12 +47,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _list_text(values: "tuple | list", every: "tuple[str, ...] | None" = None) -> str:
+def _list_text(values: tuple | list, every: tuple[str, ...] | None = None) -> str:
     """A tuple default as the option's text: '1,2'; 'all' when it names every choice."""
     return "all" if every is not None and tuple(values) == tuple(every) else ",".join(map(str, values))
 
 
-def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: "float | None") -> None:
+def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: float | None) -> None:
     """The training options of ``profile`` and ``verify`` (defaults: TrainConfig's, except the
     ones each command passes)."""
     train = lambda name: default_of(TrainConfig, name)  # noqa: E731
@@ -180,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _load_workload(model: str, seed: int, world_sizes: "tuple[int, ...]") -> "object | None":
+def _load_workload(model: str, seed: int, world_sizes: tuple[int, ...]) -> object | None:
     """For MODULE:FUNCTION, load the workload here, once, in this process (import, FUNCTION(),
     a 2 x world-size batch, one forward + loss), so every mistake in it is one line and exit 2
     before any rank starts or any run directory exists. None for a built-in model."""
@@ -242,7 +256,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
-def _print_run_end(run_dir: "os.PathLike[str] | str", code: int) -> None:
+def _print_run_end(run_dir: os.PathLike[str] | str, code: int) -> None:
     """The end-of-run table (the dashboard's numbers: the same analysis functions) and status."""
     from dpcore.read.report.summarize import run_end_table
 

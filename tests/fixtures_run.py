@@ -18,7 +18,6 @@ from pathlib import Path
 
 from dpcore.contract import runformat as rf
 
-
 GRAD_BYTES = 4 * 1_048_576          # 1 Mi float32 parameters
 N_PARAMS = 32                       # 16 Linear layers: weight + bias
 BW = 2.0e9                          # bytes/s of the simulated gloo link

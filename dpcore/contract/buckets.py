@@ -18,7 +18,8 @@ closing rules exist:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 MB = 1024 * 1024  # bucket_cap_mb is MiB in DDP too
 

@@ -8,7 +8,7 @@ reads only widens that sample's bracket), the same minimum-delay rule as the clo
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 SYNC_MARKER = "dpcore_clock_sync"
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, fields
-from typing import Any, Iterable
+from typing import Any
 
 from dpcore.contract.errors import UsageError, choices_error
 
@@ -172,7 +173,7 @@ def size_text(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-def check_int(option: str, value: "int | None", minimum: int, note: str = "") -> None:
+def check_int(option: str, value: int | None, minimum: int, note: str = "") -> None:
     """An integer option below its minimum is one line naming the option and the range
     (None: not given, nothing to check)."""
     if value is not None and value < minimum:

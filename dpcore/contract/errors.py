@@ -24,6 +24,6 @@ class JobFailed(RuntimeError):
         super().__init__(f"{where} failed: {message}")
 
 
-def choices_error(what: str, value: object, valid: "list[str] | tuple[str, ...]") -> UsageError:
+def choices_error(what: str, value: object, valid: list[str] | tuple[str, ...]) -> UsageError:
     """Build the standard 'unknown X' error listing the valid choices."""
     return UsageError(f"unknown {what} {value!r}; valid choices: {', '.join(valid)}")

@@ -10,8 +10,7 @@ would pair every send with every receive.
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 
 from dpcore.contract.runformat import MESSAGE_KEY
 

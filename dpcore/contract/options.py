@@ -11,12 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dpcore.contract.config import (ALGOS, DEFAULT_TIMEOUT_S, PROGRESS_MODES,
-                                    VARIANTS, VERIFY_MODELS, TrainConfig, check_backend,
-                                    check_bucket_sweep, check_choices, check_int,
-                                    check_int_list, check_model_name, check_run_id,
-                                    check_timeout, profile_steps_error)
+from dpcore.contract.config import (
+    ALGOS,
+    DEFAULT_TIMEOUT_S,
+    PROGRESS_MODES,
+    VARIANTS,
+    VERIFY_MODELS,
+    TrainConfig,
+    check_backend,
+    check_bucket_sweep,
+    check_choices,
+    check_int,
+    check_int_list,
+    check_model_name,
+    check_run_id,
+    check_timeout,
+    profile_steps_error,
+)
 from dpcore.contract.errors import UsageError
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:

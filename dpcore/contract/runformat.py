@@ -27,8 +27,9 @@ import math
 import os
 import re
 import socket
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from dpcore.contract.config import BUCKET_SENSITIVE
 

@@ -24,9 +24,9 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 try:  # optional speed-up; the stdlib parser gives the same values
     import orjson as _orjson

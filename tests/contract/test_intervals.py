@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from dpcore.read.analysis import intersect_length, merge, subtract, union_length
 from dpcore.contract.intervals import clip, overlap_stats
+from dpcore.read.analysis import intersect_length, merge, subtract, union_length
 
 
 @pytest.mark.parametrize("a,b,inter", [

@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpcore.contract.ringplan import (PHASES, RingStep, chunk_bounds, owned_chunk, rank_schedule,
-                                     ring_schedule)
+from dpcore.contract.ringplan import PHASES, RingStep, chunk_bounds, owned_chunk, rank_schedule, ring_schedule
 
 
 @pytest.mark.parametrize("numel", [0, 1, 2, 3, 7, 13, 100, 1000003])

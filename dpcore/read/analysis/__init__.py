@@ -7,11 +7,18 @@ what the commands print is :mod:`dpcore.read.report`. See docs/ANALYSIS_API.md f
 """
 from __future__ import annotations
 
-from dpcore.read.analysis.comm import (allreduce_bandwidth, bus_factor, chunk_matrix, message_counts,
-                   message_pairs, number_pieces, ring_step_times)
 from dpcore.contract.intervals import clip, intersect, intersect_length, merge, subtract, union_length
-from dpcore.read.analysis.metrics import job_metrics, rank_metrics, step_metrics, step_ranks
+from dpcore.read.analysis.comm import (
+                   allreduce_bandwidth,
+                   bus_factor,
+                   chunk_matrix,
+                   message_counts,
+                   message_pairs,
+                   number_pieces,
+                   ring_step_times,
+)
 from dpcore.read.analysis.comm_overlap import overlap_by_rank, overlap_from_trace, step_breakdown
+from dpcore.read.analysis.metrics import job_metrics, rank_metrics, step_metrics, step_ranks
 from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, stragglers_from_traces
 from dpcore.read.analysis.summary import bucket_sweep, job_summary, scaling
 from dpcore.read.analysis.timeline import timeline, trace_step_metrics

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpcore.contract.ringplan import ring_schedule
+from dpcore.contract.bandwidth import bus_factor
 from dpcore.contract.intervals import union_length
 from dpcore.contract.messages import pair_messages, piece_numbers
-from dpcore.contract.bandwidth import bus_factor
+from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.runformat import ALLREDUCE_COLUMNS, MESSAGE_KEY
 
 _GROUP = ["job_id", "algo", "step", "call", "phase", "ring_step"]

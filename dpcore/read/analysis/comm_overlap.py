@@ -27,7 +27,7 @@ profiler's spans, which is what the gap between them measures.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -58,7 +58,7 @@ _PHASE_RANGES = ("forward", "backward", "grad_sync", "optimizer")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
-def peers_of(row: "pd.Series | dict") -> object:
+def peers_of(row: pd.Series | dict) -> object:
     """The world size that says whether a row's collectives communicate (``step_comm``): the
     job's own, except for an imported job, whose world size counts only the ranks imported."""
     return None if row.get("variant") == IMPORTED else row.get("world_size")
@@ -72,7 +72,7 @@ def comm_start_ns(collectives: pd.DataFrame) -> np.ndarray:
     return comm_start(launch, pd.to_numeric(collectives["t_start_ns"], errors="coerce").to_numpy(np.float64))
 
 
-def compute_intervals_ns(row: "pd.Series | dict") -> tuple[np.ndarray, np.ndarray]:
+def compute_intervals_ns(row: pd.Series | dict) -> tuple[np.ndarray, np.ndarray]:
     """Main-thread phases of one steps.csv row on the shared clock: fwd, bwd, then opt after sync."""
     t0 = float(row["t_start_ns"])
     fwd, bwd, sync, opt = (float(row[k]) * MS_NS for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms"))

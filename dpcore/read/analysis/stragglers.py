@@ -30,7 +30,6 @@ verdict sentence are :mod:`dpcore.read.report.stragglers`).
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 

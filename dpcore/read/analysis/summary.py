@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpcore.read.rundir.load import Run
 from dpcore.read.analysis.metrics import NOISY_SPREAD, job_metrics, step_metrics
+from dpcore.read.rundir.load import Run
 
 SUMMARY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "status", "step_ms", "step_ms_p10",
                    "step_ms_p50", "step_ms_p90", "noisy", "fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "compute_ms",
@@ -47,7 +47,7 @@ def _pick_bucket(g: pd.DataFrame, default: float | None) -> pd.Series:
     return g.sort_values("bucket_mb", na_position="first").iloc[-1]
 
 
-def _noisy(row: "pd.Series | dict") -> bool:
+def _noisy(row: pd.Series | dict) -> bool:
     p10, p90 = row.get("step_ms_p10", np.nan), row.get("step_ms_p90", np.nan)
     return bool(np.isfinite(p10) and np.isfinite(p90) and p10 > 0 and p90 / p10 > NOISY_SPREAD)
 

@@ -18,11 +18,17 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from dpcore.contract.intervals import merge
-from dpcore.read.rundir.load import Run
-from dpcore.read.analysis.comm_overlap import (MS_NS, TRACE_COLUMNS, _trace_sets, comm_start_ns, compute_intervals_ns,
-                                          overlap_from_trace)
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
+from dpcore.contract.intervals import merge
+from dpcore.read.analysis.comm_overlap import (
+    MS_NS,
+    TRACE_COLUMNS,
+    _trace_sets,
+    comm_start_ns,
+    compute_intervals_ns,
+    overlap_from_trace,
+)
+from dpcore.read.rundir.load import Run
 from dpcore.read.traces.kinds import comm_op
 
 #: ``op``: the collective family of a comm row (:func:`comm_op` of its name), "" on compute rows.

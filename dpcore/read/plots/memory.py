@@ -13,8 +13,16 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.read.plots.style import (MEMORY_COLORS, OP_COLORS, OP_LABELS, base_layout, color_for, empty_figure,
-                                     label_jobs, variant_rank)
+from dpcore.read.plots.style import (
+    MEMORY_COLORS,
+    OP_COLORS,
+    OP_LABELS,
+    base_layout,
+    color_for,
+    empty_figure,
+    label_jobs,
+    variant_rank,
+)
 
 MIB = float(1 << 20)
 KIND_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optim_bytes": "optimizer state",

@@ -13,14 +13,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpcore.read.analysis.stragglers import (KEY, collective_waits, partial_rank_note, straggler_summary,
-                                             straggler_threshold_pct, stragglers_from_traces, trace_notes,
-                                             wait_notes)
+from dpcore.read.analysis.stragglers import (
+    KEY,
+    collective_waits,
+    partial_rank_note,
+    straggler_summary,
+    straggler_threshold_pct,
+    stragglers_from_traces,
+    trace_notes,
+    wait_notes,
+)
 from dpcore.read.report.resolve import PathKind, resolve
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
 from dpcore.read.traces.reader import TraceFormatError, concat_events, read_trace_meta, trace_files
-
 
 
 def straggler_verdict(summary: pd.DataFrame, world_size: int | None = None) -> str:

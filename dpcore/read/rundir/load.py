@@ -12,9 +12,9 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -238,7 +238,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     return Run(path=p, meta=meta, jobs=_jobs_frame(meta), root=r, warnings=tuple(warnings), **tables)
 
 
-def _join(values: "pd.Series") -> str:
+def _join(values: pd.Series) -> str:
     vals = sorted({v for v in values.dropna().tolist()}, key=lambda v: (str(type(v)), v))
     return ",".join(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in vals)
 
@@ -270,7 +270,7 @@ def printable(path: str | Path) -> str:
 
 
 def list_runs(root: str | Path = "profiles",
-              loader: "Callable[[Path], Run] | None" = None) -> tuple[pd.DataFrame, list[str]]:
+              loader: Callable[[Path], Run] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """All loadable runs under root, newest first, plus one warning per unreadable run (names the file).
 
     ``loader`` (default :func:`load_run`) lets a caller with a per-run cache (the dashboard)

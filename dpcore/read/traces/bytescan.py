@@ -8,16 +8,28 @@ falls back to that parse.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dpcore.contract.tracefile import (DECODE_ERRORS, DEVICE_CATS, X_FIELDS, TraceFormatError, as_id,
-                                       as_ident, as_text, as_time, find_events_array, iter_trace_bytes,
-                                       loads, parse_metadata)
+from dpcore.contract.tracefile import (
+    DECODE_ERRORS,
+    DEVICE_CATS,
+    X_FIELDS,
+    TraceFormatError,
+    as_id,
+    as_ident,
+    as_text,
+    as_time,
+    find_events_array,
+    iter_trace_bytes,
+    loads,
+    parse_metadata,
+)
 
 WINDOW_BYTES = 2 << 20  # cache-sized, and the work arrays stay small
 _EVENT_KEYS = (b'"ph"', b'"ts"', b'"dur"', b'"name"', b'"cat"', b'"pid"', b'"tid"', b'"args"')

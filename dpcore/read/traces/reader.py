@@ -26,8 +26,8 @@ import pandas as pd
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
 from dpcore.contract.tracefile import DEVICE_CATS, MAX_TRACE_FILE_BYTES, TraceFormatError, open_regular
 from dpcore.read.traces.collectives import collective_meta
-from dpcore.read.traces.kinds import KINDS, STEP_RE, classify
 from dpcore.read.traces.columns import Columns, read_columns
+from dpcore.read.traces.kinds import KINDS, STEP_RE, classify
 
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _ITER_RE = re.compile(r"iteration_(\d+)")

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dpcore.read.whatif.model import (alpha_beta_from_line, fit_line, inflight_before,
-                                                 line_from_alpha_beta)
+from dpcore.read.whatif.model import alpha_beta_from_line, fit_line, inflight_before, line_from_alpha_beta
 
 MS = 1e6
 MIB = 1024 * 1024

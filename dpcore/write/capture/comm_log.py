@@ -24,8 +24,7 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from dpcore.contract.runformat import (CALL_COLUMNS, COLLECTIVE_COLUMNS, GRAD_COLUMNS, MESSAGE_COLUMNS,
-                                      format_ns)
+from dpcore.contract.runformat import CALL_COLUMNS, COLLECTIVE_COLUMNS, GRAD_COLUMNS, MESSAGE_COLUMNS, format_ns
 
 _perf_ns = time.perf_counter_ns
 #: Whether torch.profiler is recording on this thread (a cheap check: opening a range costs

@@ -33,7 +33,8 @@ total (normally after the optimizer step: parameters, gradients and optimizer st
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 

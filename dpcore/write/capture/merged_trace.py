@@ -14,13 +14,15 @@ from __future__ import annotations
 import gzip
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from dpcore.contract.messages import message_key, pair_messages
 from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
-from dpcore.contract.tracefile import load_trace
 from dpcore.contract.files import atomic_write_bytes
+from dpcore.contract.messages import message_key, pair_messages
+from dpcore.contract.tracefile import load_trace
+
 _MSG_TID_BASE = 900_000_000  # message lanes get tids far from OS thread ids and GPU streams
 _GPU_TID_BASE = 800_000_000
 

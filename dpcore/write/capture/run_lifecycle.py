@@ -19,10 +19,11 @@ and :func:`write_job`, which turns every rank's rows into the job's tables and m
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.errors import JobFailed, UsageError

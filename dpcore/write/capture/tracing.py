@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 

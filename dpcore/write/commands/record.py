@@ -52,8 +52,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dpcore.contract import runformat as rf
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
-from dpcore.write.capture.run_lifecycle import (JobSpec, RunLife, steps_row, train_job_entry,
-                                                write_job)
+from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, steps_row, train_job_entry, write_job
 from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.capture.tracing import TraceCapture
 from dpcore.write.commands.record_hooks import HookState, describe, recording_allreduce_hook
@@ -67,7 +66,7 @@ PHASES = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 
 def record(out: str | Path = "profiles", *, name: str | None = None, model: nn.Module | None = None,
            warmup: int = 2, profile_steps: int = 3, trace: bool = True,
-           samples: int | None = None, collectives: bool = True) -> "Recording":
+           samples: int | None = None, collectives: bool = True) -> Recording:
     """A context manager that turns the loop inside it into a run directory under ``out``.
 
     ``model``: the DDP model or ``dpcore.wrap`` wrapper (its collectives are recorded, its
@@ -90,10 +89,10 @@ class _Step:
 
     __slots__ = ("rec", "samples")
 
-    def __init__(self, rec: "Recording") -> None:
+    def __init__(self, rec: Recording) -> None:
         self.rec, self.samples = rec, None
 
-    def __enter__(self) -> "_Step":
+    def __enter__(self) -> _Step:
         self.rec._begin_step()
         return self
 
@@ -104,10 +103,10 @@ class _Step:
 class _Phase:
     __slots__ = ("rec", "name", "key", "_rf", "_t0")
 
-    def __init__(self, rec: "Recording", name: str) -> None:
+    def __init__(self, rec: Recording, name: str) -> None:
         self.rec, self.name, self.key, self._rf, self._t0 = rec, name, PHASES[name], None, 0
 
-    def __enter__(self) -> "_Phase":
+    def __enter__(self) -> _Phase:
         r = self.rec
         if r._phase is not None or not r._in_step:
             raise RuntimeError(f"rec.phase({self.name!r}) must be inside rec.step() and not "
@@ -169,7 +168,7 @@ class Recording:
         return _Phase(self, name)
 
     # -- setup --------------------------------------------------------------------------
-    def __enter__(self) -> "Recording":
+    def __enter__(self) -> Recording:
         world = UserWorld()
         ctx = self.ctx = world.ctx
         offset, self.rtt_ns = measure_offset(ctx)  # collective: every rank is here

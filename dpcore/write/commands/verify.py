@@ -25,15 +25,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import (COMPUTE_DTYPES, VERIFY_MODELS, TrainConfig, check_model_name,
-                                    is_model_spec)
+from dpcore.contract.config import COMPUTE_DTYPES, VERIFY_MODELS, TrainConfig, check_model_name, is_model_spec
 from dpcore.contract.errors import JobFailed
 from dpcore.contract.options import VerifyOptions
 from dpcore.write.capture.comm_log import PhaseTimer
+from dpcore.write.dp.variants import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.launch import in_torchrun, launch
 from dpcore.write.training.trainer import local_context, make_trainer
-from dpcore.write.dp.variants import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 from dpcore.write.training.workload import load_workload, param_bytes
 
 #: What verify's spawned ranks run: the forkserver imports it (and the trainer with it) once.

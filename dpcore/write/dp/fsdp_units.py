@@ -34,7 +34,8 @@ the same order; a module's parameters are used only inside its own forward.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn

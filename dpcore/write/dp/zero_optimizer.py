@@ -21,7 +21,8 @@ After the local step each owner broadcasts its parameters, coalesced into one fl
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -6,8 +6,8 @@ it. Whoever makes a rank (the launcher, torchrun's world, a user's own process g
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

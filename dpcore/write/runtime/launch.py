@@ -22,7 +22,8 @@ import signal
 import threading
 import time
 import traceback
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist

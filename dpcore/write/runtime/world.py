@@ -23,7 +23,8 @@ import os
 import platform
 import socket
 import traceback
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -32,8 +33,7 @@ from dpcore.contract.config import DEFAULT_TIMEOUT_S
 from dpcore.contract.errors import JobFailed
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.launch import in_torchrun, launch, resolve_backend
-from dpcore.write.runtime.resources import (is_oversubscribed, physical_cores, pinning,
-                                            threads_per_rank)
+from dpcore.write.runtime.resources import is_oversubscribed, physical_cores, pinning, threads_per_rank
 
 
 def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None = None,

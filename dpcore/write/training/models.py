@@ -23,7 +23,7 @@ Models (docs/DESIGN.md "Models"):
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn

@@ -28,12 +28,11 @@ from torch.profiler import record_function
 
 from dpcore.contract.config import TrainConfig, is_model_spec
 from dpcore.contract.errors import UsageError, choices_error
-from dpcore.write.runtime.context import DistContext
-from dpcore.write.training.models import build_model, loss_fn, make_batch
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
-from dpcore.write.training.workload import (Inputs, TupleInputs, Workload, load_workload, shard_batch,
-                                   workload_batch)
+from dpcore.write.runtime.context import DistContext
+from dpcore.write.training.models import build_model, loss_fn, make_batch
+from dpcore.write.training.workload import Inputs, TupleInputs, Workload, load_workload, shard_batch, workload_batch
 
 # ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
 # importing it above lets the launcher's forkserver preload it once instead of in every rank.

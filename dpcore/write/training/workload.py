@@ -15,8 +15,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 import torch
 import torch.nn as nn
@@ -54,10 +55,10 @@ class Batch(tuple):
     and the one-process ``manual`` variant (which chunks its input N ways) handle a tuple of
     tensors exactly as they handle a single tensor."""
 
-    def to(self, *args: Any, **kwargs: Any) -> "Batch":
+    def to(self, *args: Any, **kwargs: Any) -> Batch:
         return Batch(t.to(*args, **kwargs) for t in self)
 
-    def chunk(self, n: int) -> list["Batch"]:
+    def chunk(self, n: int) -> list[Batch]:
         return [Batch(parts) for parts in zip(*(t.chunk(n) for t in self))]
 
 
@@ -170,7 +171,7 @@ def shard_batch(x: Inputs, rank: int, world_size: int) -> Inputs:
     return shard(x, rank, world_size)
 
 
-def check_workload(spec: str, seed: int, world_sizes: "list[int] | tuple[int, ...]") -> Workload:
+def check_workload(spec: str, seed: int, world_sizes: list[int] | tuple[int, ...]) -> Workload:
     """Everything the ranks will do with the workload, once, in the CLI process: load it,
     draw a ``2 * max(world_sizes)`` batch, check its shape (every tensor batch-first, so it
     splits like the ranks split it) and that it is reproducible from the generator, and run

@@ -3,8 +3,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.read.analysis import (allreduce_bandwidth, bucket_sweep, chunk_matrix,
-                             message_counts, ring_step_times, scaling, step_breakdown)
+from dpcore.read.analysis import (
+    allreduce_bandwidth,
+    bucket_sweep,
+    chunk_matrix,
+    message_counts,
+    ring_step_times,
+    scaling,
+    step_breakdown,
+)
 
 MS = 1_000_000
 

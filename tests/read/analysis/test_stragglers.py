@@ -21,8 +21,8 @@ import pytest
 
 from dpcore.read.analysis import collective_waits, straggler_summary, stragglers_from_traces
 from dpcore.read.analysis.stragglers import SUMMARY_COLUMNS, WAIT_COLUMNS, straggler_threshold_pct
-from dpcore.read.report.stragglers import straggler_verdict, stragglers_text
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
+from dpcore.read.report.stragglers import straggler_verdict, stragglers_text
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "profiles" / "sample-train"
@@ -190,8 +190,8 @@ def test_busy_gloo_worker_does_not_hide_the_late_rank(tmp_path: Path) -> None:
     ends = {0: [28_500.0, 29_500.0], 1: [28_000.0, 29_000.0]}  # ~3 ms after rank 1 arrived
     for r in (0, 1):
         (d / f"rank{r}.json").write_text(json.dumps(_trace(r, [a + 20_000 * r for a in arrivals], ends[r])))
-    from dpcore.read.traces import read_trace_dir
     from dpcore.read.analysis.stragglers import trace_notes
+    from dpcore.read.traces import read_trace_dir
     ev = read_trace_dir(d)
     s = straggler_summary(stragglers_from_traces(ev)).set_index("rank")
     assert s.loc[1, "last_arrival_pct"] == 100.0
@@ -305,8 +305,8 @@ def test_view_renders_the_sample_run() -> None:
     def page() -> None:
         from pathlib import Path
 
-        from dpcore.read.rundir import load_run
         from dpcore.read.dashboard.pages.stragglers import render
+        from dpcore.read.rundir import load_run
         root = Path("profiles").resolve()
         for name in ("sample-train", "sample-allreduce"):
             render(load_run(root / name))

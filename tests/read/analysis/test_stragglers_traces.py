@@ -17,10 +17,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.read.analysis.stragglers import (collective_waits, straggler_summary, stragglers_from_traces,
-                                             trace_notes, wait_notes)
-from dpcore.read.report.stragglers import straggler_verdict, stragglers_text
+from dpcore.read.analysis.stragglers import (
+    collective_waits,
+    straggler_summary,
+    stragglers_from_traces,
+    trace_notes,
+    wait_notes,
+)
 from dpcore.read.analysis.trace_arrivals import fifo_offset, trace_comm_rows
+from dpcore.read.report.stragglers import straggler_verdict, stragglers_text
 from dpcore.read.traces.reader import read_trace_dir
 
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -8,10 +8,7 @@ figure properties for the pure builders, the CLI's text, and the app's widgets v
 """
 from __future__ import annotations
 
-import argparse
 import base64
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np

@@ -57,8 +57,6 @@ def test_every_page_renders_on_the_sample(monkeypatch):
 
 def test_timeline_from_trace_and_from_csv_on_the_sample():
     from dpcore.read.analysis import timeline
-    from dpcore.read.rundir import step_trace_events
-    from dpcore.read.rundir import step_trace_events
     from dpcore.read.rundir import job_trace_events, step_trace_events
     run = load_run(SAMPLE / "sample-train")
     steps = run.steps[run.steps["job_id"] == "bucketed-ws2-b1"]

@@ -21,13 +21,13 @@ from streamlit.testing.v1 import AppTest
 from dpcore.cli import main
 from dpcore.contract import runformat as rf
 from dpcore.read.analysis import job_summary, timeline, trace_step_metrics
+from dpcore.read.importer.write_run import import_traces
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.rundir import load_run, step_trace_events, traced_job_events
-from tests.synthetic import write_gpu_trace_dir
-from tests.app_pages import open_page
 from dpcore.read.traces.reader import trace_files
-from dpcore.read.importer.write_run import import_traces
+from tests.app_pages import open_page
+from tests.synthetic import write_gpu_trace_dir
 
 torch = pytest.importorskip("torch")
 

@@ -20,8 +20,7 @@ from dpcore.cli import main
 from dpcore.read.analysis import job_summary, step_metrics, timeline, trace_step_metrics
 from dpcore.read.report.resolve import resolve
 from dpcore.read.report.tables import csv_table, text_table
-from dpcore.read.rundir import job_traces, load
-from dpcore.read.rundir import job_trace_events, load_run, step_trace_events, traced_job_events
+from dpcore.read.rundir import job_trace_events, job_traces, load, load_run, step_trace_events, traced_job_events
 from tests.fixtures_run import make_run
 
 SAMPLE = Path(__file__).resolve().parents[3] / "profiles"

@@ -16,8 +16,8 @@ import pytest
 
 from dpcore.contract import tracefile as contract
 from dpcore.read import traces
-from dpcore.read.traces import read_trace, read_trace_dir
 from dpcore.read.traces import columns as tf
+from dpcore.read.traces import read_trace, read_trace_dir
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
 DATA = Path(__file__).resolve().parents[2] / "data"

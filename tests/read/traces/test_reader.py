@@ -11,9 +11,9 @@ from dpcore.read.report.analyze import analyze
 from dpcore.read.report.summarize import summarize
 from dpcore.read.rundir import RunLoadError, list_runs, load_run
 from dpcore.read.traces import TraceFormatError, read_trace, read_trace_dir
-from tests.synthetic import gpu_trace, write_gpu_trace_dir
 from dpcore.read.traces.columns import read_columns
 from dpcore.read.traces.reader import trace_notes
+from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 

@@ -32,10 +32,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpcore.read.rundir import load_run
 from dpcore.read.importer.write_run import import_traces
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.summarize import summarize
+from dpcore.read.rundir import load_run
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
 FOLDERS = sorted(p.name for p in TRACES.iterdir() if p.is_dir()) if TRACES.is_dir() else []

@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 
 from dpcore.cli import main
-from dpcore.read.rundir import load_run
 from dpcore.read.importer.write_run import import_traces
-from dpcore.read.report.importer import import_text
 from dpcore.read.report.analyze import analyze
+from dpcore.read.report.importer import import_text
 from dpcore.read.report.summarize import summarize
+from dpcore.read.rundir import load_run
 from dpcore.read.traces.reader import read_trace, read_trace_dir, step_ranges, trace_notes
 from tests.data import make_shapes
 

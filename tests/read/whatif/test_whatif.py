@@ -15,8 +15,16 @@ import pytest
 
 from dpcore.cli import main
 from dpcore.contract.buckets import MB, assign_buckets, assign_buckets_ddp, pack_reverse, rule_for
-from dpcore.read.whatif.model import (RankStep, allreduce_ms, allreduce_parts, alpha_beta_from_line,
-                                               fit_line, line_from_alpha_beta, replay, undilate)
+from dpcore.read.whatif.model import (
+    RankStep,
+    allreduce_ms,
+    allreduce_parts,
+    alpha_beta_from_line,
+    fit_line,
+    line_from_alpha_beta,
+    replay,
+    undilate,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 DESIGN_COLUMNS = ["world_size", "bucket_mb", "bandwidth_gbps", "latency_us", "step_ms", "comm_ms",
@@ -259,9 +267,9 @@ def test_hand_written_run_without_grads_uses_bucket_launches(tmp_path: Path,
 
 def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     from dpcore.read.analysis import job_summary, trace_step_metrics
+    from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
     from dpcore.read.rundir import load_run, traced_job_events
     from dpcore.read.whatif.predict import build_model, replay_cell, replay_lanes, whatif_table
-    from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
 
     run = load_run(_hand_run(tmp_path))
     model = build_model(run, "bucketed-ws2-b8", latency_us=0.0, bandwidth_gbps=0.8388608)
@@ -283,8 +291,8 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     from streamlit.testing.v1 import AppTest
 
     def page(path: str) -> None:
-        from dpcore.read.rundir import load_run
         from dpcore.read.dashboard.pages.whatif import render
+        from dpcore.read.rundir import load_run
         render(load_run(path))
 
     at = AppTest.from_function(page, args=(str(run.path),), default_timeout=60).run()

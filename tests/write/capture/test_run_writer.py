@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.write.capture.merged_trace import _lanes, merge_job_traces
 from dpcore.contract.clocksync import marker_name, shift_us
-from dpcore.contract.runformat import STEP_COLUMNS, TABLES
 from dpcore.contract.files import atomic_write_text
+from dpcore.contract.runformat import STEP_COLUMNS, TABLES
+from dpcore.write.capture.merged_trace import _lanes, merge_job_traces
 from dpcore.write.capture.run_writer import RunWriter
 
 

@@ -109,8 +109,8 @@ def test_run_writer_turns_an_unwritable_out_into_a_usage_error(tmp_path):
 def test_interrupt_while_ranks_start_marks_the_run_interrupted(monkeypatch, tmp_path, capsys):
     """CLI level: Ctrl-C/SIGTERM lands after the first rank of the first job started. The run
     is `interrupted`, exit 130, the unfinished job `interrupted` (not `failed`)."""
-    from dpcore.cli import main
     import dpcore.write.runtime.launch as launch_mod
+    from dpcore.cli import main
 
     proc_cls = launch_mod._mp_context().Process
     real_start = proc_cls.start
@@ -138,8 +138,8 @@ def test_interrupt_during_allreduce_keeps_the_finished_cell(monkeypatch, tmp_pat
     """`allreduce` shares profile's run life cycle: Ctrl-C/SIGTERM as the second cell's ranks
     start ends the run `interrupted` (exit 130), the first cell stays complete with its rows,
     the unfinished cell is `interrupted`, not `failed`."""
-    from dpcore.cli import main
     import dpcore.write.runtime.launch as launch_mod
+    from dpcore.cli import main
 
     proc_cls = launch_mod._mp_context().Process
     real_start = proc_cls.start
@@ -167,8 +167,8 @@ def test_interrupt_during_allreduce_keeps_the_finished_cell(monkeypatch, tmp_pat
 def test_interrupt_while_jobs_are_planned_marks_the_run_interrupted(monkeypatch, tmp_path, capsys):
     """Ctrl-C after run.json exists but before the job loop (while jobs are planned) must not
     leave the run `running` with nobody writing it."""
-    from dpcore.cli import main
     import dpcore.write.commands.profile as profile_mod
+    from dpcore.cli import main
 
     def plan(world, opts, run_dir):
         raise KeyboardInterrupt

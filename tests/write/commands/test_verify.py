@@ -5,8 +5,15 @@ import pytest
 import torch
 
 from dpcore.contract.errors import UsageError
-from dpcore.write.commands.verify import (COLUMNS, compute_tolerance, format_table, max_abs_diff, run_verify,
-                                  tolerance, verify_config)
+from dpcore.write.commands.verify import (
+    COLUMNS,
+    compute_tolerance,
+    format_table,
+    max_abs_diff,
+    run_verify,
+    tolerance,
+    verify_config,
+)
 
 
 @pytest.mark.parametrize("ws", [2, 3])

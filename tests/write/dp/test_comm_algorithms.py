@@ -9,19 +9,20 @@ from __future__ import annotations
 import json
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from dpcore.contract.ringplan import chunk_bounds, rank_schedule
 from dpcore.write.dp.comm import ALGOS, all_reduce
 from dpcore.write.dp.comm.naive import naive_all_reduce
 from dpcore.write.dp.comm.ring import ring_all_reduce
-from dpcore.contract.ringplan import chunk_bounds, rank_schedule
 
 SPAWN_TIMEOUT_S = 150.0
 DTYPES = (torch.float32, torch.float64, torch.bfloat16)

@@ -24,11 +24,11 @@ import torch.nn as nn
 import dpcore
 from dpcore.contract.config import TrainConfig
 from dpcore.contract.errors import UsageError
-from dpcore.write.runtime.launch import launch
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
 from dpcore.write.dp.sharding import Collectives, assign_owners, shard_size
-from dpcore.write.training.trainer import local_context, make_trainer
 from dpcore.write.dp.variants import wrap
+from dpcore.write.runtime.launch import launch
+from dpcore.write.training.trainer import local_context, make_trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 CFG = TrainConfig(model="toy", batch_size=4, lr=0.1, steps=3, warmup=0, profile_steps=0,

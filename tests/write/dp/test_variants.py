@@ -17,12 +17,11 @@ import torch.distributed as dist
 
 from dpcore.contract.config import SINGLE_PROCESS, TrainConfig
 from dpcore.contract.errors import UsageError
+from dpcore.write.capture.comm_log import NULL_RECORDER, NullRecorder, Recorder
+from dpcore.write.dp.variants import MULTIPROCESS, REGISTRY, REPLICATED, VARIANTS, Wrapper, assign_buckets, wrap
+from dpcore.write.dp.variants.base import DPWrapper
 from dpcore.write.runtime.launch import launch
 from dpcore.write.training.models import build_model, loss_fn, make_batch, shard
-from dpcore.write.capture.comm_log import NULL_RECORDER, NullRecorder, Recorder
-from dpcore.write.dp.variants import (MULTIPROCESS, REGISTRY, REPLICATED, VARIANTS, Wrapper, assign_buckets,
-                                   wrap)
-from dpcore.write.dp.variants.base import DPWrapper
 
 CFG = TrainConfig(model="toy", batch_size=4, lr=0.1)
 TOY_NAMES = [n for n, _ in build_model(CFG).named_parameters()]
@@ -287,9 +286,9 @@ def test_null_recorder_records_nothing_and_keeps_no_state() -> None:
 
 def test_every_recorder_parameter_defaults_to_the_null_recorder() -> None:
     from dpcore.write.dp import comm
-    from dpcore.write.training import trainer as train
     from dpcore.write.dp.comm import central, naive, ring
     from dpcore.write.dp.variants import base, torch_ddp
+    from dpcore.write.training import trainer as train
     fns = [wrap, train.make_trainer, train.Trainer, comm.all_reduce, comm.native_all_reduce,
            ring.ring_all_reduce, naive.naive_all_reduce, central.central_all_reduce,
            base.DPWrapper, base.broadcast_module, torch_ddp.TorchDDP]

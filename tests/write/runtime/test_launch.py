@@ -103,6 +103,7 @@ def test_interrupt_between_rank_starts_reraises_and_reaps(monkeypatch):
     second: the moment issue 4 describes. launch must re-raise the interrupt (not an
     AssertionError), reap the started rank and never join the unstarted ones."""
     import multiprocessing
+
     import dpcore.write.runtime.launch as launch_mod
 
     proc_cls = launch_mod._mp_context().Process

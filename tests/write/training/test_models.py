@@ -9,8 +9,17 @@ import torch
 from dpcore.contract.config import TrainConfig
 from dpcore.contract.errors import UsageError
 from dpcore.write.capture.comm_log import PhaseTimer
-from dpcore.write.training.models import (EINSUM_D, EINSUM_F, MLP_CLASSES, MLP_IN_DIM, TRANSFORMER_SIZES,
-                           build_model, loss_fn, make_batch, shard)
+from dpcore.write.training.models import (
+    EINSUM_D,
+    EINSUM_F,
+    MLP_CLASSES,
+    MLP_IN_DIM,
+    TRANSFORMER_SIZES,
+    build_model,
+    loss_fn,
+    make_batch,
+    shard,
+)
 from dpcore.write.training.trainer import local_context, make_trainer
 
 

@@ -12,8 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dpcore.read.analysis.memory import (MIB, VOLUME_FORMULAS, comm_volume, job_memory, memory_table,
-                                         volume_totals)
+from dpcore.read.analysis.memory import MIB, VOLUME_FORMULAS, comm_volume, job_memory, memory_table, volume_totals
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
 from dpcore.read.plots.memory import memory_breakdown_figure, memory_tradeoff_figure, volume_figure

@@ -23,8 +23,13 @@ from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.chunks import chunk_cells
 from dpcore.read.dashboard.formulas import FORMULAS
-from dpcore.read.plots.ring import (aggregate_pieces, chunk_figure, message_count_figure, message_figure,
-                                    wait_transfer_figure)
+from dpcore.read.plots.ring import (
+    aggregate_pieces,
+    chunk_figure,
+    message_count_figure,
+    message_figure,
+    wait_transfer_figure,
+)
 from dpcore.read.plots.ring_circle import ring_circle_figure
 from dpcore.read.rundir.load import Run
 

@@ -14,8 +14,8 @@ import streamlit as st
 from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, straggler_threshold_pct
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
-from dpcore.read.report.stragglers import straggler_verdict
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
+from dpcore.read.report.stragglers import straggler_verdict
 from dpcore.read.rundir.load import Run
 
 INTRO = "Which rank arrives last at each collective, and how long the others wait for it."

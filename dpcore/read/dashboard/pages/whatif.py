@@ -13,8 +13,16 @@ from dpcore.read.dashboard.text import md
 from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.model import ALGOS
-from dpcore.read.whatif.predict import (Model, build_model, measured_cells, predict, replay_cell, replay_lanes,
-                                         whatif_jobs, with_measured)
+from dpcore.read.whatif.predict import (
+    Model,
+    build_model,
+    measured_cells,
+    predict,
+    replay_cell,
+    replay_lanes,
+    whatif_jobs,
+    with_measured,
+)
 
 INTRO = "A measured bucketed/DDP job replayed at other bucket sizes, world sizes and networks."
 

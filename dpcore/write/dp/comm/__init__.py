@@ -18,11 +18,11 @@ import torch
 import torch.distributed as dist
 
 from dpcore.contract.config import ALGOS  # docs/DESIGN.md names, kept torch-free in dpcore.contract.config
+from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 from dpcore.write.dp.comm._common import OPS, check_op, copy_back, flat_buffer
 from dpcore.write.dp.comm.central import central_all_reduce
 from dpcore.write.dp.comm.naive import naive_all_reduce
 from dpcore.write.dp.comm.ring import ring_all_reduce
-from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 
 __all__ = ["ALGOS", "OPS", "all_reduce", "native_all_reduce", "ring_all_reduce",
            "naive_all_reduce", "central_all_reduce"]

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.write.dp.comm._common import copy_back, prepare
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
+from dpcore.write.dp.comm._common import copy_back, prepare
 
 
 def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,

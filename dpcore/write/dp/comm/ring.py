@@ -51,8 +51,8 @@ import torch.distributed as dist
 from torch.profiler import record_function
 
 from dpcore.contract.ringplan import chunk_bounds, rank_schedule
-from dpcore.write.dp.comm._common import copy_back, prepare
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
+from dpcore.write.dp.comm._common import copy_back, prepare
 
 #: Target size of one sub-message. Every message costs ~0.1 ms of CPU in gloo (handshake,
 #: thread wake-ups), so sub-messages must stay large. Tuned with ``bench_ring`` (2 ranks,

@@ -14,8 +14,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from dpcore.contract.config import (MULTIPROCESS, OPTIMIZERS, REPLICATED, SHARDED,
-                                    SINGLE_PROCESS, VARIANTS)
+from dpcore.contract.config import MULTIPROCESS, OPTIMIZERS, REPLICATED, SHARDED, SINGLE_PROCESS, VARIANTS
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 from dpcore.write.dp.variants.base import Wrapper

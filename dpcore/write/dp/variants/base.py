@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any, Callable, ClassVar, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist

@@ -17,16 +17,16 @@ collective sequence even if gradients become ready in a different order.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.profiler import record_function
 
-from dpcore.write.dp.variants.base import DPWrapper
-
 from dpcore.contract.buckets import MB, assign_buckets  # noqa: F401  (re-exported)
+from dpcore.write.dp.variants.base import DPWrapper
 
 
 class _Bucket:

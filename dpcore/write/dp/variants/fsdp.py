@@ -30,8 +30,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.profiler import record_function
 
-from dpcore.write.dp.fsdp_units import ShardEngine
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
+from dpcore.write.dp.fsdp_units import ShardEngine
 from dpcore.write.dp.sharding import Collectives
 from dpcore.write.dp.variants.base import Wrapper, broadcast_module
 

@@ -11,9 +11,8 @@ path (``recorder.enabled`` decides, once, here).
 """
 # no `from __future__ import annotations`: DDP checks the comm hook's annotations at runtime
 
-from typing import Any
-
 import inspect
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -101,8 +101,7 @@ def _install_recorded_comms(module: nn.Module, recorder: Recorder) -> None:
     """Log FSDP2's all-gathers and reduce-scatters (its own default comms, plus a log row)."""
     try:
         from torch.distributed.fsdp import FSDPModule
-        from torch.distributed.fsdp._fully_shard._fsdp_collectives import (DefaultAllGather,
-                                                                          DefaultReduceScatter)
+        from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
     except ImportError:
         return  # an older FSDP2 without custom comms: runs, unrecorded
 
