@@ -60,7 +60,8 @@ def run(world_size: int = 2, width: int = 512, batch: int = 32, bucket_mb: float
     blocks = out["blocks"]
     med = {v: statistics.median(b) for v, b in blocks.items()}
     ratios = [a / b for a, b in zip(blocks["bucketed"], blocks["torch_ddp"])]
-    return {"blocks_ms": blocks, "median_ms": med, "phases_ms": out["phases"], "ratio": med["bucketed"] / med["torch_ddp"],
+    return {"blocks_ms": blocks, "median_ms": med, "phases_ms": out["phases"],
+            "ratio": med["bucketed"] / med["torch_ddp"],
             "median_block_ratio": statistics.median(ratios)}
 
 

@@ -116,8 +116,10 @@ def _train_job(variant: str, ws: int, bucket: float, steps: int, profiled: int, 
                 windows.append(ivals[0])
             if is_prof:
                 sp = spans[r]
-                sp += [(f"ProfilerStep#{step}", "user_annotation", 1, ts, o_e), ("forward", "user_annotation", 1, ts, f_e),
-                       ("aten::addmm", "cpu_op", 1, ts + 1000, f_e - 1000), ("backward", "user_annotation", 1, f_e, b_e),
+                sp += [(f"ProfilerStep#{step}", "user_annotation", 1, ts, o_e),
+                       ("forward", "user_annotation", 1, ts, f_e),
+                       ("aten::addmm", "cpu_op", 1, ts + 1000, f_e - 1000),
+                       ("backward", "user_annotation", 1, f_e, b_e),
                        ("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op", 1, f_e + 1000, b_e - 1000),
                        ("optimizer", "user_annotation", 1, sync_end, o_e), ("Optimizer.step#SGD.step", "cpu_op", 1,
                                                                              sync_end + 500, o_e - 500)]

@@ -11,7 +11,8 @@ from dpcore.contract.config import parse_size
 
 CASES = [
     (["profile", "--variants", "nope"], "unknown variant nope; valid choices: single, manual"),
-    (["profile", "--model", "resnet"], "--model must be one of mlp, transformer, einsum or MODULE:FUNCTION, got 'resnet'"),
+    (["profile", "--model", "resnet"],
+     "--model must be one of mlp, transformer, einsum or MODULE:FUNCTION, got 'resnet'"),
     (["profile", "--model", "transformer", "--size", "huge"], "valid choices: tiny, small, medium"),
     (["profile", "--world-sizes", "0"], "world sizes must be integers >= 1"),
     (["profile", "--world-sizes", "a,b"], "bad world sizes 'a,b'"),

@@ -18,7 +18,8 @@ moving data. docs/DESIGN.md "collective wait (stragglers)": for one collective m
 
 Arrival is when the rank reached the collective: ``t_launch_ns`` of collectives.csv (read on the
 calling thread just before the ``dist`` call: the enqueue). A collective is matched by
-(job_id, step, seq) and kept only when every rank of the job recorded it: one seen on fewer ranks cannot be matched and is dropped (so are jobs of one rank). For
+(job_id, step, seq) and kept only when every rank of the job recorded it: one seen on fewer ranks cannot be
+matched and is dropped (so are jobs of one rank). For
 asynchronous collectives (``overlap``, ``bucketed``, DDP) the wait is time the collective sat
 waiting for its peers, which the rank may have spent computing: it measures skew, not idleness.
 Traces go through :mod:`dpcore.read.analysis.trace_arrivals` (the enqueue as arrival on gloo,

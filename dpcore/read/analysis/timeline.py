@@ -78,7 +78,7 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
             shift_us = float(shifts[str(rank)])
         if shift_us is None:
             return None
-        to_ms = lambda us: ((np.asarray(us) + shift_us) * 1e3 - t0_ns) / MS_NS  # noqa: E731
+        to_ms = lambda us, shift_us=shift_us: ((np.asarray(us) + shift_us) * 1e3 - t0_ns) / MS_NS  # noqa: E731
         (c_s, c_e), (p_s, p_e) = _trace_sets(ev)
         p_s, p_e = merge(p_s, p_e)
         rows += [{"rank": int(rank), "lane": "compute", "name": "compute", "start_ms": a, "end_ms": b}

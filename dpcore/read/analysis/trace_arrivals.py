@@ -15,7 +15,8 @@ collectives.csv ``t_launch_ns``, read just before the ``dist`` call).
 How an enqueue is linked to its span. Nothing in the trace joins them (no flow event, no shared
 id), but a process group hands its work to its workers through one FIFO queue, so on each rank
 the k-th enqueue is the k-th span to start on the worker threads, barriers included (a barrier
-is queued work too, and pairing a barrier with a barrier is the check that the lists line up). gloo runs ``send``/``recv`` on the calling thread, so those are neither
+is queued work too, and pairing a barrier with a barrier is the check that the lists line up). gloo runs
+``send``/``recv`` on the calling thread, so those are neither
 enqueues nor worker spans. At the trace window's edges the two lists can differ: spans of work
 enqueued before the window come first, and work enqueued at its very end may have no span yet.
 The alignment taken is the first one in which every span starts after its enqueue, trying

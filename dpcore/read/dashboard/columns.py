@@ -21,8 +21,10 @@ SUMMARY_CONFIG = {
     "comm_fraction": NUM("comm fraction E/T", help=FORMULAS["comm_fraction"], format="percent"),
     "overlap_pct": NUM("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%"),
     "comm_ops": NUM("comm ops", help=FORMULAS["comm_ops"], format="%d"),
-    "comm_bytes": st.column_config.TextColumn("comm bytes", help=FORMULAS["comm_bytes"] + " Binary units (MiB = 2^20 B)."),
-    "bucket_mb": st.column_config.TextColumn("bucket", help="Gradient bucket cap (MiB) of bucketed variants; blank where "
+    "comm_bytes": st.column_config.TextColumn("comm bytes",
+                                              help=FORMULAS["comm_bytes"] + " Binary units (MiB = 2^20 B)."),
+    "bucket_mb": st.column_config.TextColumn("bucket", help="Gradient bucket cap (MiB) of bucketed variants; "
+                                             "blank where "
                                              "a variant does not bucket its gradients."),
     "status": st.column_config.TextColumn("status", help="complete, or why the job has no numbers (skipped, failed)."),
     "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),

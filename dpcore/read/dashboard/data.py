@@ -88,7 +88,8 @@ def list_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
     warnings = list(warnings)
     if not runs.empty:
         ok = [inside(p, root) for p in runs["path"]]
-        warnings += [f"{p} resolves outside the profiles folder {root}; ignored" for p, k in zip(runs["path"], ok) if not k]
+        warnings += [f"{p} resolves outside the profiles folder {root}; ignored"
+                     for p, k in zip(runs["path"], ok) if not k]
         runs = runs[ok].reset_index(drop=True)
         runs["status"] = [_live_status(p, s, root) for p, s in zip(runs["path"], runs["status"])]
     return runs, warnings
@@ -140,7 +141,7 @@ def trace_files(run: R.Run, job_id: str, root: Path) -> dict[str, Path]:
     """The job's trace files that exist and lie inside the profiles folder."""
     try:
         files = run.trace_files(job_id)
-    except Exception:  # a broken traces folder must not break the page
+    except Exception:  # noqa: BLE001 - a broken traces folder must not break the page
         return {}
     return {name: Path(p) for name, p in files.items() if inside(p, root) and Path(p).is_file()}
 

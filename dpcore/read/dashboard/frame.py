@@ -76,7 +76,7 @@ def each_run(render: Callable[[Run], None]) -> None:
         offer_other_run(ctx.runs, ctx.page, run.path.name)
         for w in run.warnings:  # rows the loader could not read and skipped
             st.warning(md(w))
-        safely(lambda: render(run), f"{ctx.page.title} of run {md(run.path.name)}")
+        safely(lambda run=run: render(run), f"{ctx.page.title} of run {md(run.path.name)}")
 
 
 def landing(root: Path, app_dir: Path) -> None:

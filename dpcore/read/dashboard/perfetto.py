@@ -57,7 +57,9 @@ document.getElementById("open").addEventListener("click", () => {{
   status.textContent = "Waiting for Perfetto to load…";
   let tries = 0;
   const timer = setInterval(() => {{
-    if (++tries > 600) {{ clearInterval(timer); status.textContent = "Perfetto did not answer; use the download."; return; }}
+    if (++tries > 600) {{
+      clearInterval(timer); status.textContent = "Perfetto did not answer; use the download."; return;
+    }}
     win.postMessage("PING", P.origin);
   }}, 50);
   const onMessage = (evt) => {{

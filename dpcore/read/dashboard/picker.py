@@ -108,7 +108,8 @@ def pick_runs(runs: pd.DataFrame) -> list[str]:
     if st.session_state.get("run_a") not in keys:
         st.session_state["run_a"] = default_run(runs)
     fmt = lambda f: labels.get(f, f)  # noqa: E731 - option labels are plain text, not Markdown
-    a = st.sidebar.selectbox("Run", keys, key="run_a", format_func=fmt, help="Runs under the profiles folder, newest first.")
+    a = st.sidebar.selectbox("Run", keys, key="run_a", format_func=fmt,
+                             help="Runs under the profiles folder, newest first.")
     chosen = [a]
     if len(keys) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
         others = [f for f in keys if f != a]

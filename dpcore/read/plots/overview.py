@@ -37,7 +37,8 @@ def breakdown_figure(summary: pd.DataFrame, title: str | None = None, y_max: flo
             x=df["label"], y=df[col], name=name, marker_color=color,
             customdata=df[["step_ms", "comm_fraction", "overlap_pct"]].to_numpy(),
             hovertemplate=("%{x}<br>" + name + ": %{y:.2f} ms<br>step T: %{customdata[0]:.2f} ms"
-                           "<br>comm fraction E/T: %{customdata[1]:.1%}<br>overlap: %{customdata[2]:.0f}%<extra></extra>"),
+                           "<br>comm fraction E/T: %{customdata[1]:.1%}"
+                           "<br>overlap: %{customdata[2]:.0f}%<extra></extra>"),
         )
     _add_spread(fig, df, y_max)
     fig.update_layout(barmode="stack", xaxis_title="variant × world size",

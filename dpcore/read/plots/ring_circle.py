@@ -85,7 +85,8 @@ def _frame_traces(n: int, phase: str, k: int, label_size: int, chunk_text: str,
                        hoverinfo="skip", showlegend=False)
     labels = go.Scatter(x=lx, y=ly, mode="text", text=lt if label_size > 0 else [""] * len(lt), textposition=lpos,
                         textfont=dict(size=max(label_size, 1), color=color),
-                        hovertext=[f"rank {s.rank} → rank {s.dst}: chunk {s.send_chunk} ({PHASE_LABEL.get(phase, phase)}; "
+                        hovertext=[f"rank {s.rank} → rank {s.dst}: chunk {s.send_chunk} "
+                                   f"({PHASE_LABEL.get(phase, phase)}; "
                                    f"rank {s.dst} {PHASE_OP.get(phase, 'receives it')})" for s in plan],
                         hoverinfo="text", showlegend=False)
     ang = [_angle(r, n) for r in range(n)]
@@ -119,10 +120,10 @@ def ring_circle_figure(world_size: int, times: pd.DataFrame | None = None, matri
         frames.append(go.Frame(data=_frame_traces(n, phase, k, label_size, chunk_text, done), name=name,
                                layout=dict(title_text=name + _step_note(times, phase, k))))
     fig = go.Figure(data=frames[0].data, frames=frames)
-    fig.update_layout(sliders=[dict(active=0, currentvalue=dict(prefix="ring step (RS = reduce-scatter, AG = all-gather): "),
-                                    pad=dict(t=10), steps=[
-        dict(label=_short(*st), method="animate", args=[[f.name], dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                                                                       transition=dict(duration=0))])
+    prefix = "ring step (RS = reduce-scatter, AG = all-gather): "
+    animate = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
+    fig.update_layout(sliders=[dict(active=0, currentvalue=dict(prefix=prefix), pad=dict(t=10), steps=[
+        dict(label=_short(*st), method="animate", args=[[f.name], animate])
         for st, f in zip(steps, frames)])])
     fig.update_xaxes(visible=False, range=[-2.1, 2.1], scaleanchor="y")
     fig.update_yaxes(visible=False, range=[-1.5, 1.5])

@@ -65,7 +65,8 @@ def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None =
                 row=row + 1, col=c + 1,
             )
     ns = sorted(df["world_size"].unique())
-    ideal = df.groupby("world_size")["ideal_speedup"].first().reindex(ns) if "ideal_speedup" in df else pd.Series(ns, ns)
+    ideal = (df.groupby("world_size")["ideal_speedup"].first().reindex(ns) if "ideal_speedup" in df
+             else pd.Series(ns, ns))
     fig.add_scatter(x=ns, y=ideal.to_numpy(), mode="lines", name="ideal", line=dict(color="black", dash="dash"),
                     legendgroup="ideal", row=2, col=1)
     fig.add_scatter(x=ns, y=[1.0] * len(ns), mode="lines", name="ideal", line=dict(color="black", dash="dash"),

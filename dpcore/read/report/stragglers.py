@@ -147,5 +147,6 @@ def stragglers_text(path: str, csv: bool = False) -> str:
         if dropped.get(str(job)):
             head += f"; {dropped[str(job)]} seen on fewer ranks left out"
         head += "".join(f"\n  note: {note}" for note in notes.get(str(job), []))
-        parts.append(f"{head}\n{text_table(rows.drop(columns='job_id'))}\n  {straggler_verdict(rows, world.get(str(job)))}")
+        verdict = straggler_verdict(rows, world.get(str(job)))
+        parts.append(f"{head}\n{text_table(rows.drop(columns='job_id'))}\n  {verdict}")
     return "\n\n".join(parts) + "\n"

@@ -9,7 +9,8 @@ without a trace.
 
 Cost model: one ``perf_counter_ns`` per event edge and a list append; rows are turned into
 dicts only when the job ends. The ``comm_call#`` trace ranges exist only while the profiler
-runs, and a watcher thread only once a work without a future (gloo's reduce-scatter) appears. Where nothing is recorded (``verify``, users' own loops, the
+runs, and a watcher thread only once a work without a future (gloo's reduce-scatter) appears. Where nothing
+is recorded (``verify``, users' own loops, the
 ``allreduce`` timing repeats) the callee gets :data:`NULL_RECORDER`, whose methods do nothing,
 so no call site tests for a missing recorder; ``enabled`` lets the rare caller that would
 change *how* it runs (DDP's comm hook) decide once.
@@ -288,7 +289,8 @@ class NullRecorder(Recorder):
     """A :class:`Recorder` that records nothing: the default wherever recording is optional.
 
     Every method keeps :class:`Recorder`'s signature and does nothing (``launch`` returns -1,
-    ``track`` the work it was given, the rows are empty), except :meth:`now`, which still reads the clock so that code timing
+    ``track`` the work it was given, the rows are empty), except :meth:`now`, which still reads the clock so
+    that code timing
     itself through a recorder keeps working. It holds no state (``step`` reads -1 and drops
     writes; there is no ``__dict__``), so the one shared :data:`NULL_RECORDER` is a constant,
     not a mutable singleton.

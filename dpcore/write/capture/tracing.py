@@ -113,8 +113,8 @@ class TraceCapture:
         try:
             stack.enter_context(stderr_to(self.dir / f"rank{self.rank}.profiler.log"))
             stack.enter_context(prof)
-            prof.add_metadata_json("dpcore", '{"job_id": "%s", "rank": %d, "offset_ns": %d}'
-                                   % (self.job_id, self.rank, self.offset_ns))
+            prof.add_metadata_json("dpcore", f'{{"job_id": "{self.job_id}", "rank": {int(self.rank)}, '
+                                             f'"offset_ns": {int(self.offset_ns)}}}')
         except BaseException:
             stack.close()
             raise

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -26,7 +26,7 @@ from dpcore.contract.config import parse_model_spec
 from dpcore.contract.errors import UsageError
 from dpcore.write.training.models import batch_generator, shard
 
-Inputs = Union[torch.Tensor, tuple]
+Inputs = torch.Tensor | tuple
 MakeBatch = Callable[[int, torch.Generator], "tuple[Inputs, torch.Tensor]"]
 LossFn = Callable[[Any, torch.Tensor], torch.Tensor]
 

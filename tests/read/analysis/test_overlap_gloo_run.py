@@ -43,7 +43,7 @@ def _worker(rank: int, port: int, out: str) -> None:
         rows, colls, pending = [], [], []
         now = time.perf_counter_ns
 
-        def hook(_p, mode=mode):
+        def hook(_p, mode=mode, pending=pending, colls=colls, now=now):
             if mode == "async" and not pending:
                 colls.append([now(), None])
                 work = dist.all_reduce(buf, async_op=True)

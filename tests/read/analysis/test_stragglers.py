@@ -121,7 +121,8 @@ def test_unmatched_collectives_and_single_rank_jobs_are_dropped() -> None:
     solo = late_rank1(n=3, ranks=1, job="flat-ws1")
     w = collective_waits(pd.concat([c, solo], ignore_index=True))
     assert set(w["job_id"]) == {"flat-ws2"} and sorted(w["seq"].unique()) == [0, 1, 2, 4]
-    assert collective_waits(solo).empty and straggler_summary(collective_waits(solo)).columns.tolist() == SUMMARY_COLUMNS
+    assert collective_waits(solo).empty
+    assert straggler_summary(collective_waits(solo)).columns.tolist() == SUMMARY_COLUMNS
     assert collective_waits(pd.DataFrame()).empty
 
 
@@ -134,7 +135,8 @@ def _trace(rank: int, arrivals_us: list[float], ends_us: list[float] | None = No
     main, gloo = 100 + rank, 200 + rank
     ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": rank, "tid": main,
            "ts": 1000.0, "dur": 200_000.0},
-          {"ph": "X", "cat": "user_annotation", "name": "forward", "pid": rank, "tid": main, "ts": 1010.0, "dur": 500.0},
+          {"ph": "X", "cat": "user_annotation", "name": "forward", "pid": rank, "tid": main, "ts": 1010.0,
+           "dur": 500.0},
           {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": rank, "tid": main, "ts": 1020.0, "dur": 400.0},
           {"ph": "X", "cat": "user_annotation", "name": "backward", "pid": rank, "tid": main, "ts": 1600.0,
            "dur": 500.0}]
@@ -231,7 +233,8 @@ def test_run_directory_text_and_csv(tmp_path: Path) -> None:
     c = c[~((c["rank"] == 0) & (c["seq"] == 5))]
     run = _run(tmp_path, c)
     text = stragglers_text(str(run))
-    assert text.splitlines()[0] == "flat-ws2: 5 collectives matched on 2 ranks (all_reduce); 1 seen on fewer ranks left out"
+    assert text.splitlines()[0] == ("flat-ws2: 5 collectives matched on 2 ranks (all_reduce); "
+                                    "1 seen on fewer ranks left out")
     assert text.rstrip().endswith("rank 1 arrived last in 100% of 5 collectives; others waited 20 ms on average")
     csv = stragglers_text(str(run), csv=True).splitlines()
     assert csv[0].startswith(",".join(HEAD)) and len(csv) == 3

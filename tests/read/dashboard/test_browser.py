@@ -128,7 +128,8 @@ def test_every_page_draws_in_chromium(server: str) -> None:
             page.locator("[data-testid=stSelectbox]").filter(has_text="Job").first.click()
             page.keyboard.type("ring-ws2")
             page.keyboard.press("Enter")
-            expect(page.locator(".js-plotly-plot").filter(has_text="ring-ws2 · step").first).to_be_visible(timeout=60_000)
+            ring = page.locator(".js-plotly-plot").filter(has_text="ring-ws2 · step").first
+            expect(ring).to_be_visible(timeout=60_000)
             page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=60_000)
             timings["Timeline, 250k-event trace"] = time.perf_counter() - t0
             assert page.locator("[data-testid=stException]").count() == 0

@@ -61,7 +61,8 @@ def test_empty_cells_say_what_they_mean() -> None:
 
 def test_overview_rows_and_height() -> None:
     summary = pd.DataFrame(dict(job_id=["ring-ws2", "bucketed-ws2-b1", "data_parallel-ws2"],
-                                variant=["ring", "bucketed", "data_parallel"], world_size=2, bucket_mb=[25.0, 1.0, 25.0],
+                                variant=["ring", "bucketed", "data_parallel"], world_size=2,
+                                bucket_mb=[25.0, 1.0, 25.0],
                                 status=["complete", "complete", "skipped"], comm_bytes=[16777216, 4 << 20, np.nan]))
     jobs = pd.DataFrame(dict(job_id=["data_parallel-ws2"], skip_reason=["data_parallel needs 2 or more GPUs"],
                              error=[None]))

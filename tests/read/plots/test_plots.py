@@ -39,7 +39,8 @@ def test_breakdown_stacks_to_step_time() -> None:
     bars = [t for t in fig.data if t.type == "bar"]
     assert fig.layout.barmode == "stack" and len(bars) == 4
     total = sum(np.asarray(t.y, float) for t in bars)
-    order = s.assign(o=s.variant.map({"single": 0, "ring": 1, "bucketed": 2})).sort_values(["o", "world_size", "bucket_mb"])["step_ms"].to_numpy(float)
+    ranked = s.assign(o=s.variant.map({"single": 0, "ring": 1, "bucketed": 2}))
+    order = ranked.sort_values(["o", "world_size", "bucket_mb"])["step_ms"].to_numpy(float)
     assert np.allclose(total, order)
     assert "5 MiB" in " ".join(fig.data[0].x)  # bucket shown where a variant has several (binary units)
     whiskers = [t for t in fig.data if t.type == "scatter"][0]

@@ -121,7 +121,8 @@ def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -
     run = shutil.copytree(SAMPLE / "sample-allreduce", tmp_path / "checked")
     meta = json.loads((run / "run.json").read_text())
     for j in meta["jobs"]:
-        j["wrong_elements"] = {str(b): (3 if j["id"] == "ring-ws2" and b == 1024 else 0) for b in meta["config"]["sizes"]}
+        j["wrong_elements"] = {str(b): (3 if j["id"] == "ring-ws2" and b == 1024 else 0)
+                               for b in meta["config"]["sizes"]}
     (run / "run.json").write_text(json.dumps(meta))
     out = summarize(str(run))
     rows = [line.split() for line in out.splitlines() if line.strip().startswith(("ring", "native"))]

@@ -133,7 +133,8 @@ def test_fifo_csv_is_refused_without_blocking(template: Path, tmp_path: Path) ->
     run = copy_run(template, tmp_path, GOOD)
     (run / "steps.csv").unlink()
     os.mkfifo(run / "steps.csv")
-    with deadline(5), pytest.raises(R.RunLoadError, match="steps.csv.*not a regular file|not a regular file.*steps.csv"):
+    refused = "steps.csv.*not a regular file|not a regular file.*steps.csv"
+    with deadline(5), pytest.raises(R.RunLoadError, match=refused):
         R.load_run(run)
     with deadline(5):
         runs, warnings = R.list_runs(tmp_path)

@@ -283,7 +283,8 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     lanes = replay_lanes(rep, buckets, model.src.sizes, model.tail_ms)
     assert list(dict.fromkeys(lanes["lane"])) == ["rank 0", "rank 1", "comm"]
     comm = lanes[lanes["kind"] == "bucket"]
-    assert comm["start_ms"].tolist() == pytest.approx([30.0, 50.0]) and comm["end_ms"].tolist() == pytest.approx([40.0, 60.0])
+    assert comm["start_ms"].tolist() == pytest.approx([30.0, 50.0])
+    assert comm["end_ms"].tolist() == pytest.approx([40.0, 60.0])
     names = [t.name for t in timeline_figure(lanes).data]
     assert names == ["forward", "backward", "bookkeeping", "optimizer", "bucket", "bucket ready (all ranks)"]
     assert len(sweep_figure(table, table.rename(columns={"measured_job": "job_id"}).dropna()).data) == 2

@@ -97,7 +97,8 @@ def test_profile_writes_memory_csv_with_the_model_bytes(tmp_path: Path) -> None:
     width = 32
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPCORE_")}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "dpcore", "profile", "--variants", "bucketed,torch_ddp", "--world-sizes", "2",
+    proc = subprocess.run([sys.executable, "-m", "dpcore", "profile", "--variants", "bucketed,torch_ddp",
+                           "--world-sizes", "2",
                            "--model", "mlp", "--width", str(width), "--batch-size", "4", "--steps", "2",
                            "--warmup", "1", "--no-trace", "--progress", "none", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)

@@ -171,7 +171,8 @@ def render(run: Run) -> None:
     label_size = o2.select_slider("Label size", LABEL_SIZES, value=10, key=f"rg-label-{run.path}",
                                   format_func=lambda v: "off" if v == 0 else f"{v} px")
     logical = len(aggregate_pieces(sel)) // 2
-    what = f"message size {binary_size(sizes[step])} ({sizes[step]:,} B)" if step in sizes else f"step {step} · call {call}"
+    what = (f"message size {binary_size(sizes[step])} ({sizes[step]:,} B)" if step in sizes
+            else f"step {step} · call {call}")
     title = f"{job} · {algo} · {what}<br>{logical} messages" + (f" in {len(sel) // 2} sub-messages"
                                                                if len(sel) // 2 > logical else "")
     fig = messages_chart(run, key, job, step, call, title, pieces, label_size)
@@ -179,7 +180,8 @@ def render(run: Run) -> None:
         left, right = st.columns([3, 2])
         left.plotly_chart(fig, key=f"rg-{run.path}-{job}")
         with right:
-            st.plotly_chart(circle_chart(run, key, job, step, call, ws, _chunk_bytes(sel), label_size), key=f"rg-circle-{run.path}-{job}-{ws}")
+            st.plotly_chart(circle_chart(run, key, job, step, call, ws, _chunk_bytes(sel), label_size),
+                            key=f"rg-circle-{run.path}-{job}-{ws}")
             st.caption("The ring: at each step every rank sends one chunk to its clockwise neighbour. Move the "
                        "slider through reduce-scatter (the receiver adds) and all-gather (the receiver copies).")
     else:

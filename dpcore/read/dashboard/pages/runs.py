@@ -34,7 +34,8 @@ def environment_box(run: Run) -> None:
     devices = env.get("devices")
     devices = ", ".join(map(str, devices)) if isinstance(devices, list) else str(devices or env.get("device", "?"))
     with st.container(border=True):
-        st.markdown(f"**{md(meta.get('run_id', run.path.name))}** · status **{md('stale' if rf.is_stale(meta) else meta.get('status', '?'))}** · "
+        status = "stale" if rf.is_stale(meta) else meta.get("status", "?")
+        st.markdown(f"**{md(meta.get('run_id', run.path.name))}** · status **{md(status)}** · "
                     f"created {md(meta.get('created', '?'))}")
         c = st.columns(5)
         c[0].metric("backend", str(env.get("backend", "?")))
@@ -42,14 +43,16 @@ def environment_box(run: Run) -> None:
         c[2].metric("CPU cores", str(env.get("cpu_cores", "?")), help=f"logical CPUs: {env.get('logical_cpus', '?')}")
         c[3].metric("GPUs", str(env.get("gpus", 0)))
         c[4].metric("model", f"{cfg.get('model', '?')} {cfg.get('size', '') or ''}".strip())
-        st.caption(f"Devices: {md(devices)} · threads per rank: {md(_threads(env))} · host {md(env.get('host', '?'))} · "
+        st.caption(f"Devices: {md(devices)} · threads per rank: {md(_threads(env))} · "
+                   f"host {md(env.get('host', '?'))} · "
                    f"torch {md(env.get('torch', '?'))} · batch/rank {md(cfg.get('batch_size', '?'))} · "
                    f"{md(cfg.get('scaling', '?'))} scaling · {md(cfg.get('steps', '?'))} steps")
         jobs = run.jobs
         over = jobs[jobs["oversubscribed"].fillna(False).astype(bool)] if "oversubscribed" in jobs else jobs.iloc[:0]
         if len(over):
             st.warning(f"**Oversubscribed:** {len(over)} job(s) ran more busy threads than this machine has CPU "
-                       f"cores ({md(env.get('cpu_cores', '?'))}): {md(', '.join(map(str, over['job_id'])))}. Their timings "
+                       f"cores ({md(env.get('cpu_cores', '?'))}): "
+                       f"{md(', '.join(map(str, over['job_id'])))}. Their timings "
                        "measure CPU contention, not the algorithm; compare them with care.")
         elif env.get("oversubscribed"):
             st.warning("**Oversubscribed:** this run put more busy threads on the machine than it has CPU cores.")

@@ -56,7 +56,8 @@ def measured_how(meta: dict) -> str:
     pin = env.get("pinning")
     pinned = (" each rank pinned to its own cores" if pin == "per-rank"
               else " ranks not pinned to cores" if pin else "")
-    return f"Every job ran with {md(tpr)} thread(s) per rank{',' if pinned else ''}{pinned}, so T(1) and T(N) differ only by what data parallelism adds."
+    return (f"Every job ran with {md(tpr)} thread(s) per rank{',' if pinned else ''}{pinned}, "
+            "so T(1) and T(N) differ only by what data parallelism adds.")
 
 
 def _scaling_mode(run: Run) -> str:

@@ -21,7 +21,8 @@ from dpcore.read.rundir.load import Run
 INTRO = "Which rank arrives last at each collective, and how long the others wait for it."
 
 FORMULA = ("For one collective matched across ranks (same job, step and sequence number): a rank's wait = "
-           "latest arrival − its own arrival, at most its comm time; the rank with wait 0 arrived last (exact ties: each tied rank). "
+           "latest arrival − its own arrival, at most its comm time; the rank with wait 0 arrived last "
+           "(exact ties: each tied rank). "
            "Start skew = latest − earliest start; end skew = latest − earliest end. Comm = end − arrival "
            "= wait + transfer (the time after everyone arrived). Arrival = launch on the shared clock.")
 NUM = st.column_config.NumberColumn

@@ -30,7 +30,8 @@ BUCKETS_MB = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 25.0, 32.0, 64.0, 128.0]
 WORLD_SIZES = [1, 2, 3, 4, 8, 16, 32, 64, 128, 256]
 FORMULA = ("step = forward + max(backward end, last all-reduce end) + bookkeeping + optimizer. Buckets are "
            "re-packed in reverse registration order (DDP's rule) and all-reduced in order, each as soon as its "
-           "gradients are ready on every rank and a comm stream is free (NCCL: 1, gloo: 2 worker threads); ring all-reduce time = 2(N−1)·α + 2(N−1)/N · S/B. While a "
+           "gradients are ready on every rank and a comm stream is free (NCCL: 1, gloo: 2 worker threads); "
+           "ring all-reduce time = 2(N−1)·α + 2(N−1)/N · S/B. While a "
            "bucket is in flight, backward runs at (1 − kappa) of its speed: kappa is measured on the run.")
 
 
