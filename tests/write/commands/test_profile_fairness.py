@@ -26,7 +26,9 @@ def _profile(out: Path, *extra: str) -> tuple[Path, subprocess.CompletedProcess]
 
 @pytest.fixture(scope="module")
 def delayed_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    return _profile(tmp_path_factory.mktemp("trust"), "--inject-delay", "1:20")
+    # 50 ms: well above the step-to-step jitter of a loaded 2-core machine (one noisy step in 8
+    # collectives must not decide whether the injected straggler is named)
+    return _profile(tmp_path_factory.mktemp("trust"), "--inject-delay", "1:50")
 
 
 def test_every_job_gets_the_same_threads_and_its_own_cores(delayed_run) -> None:
@@ -65,7 +67,7 @@ def test_injected_straggler_is_named(delayed_run) -> None:
     for job in ("flat-ws2", "overlap-ws2"):
         mine = df[df["job_id"] == job].set_index("rank")
         assert mine.loc[1, "last_arrival_pct"] >= 90, (job, mine)
-        assert mine.loc[0, "mean_wait_ms"] > 10, (job, mine)  # rank 0 waits ~20 ms for rank 1
+        assert mine.loc[0, "mean_wait_ms"] > 10, (job, mine)  # rank 0 waits ~50 ms for rank 1
     text = subprocess.run([sys.executable, "-m", "dpcore", "stragglers", str(run)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120).stdout
     assert "rank 1 arrived last" in text
