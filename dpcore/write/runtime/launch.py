@@ -211,14 +211,19 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
                             raise JobFailed(r, _death_text(p.exitcode)) from None
                 else:
                     if time.monotonic() > deadline:
-                        raise JobFailed(-1, f"timed out after {timeout_s:.0f} s "
-                                            "(a rank hung; raise --timeout if the job is just slow)")
+                        raise JobFailed(-1, f"timed out after {timeout_s:.0f} s (a rank hung; raise --timeout "
+                                            "if the job is just slow)")
                     continue
             if status == "progress":
                 if on_progress is not None:
                     on_progress(value)
                 continue
             if status == "error":
+                if time.monotonic() > deadline:  # past the deadline a rank's error is the hang's echo
+                    # (gloo's own timeout in the rank that waited), not its cause: report the hang
+                    raise JobFailed(-1, f"timed out after {timeout_s:.0f} s (a rank hung; raise --timeout "
+                                        f"if the job is just slow); rank {rank} then failed: "
+                                        f"{str(value).strip().splitlines()[-1][:200] if str(value).strip() else '?'}")
                 raise _blame(rank, value, procs, got)
             out[rank] = value
             got.add(rank)
