@@ -3,7 +3,16 @@
 Blocking all-reduce after backward must show ~0% overlap; an async all-reduce launched from a
 gradient hook at the start of backward must show more; and the trace-based overlap (gloo spans vs
 main-thread operators) must agree with the interval-based one (steps/collectives on the same
-clock) within a few points. One spawn runs both modes to keep the test cheap.
+clock). One spawn runs both modes to keep the test cheap.
+
+Where the two instruments differ, and why: gloo reports no backend start, so the interval method's
+collective starts at its launch (the call to ``all_reduce``), while the trace's gloo span starts when
+gloo's worker thread picks the work up. The ends agree (the future's callback runs as the span
+closes). Between launch and pick-up the request waits for a CPU for the worker thread; during
+backward that wait is counted as overlapped comm by the interval method only. Measured on this 2-core
+machine: 1-22 ms per collective under load (CI saw a 16.7-point overlap gap from it). So the test
+checks each part: ends agree, launches precede the spans, and with the span's start as the backend
+start (the ``t_start_ns`` column the interval method takes when known) the two overlaps agree.
 """
 import json
 import os
@@ -11,6 +20,7 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -95,16 +105,39 @@ def gloo_run(tmp_path_factory):
     return out
 
 
-def _interval_overlap(d: Path) -> pd.DataFrame:
+def _gloo_spans(d: Path, rank: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """The rank's gloo spans (start, end, in perf_counter ns) and the trace-to-perf_counter offset.
+
+    The profiler's clock differs from perf_counter by a constant: the offset is the median of
+    (trace ``forward`` range start - recorded step start) over the profiled steps."""
+    ev = read_trace_dir(d)
+    ev = ev[ev["rank"] == rank]
+    rows = [r for r in json.loads((d / f"intervals{rank}.json").read_text()) if r["step"] >= 1]
+    fwd = ev[(ev["name"] == "forward") & (ev["category"] == "user_annotation")].sort_values("ts")
+    assert len(fwd) == len(rows)
+    offset = float(np.median(fwd["ts"].to_numpy(np.float64) * 1e3 - np.array([r["t_start_ns"] for r in rows])))
+    comm = ev[ev["kind"] == "comm"].sort_values("ts")
+    start = comm["ts"].to_numpy(np.float64) * 1e3 - offset
+    return start, start + comm["dur"].to_numpy(np.float64) * 1e3, offset
+
+
+def _interval_overlap(d: Path, backend_stamps: bool = False) -> pd.DataFrame:
+    """The interval method on the recorded steps and collectives; ``backend_stamps``: each profiled
+    collective's start and end are its gloo span's (matched in order), as on a backend that reports
+    them, so only the compute side (phase ranges vs operators) is left to differ."""
     steps, colls = [], []
     for rank in (0, 1):
+        spans = iter(zip(*_gloo_spans(d, rank)[:2], strict=True)) if backend_stamps else None
         for r in json.loads((d / f"intervals{rank}.json").read_text()):
             steps.append(dict(job_id="j", variant="v", world_size=2, bucket_mb=0.0, rank=rank, step=r["step"],
                               profiled=False, comm_ops=1, comm_bytes=0, samples=1,
                               **{k: r[k] for k in ("t_start_ns", "fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "step_ms")}))
             for seq, (a, b) in enumerate(r["colls"]):
+                start = None
+                if spans is not None and r["step"] >= 1:
+                    start, b = next(spans)
                 colls.append(dict(job_id="j", rank=rank, step=r["step"], seq=seq, op="all_reduce", algo="native",
-                                  bytes=0, t_launch_ns=a, t_start_ns=None, t_end_ns=b, bucket=-1))
+                                  bytes=0, t_launch_ns=a, t_start_ns=start, t_end_ns=b, bucket=-1))
     return step_breakdown(pd.DataFrame(steps), pd.DataFrame(colls))
 
 
@@ -119,7 +152,19 @@ def test_blocking_vs_async_overlap(gloo_run):
     assert trace["blocking"] < 2.0 and ivals["blocking"] < 2.0
     assert trace["async"] > trace["blocking"] + 5.0
     assert ivals["async"] > ivals["blocking"] + 5.0
-    # The two instruments differ here (a future callback's stamp against gloo's span): measured on
-    # this 2-core machine, trace - intervals ran from -1.4 to -8.0 points over 4 runs, so 10 points
-    # is the bound; a method that lost the overlap (0 %) still fails it by far.
-    assert abs(trace["async"] - ivals["async"]) < 10.0, (trace, ivals)
+    for rank in (0, 1):
+        starts, ends, _ = _gloo_spans(gloo_run / "async", rank)
+        rows = [r for r in json.loads((gloo_run / "async" / f"intervals{rank}.json").read_text()) if r["step"] >= 1]
+        launch = np.array([a for r in rows for a, _ in r["colls"]], dtype=np.float64)
+        done = np.array([b for r in rows for _, b in r["colls"]], dtype=np.float64)
+        assert len(launch) == len(starts) == STEPS - 1
+        # The stamps follow causality (1 ms of clock-offset slack): the launch precedes the worker's
+        # pick-up, and the future's callback runs once the work is done. How late each comes is the
+        # machine's load (a CPU for gloo's thread, the GIL for the callback): 1-22 ms measured here.
+        assert (starts - launch).min() > -1e6, (starts - launch) / 1e6
+        assert (done - ends).min() > -1e6, (done - ends) / 1e6
+        assert (done - launch > ends - starts - 1e6).all()
+    # With the backend's stamps, the two instruments measure the same comm: the overlaps agree within
+    # 5 points (what is left is compute: main-thread operators vs the phase ranges around them).
+    backend = _pct(_interval_overlap(gloo_run / "async", backend_stamps=True))
+    assert abs(trace["async"] - backend) < 5.0, (trace, backend, ivals)
