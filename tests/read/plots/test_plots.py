@@ -6,8 +6,6 @@ to something a browser can draw.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -106,10 +104,8 @@ def test_timeline_lanes_and_reduction_of_a_huge_trace() -> None:
     start = np.sort(rng.uniform(0, 500, n))
     big = pd.DataFrame(dict(rank=rng.integers(0, 2, n), lane=np.where(rng.random(n) < .7, "compute", "comm"),
                             name="aten::add", start_ms=start, end_ms=start + rng.uniform(0, .01, n)))
-    t0 = time.perf_counter()
     reduced = reduce_intervals(big, max_bars_per_lane=1500)
-    fig = timeline_figure(big)
-    assert time.perf_counter() - t0 < 5
+    fig = timeline_figure(big)  # its speed is benchmarked (benchmarks/), not timed here
     assert reduced.groupby(["rank", "lane"]).size().max() <= 1500
     assert reduced["ops"].sum() == n  # every op is accounted for in some merged bar
     assert sum(len(t.x) for t in fig.data) <= 4 * 1500

@@ -66,8 +66,12 @@ def test_injected_straggler_is_named(delayed_run) -> None:
     assert list(df.columns[:5]) == ["job_id", "rank", "collectives", "last_arrival_pct", "mean_wait_ms"]
     for job in ("flat-ws2", "overlap-ws2"):
         mine = df[df["job_id"] == job].set_index("rank")
-        assert mine.loc[1, "last_arrival_pct"] >= 90, (job, mine)
-        assert mine.loc[0, "mean_wait_ms"] > 10, (job, mine)  # rank 0 waits ~50 ms for rank 1
+        # Rank 1 sleeps 50 ms every step: last at (nearly) every collective on a quiet machine (100 %),
+        # 83 % measured at a load average of 23 on 2 cores, where a rank descheduled for 50 ms is common.
+        # The claim is that rank 1 is the one named, and that rank 0 waits for it.
+        assert mine.loc[1, "last_arrival_pct"] >= 75, (job, mine)
+        assert mine.loc[1, "last_arrival_pct"] > mine.loc[0, "last_arrival_pct"], (job, mine)
+        assert mine.loc[0, "mean_wait_ms"] > 20, (job, mine)  # rank 0 waits ~50 ms for rank 1
     text = subprocess.run([sys.executable, "-m", "dpcore", "stragglers", str(run)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120).stdout
     assert "rank 1 arrived last" in text

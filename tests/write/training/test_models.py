@@ -1,8 +1,6 @@
 """Models, synthetic data and the single-process variants (no process group needed)."""
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -55,7 +53,7 @@ def test_toy_has_every_awkward_case() -> None:
     assert all(s % 2 and s % 3 for s in sizes)
 
 
-def test_transformer_sizes_and_tiny_speed() -> None:
+def test_transformer_sizes_and_tiny_size() -> None:
     assert TRANSFORMER_SIZES["small"][:4] == (768, 3072, 12, 12)
     assert TRANSFORMER_SIZES["2.7B"][:4] == (2560, 10240, 32, 32)
     cfg = TrainConfig(model="transformer", size="tiny", batch_size=8)
@@ -64,9 +62,12 @@ def test_transformer_sizes_and_tiny_speed() -> None:
     x, y = make_batch(cfg, "transformer", 0, 8)
     loss = loss_fn("transformer")(m(x), y)
     assert abs(loss.item() - torch.log(torch.tensor(10000.0)).item()) < 0.5
-    t = time.perf_counter()
     loss.backward()
-    assert time.perf_counter() - t < 1.0
+    # "tiny" must stay a seconds-per-step model on a 2-core machine: its size is what keeps it so
+    # (a speed bound here would be a timed unit test; the step times are in the README's benchmark)
+    n = sum(p.numel() for p in m.parameters())
+    assert n == 742_144, n  # d=64, ff=256, 2 layers, 4 heads, 10k-token tied embedding
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
 
 
 def test_einsum_model() -> None:
