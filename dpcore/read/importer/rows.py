@@ -36,7 +36,8 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.config import IMPORTED
-from dpcore.contract.intervals import union_length
+from dpcore.contract.intervals import comm_start, union_length
+from dpcore.read.analysis.trace_arrivals import trace_comm_rows
 from dpcore.read.traces.kinds import AUTOGRAD_NODE, FOREIGN_PHASES, PHASE_CATEGORY
 from dpcore.read.traces.reader import on_host, step_ranges
 
@@ -102,9 +103,13 @@ def collective_rows(events: pd.DataFrame, job_id: str, backend: str,
                     offsets_ns: dict[int, int] | None = None) -> list[dict]:
     """collectives.csv rows of the comm events, ``*_ns`` on the shared clock (ts·1000 − offset).
 
-    Arrival (``t_launch_ns``) is the event's start, as in :func:`stragglers_from_traces`: when the
-    gloo thread picked the collective up, or when the NCCL kernel began; ``t_start_ns`` is only
-    known for kernels (the backend began then), empty for gloo.
+    Arrival (``t_launch_ns``) is the rank's enqueue where the trace links it (gloo: the
+    ``c10d::*`` / ``record_param_comms`` op on the calling thread, paired with its gloo span by
+    :func:`~dpcore.read.analysis.trace_arrivals.trace_comm_rows`, the same arrival ``stragglers``
+    reads from the traces), else the event's start; ``t_start_ns`` is the event's start: the
+    backend began then (gloo's worker picked it up, the kernel ran), which a trace does show.
+    So ``stragglers`` on an imported run and on its traces agree, and the interval method's comm
+    (which takes ``t_start_ns`` where known) is the trace's span, as ``analyze`` measures it.
     """
     comm = events[(events["kind"] == "comm") & (events["step"] >= 0)]
     comm = comm.sort_values(["rank", "step", "ts"], kind="stable")
@@ -112,18 +117,24 @@ def collective_rows(events: pd.DataFrame, job_id: str, backend: str,
         return []
     seq = comm.groupby(["rank", "step"]).cumcount().to_numpy()
     off = offsets_ns or {}
+    linked = trace_comm_rows(events)
+    linked = linked[linked["enqueued"].astype(bool)]
+    arrival_of = dict(zip(zip(linked["rank"].astype(int), linked["t_start_ns"].round().astype(np.int64)),
+                          linked["t_launch_ns"].round().astype(np.int64), strict=True))
     rows = []
     meta = comm["collective"] if "collective" in comm else pd.Series("", index=comm.index)
     nbytes = comm["bytes"] if "bytes" in comm else pd.Series(np.nan, index=comm.index)
-    for (rank, step, ts, dur, name, stream, coll, nb), q in zip(zip(
-            comm["rank"], comm["step"], comm["ts"], comm["dur"], comm["name"], comm["stream"], meta, nbytes), seq):
+    for (rank, step, ts, dur, name, coll, nb), q in zip(zip(
+            comm["rank"], comm["step"], comm["ts"], comm["dur"], comm["name"], meta, nbytes), seq):
         o = off.get(int(rank), 0)
-        start = int(round(ts * 1e3)) - o
+        start_raw = int(round(ts * 1e3))
+        start = start_raw - o
+        arrival = int(arrival_of.get((int(rank), start_raw), start_raw)) - o
         op = op_of(str(coll)) if coll else "unknown"
         rows.append({"job_id": job_id, "rank": int(rank), "step": int(step), "seq": int(q),
                      "op": op if op != "unknown" else op_of(str(name)), "algo": algo_of(str(name), backend),
                      "bytes": int(nb) if nb == nb else "",
-                     "t_launch_ns": start, "t_start_ns": start if stream >= 0 else "",
+                     "t_launch_ns": arrival, "t_start_ns": start,
                      "t_end_ns": int(round((ts + dur) * 1e3)) - o, "bucket": ""})
     return rows
 
@@ -149,7 +160,8 @@ def step_rows(events: pd.DataFrame, collectives: list[dict], job_id: str, world_
         # comm_ms as `analyze` measures it: the union of the comm events that belong to the step
         # (a kernel to the step that launched it), not clipped to the CPU range: a GPU step's
         # kernels run after the CPU has moved on, and they are still that step's communication
-        comm_ms = union_length([c["t_launch_ns"] for c in colls], [c["t_end_ns"] for c in colls]) / 1e6
+        comm_ms = union_length(comm_start([c["t_launch_ns"] for c in colls], [c["t_start_ns"] for c in colls]),
+                               [c["t_end_ns"] for c in colls]) / 1e6
         rows.append({"job_id": job_id, "variant": VARIANT, "world_size": world_size, "bucket_mb": "",
                      "rank": int(rank), "step": int(step), "profiled": True, "t_start_ns": t0,
                      "step_ms": dur / 1e3, "fwd_ms": _phase_ms(ev, names, "forward"),

@@ -140,3 +140,23 @@ def test_hta_trace_filter_2r() -> None:
     forced = collective_waits(rows.assign(seq=rows.groupby(["rank", "step"]).cumcount(), bytes=np.nan))
     assert len(forced) == 20 and (forced["wait_ms"] <= forced["comm_ms"]).all()
     assert wait_notes(forced)  # the old matching paired kernels that never met
+
+
+def test_imported_ddp_trace_gives_the_same_arrivals(tmp_path: Path) -> None:
+    """`dpcore import` writes the same arrival (the enqueue) into collectives.csv that stragglers
+    reads from the traces, so both commands name rank 1 in 100 % of the 24 collectives, and the
+    backend's start (the gloo span) is kept in t_start_ns for the comm interval."""
+    from dpcore.cli import main
+    from dpcore.read.rundir.load import load_run
+
+    assert main(["import", str(DDP), "--out", str(tmp_path), "--name", "ddp"]) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = load_run(run_dir)
+    coll = run.collectives
+    assert len(coll) == 2 * BUCKETS * STEPS and coll["t_start_ns"].notna().all()
+    assert (coll["t_launch_ns"] <= coll["t_start_ns"]).all() and (coll["t_launch_ns"] < coll["t_start_ns"]).any()
+    s = straggler_summary(collective_waits(coll)).set_index("rank")
+    assert s.loc[1, "last_arrival_pct"] == 100.0 and s.loc[1, "collectives"] == BUCKETS * STEPS
+    assert s.loc[0, "mean_wait_ms"] == pytest.approx(DELAY_MS, abs=5.0)
+    df = pd.read_csv(io.StringIO(stragglers_text(str(run_dir), csv=True))).set_index("rank")
+    assert df.loc[1, "last_arrival_pct"] == 100.0
