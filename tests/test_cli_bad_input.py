@@ -303,3 +303,36 @@ def test_built_in_model_sizes_match_the_models() -> None:
                 TrainConfig(model="einsum")):
         model = build_model(cfg)
         assert param_count(cfg.model, cfg.size, cfg.width) == sum(p.numel() for p in model.parameters())
+
+
+def _cli(args: list[str], cwd, timeout: int = 120) -> subprocess.CompletedProcess:
+    from pathlib import Path
+    env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "dpcore", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize("where", ["module", "function"])
+def test_model_that_calls_sys_exit_is_one_line_exit_2(where, tmp_path):
+    """Issue 25 item 11: it exited 3, silently, with the user's status."""
+    body = ("import sys\nsys.exit(3)\n" if where == "module"
+            else "import sys\ndef build():\n    sys.exit(3)\n")
+    (tmp_path / "quitter.py").write_text(body)
+    proc = _cli(["profile", "--model", "quitter:build", "--out", str(tmp_path / "out")], tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: --model quitter:build: ") \
+        and "sys.exit(3)" in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_that_never_returns_is_bounded_by_the_timeout(tmp_path):
+    """Issue 25 item 11: it hung the CLI. --timeout 2 bounds loading; the subprocess timeout
+    (120 s) is far above it, so only a hang fails this test, not a slow machine."""
+    (tmp_path / "forever.py").write_text("import time\ndef build():\n    while True:\n        time.sleep(0.1)\n")
+    proc = _cli(["profile", "--model", "forever:build", "--timeout", "2", "--out", str(tmp_path / "out")],
+                tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "did not finish within --timeout (2 s)" in lines[0], lines
+    assert not (tmp_path / "out").exists()
