@@ -13,10 +13,12 @@ defaults shown below are their fields' defaults.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 
 from dpcore.contract.config import (
     ALGOS,
@@ -261,12 +263,23 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
+@contextlib.contextmanager
+def _reader_may_be_gone() -> Iterator[None]:
+    """A run's end table into a closed pipe (``profile | head``): the run is on disk already,
+    so its exit status is the run's, not a silent 0; stdout goes to /dev/null from here."""
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _print_run_end(run_dir: os.PathLike[str] | str, code: int) -> None:
     """The end-of-run table (the dashboard's numbers: the same analysis functions) and status."""
     from dpcore.read.report.summarize import run_end_table
 
     table, failed = run_end_table(str(run_dir))
-    print(table)
+    with _reader_may_be_gone():
+        print(table, flush=True)
     status = {0: "complete", 130: "interrupted"}.get(code, "failed")
     print(f"\nrun {status}: {run_dir}" + (f" ({failed} job(s) failed; see run.json)" if failed else ""),
           file=sys.stderr)
@@ -285,7 +298,8 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     if run_dir is not None and opts.progress != "json":
         # the table through the read wing: the numbers `summarize` prints
         from dpcore.read.report.allreduce import allreduce_text
-        print(allreduce_text(str(run_dir)), end="")
+        with _reader_may_be_gone():
+            print(allreduce_text(str(run_dir)), end="", flush=True)
         status = {0: "complete", 130: "interrupted"}.get(code, "failed")
         print(f"\nrun {status}: {run_dir}", file=sys.stderr)
     return code

@@ -295,7 +295,7 @@ def _blame(rank: int, error: str, procs: list[Any], done: set[int]) -> JobFailed
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM for the duration of the block, then deliver them as they came.
 
     Why: Ctrl-C or the dashboard's Stop (SIGTERM) can land at any bytecode. Inside
@@ -318,6 +318,9 @@ def _signals_deferred() -> Iterator[None]:
                 signal.signal(s, handler)
         for s in dict.fromkeys(caught):
             signal.raise_signal(s)
+
+
+_signals_deferred = signals_deferred  # the launcher's own name for it
 
 
 def _reap(procs: list[Any], grace_s: float) -> None:
