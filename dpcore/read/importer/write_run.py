@@ -174,9 +174,12 @@ def _staging(out: Path, name: str | None) -> tuple[str, Path]:
 
 
 def import_traces(src: str | Path, out: str | Path = "profiles", name: str | None = None, *,
-                  iteration: int | None = None, align: str = "auto", command: list[str] | None = None) -> Imported:
+                  iteration: int | None = None, align: str = "auto", command: list[str] | None = None,
+                  within: Path | None = None) -> Imported:
     """Import the traces at ``src`` (a folder searched recursively, or one file) as a new run
-    under ``out``; returns what was written. UsageError (one line) for bad input."""
+    under ``out``; returns what was written. UsageError (one line) for bad input. ``within``:
+    every trace file read must really lie under this folder (symbolic links resolved), as the
+    dashboard requires of what it imports for a browser."""
     if align not in ALIGN:
         raise UsageError(f"bad clock alignment {align!r}; valid: {', '.join(ALIGN)}")
     if not str(out).strip():  # Path("") is the current folder: never write there unasked
@@ -186,6 +189,11 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         raise UsageError(f"no such file or directory: {src}")
     try:
         files = trace_files(src, iteration)
+        if within is not None:
+            outside = [f for f in files if not f.resolve().is_relative_to(within.resolve())]
+            if outside:
+                raise UsageError(f"{outside[0]} leads outside {within.resolve()} (a symbolic link?); "
+                                 "only traces under it can be imported here")
         metas, events, by_rank = _read(files)
     except TraceFormatError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None

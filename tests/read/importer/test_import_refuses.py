@@ -97,3 +97,52 @@ def test_import_out_that_cannot_hold_a_run_is_exit_2(kind, tmp_path, capsys, mon
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error: ") and needle in err and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "in"]  # nothing written
+
+
+# --- the dashboard's Import page reads only under one allowed folder (issue 25, item 8) --------
+
+def _page(root: Path):
+    from streamlit.testing.v1 import AppTest
+    script = ("from pathlib import Path\nimport streamlit as st\n"
+              "from dpcore.read.dashboard.pages.import_traces import render\n"
+              f"render(Path({str(root)!r}))\n")
+    return AppTest.from_string(script, default_timeout=60).run()
+
+
+def _import_from_page(at, path: str):
+    at.radio(key="imp-source").set_value("A folder or file on this machine").run()
+    at.text_input(key="imp-path").input(path).run()
+    return at.button(key="imp-go").click().run()
+
+
+def test_confined_refuses_what_lies_outside(tmp_path: Path) -> None:
+    from dpcore.contract.errors import UsageError
+    from dpcore.read.dashboard.pages.import_traces import confined
+    allowed = (tmp_path / "allowed").resolve()
+    (allowed / "job").mkdir(parents=True)
+    assert confined(str(allowed / "job"), allowed) == allowed / "job"
+    assert confined("job", allowed) == allowed / "job"  # relative: from the allowed folder
+    (allowed / "escape").symlink_to(tmp_path)
+    for bad in ("/", "/etc", "../", str(allowed / "job" / ".." / ".."), str(allowed / "escape"), "  "):
+        with pytest.raises(UsageError):
+            confined(bad, allowed)
+
+
+def test_the_page_imports_only_under_the_allowed_folder(tmp_path: Path, monkeypatch) -> None:
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    for r in range(2):
+        _write(outside / f"rank{r}.json", _shifted(r, 2, 0.0))
+        _write(allowed / "job" / f"rank{r}.json", _shifted(r, 2, 0.0))
+    (allowed / "sneaky").mkdir()
+    (allowed / "sneaky" / "rank0.json").symlink_to(outside / "rank0.json")  # a file leading out
+    monkeypatch.setenv("DPCORE_IMPORT_ROOT", str(allowed))
+    root = tmp_path / "profiles"
+    at = _page(root)
+    for path, needle in ((str(outside), "is outside"), ("/", "is outside"),
+                         (str(allowed / "sneaky"), "leads outside")):
+        at = _import_from_page(at, path)
+        assert any(needle in e.value for e in at.error), [e.value for e in at.error]
+        assert "open_run" not in at.session_state
+        assert not root.exists() or not [p for p in root.iterdir() if not p.name.startswith(".")]
+    at = _import_from_page(at, str(allowed / "job"))
+    assert not at.error and at.session_state["open_run"]
