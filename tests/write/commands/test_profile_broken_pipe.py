@@ -29,3 +29,19 @@ def test_a_closed_progress_pipe_does_not_fail_the_run(tmp_path: Path) -> None:
     assert meta["status"] == "complete", meta
     assert [j["status"] for j in meta["jobs"]] == ["complete", "complete"]
     assert "stdout was closed (broken pipe)" in err and "Traceback" not in err, err[-2000:]
+
+
+def test_a_closed_pipe_keeps_the_runs_exit_status(tmp_path: Path) -> None:
+    """`profile | head` with a job that fails: the end table meets a closed pipe, and the exit
+    status is still the run's (1), not the silent 0 it was."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dpcore", "profile", "--variants", "flat", "--world-sizes", "2",
+         "--width", "16", "--steps", "2", "--warmup", "0", "--no-trace", "--progress", "none",
+         "--run-id", "failing", "--out", str(tmp_path), "--timeout", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "DPCORE_FAIL_JOB": "flat-ws2"})
+    proc.stdout.close()  # the reader is gone before the table is printed
+    _, err = proc.communicate(timeout=300)
+    meta = json.loads((tmp_path / "failing" / "run.json").read_text())
+    assert meta["status"] == "failed"
+    assert proc.returncode == 1, err.decode()[-2000:]
