@@ -13,10 +13,12 @@ defaults shown below are their fields' defaults.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 
 from dpcore.contract.config import (
     ALGOS,
@@ -27,6 +29,7 @@ from dpcore.contract.config import (
     SIZES,
     VARIANTS,
     TrainConfig,
+    check_timeout,
     default_of,
     is_model_spec,
     parse_bucket_sweep,
@@ -37,6 +40,7 @@ from dpcore.contract.config import (
     size_text,
 )
 from dpcore.contract.errors import UsageError
+from dpcore.contract.limits import check_world_sizes
 from dpcore.contract.options import AllreduceOptions, ProfileOptions, RunOptions, VerifyOptions
 
 
@@ -194,22 +198,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _load_workload(model: str, seed: int, world_sizes: tuple[int, ...]) -> object | None:
+def _load_workload(model: str, seed: int, world_sizes: tuple[int, ...],
+                   timeout_s: float) -> object | None:
     """For MODULE:FUNCTION, load the workload here, once, in this process (import, FUNCTION(),
     a 2 x world-size batch, one forward + loss), so every mistake in it is one line and exit 2
-    before any rank starts or any run directory exists. None for a built-in model."""
+    before any rank starts or any run directory exists; within the job ``--timeout``, so one
+    that never returns is refused too. None for a built-in model."""
     if not is_model_spec(model):
         return None
     from dpcore.write.training.workload import check_workload
 
-    return check_workload(model, seed, world_sizes)
+    return check_workload(model, seed, world_sizes, timeout_s)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     opts = VerifyOptions(model=args.model, world_size=args.world_size, steps=args.steps,
                          variants=tuple(parse_choices(args.variants, "variant", VARIANTS)),
                          backend=args.backend, timeout_s=args.timeout)
-    workload = _load_workload(args.model, args.seed, (opts.world_size,))
+    workload = _load_workload(args.model, args.seed, (opts.world_size,), opts.timeout_s)
     from dpcore.write.commands.verify import format_table, run_verify, spec_bucket_mb, verify_config
 
     given = {k: getattr(args, k) for k in ("batch_size", "lr") if getattr(args, k) is not None}
@@ -226,7 +232,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     world_sizes = tuple(parse_int_list(args.world_sizes, "world sizes"))
-    workload = _load_workload(args.model, args.seed, world_sizes)
+    check_world_sizes(world_sizes, "--world-sizes")  # before the workload's 2 x world-size batch
+    workload = _load_workload(args.model, args.seed, world_sizes, check_timeout(args.timeout))
     batch = args.batch_size
     if batch is None:  # the model's own default: a user's Workload.batch_size, einsum's b
         if workload is not None:
@@ -256,12 +263,23 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
+@contextlib.contextmanager
+def _reader_may_be_gone() -> Iterator[None]:
+    """A run's end table into a closed pipe (``profile | head``): the run is on disk already,
+    so its exit status is the run's, not a silent 0; stdout goes to /dev/null from here."""
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _print_run_end(run_dir: os.PathLike[str] | str, code: int) -> None:
     """The end-of-run table (the dashboard's numbers: the same analysis functions) and status."""
     from dpcore.read.report.summarize import run_end_table
 
     table, failed = run_end_table(str(run_dir))
-    print(table)
+    with _reader_may_be_gone():
+        print(table, flush=True)
     status = {0: "complete", 130: "interrupted"}.get(code, "failed")
     print(f"\nrun {status}: {run_dir}" + (f" ({failed} job(s) failed; see run.json)" if failed else ""),
           file=sys.stderr)
@@ -280,7 +298,8 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     if run_dir is not None and opts.progress != "json":
         # the table through the read wing: the numbers `summarize` prints
         from dpcore.read.report.allreduce import allreduce_text
-        print(allreduce_text(str(run_dir)), end="")
+        with _reader_may_be_gone():
+            print(allreduce_text(str(run_dir)), end="", flush=True)
         status = {0: "complete", 130: "interrupted"}.get(code, "failed")
         print(f"\nrun {status}: {run_dir}", file=sys.stderr)
     return code

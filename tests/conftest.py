@@ -1,9 +1,19 @@
 """Suite-wide fixtures."""
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_dashboard_lock(tmp_path_factory: pytest.TempPathFactory):
+    """The dashboard's profile lock is machine-wide (one lock file in the temporary folder);
+    this suite's dashboards take their own, so that tests running beside other suites on one
+    machine do not wait for each other's profiles."""
+    os.environ.setdefault("DPCORE_LOCK_DIR", str(tmp_path_factory.mktemp("dashboard-lock")))
+    yield
 
 
 @pytest.fixture(autouse=True)

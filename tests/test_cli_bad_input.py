@@ -71,7 +71,7 @@ def test_run_id_cannot_leave_the_profiles_folder(bad, capsys, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("sweep", ["abc", "nan", "inf", "-1", "0", "1,,x"])
+@pytest.mark.parametrize("sweep", ["abc", "nan", "inf", "-1", "0", "1,x", "1e30"])
 def test_bad_bucket_sweep_is_one_line(sweep, capsys, tmp_path):
     rc = main(["profile", "--bucket-sweep", sweep, "--out", str(tmp_path)])
     err = capsys.readouterr().err
@@ -122,7 +122,7 @@ OPTION_CASES = [
     ("TrainConfig(lr=float('nan'))", "--lr must be a finite number >= 0, got nan"),
     ("TrainConfig(model='transformer', size='huge')", "unknown size huge; valid choices: tiny"),
     ("TrainConfig(scaling='diagonal')", "unknown scaling mode diagonal; valid choices: weak, strong"),
-    ("TrainConfig(bucket_mb=0.0)", "--bucket-mb must be a positive number of MB, got 0.0"),
+    ("TrainConfig(bucket_mb=0.0)", "--bucket-mb must be a positive number of MB, at most 1048576, got 0"),
     ("TrainConfig(optimizer='lbfgs')", "unknown optimizer lbfgs; valid choices: sgd, adam, adamw"),
     ("TrainConfig(delay_rank=1, delay_ms=0.0)", "--inject-delay must sleep between 0 and 60000 ms, got 0"),
     ("TrainConfig(model='resnet')", "--model must be one of mlp, transformer, einsum or MODULE:FUNCTION"),
@@ -201,3 +201,138 @@ def test_cli_defaults_are_the_options_defaults(monkeypatch, tmp_path, capsys) ->
     assert (got["args"][0], kw["model"], kw["steps"], tuple(kw["variants"]), kw["backend"],
             kw["timeout_s"]) == (d.world_size, d.model, d.steps, d.variants, d.backend, d.timeout_s)
     assert not list(tmp_path.iterdir())  # nothing ran
+
+
+# --- issue 25: what the machine cannot hold, what cannot fit, empty items (items 2, 10, 11) -----
+
+def _never_runs(monkeypatch) -> None:
+    """Make every command's job runner a test failure: a refusal must come before it (and a
+    fork bomb that got through would otherwise really start)."""
+    import importlib
+
+    def ran(*a, **k):
+        raise AssertionError("the command ran instead of refusing its input")
+    for mod, fn in (("dpcore.write.commands.profile", "run_profile"),
+                    ("dpcore.write.commands.allreduce", "run_allreduce"),
+                    ("dpcore.write.commands.verify", "run_verify")):
+        monkeypatch.setattr(importlib.import_module(mod), fn, ran)
+
+
+REFUSED_BEFORE_RUNNING = [
+    # item 2: a fork bomb otherwise (a store for 100,001 workers, then forks until fork() fails)
+    (["profile", "--world-sizes", "100000"], "--world-sizes 100000 is more ranks than this machine can hold"),
+    (["allreduce", "--world-sizes", "2,100000"], "--world-sizes 100000 is more ranks than this machine"),
+    (["verify", "--world-size", "100000"], "--world-size 100000 is more ranks than this machine can hold"),
+    (["profile", "--threads-per-rank", "100000"], "--threads-per-rank must be between 1 and"),
+    # item 10: accepted, then every job failed
+    (["profile", "--seed", str(2**64)], "--seed must be between 0 and 9223372036854775807"),
+    (["profile", "--seed", "-1"], "--seed must be between 0 and"),
+    (["profile", "--bucket-mb", "1e30"], "--bucket-mb must be a positive number of MB, at most 1048576"),
+    (["profile", "--timeout", "1e-9"], "--timeout must be a number of seconds > 0, from 1 to 1000000"),
+    (["verify", "--timeout", "0.001"], "--timeout must be a number of seconds > 0, from 1"),
+    (["profile", "--batch-size", str(10**12)], "--batch-size 1000000000000 at world size 2 needs at least"),
+    (["profile", "--width", str(10**9)], "--model mlp --width 1000000000 needs at least"),
+    (["verify", "--model", "mlp", "--width", str(10**9)], "--width 1000000000 needs at least"),
+    (["allreduce", "--sizes", "1000GB"], "--sizes 1073741824000 bytes at world size 4 needs at least"),
+    # item 11: empty items were silently dropped; --out '' wrote into the current folder;
+    # --run-id _x was written and hidden from every listing
+    (["profile", "--world-sizes", "1,,2"], "empty item in world sizes '1,,2'"),
+    (["profile", "--world-sizes", "1,2,"], "empty item in world sizes '1,2,'"),
+    (["profile", "--variants", "flat,,flat"], "empty item in variant 'flat,,flat'"),
+    (["profile", "--bucket-sweep", ",,"], "empty item in --bucket-sweep ',,'"),
+    (["allreduce", "--sizes", "1KB,,4KB"], "empty item in --sizes '1KB,,4KB'"),
+    (["allreduce", "--algos", "ring,"], "empty item in algorithm 'ring,'"),
+    (["verify", "--variants", ","], "empty item in variant ','"),
+    (["profile", "--out", ""], "--out is empty"),
+    (["allreduce", "--out", " "], "--out is empty"),
+    (["profile", "--run-id", "_x"], "bad --run-id '_x'"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", REFUSED_BEFORE_RUNNING, ids=[" ".join(a) for a, _ in REFUSED_BEFORE_RUNNING])
+def test_what_cannot_run_is_refused_before_anything_runs(argv, needle, capsys, tmp_path, monkeypatch):
+    _never_runs(monkeypatch)
+    monkeypatch.chdir(tmp_path)  # --out '' would write here
+    extra = ["--out", str(tmp_path)] if argv[0] != "verify" and "--out" not in argv else []
+    rc = main([*argv, *extra])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith("error: ") and needle in err and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_world_size_bound_is_what_the_machine_holds(monkeypatch) -> None:
+    """Known answer: with 1 GiB available and the open-file limit high, at most 10 ranks of
+    >= 100 MiB; under torchrun the world exists already and is not bounded here."""
+    import resource
+
+    from dpcore.contract import limits
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert limits.max_local_ranks() == (10, "1.0 GiB of available memory at >= 100.0 MiB per rank")
+    limits.check_world_sizes((1, 10), "--world-sizes")
+    _refused(lambda: limits.check_world_sizes((11,), "--world-sizes"),
+             "--world-sizes 11 is more ranks than this machine can hold: at most 10")
+    for k, v in (("RANK", "0"), ("WORLD_SIZE", "64"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(k, v)
+    limits.check_world_sizes((64,), "--world-sizes")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--world-sizes", str(10**8)], "--world-sizes 100000000 is beyond what whatif models"),
+    (["--world-sizes", "2,,4"], "empty item in --world-sizes '2,,4'"),
+    (["--bucket-mb", "1e30"], "bad --bucket-mb value '1e30'"),
+    (["--bucket-mb", "1,,4"], "empty item in --bucket-mb '1,,4'"),
+    (["--algo", ""], "unknown algorithm ''"),
+])
+def test_whatif_refuses_what_it_cannot_model(argv, needle, capsys):
+    from pathlib import Path
+    sample = next(p for p in sorted((Path(__file__).parents[1] / "profiles").iterdir())
+                  if (p / "run.json").exists() and "bucketed-ws2-b25" in (p / "run.json").read_text())
+    rc = main(["whatif", str(sample), "--job", "bucketed-ws2-b25", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: ") and needle in err and err.count("\n") == 1, err
+
+
+def test_built_in_model_sizes_match_the_models() -> None:
+    """The torch-free parameter counts that refuse a too-large --width are the built models'."""
+    from dpcore.contract.config import TrainConfig
+    from dpcore.contract.limits import param_count
+    from dpcore.write.training.models import build_model
+    for cfg in (TrainConfig(model="mlp", width=48), TrainConfig(model="transformer", size="tiny"),
+                TrainConfig(model="einsum")):
+        model = build_model(cfg)
+        assert param_count(cfg.model, cfg.size, cfg.width) == sum(p.numel() for p in model.parameters())
+
+
+def _cli(args: list[str], cwd, timeout: int = 120) -> subprocess.CompletedProcess:
+    from pathlib import Path
+    env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "dpcore", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize("where", ["module", "function"])
+def test_model_that_calls_sys_exit_is_one_line_exit_2(where, tmp_path):
+    """Issue 25 item 11: it exited 3, silently, with the user's status."""
+    body = ("import sys\nsys.exit(3)\n" if where == "module"
+            else "import sys\ndef build():\n    sys.exit(3)\n")
+    (tmp_path / "quitter.py").write_text(body)
+    proc = _cli(["profile", "--model", "quitter:build", "--out", str(tmp_path / "out")], tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: --model quitter:build: ") \
+        and "sys.exit(3)" in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_that_never_returns_is_bounded_by_the_timeout(tmp_path):
+    """Issue 25 item 11: it hung the CLI. --timeout 2 bounds loading; the subprocess timeout
+    (120 s) is far above it, so only a hang fails this test, not a slow machine."""
+    (tmp_path / "forever.py").write_text("import time\ndef build():\n    while True:\n        time.sleep(0.1)\n")
+    proc = _cli(["profile", "--model", "forever:build", "--timeout", "2", "--out", str(tmp_path / "out")],
+                tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "did not finish within --timeout (2 s)" in lines[0], lines
+    assert not (tmp_path / "out").exists()

@@ -78,3 +78,17 @@ def hanging_workload():
         return torch.randn(n, 4, generator=gen), torch.randn(n, 2, generator=gen)
 
     return dpcore.Workload(Hang(), make_batch, torch.nn.functional.mse_loss, batch_size=4)
+
+
+def wait_for_go(ctx, folder: str):
+    """Rank 0 says it is running (``ready``), then every rank waits until the test writes
+    ``go``: the job, and the launcher's store, stay up while the test looks at them."""
+    from pathlib import Path
+    d = Path(folder)
+    if ctx.rank == 0:
+        (d / "ready").write_text("1")
+    end = time.monotonic() + 60
+    while not (d / "go").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    dist.barrier()
+    return ctx.rank

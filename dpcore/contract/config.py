@@ -17,6 +17,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from dpcore.contract.errors import UsageError, choices_error
+from dpcore.contract.limits import MAX_BUCKET_MB, MAX_SEED, check_fits, param_count
 
 # docs/DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
 # dpcore.write.dp.variants and dpcore.write.dp.comm re-export them next to their implementations).
@@ -119,8 +120,11 @@ class TrainConfig:
         check_int("--warmup", self.warmup, 0)
         if self.profile_steps < 0:
             raise profile_steps_error(self.steps, self.profile_steps)
-        if not (math.isfinite(self.bucket_mb) and self.bucket_mb > 0):
-            raise UsageError(f"--bucket-mb must be a positive number of MB, got {self.bucket_mb}")
+        if not (math.isfinite(self.bucket_mb) and 0 < self.bucket_mb <= MAX_BUCKET_MB):
+            raise UsageError(f"--bucket-mb must be a positive number of MB, at most "
+                             f"{MAX_BUCKET_MB:.0f}, got {self.bucket_mb:g}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be between 0 and {MAX_SEED} (2**63 - 1), got {self.seed}")
         if not (math.isfinite(self.lr) and self.lr >= 0):
             raise UsageError(f"--lr must be a finite number >= 0, got {self.lr:g}")
         check_choices((self.optimizer,), "optimizer", OPTIMIZERS)
@@ -131,6 +135,11 @@ class TrainConfig:
         if self.delay_rank >= 0 and not 0 < self.delay_ms <= MAX_DELAY_MS:
             raise UsageError(f"--inject-delay must sleep between 0 and {MAX_DELAY_MS:.0f} ms, "
                              f"got {self.delay_ms:g}")
+        params = param_count(self.model, self.size, self.width)
+        if params is not None:  # weights + gradients, float32, in one replica at the least
+            check_fits(f"--model {self.model}" + (f" --width {self.width}" if self.model == "mlp"
+                                                  else f" --size {self.size}"),
+                       params * 4 * 2, "choose a smaller model")
 
     def global_batch(self, world_size: int) -> int:
         return self.batch_size * world_size if self.scaling == "weak" else self.batch_size
@@ -160,9 +169,19 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
+def split_items(text: str, what: str, example: str) -> list[str]:
+    """'a,b' -> ['a', 'b'] (stripped). An empty item ('1,,2', a trailing comma, '') is refused,
+    not dropped: it is a typo whose intended value is unknown, and silently running fewer
+    jobs than were asked for hides it."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise UsageError(f"empty item in {what} {text!r}; give comma-separated values like {example}")
+    return items
+
+
 def parse_size_list(text: str) -> tuple[int, ...]:
     """'1KB,64KB' -> (1024, 65536): sizes in bytes, each once, in the order given."""
-    return tuple(dict.fromkeys(parse_size(s) for s in text.split(",") if s.strip()))
+    return tuple(dict.fromkeys(parse_size(s) for s in split_items(text, "--sizes", "1KB,64KB,1MB")))
 
 
 def size_text(nbytes: int) -> str:
@@ -190,8 +209,9 @@ def check_int_list(values: Iterable[int], what: str, minimum: int = 1, text: str
 
 def parse_int_list(text: str, what: str, minimum: int = 1) -> list[int]:
     """'1,2,4' -> [1, 2, 4], with a clear error naming ``what``."""
+    items = split_items(text, what, "1,2,4")
     try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
+        vals = [int(v) for v in items]
     except ValueError:
         raise UsageError(f"bad {what} {text!r}; expected comma-separated integers like 1,2,4") from None
     check_int_list(vals, what, minimum, text)
@@ -213,7 +233,7 @@ def parse_choices(text: str, what: str, valid: tuple[str, ...], all_ok: bool = T
     """'a,b' or 'all' -> list, rejecting unknown names with the valid choices."""
     if all_ok and text.strip() == "all":
         return list(valid)
-    vals = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    vals = list(dict.fromkeys(split_items(text, what, ",".join(valid[:2]))))
     check_choices(vals, what, valid, all_ok, text)
     return vals
 
@@ -222,13 +242,14 @@ def check_bucket_sweep(values: Iterable[float], shown: Iterable[str] | None = No
     """Every bucket size of a sweep finite and > 0 MB (``shown``: as the user wrote them)."""
     vals = list(values)
     for mb, item in zip(vals, shown if shown is not None else map(str, vals)):
-        if not (math.isfinite(mb) and mb > 0):
-            raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB like 1,10,25,100")
+        if not (math.isfinite(mb) and 0 < mb <= MAX_BUCKET_MB):
+            raise UsageError(f"bad --bucket-sweep value {item!r}; use positive MB up to "
+                             f"{MAX_BUCKET_MB:.0f} like 1,10,25,100")
 
 
 def parse_bucket_sweep(text: str) -> tuple[float, ...]:
     """'1,10,25' (MB) or sizes with units ('512KB,4MB') -> MB, all finite and > 0."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
+    items = split_items(text, "--bucket-sweep", "1,10,25,100") if text.strip() else []
     out = []
     for item in items:
         try:
@@ -262,18 +283,22 @@ def profile_steps_error(steps: int, got: int) -> UsageError:
 
 #: Longest accepted job timeout (seconds): beyond it c10d's millisecond timeouts overflow.
 MAX_TIMEOUT_S = 1e6
+#: Shortest accepted job timeout (seconds): below it no rank can even join the rendezvous
+#: (forking a rank and connecting to the store take ~0.1-1 s), so every job would fail with
+#: c10d's C++ frames instead of a measurement.
+MIN_TIMEOUT_S = 1.0
 #: How long a job may run before it is killed and reported, unless --timeout says otherwise.
 DEFAULT_TIMEOUT_S = 300.0
 
 
 def check_timeout(timeout_s: float, option: str = "--timeout") -> float:
-    """A job timeout must be a finite number of seconds in (0, MAX_TIMEOUT_S]: 0 or less makes
-    every rendezvous fail at once with pages of c10d C++ frames, and nan/inf overflow it.
+    """A job timeout must be a finite number of seconds in [MIN_TIMEOUT_S, MAX_TIMEOUT_S]: less
+    makes every rendezvous fail at once with pages of c10d C++ frames, and nan/inf overflow it.
     One rule for the command options (before anything runs) and the launcher (library callers)."""
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
-            and 0 < timeout_s <= MAX_TIMEOUT_S):
-        raise UsageError(f"{option} must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}, "
-                         f"got {timeout_s:g}")
+            and MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S):
+        raise UsageError(f"{option} must be a number of seconds > 0, from {MIN_TIMEOUT_S:g} to "
+                         f"{MAX_TIMEOUT_S:.0f}, got {timeout_s:g}")
     return float(timeout_s)
 
 
@@ -283,14 +308,16 @@ def check_backend(backend: str) -> None:
         raise choices_error("backend", backend, BACKENDS)
 
 
-_RUN_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+#: A run id starts with a letter or digit: listings hide folders starting with '.' or '_'
+#: (the dashboard's own), so a run named '_x' would be written and never shown.
+_RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 def check_run_id(run_id: str | None) -> None:
     """Run ids become folder names under --out: letters, digits, '-', '_' and '.' only."""
     if run_id is not None and not _RUN_ID_RE.fullmatch(run_id):
         raise UsageError(f"bad --run-id {run_id!r}; use letters, digits, '-', '_' and '.' "
-                         "(no slashes), e.g. my-run-1")
+                         "(no slashes), starting with a letter or digit, e.g. my-run-1")
 
 
 def default_of(cls: type, name: str) -> Any:

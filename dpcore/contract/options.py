@@ -29,6 +29,13 @@ from dpcore.contract.config import (
     profile_steps_error,
 )
 from dpcore.contract.errors import UsageError
+from dpcore.contract.limits import (
+    batch_bytes,
+    check_fits,
+    check_threads,
+    check_world_sizes,
+    param_count,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +55,9 @@ class RunOptions:
         check_choices((self.progress,), "progress mode", PROGRESS_MODES)
         check_backend(self.backend)
         check_run_id(self.run_id)
-        # --out is checked where the run folder is made (RunWriter): the file system decides
+        if not self.out.strip():  # Path("") is the current folder: never write there unasked
+            raise UsageError("--out is empty; give the folder the run is written into, e.g. profiles")
+        # whether --out can hold a run is checked where the folder is made (RunWriter)
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,10 @@ class ProfileOptions(RunOptions):
             check_model_name(self.train.model)
         check_choices(self.variants, "variant", VARIANTS, all_ok=True)
         check_int_list(self.world_sizes, "world sizes")
+        check_world_sizes(self.world_sizes, "--world-sizes")
         check_bucket_sweep(self.bucket_sweep)
         check_int("--threads-per-rank", self.threads_per_rank, 1)
+        check_threads(self.threads_per_rank)
         cfg = self.train
         if self.trace and not 0 < cfg.profile_steps <= cfg.steps:
             raise profile_steps_error(cfg.steps, cfg.profile_steps)
@@ -81,6 +92,13 @@ class ProfileOptions(RunOptions):
         if cfg.delay_rank >= top:
             raise UsageError(f"--inject-delay rank {cfg.delay_rank} does not exist; valid ranks: "
                              f"0..{top - 1}")
+        # every rank of the largest job draws the whole global batch, then holds its weights
+        # and gradients: a lower bound of what that job needs on this host
+        batch = batch_bytes(cfg.model, cfg.size, cfg.global_batch(top))
+        params = param_count(cfg.model, cfg.size, cfg.width)
+        if batch is not None and params is not None:
+            check_fits(f"--batch-size {cfg.batch_size} at world size {top}",
+                       top * (batch + params * 4 * 2), "choose a smaller --batch-size or world size")
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,7 @@ class AllreduceOptions(RunOptions):
         super().__post_init__()
         check_choices(self.algos, "algorithm", ALGOS, all_ok=True)
         check_int_list(self.world_sizes, "world sizes")
+        check_world_sizes(self.world_sizes, "--world-sizes")
         if not self.sizes:
             raise UsageError("--sizes is empty; give sizes like 1KB,64KB,1MB")
         bad = [s for s in self.sizes if s < 4 or s % 4]
@@ -105,6 +124,11 @@ class AllreduceOptions(RunOptions):
                              f"{', '.join(map(str, bad))}; e.g. 1KB,64KB,1MB")
         check_int("--warmup", self.warmup, 0)
         check_int("--repeats", self.repeats, 0, " (0 = adaptive)")
+        # every rank holds its message and the result (the algorithms keep at least one more
+        # buffer of chunks): two copies per rank at the least
+        top = max(self.world_sizes)
+        check_fits(f"--sizes {max(self.sizes)} bytes at world size {top}", 2 * max(self.sizes) * top,
+                   "choose smaller --sizes or world sizes")
 
 
 @dataclass(frozen=True)
@@ -123,6 +147,7 @@ class VerifyOptions:
         check_model_name(self.model, VERIFY_MODELS)
         check_timeout(self.timeout_s)
         check_int("--world-size", self.world_size, 1)
+        check_world_sizes((self.world_size,), "--world-size")
         check_int("--steps", self.steps, 1)
         check_choices(self.variants, "variant", VARIANTS, all_ok=True)
         check_backend(self.backend)

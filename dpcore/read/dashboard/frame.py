@@ -89,6 +89,8 @@ def landing(root: Path, app_dir: Path) -> None:
         "Start with a quick CPU profile: a tiny MLP trained by `single`, `flat`, `ring`, `overlap` and `bucketed` "
         "data parallelism on 1 and 2 processes (gloo). It takes about a minute.")
     busy = st.session_state.get("launch") is not None
+    if st.session_state.get("launch_busy"):  # another dashboard's profile holds the machine
+        st.warning(md(st.session_state.pop("launch_busy")))
     if st.button("Run a quick CPU profile", type="primary", disabled=busy, key="quick"):
         launcher.quick_start(root, app_dir)
         st.rerun()

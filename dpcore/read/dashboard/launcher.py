@@ -5,13 +5,24 @@ Streamlit script must never block on it. Two daemon threads copy the child's std
 lists held in session state; an `st.fragment(run_every=...)` redraws only the progress box once
 a second; when the child exits, one full rerun opens the new run. The command is an argument
 list (no shell), built only from validated form values, so nothing typed into the page runs.
+
+Why a job cap and a machine-wide lock: the page is reachable by whoever reaches the server, and
+a profile takes the whole machine (every rank pinned to its own CPUs). A form that starts 1,825
+jobs, or two sessions that each start one pinned to the same CPUs (both then measure each
+other), cost hours and give wrong numbers. So the form refuses more than
+:data:`MAX_FORM_JOBS` jobs (the CLI is there for big sweeps), and a profile started from any
+dashboard on this machine holds an exclusive ``flock`` on one lock file (in ``$DPCORE_LOCK_DIR``,
+default the system's temporary folder) for as long as its process lives: the lock is the
+child's (its inherited descriptor), so it ends with the child however the child ends.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,12 +30,63 @@ from pathlib import Path
 
 import streamlit as st
 
-from dpcore.contract.config import MODELS, OPTIMIZERS, SIZES, VARIANTS, parse_bucket_sweep
+from dpcore.contract.config import (
+    BUCKET_SENSITIVE,
+    MODELS,
+    OPTIMIZERS,
+    SINGLE_PROCESS,
+    SIZES,
+    VARIANTS,
+    parse_bucket_sweep,
+)
 from dpcore.read.dashboard.picker import OPEN_ON_OVERVIEW
 from dpcore.read.dashboard.text import md
 
 QUICK = dict(model="mlp", size="tiny", variants=["single", "flat", "ring", "overlap", "bucketed"],
              world_sizes=[1, 2], steps=6, bucket_mb=25.0, bucket_sweep=[])
+#: Most jobs one profile started from the form may have (every variant at all six world sizes
+#: with a 4-size sweep is 110; 1,825 was accepted before): bigger sweeps are the CLI's.
+MAX_FORM_JOBS = 120
+#: Environment variable naming the folder of the machine-wide lock file (default: tempdir).
+LOCK_DIR_ENV = "DPCORE_LOCK_DIR"
+LOCK_NAME = "dpcore-dashboard-profile.lock"
+
+
+def job_count(variants: list[str], world_sizes: list[int], bucket_mb: float, sweep: list[float]) -> int:
+    """How many jobs ``profile`` runs for these form values (its plan: single-process variants
+    once, the others at every world size, bucket-sensitive ones at every bucket size)."""
+    buckets = len(set(sweep) | {float(bucket_mb)})
+    return sum(1 if v in SINGLE_PROCESS else len(set(world_sizes)) * (buckets if v in BUCKET_SENSITIVE else 1)
+               for v in dict.fromkeys(variants))
+
+
+def lock_path() -> Path:
+    return Path(os.environ.get(LOCK_DIR_ENV) or tempfile.gettempdir()) / LOCK_NAME
+
+
+def _try_lock() -> tuple[int | None, str]:
+    """(descriptor holding the exclusive lock, "") or (None, what holds it)."""
+    path = lock_path()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        return None, f"the lock file {path} cannot be opened ({exc.strerror})"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 300, 0).decode("utf-8", "replace").strip() or "another process"
+        os.close(fd)
+        return None, holder
+    return fd, ""
+
+
+def machine_busy() -> str:
+    """What is profiling on this machine from a dashboard ("" when nothing is): the lock is
+    tried and, when free, given back at once."""
+    fd, holder = _try_lock()
+    if fd is not None:
+        os.close(fd)
+    return holder
 
 
 @dataclass
@@ -104,11 +166,24 @@ def _pump(stream, sink: list[str]) -> None:
     stream.close()
 
 
+class MachineBusy(RuntimeError):
+    """A profile started from a dashboard is already running on this machine."""
+
+
 def start(cmd: list[str], cwd: Path) -> Launch:
-    """Spawn the profiler and its two reader threads; store nothing but the handle."""
+    """Take the machine's lock, spawn the profiler holding it, start its two reader threads;
+    store nothing but the handle. :class:`MachineBusy` (naming the holder) when it is taken."""
+    fd, holder = _try_lock()
+    if fd is None:
+        raise MachineBusy(f"a profile is already running on this machine ({holder}); one at a time")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                stdin=subprocess.DEVNULL, pass_fds=(fd,))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {proc.pid}, started {time.strftime('%H:%M:%S')}".encode(), 0)
+    finally:
+        os.close(fd)  # from here the lock is the child's alone: it ends when the child does
     launch = Launch(cmd, proc)
     for stream, sink in ((proc.stdout, launch.out), (proc.stderr, launch.err)):
         threading.Thread(target=_pump, args=(stream, sink), daemon=True).start()
@@ -120,6 +195,11 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
     ``enter_to_submit=False``, because Enter in a field (typing a bucket sweep) starting a
     minutes-long profile with half-filled values is the last thing a user wants."""
     busy = isinstance(st.session_state.get("launch"), Launch) and st.session_state["launch"].proc.poll() is None
+    other = "" if busy else machine_busy()
+    if other:
+        st.info(f"A profile started from a dashboard is running on this machine ({md(other)}); one runs "
+                "at a time, so that no two measure each other. The form is enabled again when it ends.")
+    busy = busy or bool(other)
     with st.form("new_run", enter_to_submit=False):
         c = st.columns(3)
         model = c[0].selectbox("Model", MODELS)
@@ -137,18 +217,27 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
         try:
             if not variants or not world_sizes:
                 raise ValueError("choose at least one variant and one world size")
-            cmd = build_command(out_root, model, size, variants, world_sizes, steps, bucket, parse_sweep(sweep),
-                                optimizer)
-        except ValueError as exc:
-            st.error(f"Cannot start: {exc}")
+            buckets = parse_sweep(sweep)
+            jobs = job_count(variants, world_sizes, bucket, buckets)
+            if jobs > MAX_FORM_JOBS:
+                raise ValueError(f"{jobs} jobs; the form starts at most {MAX_FORM_JOBS}: choose fewer "
+                                 "variants, world sizes or bucket sizes, or run the sweep with "
+                                 "`python -m dpcore profile`")
+            cmd = build_command(out_root, model, size, variants, world_sizes, steps, bucket, buckets, optimizer)
+            st.session_state["launch"] = start(cmd, cwd)
+        except (ValueError, MachineBusy) as exc:
+            st.error(f"Cannot start: {md(str(exc))}")
             return
-        st.session_state["launch"] = start(cmd, cwd)
         st.rerun()
 
 
 def quick_start(out_root: Path, cwd: Path) -> None:
-    """One-click quick CPU profile (the empty state's offer)."""
-    st.session_state["launch"] = start(build_command(out_root, **QUICK), cwd)
+    """One-click quick CPU profile (the empty state's offer); a note instead when another
+    dashboard's profile holds the machine."""
+    try:
+        st.session_state["launch"] = start(build_command(out_root, **QUICK), cwd)
+    except MachineBusy as exc:
+        st.session_state["launch_busy"] = str(exc)
 
 
 @st.fragment(run_every=1.0)

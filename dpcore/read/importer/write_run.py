@@ -47,18 +47,70 @@ class Imported:
     notes: tuple[str, ...] = ()
 
 
+#: Highest rank number an import accepts: far above any real job (the largest ones run tens
+#: of thousands of ranks), and a rank of 10**12 is a damaged or crafted trace, not a job.
+MAX_RANK = 2**20 - 1
+
+
+def _world_size_of(meta: dict) -> int | None:
+    info = meta.get("distributedInfo")
+    ws = info.get("world_size") if isinstance(info, dict) else None
+    return ws if isinstance(ws, int) and not isinstance(ws, bool) else None
+
+
 def _read(files: list[Path]) -> tuple[list[dict], pd.DataFrame, dict[int, Path]]:
+    """Every trace's metadata and events, and which file is which rank. Refused by name (a
+    TraceFormatError): a trace without events (an empty or metadata-only file, a JSON list of
+    numbers), a rank beyond its world size or :data:`MAX_RANK`, two traces of one rank, and
+    traces that cannot be one job (different world sizes, or times that never overlap)."""
     metas, frames, by_rank = [], [], {}
+    sizes: dict[int, Path] = {}
     for f in files:
         meta, ev = read_trace_meta(f, only=len(files) == 1)
-        rank = int(ev["rank"].iloc[0]) if len(ev) else -1
+        if not len(ev):
+            raise TraceFormatError(f"{f}: no trace events (an empty or metadata-only trace); a "
+                                   "torch.profiler trace lists its events in traceEvents")
+        rank = int(ev["rank"].iloc[0])
+        ws = _world_size_of(meta)
+        if rank < 0 or rank > MAX_RANK or (ws is not None and rank >= ws):
+            raise TraceFormatError(f"{f}: rank {rank} cannot be a rank of "
+                                   + (f"its world of {ws}" if ws is not None else "a job")
+                                   + f"; valid ranks: 0..{(ws if ws is not None else MAX_RANK + 1) - 1}")
         if rank in by_rank:
             raise TraceFormatError(f"two traces for rank {rank}: {by_rank[rank]} and {f} (several jobs or "
                                    "profiling cycles in one folder? point at one of them)")
+        if ws is not None:
+            sizes.setdefault(ws, f)
+            if len(sizes) > 1:
+                (a, fa), (b, fb) = list(sizes.items())[:2]
+                raise TraceFormatError(f"traces of different world sizes: {fa} says {a}, {fb} says {b}; "
+                                       "import one job's traces at a time")
         by_rank[rank] = f
         metas.append(meta)
         frames.append(ev)
+    _check_one_job(metas, frames, by_rank)
     return metas, concat_events(frames), by_rank
+
+
+def _check_one_job(metas: list[dict], frames: list[pd.DataFrame], by_rank: dict[int, Path]) -> None:
+    """Ranks of one job run at the same time: two ranks of one host (one clock) whose traces
+    never overlap in time come from different runs, and averaging them as one job would make
+    up numbers. Across hosts clocks differ, so only ranks of the same host are compared."""
+    spans: dict[str, list[tuple[float, float, int]]] = {}
+    for meta, ev in zip(metas, frames):
+        host = str(meta.get("host_name") or "")
+        end = (ev["ts"] + ev["dur"].fillna(0).clip(lower=0)).max()
+        spans.setdefault(host, []).append((float(ev["ts"].min()), float(end), int(ev["rank"].iloc[0])))
+    for items in spans.values():
+        items.sort()
+        reach, owner = items[0][1], items[0][2]
+        for start, end, rank in items[1:]:
+            if start > reach:
+                raise TraceFormatError(f"{by_rank[rank]} starts after {by_rank[owner]} ends: traces of one "
+                                       "host that never overlap in time are not one job; import one "
+                                       "job's traces at a time")
+            if end > reach:
+                reach, owner = end, rank
 
 
 def _environment(metas: list[dict], events: pd.DataFrame) -> dict:
@@ -103,7 +155,16 @@ def _missing(steps: list[dict], colls: list[dict]) -> list[str]:
 
 
 def _staging(out: Path, name: str | None) -> tuple[str, Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    """A hidden folder under ``out`` to assemble the run in. An ``out`` that cannot hold it is
+    bad input (one line, exit 2, as ``profile --out`` says it), found before anything is read."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UsageError(f"--out {out}: not a folder (a file is in the way); choose a writable "
+                         "folder") from None
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot create it ({exc.strerror}); choose a writable "
+                         "folder") from None
     while True:  # two imports in the same second get different ids
         run_id = new_run_id(name or "import")
         if not (out / run_id).exists():
@@ -113,16 +174,26 @@ def _staging(out: Path, name: str | None) -> tuple[str, Path]:
 
 
 def import_traces(src: str | Path, out: str | Path = "profiles", name: str | None = None, *,
-                  iteration: int | None = None, align: str = "auto", command: list[str] | None = None) -> Imported:
+                  iteration: int | None = None, align: str = "auto", command: list[str] | None = None,
+                  within: Path | None = None) -> Imported:
     """Import the traces at ``src`` (a folder searched recursively, or one file) as a new run
-    under ``out``; returns what was written. UsageError (one line) for bad input."""
+    under ``out``; returns what was written. UsageError (one line) for bad input. ``within``:
+    every trace file read must really lie under this folder (symbolic links resolved), as the
+    dashboard requires of what it imports for a browser."""
     if align not in ALIGN:
         raise UsageError(f"bad clock alignment {align!r}; valid: {', '.join(ALIGN)}")
+    if not str(out).strip():  # Path("") is the current folder: never write there unasked
+        raise UsageError("--out is empty; give the folder the run is written into, e.g. profiles")
     src = Path(src)
     if not src.exists():
         raise UsageError(f"no such file or directory: {src}")
     try:
         files = trace_files(src, iteration)
+        if within is not None:
+            outside = [f for f in files if not f.resolve().is_relative_to(within.resolve())]
+            if outside:
+                raise UsageError(f"{outside[0]} leads outside {within.resolve()} (a symbolic link?); "
+                                 "only traces under it can be imported here")
         metas, events, by_rank = _read(files)
     except TraceFormatError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None

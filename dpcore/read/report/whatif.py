@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from dpcore.contract.config import parse_int_list
+from dpcore.contract.config import parse_int_list, split_items
 from dpcore.contract.errors import UsageError
+from dpcore.contract.limits import MAX_BUCKET_MB, MAX_WHATIF_WORLD
 from dpcore.read.report.resolve import load_run_reporting
 from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.report.tables import csv_table, text_table
@@ -17,26 +18,33 @@ from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, whati
 
 
 def parse_buckets(text: str | None) -> list[float] | None:
-    """'1,4,32' -> [1.0, 4.0, 32.0] (MB, finite and > 0); None/empty -> None (the run's sizes)."""
+    """'1,4,32' -> [1.0, 4.0, 32.0] (MB, finite, > 0 and at most MAX_BUCKET_MB); None/empty ->
+    None (the run's sizes); an empty item ('1,,4') is refused."""
     if text is None or not text.strip():
         return None
     out = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
+    for item in split_items(text, "--bucket-mb", "1,4,25"):
         try:
             mb = float(item)
         except ValueError:
             mb = float("nan")
-        if not (math.isfinite(mb) and mb > 0):
-            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MB like 1,4,25")
+        if not (math.isfinite(mb) and 0 < mb <= MAX_BUCKET_MB):
+            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MB up to "
+                             f"{MAX_BUCKET_MB:.0f} like 1,4,25")
         out.append(mb)
     return list(dict.fromkeys(out))
 
 
 def parse_world_sizes(text: str | None) -> list[int] | None:
-    """'1,2,8' -> [1, 2, 8]; None/empty -> None (the run's world sizes)."""
+    """'1,2,8' -> [1, 2, 8], each at most MAX_WHATIF_WORLD (the replay holds rows per rank and
+    message: 10**8 ranks is a MemoryError, not a prediction); None/empty -> None (the run's)."""
     if text is None or not text.strip():
         return None
-    return parse_int_list(text, "--world-sizes")
+    sizes = parse_int_list(text, "--world-sizes")
+    if max(sizes) > MAX_WHATIF_WORLD:
+        raise UsageError(f"--world-sizes {max(sizes)} is beyond what whatif models: give world "
+                         f"sizes from 1 to {MAX_WHATIF_WORLD}")
+    return sizes
 
 
 def _header(model: Model) -> list[str]:

@@ -88,7 +88,7 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
                          f"{' or '.join(WHATIF_VARIANTS)} jobs: {', '.join(valid) or 'none in this run'}")
     if job_id not in valid:
         raise choices_error("job", job_id, valid or ["(no completed bucketed or torch_ddp job in this run)"])
-    algo = algo or "ring"
+    algo = "ring" if algo is None else algo  # "" is a typo to refuse, not the default
     if algo not in ALGOS:
         raise choices_error("algorithm", algo, ALGOS)
     for name, v in (("--latency-us", latency_us), ("--bandwidth-gbps", bandwidth_gbps)):

@@ -11,7 +11,8 @@ Why once, here: the rules are the run format's promises (docs/DESIGN.md), and th
   next job runs; the run ends ``failed``.
 - Ctrl-C or SIGTERM (as KeyboardInterrupt) ends the run ``interrupted``; every finished job's
   rows were written atomically when it ended, so nothing measured is lost.
-- Whatever ends the run, no job stays ``running`` or ``pending`` (:meth:`RunWriter.close`).
+- Whatever ends the run, no job stays ``running`` or ``pending`` (:meth:`RunWriter.close`);
+  a second Ctrl-C while the run is being closed waits until run.json says how it ended.
 
 Also here, because ``profile`` and ``dpcore.record`` write a training job the same way: the job
 (:class:`JobSpec`), its run.json entry, its steps.csv row (:func:`steps_row`, the one builder)
@@ -30,6 +31,7 @@ from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.contract.intervals import comm_start, step_comm, union_length
 from dpcore.write.capture.merged_trace import merge_job_traces
 from dpcore.write.capture.run_writer import RunWriter
+from dpcore.write.runtime.launch import signals_deferred
 from dpcore.write.runtime.progress import Progress
 
 #: steps.csv's phase columns, as :meth:`PhaseTimer.finish` returns them.
@@ -223,7 +225,10 @@ class RunLife:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
         status = self.outcome(exc_type)
-        self.close(status)
+        # a second Ctrl-C (people press it twice) lands here more often than anywhere: held
+        # until run.json is final, then delivered (the CLI exits 130), never a run left running
+        with signals_deferred():
+            self.close(status)
         if exc_type is not None and status != "interrupted":
             return False  # a bug or a broken disk: the CLI reports it; the run says failed
         self.world.finish(status)

@@ -105,9 +105,33 @@ class RunWriter:
         self.finish(status)
 
     def finish(self, status: str) -> None:
+        """Write the final status. On a full disk (the empty tables or the atomic run.json
+        cannot be written) run.json is still rewritten, in place, so the run never reads as
+        ``running``; the disk's error is raised after that (the CLI reports it, exit 1)."""
         if status not in rf.RUN_STATUSES:
             raise ValueError(f"bad run status {status!r}; valid: {', '.join(rf.RUN_STATUSES)}")
-        self.write_empty_tables()
+        error: OSError | None = None
+        try:
+            self.write_empty_tables()
+        except OSError as exc:
+            error = exc
         self.meta["status"] = status
         self.meta["finished"] = now_iso()
-        self._write_meta()
+        try:
+            self._write_meta()
+        except OSError as exc:
+            self._overwrite_meta()
+            error = error or exc
+        if error is not None:
+            raise error
+
+    def _overwrite_meta(self) -> None:
+        """run.json rewritten in place: no temporary file, so it needs no free block beyond
+        the file's own (run.json only grows by a few bytes when it ends, within its last
+        block). Not atomic, which is why it is only the fallback of a full disk."""
+        data = json.dumps(self.meta, indent=1, default=str).encode("utf-8")
+        with open(self.run_dir / rf.RUN_JSON, "r+b") as f:
+            f.write(data)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())

@@ -95,8 +95,10 @@ class TraceCapture:
             prof.export_chrome_trace(str(tmp))
             os.replace(tmp, self.path)
             self.exported = True
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - a full disk: OSError, or torch's RuntimeError
             self.error = f"trace export failed on rank {self.rank}: {exc}"
+        finally:  # half a trace (a full disk) is never left beside the run's files
+            tmp.unlink(missing_ok=True)
 
     def start(self) -> None:
         """Start the profiler at the warm-up step (or at ``first`` without one)."""

@@ -9,6 +9,7 @@ traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up ste
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from typing import Any
@@ -48,8 +49,11 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
         if ctx.world_size > 1:
             dist.barrier()  # every rank starts the step together
         rec.step = step
-        trainer.step(x, y, timer)
+        loss = trainer.step(x, y, timer)
         rec.step = -1
+        if not math.isfinite(loss):  # a diverged job measures nothing worth keeping as complete
+            raise FloatingPointError(f"the loss became {loss} at step {step} (training diverged; "
+                                     f"lower --lr, now {cfg.lr:g}, or check the model)")
         if keep:
             rows.append(steps_row(spec, ctx.rank, step, profiled, timer.finish(),
                                   trainer.samples_per_step))

@@ -4,6 +4,12 @@ Why a parent-owned ``TCPStore`` on port 0: the OS picks a free port and the pare
 for the job's lifetime, so two dpcore runs at once can never race for the same rendezvous
 port (the classic "pick a free port, close it, hope" has a window where another run grabs it).
 
+Why the store listens on loopback only: a c10d store has no authentication, and
+``TCPStore(..., is_master=True)`` listens on every interface whatever host name it is given;
+anyone on the network could read, write or stall a job's rendezvous. Local ranks reach it at
+127.0.0.1, so the launcher binds the listening socket there itself and hands it to the store
+(``master_listen_fd``). Under torchrun the rendezvous is torchrun's (its ``--master-addr``).
+
 Why ``forkserver`` with torch preloaded: each job needs fresh processes (a failed collective
 can poison a process group), and re-importing torch per rank costs seconds on a small
 machine. Forking from a server that already imported torch makes a new rank cheap, while
@@ -19,6 +25,7 @@ import multiprocessing as mp
 import os
 import queue as _queue
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -180,8 +187,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     backend = resolve_backend(backend, world_size)
     threads = threads or threads_per_rank(world_size)
     ctx = _mp_context(preload)
-    store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
-                          timeout=_dt.timedelta(seconds=timeout_s), wait_for_workers=False)
+    store = loopback_store(world_size + 1, timeout_s)
     results = ctx.Queue()
     procs = [ctx.Process(target=_worker, daemon=True, name=f"dpcore-rank{r}",
                          args=(r, world_size, backend, store.port, threads, timeout_s, fn, args,
@@ -235,6 +241,23 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
         del store
 
 
+def loopback_store(clients: int, timeout_s: float) -> dist.TCPStore:
+    """A master TCPStore for ``clients`` that only this host can reach: its listening socket
+    is bound to 127.0.0.1 on a free port (the OS picks it; the store holds it for the job)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(max(128, clients))
+        port = sock.getsockname()[1]
+    except BaseException:
+        sock.close()
+        raise
+    fd = sock.detach()  # the store owns the descriptor from here on, and closes it
+    return dist.TCPStore("127.0.0.1", port, clients, is_master=True,
+                         timeout=_dt.timedelta(seconds=timeout_s), wait_for_workers=False,
+                         master_listen_fd=fd)
+
+
 def _death_text(exitcode: int) -> str:
     """How a rank process ended without a result, as torchrun says it: the signal's name for
     a negative exit code (``-9`` -> SIGKILL), else the exit code."""
@@ -272,7 +295,7 @@ def _blame(rank: int, error: str, procs: list[Any], done: set[int]) -> JobFailed
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM for the duration of the block, then deliver them as they came.
 
     Why: Ctrl-C or the dashboard's Stop (SIGTERM) can land at any bytecode. Inside
@@ -295,6 +318,9 @@ def _signals_deferred() -> Iterator[None]:
                 signal.signal(s, handler)
         for s in dict.fromkeys(caught):
             signal.raise_signal(s)
+
+
+_signals_deferred = signals_deferred  # the launcher's own name for it
 
 
 def _reap(procs: list[Any], grace_s: float) -> None:

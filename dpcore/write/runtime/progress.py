@@ -8,6 +8,7 @@ clean for tables). The modes' names are :data:`dpcore.contract.config.PROGRESS_M
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -23,7 +24,22 @@ class Progress:
 
     def emit(self, event: str, **fields: Any) -> None:
         if self.mode == "json":
-            print(json.dumps({"event": event, **fields}, default=str), flush=True)
+            try:
+                print(json.dumps({"event": event, **fields}, default=str), flush=True)
+            except BrokenPipeError:
+                self.reader_gone()
+
+    def reader_gone(self) -> None:
+        """Whoever read the progress (``| head``, a closed dashboard) is gone: stop printing
+        it and let the run go on. Its jobs are measurements on disk; failing them because
+        nobody watches would lose them (they ended ``failed``, and the CLI exited 0)."""
+        self.mode = "none"
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        print("note: stdout was closed (broken pipe); progress is no longer printed, the run "
+              "goes on", file=sys.stderr)
 
     def run_start(self, run_dir: str) -> None:
         self.emit("run_start", run_dir=run_dir, jobs_total=self.jobs_total)

@@ -31,9 +31,16 @@ import torch.distributed as dist
 
 from dpcore.contract.config import DEFAULT_TIMEOUT_S
 from dpcore.contract.errors import JobFailed
+from dpcore.write.runtime import cpu_claims
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.launch import in_torchrun, launch, resolve_backend
-from dpcore.write.runtime.resources import is_oversubscribed, physical_cores, pinning, threads_per_rank
+from dpcore.write.runtime.resources import (
+    is_oversubscribed,
+    physical_cores,
+    pinning,
+    rank_cpus,
+    threads_per_rank,
+)
 
 
 def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None = None,
@@ -84,13 +91,23 @@ class LocalWorld:
         self.world_sizes = tuple(world_sizes)
         self.timeout_s, self.preload = timeout_s, tuple(preload)
         self.threads, self.pin = _resources(threads, pin, ranks_on_host)
+        # CPUs another dpcore run has pinned its ranks to, that ours are pinned to as well:
+        # both runs then measure each other (cpu_claims)
+        cpus = ({c for r in range(ranks_on_host) for c in rank_cpus(r, ranks_on_host, self.threads)}
+                if self.pin else set())
+        self.shared = cpu_claims.shared_with(cpus) if cpus else {}
+        self._claim = cpu_claims.claim(cpus) if cpus else None
 
     def environment(self) -> dict:
-        return environment(self.backend, list(self.world_sizes), threads=self.threads,
-                           pin=self.pin)
+        env = environment(self.backend, list(self.world_sizes), threads=self.threads, pin=self.pin)
+        if self.shared:
+            env["cpus_shared_with"] = {str(pid): cpus for pid, cpus in self.shared.items()}
+            env["oversubscribed"] = True
+        return env
 
     def oversubscribed(self, processes: int) -> bool:
-        return processes > physical_cores()
+        """More ranks than cores, or ranks on CPUs another dpcore run's ranks are pinned to."""
+        return processes > physical_cores() or bool(self.shared)
 
     def broadcast(self, box: list[Any]) -> None:
         """Nothing to share: this process is the only one that plans and writes."""
@@ -103,7 +120,9 @@ class LocalWorld:
                       preload=self.preload)
 
     def finish(self, status: str) -> None:
-        """Nothing to tear down: launch() reaped every rank of every job."""
+        """launch() reaped every rank of every job: only the CPU claim is given back (also at
+        exit, when the run ended by an error and finish was not called)."""
+        cpu_claims.release(self._claim)
 
 
 class TorchrunWorld:

@@ -31,22 +31,20 @@ import torch.nn.functional as F
 
 from dpcore.contract.config import TrainConfig
 from dpcore.contract.errors import UsageError, choices_error
+from dpcore.contract.limits import (
+    EINSUM_D,
+    EINSUM_F,
+    MLP_CLASSES,
+    MLP_IN_DIM,
+    MLP_LAYERS,
+    TRANSFORMER_SIZES,
+    VOCAB,
+)
 
+# The shapes (MLP_*, VOCAB, TRANSFORMER_SIZES: size -> (d_model, d_ff, layers, heads,
+# context), EINSUM_*) live with the torch-free size estimates that refuse what cannot fit.
 MODEL_NAMES = ("mlp", "transformer", "einsum", "toy")
-MLP_IN_DIM = 256
-MLP_CLASSES = 10
-MLP_LAYERS = 16
-VOCAB = 10000
-# size: (d_model, d_ff, layers, heads, context length)
-TRANSFORMER_SIZES: dict[str, tuple[int, int, int, int, int]] = {
-    "tiny": (64, 256, 2, 4, 32),
-    "small": (768, 3072, 12, 12, 128),
-    "medium": (1024, 4096, 24, 16, 128),
-    "large": (1280, 5120, 36, 20, 128),
-    "xl": (1600, 6400, 48, 25, 128),
-    "2.7B": (2560, 10240, 32, 32, 128),
-}
-EINSUM_BATCH, EINSUM_D, EINSUM_F = 5120, 2048, 1024
+EINSUM_BATCH = 5120
 TOY_VOCAB, TOY_DIM, TOY_HIDDEN, TOY_CONTEXT = 13, 7, 11, 3
 
 

@@ -12,10 +12,13 @@ Bad input is found in the CLI process before any rank starts or any run director
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +78,10 @@ class TupleInputs(nn.Module):
 
 
 def _first_line(exc: BaseException) -> str:
+    """The user's error as one line; ``sys.exit(3)`` in the user's code says so (it would
+    otherwise end the CLI with the user's exit status and no word)."""
+    if isinstance(exc, SystemExit):
+        return f"sys.exit({exc.code!r})"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
@@ -92,7 +99,7 @@ def _import(spec: str, module: str) -> Any:
             raise UsageError(f"--model {spec}: no module named {module!r} in the current "
                              f"directory ({cwd}) or on PYTHONPATH") from None
         raise UsageError(f"--model {spec}: importing {module!r} raised {_first_line(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - the user's module: any error, one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: any error, one line
         raise UsageError(f"--model {spec}: importing {module!r} raised {_first_line(exc)}") from None
 
 
@@ -112,7 +119,7 @@ def load_workload(spec: str, seed: int | None = None) -> Workload:
                              + (f"; it defines: {', '.join(mine[:12])}" if mine else ""))
         try:
             wl = fn()
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             raise UsageError(f"--model {spec}: {function}() raised {_first_line(exc)}") from None
     if not isinstance(wl, Workload):
         raise UsageError(f"--model {spec}: {function}() must return a dpcore.Workload(model, "
@@ -144,7 +151,7 @@ def workload_batch(spec: str, wl: Workload, step: int, global_batch: int, seed: 
     """Step ``step``'s global batch, checked: every tensor has ``global_batch`` rows."""
     try:
         out = wl.make_batch(global_batch, batch_generator(seed, step))
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
         raise UsageError(f"--model {spec}: make_batch({global_batch}, generator) raised "
                          f"{_first_line(exc)}") from None
     if not (isinstance(out, tuple) and len(out) == 2):
@@ -171,7 +178,44 @@ def shard_batch(x: Inputs, rank: int, world_size: int) -> Inputs:
     return shard(x, rank, world_size)
 
 
-def check_workload(spec: str, seed: int, world_sizes: list[int] | tuple[int, ...]) -> Workload:
+class _LoadTimeout(BaseException):
+    """Raised into the user's code by the alarm of :func:`_deadline` (a BaseException, so a
+    bare ``except Exception`` in the user's code cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def _deadline(spec: str, seconds: float | None) -> Iterator[None]:
+    """Bound the user's import, FUNCTION(), make_batch and first forward by ``seconds`` (the
+    job ``--timeout``): a function that never returns is one line, exit 2, not a hung CLI.
+    SIGALRM only exists in the main thread; elsewhere (a library caller's thread) no bound."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ring(signum: int, frame: Any) -> None:
+        raise _LoadTimeout
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _LoadTimeout:
+        raise UsageError(f"--model {spec}: loading it and one forward + loss did not finish within "
+                         f"--timeout ({seconds:g} s); does FUNCTION() or make_batch wait for "
+                         "something?") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def check_workload(spec: str, seed: int, world_sizes: list[int] | tuple[int, ...],
+                   timeout_s: float | None = None) -> Workload:
+    """:func:`_check_workload` within ``timeout_s`` seconds (None: unbounded)."""
+    with _deadline(spec, timeout_s):
+        return _check_workload(spec, seed, world_sizes)
+
+
+def _check_workload(spec: str, seed: int, world_sizes: list[int] | tuple[int, ...]) -> Workload:
     """Everything the ranks will do with the workload, once, in the CLI process: load it,
     draw a ``2 * max(world_sizes)`` batch, check its shape (every tensor batch-first, so it
     splits like the ranks split it) and that it is reproducible from the generator, and run
@@ -190,7 +234,7 @@ def check_workload(spec: str, seed: int, world_sizes: list[int] | tuple[int, ...
     try:
         with torch.no_grad():
             loss = wl.loss_fn(TupleInputs(wl.model)(x), y)
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
         raise UsageError(f"--model {spec}: the first forward + loss_fn on a batch of {n} raised "
                          f"{_first_line(exc)}") from None
     if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):

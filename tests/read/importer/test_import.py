@@ -219,8 +219,11 @@ def test_views_draw(runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> N
             assert at.get("plotly_chart"), f"{layout}: {title} drew no chart"
 
 
-def test_dashboard_import_opens_the_run(traces: Path, tmp_path: Path) -> None:
-    """The Import page imports a path on this machine and hands the new run to app.py."""
+def test_dashboard_import_opens_the_run(traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The Import page imports a path on this machine (under the folder it may import from) and
+    hands the new run to app.py."""
+    monkeypatch.setenv("DPCORE_IMPORT_ROOT", str(tmp_path_factory.getbasetemp()))
     root = tmp_path / "profiles"
     script = ("from pathlib import Path\nimport streamlit as st\n"
               "from dpcore.read.dashboard.pages.import_traces import render\n"

@@ -6,9 +6,16 @@ own ``export_chrome_trace``) are often not at a terminal; the page does what
 opens the new run on its Overview. Traces come from a path on this machine (a folder, searched
 recursively, or one file) or are uploaded; uploads are written to a temporary folder only for
 the import (the run keeps its own copies under ``traces/``).
+
+Why a path must lie under one allowed folder (:func:`allowed_root`): whoever reaches the page
+can have any file the server can read copied into a run and offered for download, and ``/``
+walks the whole file system. So a path is resolved (``..`` and symbolic links followed) and
+refused unless it is inside the folder the dashboard was started in, or the one
+``DPCORE_IMPORT_ROOT`` names; every trace file found must lie inside it too.
 """
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -24,6 +31,28 @@ from dpcore.read.importer.write_run import import_traces
 
 INTRO = "Traces you already have (torch.profiler, tensorboard_trace_handler, torchtitan) as a run."
 LOCAL, UPLOAD = "A folder or file on this machine", "Upload trace files"
+#: Environment variable naming the one folder local imports may read (default: the folder the
+#: dashboard was started in).
+IMPORT_ROOT_ENV = "DPCORE_IMPORT_ROOT"
+
+
+def allowed_root() -> Path:
+    """The folder whose contents the page may import: ``$DPCORE_IMPORT_ROOT`` or the cwd."""
+    return Path(os.environ.get(IMPORT_ROOT_ENV) or Path.cwd()).expanduser().resolve()
+
+
+def confined(text: str, allowed: Path) -> Path:
+    """The path typed on the page, resolved, if it lies under ``allowed`` (a relative path is
+    taken from ``allowed``); else one UsageError line naming the folder and how to change it."""
+    if not text.strip():
+        raise UsageError("give a folder of traces (or one trace file)")
+    path = Path(text.strip()).expanduser()
+    resolved = (path if path.is_absolute() else allowed / path).resolve()
+    if not resolved.is_relative_to(allowed):
+        raise UsageError(f"{text.strip()} is outside {allowed}, the folder this dashboard imports "
+                         f"from; copy the traces under it, or start the dashboard with "
+                         f"{IMPORT_ROOT_ENV}=<folder>")
+    return resolved
 
 
 def save_uploads(files: list[tuple[str, bytes]], folder: Path) -> Path:
@@ -49,8 +78,9 @@ def _run_import(source: str, uploads: list, name: str, iteration: int | None, ro
     label = name.strip() or None
     try:
         if source == LOCAL:
-            result = import_traces(Path(st.session_state.get("imp-path", "").strip()).expanduser(), root, label,
-                                   iteration=iteration)
+            allowed = allowed_root()
+            result = import_traces(confined(st.session_state.get("imp-path", ""), allowed), root, label,
+                                   iteration=iteration, within=allowed)
         else:
             with tempfile.TemporaryDirectory(prefix="dpcore-upload-") as tmp:
                 folder = save_uploads([(f.name, f.getvalue()) for f in uploads], Path(tmp))
@@ -71,7 +101,8 @@ def render(root: Path) -> None:
     source = st.radio("Traces from", [LOCAL, UPLOAD], key="imp-source", horizontal=True)
     uploads: list = []
     if source == LOCAL:
-        st.text_input("Path", key="imp-path", placeholder="/path/to/profile_trace or /path/to/rank0.json")
+        st.text_input(f"Path (under {allowed_root()})", key="imp-path",
+                      placeholder="/path/to/profile_trace or /path/to/rank0.json")
     else:
         uploads = st.file_uploader("Trace files (one per rank)", type=["json", "gz"], accept_multiple_files=True,
                                    key="imp-files") or []
