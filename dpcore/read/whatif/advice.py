@@ -85,7 +85,11 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
     gain = 100.0 * (own_ms - best["step_ms"]) / own_ms
     lo = 100.0 * (own_ms - best["step_ms"] * (1 + e)) / own_ms
     hi = 100.0 * (own_ms - best["step_ms"] * (1 - e)) / own_ms
-    if np.isclose(best["bucket_mb"], own_mb) or best["step_ms"] * (1 + e) >= own_ms:
+    if np.isclose(best["bucket_mb"], own_mb):
+        out.loc[best.name, "recommended"] = True
+        return out, (f"recommendation: keep bucket_cap_mb={own_mb:g}: the job's own {own_mb:g} MiB buckets are "
+                     f"predicted fastest of the {len(at)} bucket sizes at {world_size} ranks ({own_ms:.1f} ms)")
+    if best["step_ms"] * (1 + e) >= own_ms:
         keep = own.index[0] if not own.empty else best.name
         out.loc[keep, "recommended"] = True
         return out, (f"recommendation: the bucket size does not matter for this job at {world_size} ranks: the "

@@ -282,7 +282,7 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     summary = job_summary(run, trace_step_metrics(traced_job_events(run)))
     table = whatif_table(model, run, summary, [4.0, 8.0, 16.0], [2])
     bars = breakdown_figure(table, 8.0)
-    assert [t.name for t in bars.data][-1] == "measured step (same cell)"
+    assert [t.name for t in bars.data][-2:] == ["band (spread x model error)", "measured step (same cell)"]
     assert list(bars.data[-1].y) == [65.0]                      # only the measured cell gets a diamond
     row, rep, buckets = replay_cell(build_model(run, "bucketed-ws2-b8", latency_us=0.0, bandwidth_gbps=0.8388608),
                                     2, 8.0)
@@ -293,7 +293,15 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     assert comm["end_ms"].tolist() == pytest.approx([40.0, 60.0])
     names = [t.name for t in timeline_figure(lanes).data]
     assert names == ["forward", "backward", "bookkeeping", "optimizer", "bucket", "bucket ready (all ranks)"]
-    assert len(sweep_figure(table, table.rename(columns={"measured_job": "job_id"}).dropna()).data) == 2
+    meas = table.rename(columns={"measured_job": "job_id"}).dropna(subset=["job_id"])
+    meas = meas.assign(step_ms=meas["measured_step_ms"])
+    assert [t.name for t in sweep_figure(table, meas).data] == ["band, 2 ranks", "predicted, 2 ranks",
+                                                                 "measured, 2 ranks"]
+    # a measured cell far outside its band is marked as such, in both figures
+    off = table.assign(measured_step_ms=table["measured_step_ms"] * 3)
+    assert [t.name for t in breakdown_figure(off, 8.0).data][-1] == "measured, outside the band"
+    names = [t.name for t in sweep_figure(table, meas.assign(step_ms=195.0)).data]
+    assert names[-1] == "measured, outside the band" and "measured, 2 ranks" not in names
 
     from streamlit.testing.v1 import AppTest
 
@@ -305,6 +313,7 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     at = AppTest.from_function(page, args=(str(run.path),), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("plotly_chart")) == 3 and at.metric[0].value.endswith("ms")
+    assert at.info[0].value.startswith("recommendation\\: ") and "bucket\\_cap\\_mb\\=8" in at.info[0].value
 
 
 def test_job_fit_never_claims_infinite_bandwidth_when_bytes_do_not_explain_times():
