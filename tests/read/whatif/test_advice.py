@@ -53,9 +53,9 @@ def _src(bwd: float, comm: tuple[float, float]) -> SimpleNamespace:
 
 
 def test_kappa_outside_its_plausible_range_is_not_used() -> None:
-    # backward 40 ms with 10 ms of comm in flight, 35 ms alone: kappa = 5/10 = 0.5, at the bound
+    # backward 40 ms with 10 ms of comm in flight, 35 ms alone: kappa = 5/10 = 0.5, plausible
     k, how = fit_kappa(_src(40.0, (20.0, 30.0)), baseline_bwd_ms=35.0)
-    assert k == pytest.approx(0.5) and how.startswith("across jobs") and KAPPA_RANGE == (0.0, 0.5)
+    assert k == pytest.approx(0.5) and how.startswith("across jobs") and KAPPA_RANGE[1] == pytest.approx(2 / 3)
     # a disturbed 1-rank baseline (20 ms): kappa 2.0 means nothing; not used, and said so
     k, how = fit_kappa(_src(40.0, (20.0, 30.0)), baseline_bwd_ms=20.0)
     assert k == 0.0 and "fitted across jobs 2.00" in how and "not used" in how
