@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.calibration import fit as calibration_fit
 from dpcore.read.whatif.model import alpha_beta_from_line, fit_line, inflight_before, line_from_alpha_beta
 
 MS = 1e6
@@ -48,6 +49,15 @@ DEFAULT_ALPHA_US = 100.0
 #: only what its own comm overlaps (-4.5 % on the source's own cell against -0.9 % with kappa 0,
 #: on a loaded run). Quiet-machine fits were 0.29-0.53 (README).
 KAPPA_RANGE = (0.0, 2.0 / 3.0)
+#: Plausible range of kappa from the in-job calibration (dpcore.contract.calibration): the same
+#: backward, alternating two bucket plans step by step in one process, so no other job's load
+#: enters; it measured 0.76-0.99 with 0.25 MiB buckets on the loaded 2-core box (backward ~50 ms
+#: longer with 30 small all-reduces in flight than with one). The bound is the replay's old clip.
+KAPPA_RANGE_CAL = (0.0, 0.95)
+#: Plausible in-training per-message cost (ms) and bandwidth (GB/s) of the in-job calibration:
+#: outside, the fit is said to be implausible and the next source of alpha and B is used.
+PER_MESSAGE_RANGE_MS = (0.0, 100.0)
+BANDWIDTH_RANGE_GBPS = (1e-3, 1e4)
 
 
 @dataclass
@@ -194,6 +204,66 @@ def kappa_across(src: Source, baseline_bwd_ms: float, clip: bool = True) -> floa
 
 def _plausible(k: float) -> bool:
     return bool(np.isfinite(k) and KAPPA_RANGE[0] <= k <= KAPPA_RANGE[1])
+
+
+def calibration_of(meta: dict, job_id: str) -> dict | None:
+    """The job's in-job calibration from run.json (``whatif_calibration``), or None. Where it
+    holds the steps it came from (``data``) the fit is recomputed from them by the same function
+    that wrote it (:func:`dpcore.contract.calibration.fit`), so a run written before a fix of
+    the fit reads as a new one would."""
+    for job in meta.get("jobs") or []:
+        cal = job.get("whatif_calibration")
+        if str(job.get("id")) == job_id and isinstance(cal, dict):
+            try:
+                return {**cal, **calibration_fit(cal["data"])} if cal.get("data") else cal
+            except (KeyError, TypeError, ValueError):  # a hand-edited entry: its stored numbers
+                return cal
+    return None
+
+
+def _num(v: object) -> float:
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _plans_text(cal: dict) -> str:
+    plans = cal.get("plans") or []
+    mbs = " and ".join(f"{_num(p.get('bucket_mb')):g} MiB" for p in plans)
+    return (f"in-job calibration ({cal.get('steps_per_plan', '?')} untimed steps per plan, buckets of {mbs}, "
+            f"cost {_num(cal.get('cost_ms')):.0f} ms)")
+
+
+def kappa_from_calibration(cal: dict | None) -> tuple[float, str]:
+    """(kappa, why) from the in-job calibration; NaN with the reason when absent or implausible."""
+    if not cal:
+        return float("nan"), ""
+    k = _num(cal.get("kappa"))
+    lo, hi = KAPPA_RANGE_CAL
+    if not np.isfinite(k):
+        return float("nan"), f"{_plans_text(cal)}: kappa not fitted ({cal.get('note') or 'no data'})"
+    if not lo <= k <= hi:
+        return float("nan"), f"{_plans_text(cal)} gave {k:.2f}, outside the plausible {lo:g}-{hi:g}: not used"
+    return k, f"{_plans_text(cal)}: backward with vs without the second plan's comm in flight"
+
+
+def network_from_calibration(cal: dict | None, algo: str, n: int) -> tuple[dict | None, str]:
+    """(alpha_us, bandwidth_gbps and their sources) from the in-job calibration's line, or
+    (None, why not)."""
+    if not cal:
+        return None, ""
+    a, b_mib = _num(cal.get("per_message_ms")), _num(cal.get("ms_per_mib"))
+    if not (np.isfinite(a) and np.isfinite(b_mib) and b_mib > 0):
+        return None, f"{_plans_text(cal)}: no line ({cal.get('note') or 'no data'})"
+    alpha, bw = alpha_beta_from_line(algo, n, a, b_mib / MIB)
+    if not (PER_MESSAGE_RANGE_MS[0] <= a <= PER_MESSAGE_RANGE_MS[1]
+            and BANDWIDTH_RANGE_GBPS[0] <= bw <= BANDWIDTH_RANGE_GBPS[1]):
+        return None, (f"{_plans_text(cal)} gave {a:.2f} ms per message and {bw:.3g} GB/s, outside the "
+                      f"plausible {PER_MESSAGE_RANGE_MS[1]:g} ms and {BANDWIDTH_RANGE_GBPS[0]:g}-"
+                      f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s: not used")
+    src = f"{_plans_text(cal)}: {a:.2f} ms per message, {b_mib:.2f} ms per MiB during training"
+    return {"alpha_us": alpha, "bandwidth_gbps": bw, "alpha_source": src, "bandwidth_source": src}, ""
 
 
 def fit_kappa(src: Source, baseline_bwd_ms: float = float("nan")) -> tuple[float, str]:

@@ -21,7 +21,16 @@ from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.advice import add_bands, recommend, source_spread
-from dpcore.read.whatif.fit import JOB_FIT, Source, fit_kappa, fit_network, job_timelines
+from dpcore.read.whatif.fit import (
+    JOB_FIT,
+    Source,
+    calibration_of,
+    fit_kappa,
+    fit_network,
+    job_timelines,
+    kappa_from_calibration,
+    network_from_calibration,
+)
 from dpcore.read.whatif.model import ALGOS, RankStep, Replay, allreduce_parts, replay, undilate
 
 #: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
@@ -99,10 +108,20 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     for name, v in (("--latency-us", latency_us), ("--bandwidth-gbps", bandwidth_gbps)):
         if v is not None and not (math.isfinite(v) and (v > 0 if name == "--bandwidth-gbps" else v >= 0)):
             raise UsageError(f"{name} must be a finite number {'> 0' if 'band' in name else '>= 0'}, got {v:g}")
+    cal = calibration_of(run.meta, job_id)
     try:
         src = job_timelines(run.steps, run.collectives, run.grads, job_id)
-        kappa, ksrc = fit_kappa(src, _baseline_bwd(run, src.variant))
-        net = fit_network(src, algo, run.allreduce if allreduce is None else allreduce, latency_us, bandwidth_gbps)
+        kappa, ksrc = kappa_from_calibration(cal)
+        if not np.isfinite(kappa):
+            kappa, ksrc2 = fit_kappa(src, _baseline_bwd(run, src.variant))
+            ksrc = f"{ksrc2} ({ksrc})" if ksrc else ksrc2
+        net, why = network_from_calibration(cal, algo, src.world_size)
+        if net is None or latency_us is not None or bandwidth_gbps is not None or allreduce is not None:
+            # the user's values, or an allreduce run named for this call, come first
+            net = fit_network(src, algo, run.allreduce if allreduce is None else allreduce, latency_us,
+                              bandwidth_gbps)
+            if why:
+                net["alpha_source"] += f" ({why})"
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     tails = [tl.sync_end_ms - max(tl.fwd_ms + tl.bwd_ms, float(np.max(tl.comm_end, initial=0.0)))
@@ -111,11 +130,18 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     # alpha and B of one collective alone (allreduce rows, the user) replay with the backend's
     # concurrency; a fit to the job's serial-equivalent service times already contains it
     backend = str((run.meta.get("environment") or {}).get("backend") or "gloo")
-    streams = 1 if net["bandwidth_source"].startswith(JOB_FIT) else STREAMS.get(backend, 1)
+    # (the in-job calibration's line is fitted to serial-equivalent service times too)
+    streams = 1 if net["bandwidth_source"].startswith((JOB_FIT, "in-job")) else STREAMS.get(backend, 1)
     model = Model(src, kappa, ksrc, max(float(np.median(tails)), 0.0), algo, float(net["alpha_us"]),
                   float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
     if latency_us is not None and bandwidth_gbps is not None:
         model.calibration_source = "none (alpha and B given: used as they are)"
+        return model
+    if net["bandwidth_source"].startswith("in-job"):
+        # measured during backward, with many small and a few large buckets: compute's slowdown
+        # of comm is in them already, and one source job's comm end (a disturbed step or two
+        # decide it on a shared box) must not rescale what two plans measured
+        model.calibration_source = "none (alpha and B measured during training by the in-job calibration)"
         return model
     return calibrate_comm(model)
 

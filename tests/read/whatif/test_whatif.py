@@ -151,6 +151,25 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "r"
 
 
+def test_in_job_calibration_is_in_run_json_and_leaves_timed_steps_alone(real_run: Path) -> None:
+    from dpcore.contract.calibration import CAL_STEP_BASE, CAL_STEPS
+
+    jobs = {j["id"]: j for j in json.loads((real_run / "run.json").read_text())["jobs"]}
+    assert "whatif_calibration" not in jobs["bucketed-ws1-b4"]          # no comm at 1 rank: nothing to fit
+    for job, plans in (("bucketed-ws2-b4", [4.0, 0.25]), ("bucketed-ws2-b0.25", [0.25, 64.0])):
+        cal = jobs[job]["whatif_calibration"]
+        assert [p["bucket_mb"] for p in cal["data"]] == plans and cal["cost_ms"] > 0
+        assert cal["steps_per_plan"] == CAL_STEPS
+        assert all(len(p["steps"]) == CAL_STEPS * 2 for p in cal["data"])      # every step of both ranks
+        assert {s["rank"] for s in cal["data"][1]["steps"]} == {0, 1}
+        assert len(cal["data"][1]["steps"][0]["bytes"]) != len(cal["data"][0]["steps"][0]["bytes"])
+        assert {"per_message_ms", "ms_per_mib", "kappa", "plans", "note"} <= cal.keys()
+    # the timed steps (0..7) and nothing else are rows
+    for table in ("steps", "collectives", "grads"):
+        df = pd.read_csv(real_run / f"{table}.csv")
+        assert df["step"].max() < CAL_STEP_BASE and set(df[df["job_id"] == "bucketed-ws2-b4"]["step"]) == set(range(8))
+
+
 def test_cli_on_a_real_run(real_run: Path, capsys: pytest.CaptureFixture) -> None:
     assert (real_run / "grads.csv").is_file()
     code, out, err = _cli("whatif", str(real_run), "--job", "bucketed-ws2-b4", "--csv", capsys=capsys)
@@ -160,8 +179,9 @@ def test_cli_on_a_real_run(real_run: Path, capsys: pytest.CaptureFixture) -> Non
     assert sorted(df["world_size"].unique()) == [1, 2] and sorted(df["bucket_mb"].unique()) == [0.25, 4.0]
     same = df[(df["world_size"] == 2) & (df["bucket_mb"] == 4.0)].iloc[0]
     assert same["measured_job"] == "bucketed-ws2-b4"
-    # replaying itself with its own buckets: the comm calibration reproduces its last all-reduce end,
-    # the rest (forward, backward, bookkeeping, optimizer) is measured. What is left is the loaded
+    # replaying itself with its own buckets: alpha and B come from the in-job calibration (or the
+    # comm calibration reproduces its last all-reduce end), the rest (forward, backward,
+    # bookkeeping, optimizer) is measured. What is left is the loaded
     # machine's step-to-step noise (each step's comm took 10-60 ms where the replay gives every step
     # one calibrated duration): -3.4 % to +3.7 % on 22 source jobs of 11 loaded runs, once 8.5 % in CI. So the bound
     # is the band, which carries the source's own p10-p90 spread: the measured cell lies inside it.
@@ -178,6 +198,7 @@ def test_cli_on_a_real_run(real_run: Path, capsys: pytest.CaptureFixture) -> Non
     code, text, _ = _cli("whatif", str(real_run), "--job", "bucketed-ws2-b4", capsys=capsys)
     assert code == 0 and "gradients from grads.csv" in text and "kappa" in text
     assert text.strip().splitlines()[-1].startswith("recommendation: ") and "MiB" in text
+    assert "in-job calibration" in text            # used, or said why not
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -347,3 +368,28 @@ def test_whatif_refuses_a_sharded_job_saying_why(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert "is a zero1 job" in err[0] and "bucketed-ws2-b25" in err[0]
+
+
+def test_in_job_calibration_gives_alpha_b_and_kappa(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A run.json calibration entry (no data: its stored numbers) is used for alpha, B and kappa,
+    uncalibrated on the source; an implausible kappa from it is refused, saying so."""
+    from dpcore.read.rundir import load_run
+    from dpcore.read.whatif.model import alpha_beta_from_line
+    from dpcore.read.whatif.predict import build_model
+
+    run = _hand_run(tmp_path)
+    meta = json.loads((run / "run.json").read_text())
+    cal = {"per_message_ms": 1.0, "ms_per_mib": 2.0, "kappa": 0.3, "note": "", "cost_ms": 120.0,
+           "steps_per_plan": 4, "plans": [{"bucket_mb": 8.0}, {"bucket_mb": 0.25}]}
+    meta["jobs"][0]["whatif_calibration"] = cal
+    (run / "run.json").write_text(json.dumps(meta))
+    model = build_model(load_run(run), "bucketed-ws2-b8")
+    alpha, bw = alpha_beta_from_line("ring", 2, 1.0, 2.0 / MB)
+    assert model.alpha_us == pytest.approx(alpha) and model.bandwidth_gbps == pytest.approx(bw)
+    assert model.kappa == pytest.approx(0.3) and model.kappa_source.startswith("in-job calibration")
+    assert model.streams == 1 and model.kappa_comm == 0.0 and model.comm_scale == 1.0
+    assert "cost 120 ms" in model.alpha_source and "8 MiB and 0.25 MiB" in model.alpha_source
+    meta["jobs"][0]["whatif_calibration"] = {**cal, "kappa": 0.99}
+    (run / "run.json").write_text(json.dumps(meta))
+    model = build_model(load_run(run), "bucketed-ws2-b8")
+    assert "gave 0.99, outside the plausible 0-0.95: not used" in model.kappa_source and model.kappa != 0.99
