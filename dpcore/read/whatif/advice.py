@@ -20,9 +20,12 @@ import numpy as np
 import pandas as pd
 
 #: The model's error on held-out cells (%, both ways): the mean absolute error of the last
-#: held-out benchmark on the 2-rank bucket sweeps (issue 20: 24.7 % on the headline pairs of
-#: `python -m benchmarks.bench_whatif`, measured on the loaded 2-core dev box).
-MODEL_ERROR_PCT = 25.0
+#: held-out benchmark (`python -m benchmarks.bench_whatif --held-out`: 42.0 % over 120 cells of
+#: mlp 256/1024 and transformer tiny, bucketed and torch_ddp, 0.25-64 MiB at 2 ranks, measured on
+#: a heavily loaded shared 2-core box where two jobs with the *same* bucket plan differed by
+#: 30.6 % on average; README). It was 25 % (the earlier 24.7 % headline) when that run was
+#: evaluated: 68 % of its measured cells fell inside those narrower bands.
+MODEL_ERROR_PCT = 42.0
 #: Bands and recommendation columns ``whatif --csv`` adds (docs/DESIGN.md).
 BAND_COLUMNS = ["step_ms_lo", "step_ms_hi"]
 

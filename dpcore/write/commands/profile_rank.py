@@ -6,7 +6,7 @@ a step together) or CUDA events (GPU); only a few extra steps run under the prof
 traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up step is ``steps``
 (dropped), profiled steps are steps+1..steps+profile_steps, and the trace's
 ``ProfilerStep#N`` markers carry the same N. A 2+-rank bucketed/torch_ddp job then spends
-2·CAL_STEPS+1 untimed steps on the what-if calibration (:mod:`dpcore.write.commands.calibrate`).
+2·CAL_STEPS+1 untimed steps on the what-if calibration (:mod:`dpcore.write.training.calibration`).
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
 from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
 from dpcore.write.capture.tracing import TraceCapture
-from dpcore.write.commands.calibrate import calibrate, wanted
 from dpcore.write.runtime.clock import measure_offset
 from dpcore.write.runtime.context import DistContext
+from dpcore.write.training.calibration import calibrate, wanted
 
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
         finally:
             capture.stop()
     # the what-if calibration: extra untimed steps with a second bucket plan, after every timed
-    # and traced step (dpcore.write.commands.calibrate); its steps are never written as rows
+    # and traced step (dpcore.write.training.calibration); its steps are never written as rows
     cal = calibrate(ctx, spec.variant, spec.bucket_mb, cfg, rec, timer, trainer, spec.world_size) \
         if wanted(spec.variant, ctx.world_size, CAL_STEPS) else None
     trace_file = capture.trace_file if capture else None
