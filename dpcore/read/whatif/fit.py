@@ -206,6 +206,13 @@ def _plausible(k: float) -> bool:
     return bool(np.isfinite(k) and KAPPA_RANGE[0] <= k <= KAPPA_RANGE[1])
 
 
+def plausible_network(alpha_us: float, bandwidth_gbps: float) -> bool:
+    """alpha within 0-100 ms and B within 1 MB/s-10 TB/s: outside, a fit is not used."""
+    return bool(np.isfinite(alpha_us) and np.isfinite(bandwidth_gbps)
+                and 0.0 <= alpha_us <= PER_MESSAGE_RANGE_MS[1] * 1e3
+                and BANDWIDTH_RANGE_GBPS[0] <= bandwidth_gbps <= BANDWIDTH_RANGE_GBPS[1])
+
+
 def calibration_of(meta: dict, job_id: str) -> dict | None:
     """The job's in-job calibration from run.json (``whatif_calibration``), or None. Where it
     holds the steps it came from (``data``) the fit is recomputed from them by the same function
@@ -333,8 +340,15 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
     if latency_us is not None and bandwidth_gbps is not None:
         return out
     line = line_from_allreduce(allreduce, "native" if algo == "ring" else algo, n) if allreduce is not None else None
+    rejected = ""
     if line is not None:
         alpha, bw = alpha_beta_from_line(algo, line[2], line[0], line[1])
+        if not plausible_network(alpha, bw):
+            rejected = (f" (allreduce.csv gave alpha {alpha:.3g} us and B {bw:.3g} GB/s, outside the plausible "
+                        f"{PER_MESSAGE_RANGE_MS[1] * 1e3:g} us and {BANDWIDTH_RANGE_GBPS[0]:g}-"
+                        f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s: not used)")
+            line = None
+    if line is not None:
         for key, val in (("alpha_us", alpha), ("bandwidth_gbps", bw)):
             if out[key] is None:
                 out[key] = val
@@ -370,4 +384,8 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
             f"unknown (buckets of one size, no allreduce run): default {DEFAULT_ALPHA_US:g} us")
     if out["bandwidth_gbps"] is None:
         out["bandwidth_gbps"], out["bandwidth_source"] = bw, src_txt
+        if not plausible_network(0.0, bw):  # nothing measured is left to fall back to: said so
+            out["bandwidth_source"] += (f" (implausible: outside {BANDWIDTH_RANGE_GBPS[0]:g}-"
+                                        f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s; give --bandwidth-gbps)")
+    out["alpha_source"] += rejected
     return out

@@ -31,7 +31,9 @@ The model, and every assumption it makes:
    else at rate 1: a collective goes at the pace of its slowest rank, and on a CPU box gloo's
    threads get the core only part of the time while backward holds it (thread wake-ups per
    message included, which is why small buckets suffer most). Nothing measures it directly, so
-   it is *calibrated on the source job* (``whatif.calibrate_comm``): the value with which the
+   it is either in alpha and B already (measured during backward by the job's in-job
+   calibration, ``dpcore.contract.calibration``: then no further calibration), or
+   *calibrated on the source job* (``whatif.calibrate_comm``): the value with which the
    replay of the source's own bucket plan ends its last all-reduce when collectives.csv says it
    did. Assumption: the slowdown is a property of the machine and the model's compute, not of
    the bucket size, so it carries over to other buckets. When the network measurement is slower

@@ -1,9 +1,10 @@
 """What if: the step time of a measured bucketed/torch_ddp job at other buckets, ranks, networks.
 
 DataFrames in, DataFrames out: :func:`build_model` measures the source job (timelines, compute
-dilation kappa, alpha and B: :mod:`dpcore.read.whatif.fit`; then the in-training comm slowdown
-kappa_comm, calibrated so that the replay of the source's own buckets reproduces its measured
-last all-reduce end: :func:`calibrate_comm`), :func:`predict` replays it for each cell
+dilation kappa, alpha and B: :mod:`dpcore.read.whatif.fit`, from the job's in-job calibration
+in run.json first, each value only inside its plausible range; without in-training alpha and B,
+the in-training comm slowdown kappa_comm, calibrated so that the replay of the source's own
+buckets reproduces its measured last all-reduce end: :func:`calibrate_comm`), :func:`predict` replays it for each cell
 (:func:`dpcore.read.whatif.model.replay`, whose module docstring lists the model's assumptions),
 and :func:`whatif_table` adds the measured step time where the run has the same cell. The
 measured numbers are the caller's ``job_summary`` rows (the ones ``summarize`` prints), never

@@ -73,3 +73,17 @@ def test_ranks_that_start_apart_share_one_clock() -> None:
     assert rp.bucket_ready.tolist() == [35.0] and rp.bucket_end.tolist() == [40.0]
     # each rank's step from its own start: rank 0 waits for rank 1 (41 ms), rank 1 does not (31 ms)
     assert rp.step_ms.tolist() == pytest.approx([41.0, 31.0])
+
+
+def test_an_implausible_allreduce_fit_falls_back_to_the_jobs_own_collectives() -> None:
+    from dpcore.read.whatif.fit import fit_network
+
+    # two collectives per step of 1 and 8 MB, 2 and 9 ms: the job's own line is plausible
+    tl = SimpleNamespace(comm_start=np.array([0.0, 5.0]), comm_end=np.array([2.0, 14.0]),
+                         comm_bytes=np.array([1e6, 8e6]))
+    src = SimpleNamespace(job_id="j", world_size=2, timelines=[tl, tl])
+    # an allreduce run whose 1 MB takes 10 s: B far below 1 MB/s, not used, and said so
+    slow = pd.DataFrame({"algo": "native", "world_size": 2, "bytes": [1e6, 8e6], "time_ms": [1e4, 8e4]})
+    net = fit_network(src, "ring", slow, None, None)
+    assert net["bandwidth_source"].startswith("job's collectives") and "not used" in net["alpha_source"]
+    assert net["bandwidth_gbps"] == pytest.approx(1.0, rel=1e-6)    # 1 ms per MB at ring N=2: S/B
