@@ -17,7 +17,7 @@ from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, whati
 
 
 def parse_buckets(text: str | None) -> list[float] | None:
-    """'1,4,32' -> [1.0, 4.0, 32.0] (MB, finite and > 0); None/empty -> None (the run's sizes)."""
+    """'1,4,32' -> [1.0, 4.0, 32.0] (MiB, finite and > 0); None/empty -> None (the run's sizes)."""
     if text is None or not text.strip():
         return None
     out = []
@@ -27,7 +27,7 @@ def parse_buckets(text: str | None) -> list[float] | None:
         except ValueError:
             mb = float("nan")
         if not (math.isfinite(mb) and mb > 0):
-            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MB like 1,4,25")
+            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MiB like 1,4,25")
         out.append(mb)
     return list(dict.fromkeys(out))
 
