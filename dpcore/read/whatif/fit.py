@@ -249,7 +249,8 @@ def kappa_from_calibration(cal: dict | None) -> tuple[float, str]:
     k = _num(cal.get("kappa"))
     lo, hi = KAPPA_RANGE_CAL
     if not np.isfinite(k):
-        return float("nan"), f"{_plans_text(cal)}: kappa not fitted ({cal.get('note') or 'no data'})"
+        why = cal.get("note") or cal.get("error") or "no data"
+        return float("nan"), f"{_plans_text(cal)}: kappa not fitted ({why})"
     if not lo <= k <= hi:
         return float("nan"), f"{_plans_text(cal)} gave {k:.2f}, outside the plausible {lo:g}-{hi:g}: not used"
     return k, f"{_plans_text(cal)}: backward with vs without the second plan's comm in flight"
@@ -262,7 +263,7 @@ def network_from_calibration(cal: dict | None, algo: str, n: int) -> tuple[dict 
         return None, ""
     a, b_mib = _num(cal.get("per_message_ms")), _num(cal.get("ms_per_mib"))
     if not (np.isfinite(a) and np.isfinite(b_mib) and b_mib > 0):
-        return None, f"{_plans_text(cal)}: no line ({cal.get('note') or 'no data'})"
+        return None, f"{_plans_text(cal)}: no line ({cal.get('note') or cal.get('error') or 'no data'})"
     alpha, bw = alpha_beta_from_line(algo, n, a, b_mib / MIB)
     if not (PER_MESSAGE_RANGE_MS[0] <= a <= PER_MESSAGE_RANGE_MS[1]
             and BANDWIDTH_RANGE_GBPS[0] <= bw <= BANDWIDTH_RANGE_GBPS[1]):

@@ -102,6 +102,9 @@ def _finite(v: Any) -> Any:
 def calibration_entry(per_rank: list[dict]) -> dict:
     """The job's run.json ``whatif_calibration``: every rank's calibration steps merged per plan,
     the fit (:func:`dpcore.contract.calibration.fit`), the cost and the steps it came from."""
+    errors = [r["error"] for r in per_rank if r.get("error")]
+    if errors:  # the job's measured rows stand; the calibration says why it is missing
+        return {"error": errors[0]}
     plans = [{"bucket_mb": p["bucket_mb"], "steps": [s for r in per_rank for s in r["plans"][k]["steps"]]}
              for k, p in enumerate(per_rank[0]["plans"])]
     return _finite({**cal_fit(plans), "cost_ms": round(max(r["cost_ms"] for r in per_rank), 1),

@@ -95,8 +95,12 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
             capture.stop()
     # the what-if calibration: extra untimed steps with a second bucket plan, after every timed
     # and traced step (dpcore.write.training.calibration); its steps are never written as rows
-    cal = calibrate(ctx, spec.variant, spec.bucket_mb, cfg, rec, timer, trainer, spec.world_size) \
-        if wanted(spec.variant, ctx.world_size, CAL_STEPS) else None
+    cal = None
+    if wanted(spec.variant, ctx.world_size, CAL_STEPS):
+        try:
+            cal = calibrate(ctx, spec.variant, spec.bucket_mb, cfg, rec, timer, trainer, spec.world_size)
+        except Exception as exc:  # noqa: BLE001 - the measured steps must survive a failed calibration
+            cal = {"error": f"{type(exc).__name__}: {exc}"}
     trace_file = capture.trace_file if capture else None
     trace_error = capture.error if capture else ""
     keep = {r["step"] for r in rows}
