@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.summary import job_summary
@@ -128,6 +129,72 @@ def markdown(df: pd.DataFrame, cores: int, job_fit: pd.DataFrame | None = None) 
     return "\n".join(out)
 
 
+#: The held-out sweep (issue 20): two mlp widths and the transformer, both bucketing variants.
+MODELS = (("mlp-256", ["--model", "mlp", "--width", "256"]), ("mlp-1024", ["--model", "mlp", "--width", "1024"]),
+          ("transformer-tiny", ["--model", "transformer", "--size", "tiny"]))
+HELD_OUT_BUCKETS = (0.25, 1.0, 4.0, 16.0, 64.0)
+
+
+def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path]:
+    """One 2-rank run per model: bucketed and torch_ddp at every bucket size of the sweep, each
+    job with its in-job calibration (profile's default)."""
+    runs = {}
+    for name, args in MODELS:
+        if name not in models:
+            continue
+        _dpcore("profile", *args, "--variants", "bucketed,torch_ddp", "--world-sizes", "2", "--bucket-sweep",
+                ",".join(f"{b:g}" for b in HELD_OUT_BUCKETS), "--bucket-mb", "4", "--steps", str(steps),
+                "--warmup", "3", "--no-trace", "--out", str(out), "--run-id", name)
+        runs[name] = out / name
+    return runs
+
+
+def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
+    """Every measured 2-rank cell predicted from every OTHER job of the same model and variant
+    (the source's in-job calibration never ran the predicted cell's plan, except where its
+    second plan happens to be that bucket size: ``cal_saw`` says so), with its band."""
+    from dpcore.contract.calibration import second_plan_mb
+    from dpcore.read.whatif.predict import banded
+
+    rows = []
+    for name, path in runs.items():
+        run = load_run(path)
+        summary = job_summary(run, trace_step_metrics(traced_job_events(run)))
+        for variant in ("bucketed", "torch_ddp"):
+            meas = measured_cells(summary, variant)
+            meas = meas[meas["world_size"] == 2]
+            for src in meas.itertuples():
+                model = build_model(run, src.job_id)
+                cells = meas[meas["job_id"] != src.job_id]
+                pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
+                table, _ = banded(model, with_measured(pred, cells), summary)
+                table = table.dropna(subset=["measured_step_ms"])
+                rows.append(table.assign(model=name, variant=variant, source=src.job_id,
+                                         source_bucket_mb=src.bucket_mb, kappa_src=model.kappa_source[:40],
+                                         cal_saw=np.isclose(table["bucket_mb"], second_plan_mb(src.bucket_mb))))
+    return pd.concat(rows, ignore_index=True)
+
+
+def markdown_held_out(df: pd.DataFrame) -> str:
+    """Every cell, then MAE and band coverage per model/variant and overall."""
+    lines = ["| model | variant | source job | predicted cell | predicted ms (band) | measured ms | error | in band |",
+             "|---|---|---|---|---:|---:|---:|:---:|"]
+    for r in df.sort_values(["model", "variant", "source_bucket_mb", "bucket_mb"]).itertuples():
+        lines.append(f"| {r.model} | {r.variant} | {r.source} | {r.bucket_mb:g} MiB{' (cal)' if r.cal_saw else ''} | "
+                     f"{r.step_ms:.1f} ({r.step_ms_lo:.1f}-{r.step_ms_hi:.1f}) | {r.measured_step_ms:.1f} | "
+                     f"{r.error_pct:+.1f} % | {'yes' if r.in_band else 'no'} |")
+    lines += ["", "| model | variant | predictions | MAE | inside band |", "|---|---|---:|---:|---:|"]
+    for (m, v), g in df.groupby(["model", "variant"]):
+        lines.append(f"| {m} | {v} | {len(g)} | {g['error_pct'].abs().mean():.1f} % | "
+                     f"{100 * g['in_band'].astype(bool).mean():.0f} % |")
+    held = df[~df["cal_saw"]]
+    lines += ["", f"All: MAE **{df['error_pct'].abs().mean():.1f} %** over {len(df)} predictions, "
+              f"{100 * df['in_band'].astype(bool).mean():.0f} % of measured cells inside their band; "
+              f"cells the source's calibration never ran: MAE {held['error_pct'].abs().mean():.1f} % "
+              f"({len(held)}), {100 * held['in_band'].astype(bool).mean():.0f} % inside."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30, help="timed steps per job")
@@ -135,10 +202,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--world-sizes", default="1,2,3")
     ap.add_argument("--variant", default="bucketed", choices=("bucketed", "torch_ddp"))
     ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--keep", default=None, help="folder to keep the two runs in (default: a temp dir)")
-    ap.add_argument("--runs", default=None, help="evaluate existing runs: ALLREDUCE_DIR,SWEEP_DIR[,SWEEP_DIR...]")
+    ap.add_argument("--keep", default=None, help="folder to keep the runs in (default: a temp dir)")
+    ap.add_argument("--runs", default=None, help="evaluate existing runs: ALLREDUCE_DIR,SWEEP_DIR[,SWEEP_DIR...]; "
+                    "with --held-out: the held-out runs' folder")
+    ap.add_argument("--held-out", action="store_true",
+                    help="the held-out sweep (issue 20): mlp 256 and 1024, transformer tiny; bucketed and torch_ddp; "
+                    "0.25-64 MiB at 2 ranks; every cell predicted from every other job of its model and variant")
+    ap.add_argument("--models", default=",".join(n for n, _ in MODELS), help="with --held-out: which models")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if a.held_out:
+        models = [m for m in a.models.split(",") if m]
+        if a.runs:
+            runs = {n: Path(a.runs) / n for n in models if (Path(a.runs) / n / "run.json").is_file()}
+        else:
+            out = Path(a.keep or tempfile.mkdtemp())
+            runs = measure_held_out(out, a.steps, models)
+        print(markdown_held_out(evaluate_held_out(runs)))
+        print(f"\n_{a.steps} timed steps per job, one run per model, alpha/B/kappa from each source job's in-job "
+              f"calibration where it has one; {time.perf_counter() - t0:.0f} s. Reproduce: "
+              "`python -m benchmarks.bench_whatif --held-out`._")
+        return
     if a.runs:
         allreduce, *sweeps = (Path(p) for p in a.runs.split(","))
         df, job_fit = evaluate(sweeps, allreduce, a.variant), evaluate(sweeps, None, a.variant)

@@ -18,10 +18,20 @@ PARTS = [("compute_only_ms", "compute (no comm in flight)", COMPONENT_COLORS["co
          ("exposed_comm_ms", "exposed comm", COMPONENT_COLORS["exposed"]),
          ("other_ms", "other (bookkeeping)", COMPONENT_COLORS["other"])]
 MEASURED = dict(symbol="diamond", size=12, color="#000000")
+#: A measured cell outside its predicted band: the model missed by more than it admits.
+OUTSIDE = dict(symbol="x", size=13, color="#d62728", line=dict(width=1, color="#d62728"))
 
 
 def _label(mb: float) -> str:
-    return f"{mb:g} MB"
+    return f"{mb:g} MiB"
+
+
+def _outside(df: pd.DataFrame) -> pd.Series:
+    """Rows whose measured step lies outside [step_ms_lo, step_ms_hi] (False without a band)."""
+    if not {"measured_step_ms", "step_ms_lo", "step_ms_hi"} <= set(df.columns):
+        return pd.Series(False, index=df.index)
+    m = df["measured_step_ms"]
+    return (m.notna() & ((m < df["step_ms_lo"]) | (m > df["step_ms_hi"]))).astype(bool)
 
 
 def breakdown_figure(cells: pd.DataFrame, chosen_mb: float | None = None) -> go.Figure:
@@ -36,11 +46,19 @@ def breakdown_figure(cells: pd.DataFrame, chosen_mb: float | None = None) -> go.
     for col, name, color in PARTS:
         fig.add_bar(x=x, y=df[col], name=name, marker_color=color,
                     hovertemplate=name + ": %{y:.1f} ms<extra></extra>")
+    if {"step_ms_lo", "step_ms_hi"} <= set(df.columns):
+        fig.add_scatter(x=x, y=df["step_ms"], mode="markers", name="band (spread x model error)",
+                        marker=dict(size=1, color="#333333"), customdata=df[["step_ms_lo", "step_ms_hi"]],
+                        error_y=dict(type="data", array=df["step_ms_hi"] - df["step_ms"],
+                                     arrayminus=df["step_ms"] - df["step_ms_lo"], color="#333333", thickness=1.5),
+                        hovertemplate="band %{customdata[0]:.1f} to %{customdata[1]:.1f} ms<extra></extra>")
     meas = df["measured_step_ms"].notna() if "measured_step_ms" in df else pd.Series(False, index=df.index)
-    if meas.any():
-        fig.add_scatter(x=[xi for xi, m in zip(x, meas) if m], y=df.loc[meas, "measured_step_ms"], mode="markers",
-                        name="measured step (same cell)", marker=MEASURED,
-                        hovertemplate="measured %{y:.1f} ms<extra></extra>")
+    out = _outside(df)
+    for sel, name, marker in ((meas & ~out, "measured step (same cell)", MEASURED),
+                              (out, "measured, outside the band", OUTSIDE)):
+        if sel.any():
+            fig.add_scatter(x=[xi for xi, m in zip(x, sel) if m], y=df.loc[sel, "measured_step_ms"], mode="markers",
+                            name=name, marker=marker, hovertemplate="measured %{y:.1f} ms<extra></extra>")
     if chosen_mb is not None and chosen_mb in set(df["bucket_mb"]):
         fig.add_annotation(x=_label(chosen_mb), y=float(df.loc[df["bucket_mb"] == chosen_mb, "step_ms"].iloc[0]),
                            text="chosen", showarrow=True, arrowhead=2, ay=-30)
@@ -78,21 +96,36 @@ def timeline_figure(lanes: pd.DataFrame) -> go.Figure:
 
 def sweep_figure(pred: pd.DataFrame, measured: pd.DataFrame, x: str = "bucket_mb") -> go.Figure:
     """Predicted step time against ``x`` (bucket_mb, log axis, or world_size), one line per value
-    of the other; the run's measured jobs as diamonds on the same axes."""
+    of the other with its band shaded where ``pred`` has ``step_ms_lo``/``step_ms_hi``; the run's
+    measured jobs as diamonds on the same axes, a red x where one lies outside its band."""
     if pred is None or pred.empty:
         return empty_figure("Nothing to predict.")
     other = "world_size" if x == "bucket_mb" else "bucket_mb"
     fig = go.Figure()
     for val, part in pred.sort_values(x).groupby(other, sort=True):
-        name = f"predicted, {val:g} {'ranks' if other == 'world_size' else 'MB'}"
+        name = f"predicted, {val:g} {'ranks' if other == 'world_size' else 'MiB'}"
+        if {"step_ms_lo", "step_ms_hi"} <= set(part.columns):
+            fig.add_scatter(x=list(part[x]) + list(part[x])[::-1],
+                            y=list(part["step_ms_hi"]) + list(part["step_ms_lo"])[::-1], fill="toself",
+                            mode="lines", line=dict(width=0), opacity=0.2, name=f"band, {name[11:]}",
+                            hoverinfo="skip")
         fig.add_scatter(x=part[x], y=part["step_ms"], mode="lines+markers", name=name,
                         hovertemplate=name + "<br>%{x:g}: %{y:.1f} ms<extra></extra>")
     if measured is not None and not measured.empty:
-        for val, part in measured.groupby(other, sort=True):
-            name = f"measured, {val:g} {'ranks' if other == 'world_size' else 'MB'}"
+        band = [c for c in ("step_ms_lo", "step_ms_hi") if c in pred.columns]
+        m = measured[["job_id", "world_size", "bucket_mb", "step_ms"]].merge(
+            pred[["world_size", "bucket_mb", *band]], on=["world_size", "bucket_mb"], how="left")
+        out = _outside(m.rename(columns={"step_ms": "measured_step_ms"}))
+        for val, part in m[~out].groupby(other, sort=True):
+            name = f"measured, {val:g} {'ranks' if other == 'world_size' else 'MiB'}"
             fig.add_scatter(x=part[x], y=part["step_ms"], mode="markers", name=name, marker=MEASURED | {"color": None},
                             customdata=part["job_id"], hovertemplate="%{customdata}: %{y:.1f} ms<extra></extra>")
+        if out.any():
+            part = m[out]
+            fig.add_scatter(x=part[x], y=part["step_ms"], mode="markers", name="measured, outside the band",
+                            marker=OUTSIDE, customdata=part["job_id"],
+                            hovertemplate="%{customdata}: %{y:.1f} ms, outside the band<extra></extra>")
     fig.update_xaxes(type="log" if x == "bucket_mb" else "linear",
-                     title="bucket size (MB)" if x == "bucket_mb" else "world size (ranks)")
+                     title="bucket size (MiB)" if x == "bucket_mb" else "world size (ranks)")
     fig.update_yaxes(title="step time (ms)", rangemode="tozero")
     return legend_right(base_layout(fig, None, height=380))

@@ -14,11 +14,11 @@ from dpcore.read.report.resolve import load_run_reporting
 from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import load_run
-from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, whatif_table
+from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, whatif_report
 
 
 def parse_buckets(text: str | None) -> list[float] | None:
-    """'1,4,32' -> [1.0, 4.0, 32.0] (MB, finite, > 0 and at most MAX_BUCKET_MB); None/empty ->
+    """'1,4,32' -> [1.0, 4.0, 32.0] (MiB, finite, > 0 and at most MAX_BUCKET_MB); None/empty ->
     None (the run's sizes); an empty item ('1,,4') is refused."""
     if text is None or not text.strip():
         return None
@@ -29,7 +29,7 @@ def parse_buckets(text: str | None) -> list[float] | None:
         except ValueError:
             mb = float("nan")
         if not (math.isfinite(mb) and 0 < mb <= MAX_BUCKET_MB):
-            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MB up to "
+            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MiB up to "
                              f"{MAX_BUCKET_MB:.0f} like 1,4,25")
         out.append(mb)
     return list(dict.fromkeys(out))
@@ -49,7 +49,7 @@ def parse_world_sizes(text: str | None) -> list[int] | None:
 
 def _header(model: Model) -> list[str]:
     src = model.src
-    return [f"what-if from {src.job_id} ({src.variant}, {src.world_size} ranks, {src.bucket_mb:g} MB buckets, "
+    return [f"what-if from {src.job_id} ({src.variant}, {src.world_size} ranks, {src.bucket_mb:g} MiB buckets, "
             f"{len(src.timelines)} timed rank-steps; gradients from {src.grads_source})",
             f"  comm slows compute by kappa = {model.kappa:.2f}: {model.kappa_source}",
             f"  alpha = {model.alpha_us:.1f} us: {model.alpha_source}",
@@ -71,17 +71,22 @@ def whatif_text(path: str, job: str, bucket_mb: str | None = None, world_sizes: 
         raise UsageError(f"--allreduce-run {allreduce_run}: no allreduce.csv rows; run "
                          "`python -m dpcore allreduce` first")
     model = build_model(run, job, algo, latency_us, bandwidth_gbps, ar)  # validates the job first
-    table = whatif_table(model, run, run_job_summary(run), buckets, sizes)
+    table, advice = whatif_report(model, run, run_job_summary(run), buckets, sizes)
     if csv:
         return csv_table(table[WHATIF_COLUMNS])
-    view = table.drop(columns=["kappa", "algo"]).rename(columns={
+    view = table.drop(columns=["kappa", "algo", "recommended"]).rename(columns={
         "bandwidth_gbps": "B_gbps", "latency_us": "alpha_us", "exposed_comm_ms": "exposed_ms",
-        "hidden_comm_ms": "hidden_ms", "measured_step_ms": "measured_ms", "error_pct": "error_%"})
+        "hidden_comm_ms": "hidden_ms", "measured_step_ms": "measured_ms", "error_pct": "error_%",
+        "step_ms_lo": "band_lo", "step_ms_hi": "band_hi"})
+    view["bucket_mb"] = view["bucket_mb"].map(lambda b: f"{b:g}")  # MiB, as everywhere in dpcore
+    view = view.rename(columns={"bucket_mb": "bucket_MiB"})
     cores = (run.meta.get("environment") or {}).get("cpu_cores")
     notes = ["", "step = forward + max(backward end, last all-reduce end) + bookkeeping + optimizer; "
-             "measured_ms: summarize's median step of the same cell (error_% = predicted vs measured)."]
+             "measured_ms: summarize's median step of the same cell (error_% = predicted vs measured).",
+             "band_lo-band_hi: the source job's p10/p90 step spread times the model's held-out error both ways; "
+             "in_band: the measured cell inside it."]
     if cores and int(table["world_size"].max()) > int(cores) and \
             (run.meta.get("environment") or {}).get("device", "cpu") == "cpu":
         notes.append(f"caveat: this run's machine has {cores} cores; more ranks than that share cores "
                      "(oversubscribed), which the model does not know.")
-    return "\n".join(_header(model) + ["", text_table(view)] + notes) + "\n"
+    return "\n".join(_header(model) + ["", text_table(view)] + notes + ["", advice]) + "\n"

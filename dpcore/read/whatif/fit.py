@@ -3,7 +3,9 @@
 DataFrames in, model inputs out (no disk). Three measurements, each with its source recorded so
 the CLI and the view can say where a number came from:
 
-* **timelines** (:func:`job_timelines`): per timed (rank, step) of the source job, forward,
+* **timelines** (:func:`job_timelines`): per timed (rank, step) of the source job, when the
+  rank started the step after the first rank did (``*_ns`` columns are one clock for all
+  ranks, docs/DESIGN.md), forward,
   optimizer, each gradient's ready time from grads.csv relative to backward's start, and the
   comm intervals in flight. A run without grads.csv falls back to the buckets' launch times in
   collectives.csv: each bucket's bytes are spread evenly (in pieces of at most 1 MiB) over the
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.calibration import fit as calibration_fit
 from dpcore.read.whatif.model import alpha_beta_from_line, fit_line, inflight_before, line_from_alpha_beta
 
 MS = 1e6
@@ -37,6 +40,24 @@ MIN_SAMPLES = 8
 #: per-message latency of gloo over loopback TCP (stand-alone `allreduce` runs of 4 KB on the
 #: 2-core dev box: 90-120 µs per message when the machine was quiet).
 DEFAULT_ALPHA_US = 100.0
+#: Plausible range of kappa. Above 2/3 comm would take more than two thirds of a rank's compute
+#: while in flight: on the 2-core box a rank's backward and gloo's 2 worker threads can at most
+#: share its core three ways (on GPU NCCL kernels take far less). A fit above that comes from a
+#: disturbed baseline (a 1-rank job 2-5x slower than the same backward at 2 ranks on a loaded
+#: machine gave 0.95, the old clip), and replaying with it is not even an identity on the source
+#: job: the replay takes kappa x the comm in flight out of the measured backward and puts back
+#: only what its own comm overlaps (-4.5 % on the source's own cell against -0.9 % with kappa 0,
+#: on a loaded run). Quiet-machine fits were 0.29-0.53 (README).
+KAPPA_RANGE = (0.0, 2.0 / 3.0)
+#: Plausible range of kappa from the in-job calibration (dpcore.contract.calibration): the same
+#: backward, alternating two bucket plans step by step in one process, so no other job's load
+#: enters; it measured 0.76-0.99 with 0.25 MiB buckets on the loaded 2-core box (backward ~50 ms
+#: longer with 30 small all-reduces in flight than with one). The bound is the replay's old clip.
+KAPPA_RANGE_CAL = (0.0, 0.95)
+#: Plausible in-training per-message cost (ms) and bandwidth (GB/s) of the in-job calibration:
+#: outside, the fit is said to be implausible and the next source of alpha and B is used.
+PER_MESSAGE_RANGE_MS = (0.0, 100.0)
+BANDWIDTH_RANGE_GBPS = (1e-3, 1e4)
 
 
 @dataclass
@@ -54,6 +75,7 @@ class Timeline:
     comm_start: np.ndarray        # collectives of the step (launch), from the step's start
     comm_end: np.ndarray
     comm_bytes: np.ndarray
+    start_ms: float = 0.0         # this rank's step start after the step's earliest rank's (ms)
 
 
 @dataclass
@@ -99,6 +121,7 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
                          "model needs a bucketed or torch_ddp job of a multi-process run")
     sizes = (gr.drop_duplicates("param").set_index("param")["bytes"].sort_index().to_numpy(float)
              if not gr.empty else None)
+    first_start = st.groupby("step")["t_start_ns"].min()
     cg = {k: g for k, g in co.groupby(["rank", "step"])}
     gg = {k: g for k, g in gr.groupby(["rank", "step"])} if not gr.empty else {}
     out = []
@@ -126,7 +149,7 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
                 continue
         out.append(Timeline(key[0], key[1], float(row.fwd_ms), float(row.bwd_ms), float(row.opt_ms),
                             float(row.step_ms), float(row.fwd_ms + row.bwd_ms + row.sync_ms), ready,
-                            cs, ce, c["bytes"].to_numpy(float)))
+                            cs, ce, c["bytes"].to_numpy(float), (t0 - float(first_start[key[1]])) / MS))
     if not out or sizes is None:
         raise ValueError(f"job {job_id!r}: no step has a complete gradient timeline")
     algo = str(co["algo"].iloc[0]) if not co.empty else "native"
@@ -142,8 +165,9 @@ def comm_in_backward(tl: Timeline) -> float:
                  - inflight_before(np.array([b0]), tl.comm_start, tl.comm_end)[0])
 
 
-def kappa_within(src: Source) -> tuple[float, int]:
-    """Kappa from the job alone, and how many intervals support it (0: cannot tell)."""
+def kappa_within(src: Source, clip: bool = True) -> tuple[float, int]:
+    """Kappa from the job alone, and how many intervals support it (0: cannot tell); ``clip``
+    False gives the raw fit (for the plausibility check of :func:`fit_kappa`)."""
     rows = []
     for tl in src.timelines:
         order = np.argsort(tl.ready_ms)
@@ -162,32 +186,119 @@ def kappa_within(src: Source) -> tuple[float, int]:
             k = 1.0 - free.median() / busy.median()
             w = n * free.median()  # weight: samples x work per interval (layers, not glue)
             num, den, support = num + w * k, den + w, support + n
-    return (float(np.clip(num / den, 0.0, 0.95)), support) if den > 0 else (float("nan"), 0)
+    if den <= 0:
+        return float("nan"), 0
+    k = num / den
+    return (float(np.clip(k, 0.0, 0.95)) if clip else float(k)), support
 
 
-def kappa_across(src: Source, baseline_bwd_ms: float) -> float:
+def kappa_across(src: Source, baseline_bwd_ms: float, clip: bool = True) -> float:
     """Kappa from backward vs a comm-free baseline's backward: (bwd − bwd₀) / O (medians)."""
     bwd = float(np.median([tl.bwd_ms for tl in src.timelines]))
     o = float(np.median([comm_in_backward(tl) for tl in src.timelines]))
     if not (np.isfinite(baseline_bwd_ms) and o > 0):
         return float("nan")
-    return float(np.clip((bwd - baseline_bwd_ms) / o, 0.0, 0.95))
+    k = (bwd - baseline_bwd_ms) / o
+    return float(np.clip(k, 0.0, 0.95)) if clip else float(k)
+
+
+def _plausible(k: float) -> bool:
+    return bool(np.isfinite(k) and KAPPA_RANGE[0] <= k <= KAPPA_RANGE[1])
+
+
+def plausible_network(alpha_us: float, bandwidth_gbps: float) -> bool:
+    """alpha within 0-100 ms and B within 1 MB/s-10 TB/s: outside, a fit is not used."""
+    return bool(np.isfinite(alpha_us) and np.isfinite(bandwidth_gbps)
+                and 0.0 <= alpha_us <= PER_MESSAGE_RANGE_MS[1] * 1e3
+                and BANDWIDTH_RANGE_GBPS[0] <= bandwidth_gbps <= BANDWIDTH_RANGE_GBPS[1])
+
+
+def calibration_of(meta: dict, job_id: str) -> dict | None:
+    """The job's in-job calibration from run.json (``whatif_calibration``), or None. Where it
+    holds the steps it came from (``data``) the fit is recomputed from them by the same function
+    that wrote it (:func:`dpcore.contract.calibration.fit`), so a run written before a fix of
+    the fit reads as a new one would."""
+    for job in meta.get("jobs") or []:
+        cal = job.get("whatif_calibration")
+        if str(job.get("id")) == job_id and isinstance(cal, dict):
+            try:
+                return {**cal, **calibration_fit(cal["data"])} if cal.get("data") else cal
+            except (KeyError, TypeError, ValueError):  # a hand-edited entry: its stored numbers
+                return cal
+    return None
+
+
+def _num(v: object) -> float:
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _plans_text(cal: dict) -> str:
+    plans = cal.get("plans") or []
+    mbs = " and ".join(f"{_num(p.get('bucket_mb')):g} MiB" for p in plans)
+    return (f"in-job calibration ({cal.get('steps_per_plan', '?')} untimed steps per plan, buckets of {mbs}, "
+            f"cost {_num(cal.get('cost_ms')):.0f} ms)")
+
+
+def kappa_from_calibration(cal: dict | None) -> tuple[float, str]:
+    """(kappa, why) from the in-job calibration; NaN with the reason when absent or implausible."""
+    if not cal:
+        return float("nan"), ""
+    k = _num(cal.get("kappa"))
+    lo, hi = KAPPA_RANGE_CAL
+    if not np.isfinite(k):
+        why = cal.get("note") or cal.get("error") or "no data"
+        return float("nan"), f"{_plans_text(cal)}: kappa not fitted ({why})"
+    if not lo <= k <= hi:
+        return float("nan"), f"{_plans_text(cal)} gave {k:.2f}, outside the plausible {lo:g}-{hi:g}: not used"
+    return k, f"{_plans_text(cal)}: backward with vs without the second plan's comm in flight"
+
+
+def network_from_calibration(cal: dict | None, algo: str, n: int) -> tuple[dict | None, str]:
+    """(alpha_us, bandwidth_gbps and their sources) from the in-job calibration's line, or
+    (None, why not)."""
+    if not cal:
+        return None, ""
+    a, b_mib = _num(cal.get("per_message_ms")), _num(cal.get("ms_per_mib"))
+    if not (np.isfinite(a) and np.isfinite(b_mib) and b_mib > 0):
+        return None, f"{_plans_text(cal)}: no line ({cal.get('note') or cal.get('error') or 'no data'})"
+    alpha, bw = alpha_beta_from_line(algo, n, a, b_mib / MIB)
+    if not (PER_MESSAGE_RANGE_MS[0] <= a <= PER_MESSAGE_RANGE_MS[1]
+            and BANDWIDTH_RANGE_GBPS[0] <= bw <= BANDWIDTH_RANGE_GBPS[1]):
+        return None, (f"{_plans_text(cal)} gave {a:.2f} ms per message and {bw:.3g} GB/s, outside the "
+                      f"plausible {PER_MESSAGE_RANGE_MS[1]:g} ms and {BANDWIDTH_RANGE_GBPS[0]:g}-"
+                      f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s: not used")
+    src = f"{_plans_text(cal)}: {a:.2f} ms per message, {b_mib:.2f} ms per MiB during training"
+    return {"alpha_us": alpha, "bandwidth_gbps": bw, "alpha_source": src, "bandwidth_source": src}, ""
 
 
 def fit_kappa(src: Source, baseline_bwd_ms: float = float("nan")) -> tuple[float, str]:
     """(kappa, where it came from): across jobs against ``baseline_bwd_ms`` (the same variant's
     backward at world size 1, where no comm is in flight) when the run has one, else within the
-    job when it has comm-free and comm-busy stretches of backward, else 0 (said so).
+    job when it has comm-free and comm-busy stretches of backward, else 0 (said so). A fit
+    outside :data:`KAPPA_RANGE` is not used: the next one is, and the source says so.
 
     Why across jobs first: the whole backward (glue, bucket staging and the last bucket's
     launch included) is compared, and medians of whole backwards resist a busy machine better
     than per-layer intervals; the within-job estimate sees only the layers' own intervals."""
-    k = kappa_across(src, baseline_bwd_ms)
-    if np.isfinite(k):
-        return k, "across jobs (backward vs the same variant at world size 1, no comm)"
-    k, support = kappa_within(src)
-    if support:
+    rejected = []
+    raw = kappa_across(src, baseline_bwd_ms, clip=False)
+    if _plausible(raw):
+        return raw, "across jobs (backward vs the same variant at world size 1, no comm)"
+    if np.isfinite(raw):
+        rejected.append(f"across jobs {raw:.2f}")
+    k, support = kappa_within(src, clip=False)
+    if support and _plausible(k):
         return k, f"within job ({support} backward intervals with vs without comm in flight)"
+    if support:
+        rejected.append(f"within job {k:.2f}")
+    lo, hi = KAPPA_RANGE
+    why = (f" (fitted {', '.join(rejected)}: outside the plausible {lo:.2f}-{hi:.2f}, a disturbed measurement;"
+           " not used)" if rejected else "")
+    if rejected:
+        return 0.0, "assumed 0" + why
     return 0.0, "unmeasured (no comm-free backward in this run): assumed 0"
 
 
@@ -230,8 +341,15 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
     if latency_us is not None and bandwidth_gbps is not None:
         return out
     line = line_from_allreduce(allreduce, "native" if algo == "ring" else algo, n) if allreduce is not None else None
+    rejected = ""
     if line is not None:
         alpha, bw = alpha_beta_from_line(algo, line[2], line[0], line[1])
+        if not plausible_network(alpha, bw):
+            rejected = (f" (allreduce.csv gave alpha {alpha:.3g} us and B {bw:.3g} GB/s, outside the plausible "
+                        f"{PER_MESSAGE_RANGE_MS[1] * 1e3:g} us and {BANDWIDTH_RANGE_GBPS[0]:g}-"
+                        f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s: not used)")
+            line = None
+    if line is not None:
         for key, val in (("alpha_us", alpha), ("bandwidth_gbps", bw)):
             if out[key] is None:
                 out[key] = val
@@ -267,4 +385,8 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
             f"unknown (buckets of one size, no allreduce run): default {DEFAULT_ALPHA_US:g} us")
     if out["bandwidth_gbps"] is None:
         out["bandwidth_gbps"], out["bandwidth_source"] = bw, src_txt
+        if not plausible_network(0.0, bw):  # nothing measured is left to fall back to: said so
+            out["bandwidth_source"] += (f" (implausible: outside {BANDWIDTH_RANGE_GBPS[0]:g}-"
+                                        f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s; give --bandwidth-gbps)")
+    out["alpha_source"] += rejected
     return out

@@ -31,7 +31,9 @@ The model, and every assumption it makes:
    else at rate 1: a collective goes at the pace of its slowest rank, and on a CPU box gloo's
    threads get the core only part of the time while backward holds it (thread wake-ups per
    message included, which is why small buckets suffer most). Nothing measures it directly, so
-   it is *calibrated on the source job* (``whatif.calibrate_comm``): the value with which the
+   it is either in alpha and B already (measured during backward by the job's in-job
+   calibration, ``dpcore.contract.calibration``: then no further calibration), or
+   *calibrated on the source job* (``whatif.calibrate_comm``): the value with which the
    replay of the source's own bucket plan ends its last all-reduce when collectives.csv says it
    did. Assumption: the slowdown is a property of the machine and the model's compute, not of
    the bucket size, so it carries over to other buckets. When the network measurement is slower
@@ -158,12 +160,18 @@ class RankStep:
     ready_work: np.ndarray
     bwd_work: float
     opt_ms: float
+    #: when the rank started this step, ms after the step's earliest rank did (ranks do not start
+    #: a step at the same instant: up to 8 ms apart on a loaded 2-core box). A bucket is ready
+    #: when its gradients are ready on every rank *in one clock*; each rank's own times are from
+    #: its own start, so they are shifted by this before the max over ranks is taken.
+    start_ms: float = 0.0
 
 
 @dataclass
 class Replay:
-    """The replayed step (ms from the step's start): per bucket when it was ready on every
-    rank, started and ended; per rank backward end, step time, comm C and exposed comm E."""
+    """The replayed step (ms from the earliest rank's start): per bucket when it was ready on
+    every rank, started and ended; per rank forward end, backward end, step time (from its own
+    start ``start_ms``), comm C and exposed comm E."""
 
     bucket_ready: np.ndarray
     bucket_start: np.ndarray
@@ -173,6 +181,7 @@ class Replay:
     step_ms: np.ndarray
     comm_ms: np.ndarray
     exposed_ms: np.ndarray
+    start_ms: np.ndarray | None = None
 
 
 def replay(ranks: list[RankStep], buckets: list[list[int]], latency_ms: np.ndarray,
@@ -188,7 +197,8 @@ def replay(ranks: list[RankStep], buckets: list[list[int]], latency_ms: np.ndarr
     transfer ends) every rate is constant, so each interval is solved exactly.
     """
     n, nb = len(ranks), len(buckets)
-    fwd = np.array([r.fwd_ms for r in ranks], float)
+    t0 = np.array([r.start_ms for r in ranks], float)
+    fwd = t0 + np.array([r.fwd_ms for r in ranks], float)   # backward begins: the common clock
     total = np.array([r.bwd_work for r in ranks], float)
     need = np.array([[max((r.ready_work[i] for i in b), default=0.0) for b in buckets]
                      for r in ranks], float).reshape(n, nb)
@@ -241,18 +251,19 @@ def replay(ranks: list[RankStep], buckets: list[list[int]], latency_ms: np.ndarr
                     flying.remove(k)
     bwd_end = np.where(np.isnan(bwd_end), np.maximum(fwd, np.where(total > 0, t, fwd)), bwd_end)
     ready = _ready_times(np.array(trace_t), np.array(trace_done).reshape(-1, n), need, fwd)
-    return _finish(ready, start, end, fwd, bwd_end, ranks, tail_ms)
+    return _finish(ready, start, end, fwd, bwd_end, ranks, tail_ms, t0)
 
 
 def _finish(ready: np.ndarray, start: np.ndarray, end: np.ndarray, fwd: np.ndarray,
-            bwd_end: np.ndarray, ranks: list[RankStep], tail_ms: float) -> Replay:
-    """Step, C (union of the buckets' intervals) and E (C after the rank's backward) per rank."""
+            bwd_end: np.ndarray, ranks: list[RankStep], tail_ms: float, t0: np.ndarray) -> Replay:
+    """Step (from the rank's own start), C (union of the buckets' intervals) and E (C after the
+    rank's backward) per rank; every other time in the common clock of the earliest rank."""
     last = float(np.nanmax(end)) if end.size and np.isfinite(end).any() else 0.0
     opt = np.array([r.opt_ms for r in ranks], float)
     comm = union_length(start, end) if end.size else 0.0
     exposed = np.array([union_length(*clip(start, end, b, np.inf)) if end.size else 0.0 for b in bwd_end])
-    step = np.maximum(bwd_end, last) + tail_ms + opt
-    return Replay(ready, start, end, fwd, bwd_end, step, np.full(len(ranks), comm), exposed)
+    step = np.maximum(bwd_end, last) + tail_ms + opt - t0
+    return Replay(ready, start, end, fwd, bwd_end, step, np.full(len(ranks), comm), exposed, t0)
 
 
 def _ready_times(trace_t: np.ndarray, trace_done: np.ndarray, need: np.ndarray,

@@ -1,9 +1,10 @@
 """What if: the step time of a measured bucketed/torch_ddp job at other buckets, ranks, networks.
 
 DataFrames in, DataFrames out: :func:`build_model` measures the source job (timelines, compute
-dilation kappa, alpha and B: :mod:`dpcore.read.whatif.fit`; then the in-training comm slowdown
-kappa_comm, calibrated so that the replay of the source's own buckets reproduces its measured
-last all-reduce end: :func:`calibrate_comm`), :func:`predict` replays it for each cell
+dilation kappa, alpha and B: :mod:`dpcore.read.whatif.fit`, from the job's in-job calibration
+in run.json first, each value only inside its plausible range; without in-training alpha and B,
+the in-training comm slowdown kappa_comm, calibrated so that the replay of the source's own
+buckets reproduces its measured last all-reduce end: :func:`calibrate_comm`), :func:`predict` replays it for each cell
 (:func:`dpcore.read.whatif.model.replay`, whose module docstring lists the model's assumptions),
 and :func:`whatif_table` adds the measured step time where the run has the same cell. The
 measured numbers are the caller's ``job_summary`` rows (the ones ``summarize`` prints), never
@@ -20,13 +21,27 @@ import pandas as pd
 from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
-from dpcore.read.whatif.fit import JOB_FIT, Source, fit_kappa, fit_network, job_timelines
+from dpcore.read.whatif.advice import add_bands, recommend, source_spread
+from dpcore.read.whatif.fit import (
+    JOB_FIT,
+    Source,
+    calibration_of,
+    fit_kappa,
+    fit_network,
+    job_timelines,
+    kappa_from_calibration,
+    network_from_calibration,
+)
 from dpcore.read.whatif.model import ALGOS, RankStep, Replay, allreduce_parts, replay, undilate
 
 #: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
+#: ``step_ms_lo``/``step_ms_hi``: the band (:mod:`dpcore.read.whatif.advice`); ``in_band``: the
+#: measured cell inside it; ``recommended``: the cell the recommendation line names.
 WHATIF_COLUMNS = ["world_size", "bucket_mb", "bandwidth_gbps", "latency_us", "step_ms", "comm_ms",
-                  "exposed_comm_ms", "hidden_comm_ms", "compute_ms", "other_ms", "buckets",
-                  "measured_step_ms", "error_pct", "measured_job", "kappa", "algo"]
+                  "exposed_comm_ms", "step_ms_lo", "step_ms_hi", "hidden_comm_ms", "compute_ms", "other_ms",
+                  "buckets", "measured_step_ms", "error_pct", "in_band", "measured_job", "recommended", "kappa",
+                  "algo"]
+_MEASURED_COLUMNS = [c for c in WHATIF_COLUMNS if c not in ("step_ms_lo", "step_ms_hi", "in_band", "recommended")]
 
 #: Collectives a backend runs at once per process group: gloo's ProcessGroupGloo has 2 worker
 #: threads (``Options::threads{2}`` in ProcessGroupGloo.hpp), NCCL one stream per group.
@@ -94,10 +109,20 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     for name, v in (("--latency-us", latency_us), ("--bandwidth-gbps", bandwidth_gbps)):
         if v is not None and not (math.isfinite(v) and (v > 0 if name == "--bandwidth-gbps" else v >= 0)):
             raise UsageError(f"{name} must be a finite number {'> 0' if 'band' in name else '>= 0'}, got {v:g}")
+    cal = calibration_of(run.meta, job_id)
     try:
         src = job_timelines(run.steps, run.collectives, run.grads, job_id)
-        kappa, ksrc = fit_kappa(src, _baseline_bwd(run, src.variant))
-        net = fit_network(src, algo, run.allreduce if allreduce is None else allreduce, latency_us, bandwidth_gbps)
+        kappa, ksrc = kappa_from_calibration(cal)
+        if not np.isfinite(kappa):
+            kappa, ksrc2 = fit_kappa(src, _baseline_bwd(run, src.variant))
+            ksrc = f"{ksrc2} ({ksrc})" if ksrc else ksrc2
+        net, why = network_from_calibration(cal, algo, src.world_size)
+        if net is None or latency_us is not None or bandwidth_gbps is not None or allreduce is not None:
+            # the user's values, or an allreduce run named for this call, come first
+            net = fit_network(src, algo, run.allreduce if allreduce is None else allreduce, latency_us,
+                              bandwidth_gbps)
+            if why:
+                net["alpha_source"] += f" ({why})"
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     tails = [tl.sync_end_ms - max(tl.fwd_ms + tl.bwd_ms, float(np.max(tl.comm_end, initial=0.0)))
@@ -106,11 +131,18 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     # alpha and B of one collective alone (allreduce rows, the user) replay with the backend's
     # concurrency; a fit to the job's serial-equivalent service times already contains it
     backend = str((run.meta.get("environment") or {}).get("backend") or "gloo")
-    streams = 1 if net["bandwidth_source"].startswith(JOB_FIT) else STREAMS.get(backend, 1)
+    # (the in-job calibration's line is fitted to serial-equivalent service times too)
+    streams = 1 if net["bandwidth_source"].startswith((JOB_FIT, "in-job")) else STREAMS.get(backend, 1)
     model = Model(src, kappa, ksrc, max(float(np.median(tails)), 0.0), algo, float(net["alpha_us"]),
                   float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
     if latency_us is not None and bandwidth_gbps is not None:
         model.calibration_source = "none (alpha and B given: used as they are)"
+        return model
+    if net["bandwidth_source"].startswith("in-job"):
+        # measured during backward, with many small and a few large buckets: compute's slowdown
+        # of comm is in them already, and one source job's comm end (a disturbed step or two
+        # decide it on a shared box) must not rescale what two plans measured
+        model.calibration_source = "none (alpha and B measured during training by the in-job calibration)"
         return model
     return calibrate_comm(model)
 
@@ -134,7 +166,8 @@ def calibrate_comm(model: Model) -> Model:
     When even ``kappa_comm = 0`` ends too late, the network measurement was slower than the job's
     comm (a disturbed ``allreduce`` run): every all-reduce is scaled by ``comm_scale < 1``
     instead; when even ``KAPPA_COMM_MAX`` ends too early, by ``comm_scale > 1`` on top."""
-    ends = [float(np.max(tl.comm_end)) for tl in model.src.timelines
+    # in the replay's clock (the step's earliest rank), where the replay's comm_end_ms is
+    ends = [tl.start_ms + float(np.max(tl.comm_end)) for tl in model.src.timelines
             if tl.comm_end.size and np.isfinite(tl.comm_end).all()]
     if not ends or model.src.world_size < 2:
         model.calibration_source = "none (no timed all-reduce in the source job)"
@@ -164,7 +197,8 @@ def _rank_steps(model: Model, n: int) -> dict[int, list[RankStep]]:
         work = undilate(np.r_[tl.ready_ms, tl.fwd_ms + tl.bwd_ms], tl.comm_start, tl.comm_end,
                         model.kappa) - tl.fwd_ms
         by_step.setdefault(tl.step, []).append(
-            RankStep(tl.fwd_ms * scale, np.maximum(work[:-1], 0) * scale, max(work[-1], 0) * scale, tl.opt_ms))
+            RankStep(tl.fwd_ms * scale, np.maximum(work[:-1], 0) * scale, max(work[-1], 0) * scale, tl.opt_ms,
+                     tl.start_ms))
     return {s: [rs[i % len(rs)] for i in range(n)] for s, rs in by_step.items()}
 
 
@@ -218,7 +252,7 @@ def with_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     m = measured.rename(columns={"step_ms": "measured_step_ms", "job_id": "measured_job"})
     out = pred.merge(m, on=["world_size", "bucket_mb"], how="left")
     out["error_pct"] = 100.0 * (out["step_ms"] - out["measured_step_ms"]) / out["measured_step_ms"]
-    return out[WHATIF_COLUMNS]
+    return out[_MEASURED_COLUMNS]
 
 
 def default_cells(run: Run, src: Source) -> tuple[list[float], list[int]]:
@@ -229,15 +263,32 @@ def default_cells(run: Run, src: Source) -> tuple[list[float], list[int]]:
     return buckets, sizes
 
 
-def whatif_table(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,
-                 world_sizes: list[int] | None = None) -> pd.DataFrame:
-    """The `whatif` command's rows (WHATIF_COLUMNS) of a fitted model (:func:`build_model`):
-    its predictions at the given cells (default: the run's cells of the source's variant), with
-    the measured step time where the run has the same cell (``summary``: the run's
-    ``job_summary`` rows)."""
+def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``cells`` (:func:`with_measured` rows) with their bands and ``recommended`` column
+    (WHATIF_COLUMNS), and the recommendation line: :mod:`dpcore.read.whatif.advice`, from the
+    source job's spread in ``summary`` (the run's ``job_summary`` rows)."""
+    src = model.src
+    table = add_bands(cells, source_spread(summary, src.job_id))
+    own = summary.loc[summary["job_id"] == src.job_id, "step_ms"]
+    table, line = recommend(table, src.world_size, src.bucket_mb, float(own.iloc[0]) if not own.empty else None)
+    return table[WHATIF_COLUMNS], line
+
+
+def whatif_report(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,
+                  world_sizes: list[int] | None = None) -> tuple[pd.DataFrame, str]:
+    """The `whatif` command's rows (WHATIF_COLUMNS) of a fitted model (:func:`build_model`) and
+    its recommendation line: predictions at the given cells (default: the run's cells of the
+    source's variant), the measured step time where the run has the same cell (``summary``: the
+    run's ``job_summary`` rows), each cell's band."""
     b_def, n_def = default_cells(run, model.src)
     pred = predict(model, bucket_mbs or b_def, world_sizes or n_def)
-    return with_measured(pred, measured_cells(summary, model.src.variant))
+    return banded(model, with_measured(pred, measured_cells(summary, model.src.variant)), summary)
+
+
+def whatif_table(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,
+                 world_sizes: list[int] | None = None) -> pd.DataFrame:
+    """:func:`whatif_report`'s table alone."""
+    return whatif_report(model, run, summary, bucket_mbs, world_sizes)[0]
 
 
 LANE_COLUMNS = ["lane", "kind", "start_ms", "end_ms", "label"]
@@ -249,10 +300,12 @@ def replay_lanes(rep: Replay, buckets: list[list[int]], sizes: np.ndarray, tail_
     bucket and a ``ready`` row when it was ready on every rank."""
     rows = []
     last = float(np.nanmax(rep.bucket_end)) if np.isfinite(rep.bucket_end).any() else 0.0
-    for r, (f, b, s) in enumerate(zip(rep.fwd_ms, rep.bwd_end, rep.step_ms)):
+    starts = rep.start_ms if rep.start_ms is not None else np.zeros(len(rep.step_ms))
+    for r, (f, b, s, t0) in enumerate(zip(rep.fwd_ms, rep.bwd_end, rep.step_ms, starts)):
         lane = f"rank {r}"
         sync_end = max(b, last) + tail_ms
-        rows += [(lane, "forward", 0.0, f, "forward"), (lane, "backward", f, b, "backward"),
+        s = s + t0  # the rank's step ends at its start plus its step time, in the common clock
+        rows += [(lane, "forward", t0, f, "forward"), (lane, "backward", f, b, "backward"),
                  (lane, "bookkeeping", max(b, last), sync_end, "bookkeeping after the last bucket"),
                  (lane, "optimizer", sync_end, s, "optimizer")]
     for k, idx in enumerate(buckets):

@@ -20,6 +20,7 @@ and :func:`write_job`, which turns every rank's rows into the job's tables and m
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.calibration import fit as cal_fit
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.contract.intervals import comm_start, step_comm, union_length
 from dpcore.write.capture.merged_trace import merge_job_traces
@@ -88,6 +90,29 @@ def attach_comm(steps: list[dict], collectives: list[dict]) -> None:
                    comm_bytes=sum(int(c["bytes"]) for c in mine))
 
 
+def _finite(v: Any) -> Any:
+    """NaN -> None, in nested dicts/lists (run.json is strict JSON)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def calibration_entry(per_rank: list[dict]) -> dict:
+    """The job's run.json ``whatif_calibration``: every rank's calibration steps merged per plan,
+    the fit (:func:`dpcore.contract.calibration.fit`), the cost and the steps it came from."""
+    errors = [r["error"] for r in per_rank if r.get("error")]
+    if errors:  # the job's measured rows stand; the calibration says why it is missing
+        return {"error": errors[0]}
+    plans = [{"bucket_mb": p["bucket_mb"], "steps": [s for r in per_rank for s in r["plans"][k]["steps"]]}
+             for k, p in enumerate(per_rank[0]["plans"])]
+    return _finite({**cal_fit(plans), "cost_ms": round(max(r["cost_ms"] for r in per_rank), 1),
+                    "steps_per_plan": len(plans[0]["steps"]) // max(len(per_rank), 1), "data": plans})
+
+
 def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     """Write one finished training job's rows (every rank's result, by rank) and merged trace;
     return its run.json fields."""
@@ -107,6 +132,9 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
         "threads_per_rank": first.get("threads"),
         "cpus_per_rank": {str(i): r.get("cpus", []) for i, r in enumerate(results)},
     }
+    cals = [r["calibration"] for r in results if r.get("calibration")]
+    if cals:
+        extra["whatif_calibration"] = calibration_entry(cals)
     errors = [r["trace_error"] for r in results if r.get("trace_error")]
     if errors:
         extra["trace_error"] = errors[0]

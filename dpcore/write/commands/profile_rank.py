@@ -5,7 +5,8 @@ times the charts use come from plain ``perf_counter`` (CPU, after a barrier so a
 a step together) or CUDA events (GPU); only a few extra steps run under the profiler, for the
 traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up step is ``steps``
 (dropped), profiled steps are steps+1..steps+profile_steps, and the trace's
-``ProfilerStep#N`` markers carry the same N.
+``ProfilerStep#N`` markers carry the same N. A 2+-rank bucketed/torch_ddp job then spends
+2·CAL_STEPS+1 untimed steps on the what-if calibration (:mod:`dpcore.write.training.calibration`).
 """
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from typing import Any
 
 import torch.distributed as dist
 
+from dpcore.contract.calibration import CAL_STEPS
 from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
 from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
 from dpcore.write.capture.tracing import TraceCapture
 from dpcore.write.runtime.clock import measure_offset
 from dpcore.write.runtime.context import DistContext
+from dpcore.write.training.calibration import calibrate, wanted
 
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
@@ -94,6 +97,14 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
                 capture.step()
         finally:
             capture.stop()
+    # the what-if calibration: extra untimed steps with a second bucket plan, after every timed
+    # and traced step (dpcore.write.training.calibration); its steps are never written as rows
+    cal = None
+    if wanted(spec.variant, ctx.world_size, CAL_STEPS):
+        try:
+            cal = calibrate(ctx, spec.variant, spec.bucket_mb, cfg, rec, timer, trainer, spec.world_size)
+        except Exception as exc:  # noqa: BLE001 - the measured steps must survive a failed calibration
+            cal = {"error": f"{type(exc).__name__}: {exc}"}
     trace_file = capture.trace_file if capture else None
     trace_error = capture.error if capture else ""
     keep = {r["step"] for r in rows}
@@ -102,7 +113,7 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     grads = [g for g in rec.grad_rows() if g["step"] in keep]
     calls = [c for c in rec.call_rows() if c["step"] in keep]
     return {"steps": rows, "collectives": coll, "messages": msgs, "grads": grads, "memory": memory,
-            "comm_calls": calls,
+            "comm_calls": calls, "calibration": cal,
             "offset_ns": offset,
             "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None,
             "trace_error": trace_error, "sync": capture.sync if capture else [],

@@ -12,10 +12,13 @@ from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
 from dpcore.read.rundir.load import Run
+from dpcore.read.whatif.advice import add_bands, source_spread
 from dpcore.read.whatif.model import ALGOS
 from dpcore.read.whatif.predict import (
     Model,
+    banded,
     build_model,
+    default_cells,
     measured_cells,
     predict,
     replay_cell,
@@ -86,7 +89,7 @@ def render(run: Run) -> None:
     s1, s2, s3, s4 = st.columns(4)
     ws = s1.select_slider("World size", _choices(WORLD_SIZES, [src.world_size]), value=src.world_size,
                           key=f"wi-ws-{run.path}-{job}")
-    mb = s2.select_slider("Bucket size (MB)", _choices(BUCKETS_MB, [src.bucket_mb]), value=src.bucket_mb,
+    mb = s2.select_slider("Bucket size (MiB)", _choices(BUCKETS_MB, [src.bucket_mb]), value=src.bucket_mb,
                           key=f"wi-mb-{run.path}-{job}")
     fitted_bw = round(fitted.bandwidth_gbps, 3)
     bws = _choices([0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0], [fitted_bw])
@@ -104,18 +107,28 @@ def render(run: Run) -> None:
     m3.metric("Exposed comm E", f"{row['exposed_comm_ms']:.1f} ms")
     m4.metric("Buckets", f"{row['buckets']}")
     meas = measured(run, key, src.variant)
-    cells = with_measured(predictions(run, key, job, algo, tuple(_choices(BUCKETS_MB, [mb, src.bucket_mb])),
-                                      (ws,), bw, lat), meas)
+    summary = data.job_summary(run, key)
+    # the recommendation: the same cells and function as `whatif` without flags (one value)
+    b_def, _ = default_cells(run, src)
+    _, advice = banded(fitted, with_measured(predictions(run, key, job, algo, tuple(b_def), (src.world_size,),
+                                                         fitted.bandwidth_gbps, fitted.alpha_us), meas), summary)
+    st.info(md(advice))
+    cells, _ = banded(fitted, with_measured(predictions(run, key, job, algo,
+                                                        tuple(_choices(BUCKETS_MB, [mb, src.bucket_mb])),
+                                                        (ws,), bw, lat), meas), summary)
     st.subheader("Predicted step, broken down")
     st.plotly_chart(breakdown_figure(cells, mb), key=f"wi-bd-{run.path}-{job}")
-    st.subheader(f"Replayed step: {ws} ranks, {mb:g} MB buckets")
+    st.subheader(f"Replayed step: {ws} ranks, {mb:g} MiB buckets")
     st.plotly_chart(timeline_figure(replay_lanes(rep, buckets, src.sizes, fitted.tail_ms)),
                     key=f"wi-tl-{run.path}-{job}")
     st.subheader("Prediction against the run's measured jobs")
     sizes = tuple(sorted(set(meas["world_size"].astype(int)) | {ws}))
-    sweep = predictions(run, key, job, algo, tuple(_choices(BUCKETS_MB, [])), sizes, bw, lat)
+    sweep = add_bands(predictions(run, key, job, algo, tuple(_choices(BUCKETS_MB, [])), sizes, bw, lat),
+                      source_spread(summary, job))
     st.plotly_chart(sweep_figure(sweep, meas), key=f"wi-sw-{run.path}-{job}")
-    st.caption(FORMULA + " Measured points use the fitted network; move B or α and only the lines move.")
+    st.caption(FORMULA + " Measured points use the fitted network; move B or α and only the lines move. "
+               "Bands: the source job's p10-p90 step spread times the model's held-out error both ways; a "
+               "measured point outside its band is a red x.")
 
 
 def page() -> None:

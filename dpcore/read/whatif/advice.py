@@ -1,0 +1,105 @@
+"""Error bands and the one-line recommendation of a what-if table (DataFrames in, out; no disk).
+
+Why bands: a prediction without its doubt misleads (issue 20: a 0.25 MiB cell predicted at 18 ms
+was measured at 57 ms, with no sign of doubt). Two things make a predicted cell uncertain, and
+the band multiplies both in:
+
+* the **measured spread of the source job**: the replay reuses the source's steps, so a cell can
+  only be known as well as the source's step was: its p10/p50 and p90/p50 (``summarize``'s
+  numbers, the same function) scale the prediction down and up;
+* the **model's validation error** :data:`MODEL_ERROR_PCT`: how far held-out predictions missed
+  their measured cells (``benchmarks/bench_whatif.py``), applied both ways on top.
+
+Why the recommendation compares against the model's error only: the source's spread moves every
+predicted cell of one source together (they replay the same steps), so it cancels in a
+comparison of two cells; the model's error does not. A gain smaller than it "does not matter".
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: The model's error on held-out cells (%, both ways): the mean absolute error of the last
+#: held-out benchmark (`python -m benchmarks.bench_whatif --held-out`: 42.0 % over 120 cells of
+#: mlp 256/1024 and transformer tiny, bucketed and torch_ddp, 0.25-64 MiB at 2 ranks, measured on
+#: a heavily loaded shared 2-core box where two jobs with the *same* bucket plan differed by
+#: 30.6 % on average; README). It was 25 % (the earlier 24.7 % headline) when that run was
+#: evaluated: 68 % of its measured cells fell inside those narrower bands.
+MODEL_ERROR_PCT = 42.0
+#: Bands and recommendation columns ``whatif --csv`` adds (docs/DESIGN.md).
+BAND_COLUMNS = ["step_ms_lo", "step_ms_hi"]
+
+
+def source_spread(summary: pd.DataFrame, job_id: str) -> tuple[float, float]:
+    """(p10 / p50, p90 / p50) of the source job's timed step times (``job_summary`` rows); (1, 1)
+    when the run has no spread for it (a single step)."""
+    row = summary[summary["job_id"] == job_id]
+    if row.empty:
+        return 1.0, 1.0
+    p10, p50, p90 = (float(row[c].iloc[0]) for c in ("step_ms_p10", "step_ms", "step_ms_p90"))
+    if not all(np.isfinite([p10, p50, p90])) or p50 <= 0:
+        return 1.0, 1.0
+    return min(p10 / p50, 1.0), max(p90 / p50, 1.0)
+
+
+def add_bands(table: pd.DataFrame, spread: tuple[float, float],
+              model_error_pct: float = MODEL_ERROR_PCT) -> pd.DataFrame:
+    """``table`` (WHATIF rows) with ``step_ms_lo``/``step_ms_hi`` (module docstring) and
+    ``in_band`` (the measured cell inside its band; NaN where the run has no such cell)."""
+    e = model_error_pct / 100.0
+    out = table.copy()
+    out["step_ms_lo"] = out["step_ms"] * spread[0] * (1.0 - e)
+    out["step_ms_hi"] = out["step_ms"] * spread[1] * (1.0 + e)
+    if "measured_step_ms" in out:
+        m = out["measured_step_ms"]
+        inside = (m >= out["step_ms_lo"]) & (m <= out["step_ms_hi"])
+        out["in_band"] = inside.astype(object).where(m.notna(), np.nan)
+    return out
+
+
+def knob_text(mb: float) -> str:
+    """Where to set a bucket size of ``mb`` MiB in the frameworks people use (all in MiB)."""
+    v = f"{mb:g}"
+    return (f"DistributedDataParallel(model, bucket_cap_mb={v}); Hugging Face "
+            f"TrainingArguments(ddp_bucket_cap_mb={v}); Lightning DDPStrategy(bucket_cap_mb={v})")
+
+
+def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_ms: float | None = None,
+              model_error_pct: float = MODEL_ERROR_PCT) -> tuple[pd.DataFrame, str]:
+    """(``table`` with a ``recommended`` bool column, the recommendation line).
+
+    Among the predicted cells at ``world_size`` (the source job's), the fastest bucket size; its
+    gain against the job's own setting ``own_mb`` (predicted; the measured step when the table
+    lacks that cell) with the band of the gain. When the gain is within the model's error the
+    line says the bucket size does not matter and the own cell is the recommended one."""
+    out = table.assign(recommended=False)
+    at = out[out["world_size"] == world_size]
+    if at.empty:
+        return out, f"recommendation: none (no predicted cell at the job's {world_size} ranks)"
+    own = at[np.isclose(at["bucket_mb"], own_mb)]
+    own_ms = float(own["step_ms"].iloc[0]) if not own.empty else own_measured_ms
+    best = at.loc[at["step_ms"].idxmin()]
+    if own_ms is None or not np.isfinite(own_ms) or own_ms <= 0:
+        out.loc[best.name, "recommended"] = True
+        return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {world_size} ranks (predicted "
+                     f"{best['step_ms']:.1f} ms, band {best['step_ms_lo']:.1f}-{best['step_ms_hi']:.1f}): "
+                     + knob_text(best["bucket_mb"]))
+    e = model_error_pct / 100.0
+    gain = 100.0 * (own_ms - best["step_ms"]) / own_ms
+    lo = 100.0 * (own_ms - best["step_ms"] * (1 + e)) / own_ms
+    hi = 100.0 * (own_ms - best["step_ms"] * (1 - e)) / own_ms
+    if np.isclose(best["bucket_mb"], own_mb):
+        out.loc[best.name, "recommended"] = True
+        return out, (f"recommendation: keep bucket_cap_mb={own_mb:g}: the job's own {own_mb:g} MiB buckets are "
+                     f"predicted fastest of the {len(at)} bucket sizes at {world_size} ranks ({own_ms:.1f} ms)")
+    if best["step_ms"] * (1 + e) >= own_ms:
+        keep = own.index[0] if not own.empty else best.name
+        out.loc[keep, "recommended"] = True
+        return out, (f"recommendation: the bucket size does not matter for this job at {world_size} ranks: the "
+                     f"fastest predicted, {best['bucket_mb']:g} MiB ({best['step_ms']:.1f} ms), is within the "
+                     f"model's {model_error_pct:g} % error of the job's own {own_mb:g} MiB ({own_ms:.1f} ms); "
+                     f"keep bucket_cap_mb={own_mb:g}")
+    out.loc[best.name, "recommended"] = True
+    return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {world_size} ranks: predicted "
+                 f"{best['step_ms']:.1f} ms against {own_ms:.1f} ms at the job's {own_mb:g} MiB, {gain:.0f} % "
+                 f"faster (band {lo:.0f} to {hi:.0f} %); set " + knob_text(best["bucket_mb"]))

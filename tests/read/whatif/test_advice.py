@@ -1,0 +1,89 @@
+"""Bands, the recommendation, kappa's plausible range and the ranks' common clock, on inputs
+with known answers (no run, no timing)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore.read.whatif.advice import add_bands, recommend, source_spread
+from dpcore.read.whatif.fit import KAPPA_RANGE, fit_kappa
+from dpcore.read.whatif.model import RankStep, replay
+
+
+def _cells(steps: dict[float, float], measured: dict[float, float] | None = None) -> pd.DataFrame:
+    measured = measured or {}
+    return pd.DataFrame({"world_size": 2, "bucket_mb": list(steps), "step_ms": list(steps.values()),
+                         "measured_step_ms": [measured.get(b, np.nan) for b in steps]})
+
+
+def test_band_is_source_spread_times_model_error() -> None:
+    summary = pd.DataFrame({"job_id": ["j"], "step_ms": [100.0], "step_ms_p10": [80.0], "step_ms_p90": [150.0]})
+    spread = source_spread(summary, "j")
+    assert spread == (0.8, 1.5) and source_spread(summary, "other") == (1.0, 1.0)
+    out = add_bands(_cells({1.0: 40.0, 4.0: 50.0}, {1.0: 33.0, 4.0: 90.0}), spread, model_error_pct=10.0)
+    assert out["step_ms_lo"].tolist() == pytest.approx([40 * 0.8 * 0.9, 50 * 0.8 * 0.9])
+    assert out["step_ms_hi"].tolist() == pytest.approx([40 * 1.5 * 1.1, 50 * 1.5 * 1.1])
+    assert out["in_band"].tolist() == [True, False]          # 33 >= 28.8; 90 > 82.5
+
+
+def test_recommendation_names_the_knob_or_says_it_does_not_matter() -> None:
+    t = add_bands(_cells({0.25: 80.0, 4.0: 60.0, 32.0: 30.0}), (1.0, 1.0), 25.0)
+    out, line = recommend(t, 2, 4.0, model_error_pct=25.0)
+    # 30 ms (band 22.5-37.5) against 60 ms at 4 MiB: 50 % faster, band 38 to 62 %
+    assert out["recommended"].tolist() == [False, False, True]
+    assert line.startswith("recommendation: 32 MiB buckets at 2 ranks") and "50 % faster (band 38 to 62 %)" in line
+    assert "DistributedDataParallel(model, bucket_cap_mb=32)" in line and "ddp_bucket_cap_mb=32" in line
+    assert "DDPStrategy(bucket_cap_mb=32)" in line
+    # 55 ms against 60: within the model's 25 %: does not matter, the own cell is the one named
+    t = add_bands(_cells({1.0: 55.0, 4.0: 60.0}), (1.0, 1.0), 25.0)
+    out, line = recommend(t, 2, 4.0, model_error_pct=25.0)
+    assert "does not matter" in line and "keep bucket_cap_mb=4" in line
+    assert out["recommended"].tolist() == [False, True]
+    out, line = recommend(t, 2, 1.0)
+    assert line.startswith("recommendation: keep bucket_cap_mb=1") and out["recommended"].tolist() == [True, False]
+
+
+def _src(bwd: float, comm: tuple[float, float]) -> SimpleNamespace:
+    tl = SimpleNamespace(fwd_ms=0.0, bwd_ms=bwd, ready_ms=np.array([bwd]), comm_start=np.array([comm[0]]),
+                         comm_end=np.array([comm[1]]))
+    return SimpleNamespace(timelines=[tl] * 3, sizes=np.array([4.0]))
+
+
+def test_kappa_outside_its_plausible_range_is_not_used() -> None:
+    # backward 40 ms with 10 ms of comm in flight, 35 ms alone: kappa = 5/10 = 0.5, plausible
+    k, how = fit_kappa(_src(40.0, (20.0, 30.0)), baseline_bwd_ms=35.0)
+    assert k == pytest.approx(0.5) and how.startswith("across jobs") and KAPPA_RANGE[1] == pytest.approx(2 / 3)
+    # a disturbed 1-rank baseline (20 ms): kappa 2.0 means nothing; not used, and said so
+    k, how = fit_kappa(_src(40.0, (20.0, 30.0)), baseline_bwd_ms=20.0)
+    assert k == 0.0 and "fitted across jobs 2.00" in how and "not used" in how
+    # a baseline slower than the job (negative kappa) is refused too
+    k, how = fit_kappa(_src(40.0, (20.0, 30.0)), baseline_bwd_ms=45.0)
+    assert k == 0.0 and "across jobs -0.50" in how
+
+
+def test_ranks_that_start_apart_share_one_clock() -> None:
+    # rank 1 starts its step 10 ms after rank 0; both need 20 ms of backward after a 5 ms forward.
+    # In one clock the bucket is ready at 35 (rank 1: 10 + 5 + 20), not at 25, and ends at 40.
+    early = RankStep(5.0, np.array([20.0]), 20.0, 1.0)
+    late = RankStep(5.0, np.array([20.0]), 20.0, 1.0, start_ms=10.0)
+    rp = replay([early, late], [[0]], np.zeros(1), np.array([5.0]))
+    assert rp.bucket_ready.tolist() == [35.0] and rp.bucket_end.tolist() == [40.0]
+    # each rank's step from its own start: rank 0 waits for rank 1 (41 ms), rank 1 does not (31 ms)
+    assert rp.step_ms.tolist() == pytest.approx([41.0, 31.0])
+
+
+def test_an_implausible_allreduce_fit_falls_back_to_the_jobs_own_collectives() -> None:
+    from dpcore.read.whatif.fit import fit_network
+
+    # two collectives per step of 1 and 8 MB, 2 and 9 ms: the job's own line is plausible
+    tl = SimpleNamespace(comm_start=np.array([0.0, 5.0]), comm_end=np.array([2.0, 14.0]),
+                         comm_bytes=np.array([1e6, 8e6]))
+    src = SimpleNamespace(job_id="j", world_size=2, timelines=[tl, tl])
+    # an allreduce run whose 1 MB takes 10 s: B far below 1 MB/s, not used, and said so
+    slow = pd.DataFrame({"algo": "native", "world_size": 2, "bytes": [1e6, 8e6], "time_ms": [1e4, 8e4]})
+    net = fit_network(src, "ring", slow, None, None)
+    assert net["bandwidth_source"].startswith("job's collectives") and "not used" in net["alpha_source"]
+    assert net["bandwidth_gbps"] == pytest.approx(1.0, rel=1e-6)    # 1 ms per MB at ring N=2: S/B
