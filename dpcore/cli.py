@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket-sweep", default=_list_text(prof("bucket_sweep")), help="e.g. 1,10,25,100")
     p.add_argument("--profile-steps", type=int, default=train("profile_steps"))
     p.add_argument("--no-trace", action="store_true", help="skip the torch.profiler steps")
+    p.add_argument("--calibration-steps", type=int, default=train("calibration_steps"),
+                   help="untimed steps per bucket plan of the what-if calibration after each 2+-rank "
+                        "bucketed/torch_ddp job (0: none)")
     _run_args(p)
     p.add_argument("--no-pin", action="store_true",
                    help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
@@ -248,7 +251,7 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
                         batch_size=batch, scaling=args.scaling, steps=args.steps,
                         warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
                         bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed,
-                        optimizer=args.optimizer)
+                        optimizer=args.optimizer, calibration_steps=args.calibration_steps)
     opts = ProfileOptions(
         variants=tuple(parse_choices(args.variants, "variant", VARIANTS)), world_sizes=world_sizes,
         bucket_sweep=parse_bucket_sweep(args.bucket_sweep), trace=not args.no_trace, train=train,

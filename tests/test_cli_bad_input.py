@@ -336,3 +336,14 @@ def test_model_that_never_returns_is_bounded_by_the_timeout(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and "did not finish within --timeout (2 s)" in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+def test_calibration_steps_bounds() -> None:
+    """--calibration-steps: 0 turns the what-if calibration off; negative or above 100 is one line."""
+    from dpcore.contract.config import TrainConfig
+    from dpcore.contract.errors import UsageError
+
+    assert TrainConfig(calibration_steps=0).calibration_steps == 0
+    for bad in (-1, 101):
+        with pytest.raises(UsageError, match="--calibration-steps"):
+            TrainConfig(calibration_steps=bad)

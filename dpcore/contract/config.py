@@ -81,6 +81,10 @@ def check_model_name(name: str, extra: tuple[str, ...] = ()) -> None:
                          f"got {name!r}")
 
 
+#: Calibration steps get indices CAL_STEP_BASE + 1000·plan + step in the recorder: below 1000.
+MAX_CALIBRATION_STEPS = 100
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """How one training job runs. ``batch_size`` is per rank for weak scaling and global for
@@ -106,6 +110,9 @@ class TrainConfig:
     optimizer: str = "sgd"
     #: fsdp only: all-gather and compute in this dtype (one of COMPUTE_DTYPES), "" = float32.
     compute_dtype: str = ""
+    #: ``--calibration-steps N``: untimed steps per bucket plan of the what-if calibration that
+    #: follows a 2+-rank bucketed/torch_ddp job's measured steps (0: none; docs/DESIGN.md).
+    calibration_steps: int = 4
 
     def __post_init__(self) -> None:
         """Refuse a config no job can run: one line naming the option and its valid values."""
@@ -118,6 +125,10 @@ class TrainConfig:
         check_choices((self.scaling,), "scaling mode", SCALING)
         check_int("--steps", self.steps, 1)
         check_int("--warmup", self.warmup, 0)
+        check_int("--calibration-steps", self.calibration_steps, 0)
+        if self.calibration_steps > MAX_CALIBRATION_STEPS:
+            raise UsageError(f"--calibration-steps must be from 0 to {MAX_CALIBRATION_STEPS}, "
+                             f"got {self.calibration_steps}")
         if self.profile_steps < 0:
             raise profile_steps_error(self.steps, self.profile_steps)
         if not (math.isfinite(self.bucket_mb) and 0 < self.bucket_mb <= MAX_BUCKET_MB):

@@ -6,7 +6,7 @@ a step together) or CUDA events (GPU); only a few extra steps run under the prof
 traces. Step indices: timed steps are 0..steps-1, the profiler's own warm-up step is ``steps``
 (dropped), profiled steps are steps+1..steps+profile_steps, and the trace's
 ``ProfilerStep#N`` markers carry the same N. A 2+-rank bucketed/torch_ddp job then spends
-2·CAL_STEPS+1 untimed steps on the what-if calibration (:mod:`dpcore.write.training.calibration`).
+2·``--calibration-steps``+1 untimed steps on the what-if calibration (:mod:`dpcore.write.training.calibration`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from typing import Any
 
 import torch.distributed as dist
 
-from dpcore.contract.calibration import CAL_STEPS
 from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
 from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
@@ -100,9 +99,10 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
     # the what-if calibration: extra untimed steps with a second bucket plan, after every timed
     # and traced step (dpcore.write.training.calibration); its steps are never written as rows
     cal = None
-    if wanted(spec.variant, ctx.world_size, CAL_STEPS):
+    if wanted(spec.variant, ctx.world_size, cfg.calibration_steps):
         try:
-            cal = calibrate(ctx, spec.variant, spec.bucket_mb, cfg, rec, timer, trainer, spec.world_size)
+            cal = calibrate(ctx, spec.variant, spec.bucket_mb, cfg, rec, timer, trainer, spec.world_size,
+                            steps=cfg.calibration_steps)
         except Exception as exc:  # noqa: BLE001 - the measured steps must survive a failed calibration
             cal = {"error": f"{type(exc).__name__}: {exc}"}
     trace_file = capture.trace_file if capture else None
