@@ -31,8 +31,11 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module, framework, package = _LAZY[name]
         import importlib
-        import importlib.util
-        if importlib.util.find_spec(framework) is None:
-            raise missing_framework(name, package)
-        return getattr(importlib.import_module(f"dpcore.integrations.{module}"), name)
+        try:
+            mod = importlib.import_module(f"dpcore.integrations.{module}")
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] != framework:
+                raise
+            raise missing_framework(name, package) from None
+        return getattr(mod, name)
     raise AttributeError(f"module 'dpcore.integrations' has no attribute {name!r}")

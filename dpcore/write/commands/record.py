@@ -27,11 +27,11 @@ Collectives: with a ``DistributedDataParallel`` model, a comm hook (the one the 
 variant uses) launches and logs each bucket's all-reduce; with a DDP model whose user already
 registered a comm hook (fp16/bf16 compression, PowerSGD, their own), that hook is kept and the
 collectives it launches are logged with the bytes it really sends
-(:class:`~dpcore.write.commands.record_hooks.CollectiveTap`; run.json's job names the hook); with a ``dpcore.wrap`` wrapper, the
-wrapper's recorder is swapped for the recording one; with no model (or another module),
-collectives are seen only in the trace. Under a process group, each rank measures its clock
-offset to rank 0 (ping-pong, as ``profile`` does), every rank writes its own trace, and at the
-end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
+(:class:`~dpcore.write.commands.record_hooks.CollectiveTap`; run.json's job names the hook);
+with a ``dpcore.wrap`` wrapper, the wrapper's recorder is swapped for the recording one; with
+no model (or another module), collectives are seen only in the trace. Under a process group,
+each rank measures its clock offset to rank 0 (ping-pong, as ``profile`` does), every rank
+writes its own trace, and at the end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
 
 Ending: a clean exit marks the run ``complete``; an exception marks it ``failed`` with the error
 text (rank 0 writes what it measured, without waiting for ranks that may be gone) and
