@@ -4,6 +4,9 @@
   ``torch.profiler.profile`` (and so Accelerate's ``ProfileKwargs`` and Lightning's
   ``PyTorchProfiler``): every rank's trace of every profiler cycle lands in one run.
 - ``LightningCallback`` (:mod:`.lightning_callback`) for ``lightning.Trainer(callbacks=[...])``.
+- ``TransformersCallback`` (:mod:`.transformers_callback`) for ``transformers.Trainer(callbacks=[...])``.
+
+Both drive the same :func:`dpcore.record` recording (:mod:`.driver`).
 
 The frameworks are optional: nothing here imports them until a callback is asked for, and a
 missing one raises one ImportError line that says what to install.
@@ -12,10 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LightningCallback", "trace_handler"]
+__all__ = ["LightningCallback", "TransformersCallback", "trace_handler"]
 
 #: public name -> (module, the framework it needs, the pip package that brings it)
-_LAZY = {"LightningCallback": ("lightning_callback", "lightning", "lightning")}
+_LAZY = {"LightningCallback": ("lightning_callback", "lightning", "lightning"),
+         "TransformersCallback": ("transformers_callback", "transformers", "transformers")}
 
 
 def missing_framework(what: str, package: str) -> ImportError:

@@ -32,6 +32,13 @@ def test_a_missing_framework_is_one_line() -> None:
     assert "lightning_callback" not in r.stderr  # no chained traceback through dpcore's module
 
 
+def test_a_missing_transformers_is_one_line() -> None:
+    r = _run("import sys; sys.modules['transformers'] = None\n"
+             "import dpcore.integrations as i; i.TransformersCallback")
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: dpcore.integrations.TransformersCallback needs the 'transformers' package")
+
+
 def test_unknown_name() -> None:
     r = _run("import dpcore.integrations as i; i.Nope")
     assert "has no attribute 'Nope'" in r.stderr
