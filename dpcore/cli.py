@@ -21,6 +21,7 @@ import threading
 from dpcore.contract.config import (
     ALGOS,
     BACKENDS,
+    COMM_HOOKS,
     MODELS,
     OPTIMIZERS,
     PROGRESS_MODES,
@@ -120,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket-sweep", default=_list_text(prof("bucket_sweep")), help="e.g. 1,10,25,100")
     p.add_argument("--profile-steps", type=int, default=train("profile_steps"))
     p.add_argument("--no-trace", action="store_true", help="skip the torch.profiler steps")
+    p.add_argument("--comm-hook", default=_list_text(prof("comm_hooks")),
+                   help="DDP comm hooks, one torch_ddp job each at world sizes >= 2: "
+                        + ",".join(COMM_HOOKS) + " (e.g. none,fp16,powersgd)")
+    p.add_argument("--powersgd-rank", type=int, default=train("powersgd_rank"),
+                   help="PowerSGD's matrix approximation rank")
     _run_args(p)
     p.add_argument("--no-pin", action="store_true",
                    help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
@@ -241,8 +247,9 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
                         batch_size=batch, scaling=args.scaling, steps=args.steps,
                         warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
                         bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed,
-                        optimizer=args.optimizer)
+                        optimizer=args.optimizer, powersgd_rank=args.powersgd_rank)
     opts = ProfileOptions(
+        comm_hooks=tuple(parse_choices(args.comm_hook, "comm hook", COMM_HOOKS, all_ok=False)),
         variants=tuple(parse_choices(args.variants, "variant", VARIANTS)), world_sizes=world_sizes,
         bucket_sweep=parse_bucket_sweep(args.bucket_sweep), trace=not args.no_trace, train=train,
         out=args.out, name=args.name, backend=args.backend, timeout_s=args.timeout,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from dpcore.contract.config import (
     ALGOS,
+    COMM_HOOKS,
     DEFAULT_TIMEOUT_S,
     PROGRESS_MODES,
     VARIANTS,
@@ -62,6 +63,8 @@ class ProfileOptions(RunOptions):
     trace: bool = True
     threads_per_rank: int | None = None   # None: physical cores // largest world size
     pin: bool = True                      # pin each rank to its own CPUs where they fit
+    #: one torch_ddp job per hook at every world size >= 2 (``none``: the plain job)
+    comm_hooks: tuple[str, ...] = ("none",)
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
@@ -71,6 +74,9 @@ class ProfileOptions(RunOptions):
         check_choices(self.variants, "variant", VARIANTS, all_ok=True)
         check_int_list(self.world_sizes, "world sizes")
         check_bucket_sweep(self.bucket_sweep)
+        check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)
+        if set(self.comm_hooks) - {"none"} and "torch_ddp" not in self.variants:
+            raise UsageError("--comm-hook adds torch_ddp jobs: include torch_ddp in --variants")
         check_int("--threads-per-rank", self.threads_per_rank, 1)
         cfg = self.train
         if self.trace and not 0 < cfg.profile_steps <= cfg.steps:

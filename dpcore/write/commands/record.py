@@ -218,8 +218,7 @@ class Recording:
         elif isinstance(model, DistributedDataParallel) and user_comm_hook(model):
             # the user's hook (fp16, PowerSGD, theirs) stays: its collectives are tapped
             self.comm_hook = user_comm_hook(model)
-            tap = CollectiveTap(model.process_group, self)
-            tap.install()
+            tap = CollectiveTap(model.process_group, lambda: self.rec, lambda: self._in_step).install()
             self._undo.append(tap.remove)
             self._note = f"comm hook kept: {self.comm_hook} (its collectives logged as it launches them)"
         elif isinstance(model, DistributedDataParallel):

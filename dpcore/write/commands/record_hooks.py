@@ -14,7 +14,10 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
+from dpcore.write.capture.collective_tap import CollectiveTap
 from dpcore.write.dp.variants.base import Wrapper
+
+__all__ = ["CollectiveTap", "HookState", "describe", "recording_allreduce_hook", "user_comm_hook"]
 
 USER_VARIANT = "user"  # a loop whose data parallelism dpcore does not know
 
@@ -78,81 +81,3 @@ def user_comm_hook(model: nn.Module | None) -> str | None:
         return None
     fn = hooks[0][0]
     return getattr(fn, "__qualname__", None) or type(fn).__name__
-
-
-#: The collectives DDP's comm hooks launch (torch.distributed.algorithms.ddp_comm_hooks: the
-#: default, fp16/bf16 compression, PowerSGD), and what dpcore calls each op.
-TAPPED_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
-              "all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-              "broadcast": "broadcast"}
-
-
-class CollectiveTap:
-    """Logs the collectives a user's own comm hook launches, and leaves the hook as it is.
-
-    Why a tap and not a wrapping hook: DDP hands a registered hook to its C++ reducer and
-    refuses a second registration, so once the user registered PowerSGD or fp16 compression,
-    nothing can sit between DDP and that hook. The hooks call the ``torch.distributed``
-    functions by module attribute (``dist.all_reduce(...)``), so while recording those few
-    functions are replaced by ones that log the call (bytes on the wire: the tensor actually
-    sent, half-size for fp16, P and Q for PowerSGD) and then call the original with the same
-    arguments: the hook computes exactly what it computes without recording. Only calls on the
-    model's process group, made while a ``rec.step()`` is open, are logged (PowerSGD launches
-    its second all-reduce from a future's callback on the backend's thread: logged too, without
-    a "communication call" of the training thread). Undone when the recording ends.
-    """
-
-    def __init__(self, group: Any, recording: Any) -> None:
-        self.group, self.recording = group, recording
-        self._saved: dict[str, Any] = {}
-
-    def _ours(self, group: Any) -> bool:
-        return group is None or group is self.group or group is dist.group.WORLD and \
-            self.group in (None, dist.group.WORLD)
-
-    def install(self) -> None:
-        import threading
-        main = threading.get_ident()
-        for fn_name, op in TAPPED_OPS.items():
-            orig = getattr(dist, fn_name, None)
-            if orig is None:
-                continue
-            self._saved[fn_name] = orig
-            setattr(dist, fn_name, self._tapped(orig, op, main))
-
-    def remove(self) -> None:
-        for fn_name, orig in self._saved.items():
-            setattr(dist, fn_name, orig)
-        self._saved.clear()
-
-    def _tapped(self, orig: Any, op: str, main_thread: int) -> Any:
-        import inspect
-        import threading
-        sig = inspect.signature(orig)
-        recording = self.recording
-
-        def tapped(*args: Any, **kwargs: Any) -> Any:
-            if not recording._in_step:
-                return orig(*args, **kwargs)
-            bound = sig.bind_partial(*args, **kwargs).arguments
-            if not self._ours(bound.get("group")):
-                return orig(*args, **kwargs)
-            tensor = next(iter(bound.values()))  # the first argument: the tensor sent
-            if op == "all_gather" and isinstance(tensor, list):  # all_gather(list, tensor)
-                tensor = bound.get("tensor")
-            nbytes = tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
-            rec = recording.rec
-            idx = rec.launch(op, "native", nbytes)
-            work = orig(*args, **kwargs)
-            if not bound.get("async_op", False):
-                rec.done(idx)
-                return work
-            if threading.get_ident() == main_thread:
-                rec.returned(idx)
-            else:
-                rec._close(idx)
-            work.get_future().add_done_callback(lambda _f: rec.finished(idx))
-            return work
-
-        tapped.__wrapped__ = orig  # type: ignore[attr-defined]
-        return tapped
