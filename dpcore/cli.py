@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     _world_args(v, verify("backend"), verify("timeout_s"))
     v.add_argument("--world-size", type=int, default=verify("world_size"))
     v.add_argument("--variants", default=_list_text(verify("variants"), VARIANTS))
+    v.add_argument("--comm-hook", default="",
+                   help="also train torch_ddp with these DDP comm hooks (" + ",".join(COMM_HOOKS[1:])
+                        + "): rows torch_ddp[<hook>], reported as lossy with their difference")
 
     train = lambda name: default_of(TrainConfig, name)  # noqa: E731
     prof = lambda name: default_of(ProfileOptions, name)  # noqa: E731
@@ -214,7 +217,9 @@ def _load_workload(model: str, seed: int, world_sizes: tuple[int, ...]) -> objec
 def _cmd_verify(args: argparse.Namespace) -> int:
     opts = VerifyOptions(model=args.model, world_size=args.world_size, steps=args.steps,
                          variants=tuple(parse_choices(args.variants, "variant", VARIANTS)),
-                         backend=args.backend, timeout_s=args.timeout)
+                         backend=args.backend, timeout_s=args.timeout,
+                         comm_hooks=tuple(parse_choices(args.comm_hook, "comm hook", COMM_HOOKS[1:], all_ok=False))
+                         if args.comm_hook else ())
     workload = _load_workload(args.model, args.seed, (opts.world_size,))
     from dpcore.write.commands.verify import format_table, run_verify, spec_bucket_mb, verify_config
 
@@ -225,7 +230,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                         optimizer=args.optimizer, **given)
     rows, ok = run_verify(opts.world_size, model=opts.model, steps=opts.steps,
                           variants=list(opts.variants), backend=opts.backend,
-                          timeout_s=opts.timeout_s, cfg=cfg)
+                          timeout_s=opts.timeout_s, cfg=cfg, comm_hooks=list(opts.comm_hooks))
     print(format_table(rows))
     return 0 if ok else 1
 

@@ -124,9 +124,13 @@ class VerifyOptions:
     steps: int = 5
     backend: str = "auto"
     timeout_s: float = DEFAULT_TIMEOUT_S
+    #: extra ``torch_ddp[<hook>]`` rows: DDP with that comm hook, reported as lossy
+    comm_hooks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_model_name(self.model, VERIFY_MODELS)
+        if self.comm_hooks:
+            check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)
         check_timeout(self.timeout_s)
         check_int("--world-size", self.world_size, 1)
         check_int("--steps", self.steps, 1)
