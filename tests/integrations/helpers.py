@@ -16,9 +16,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def opens_everywhere(run_dir: Path, capsys, monkeypatch, pages=("Overview", "Timeline")) -> str:
+def opens_everywhere(run_dir: Path, capsys, monkeypatch, pages=("Overview", "Timeline"),
+                     charts: dict[str, int] | None = None) -> str:
     """``summarize`` prints the run's job (exit 0) and the dashboard's pages draw it without a
-    problem; returns summarize's CSV."""
+    problem (``charts``: at least this many charts on a page); returns summarize's CSV."""
     assert main(["summarize", str(run_dir), "--csv"]) == 0
     csv = capsys.readouterr().out
     monkeypatch.setenv("DPCORE_PROFILES", str(run_dir.parent))
@@ -28,5 +29,5 @@ def opens_everywhere(run_dir: Path, capsys, monkeypatch, pages=("Overview", "Tim
     for title in pages:
         open_page(at, title)
         assert not problems(at), (title, problems(at))
-        assert at.get("plotly_chart"), f"{title} drew no chart"
+        assert len(at.get("plotly_chart")) >= (charts or {}).get(title, 1), f"{title} drew too few charts"
     return csv

@@ -85,3 +85,20 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         p = subprocess.run([sys.executable, "-m", "dpcore", "profile", *args, "--out", str(tmp_path)],
                            capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and text in p.stderr, p.stderr
+
+
+def test_compression_numbers_and_buckets_page(run, capsys, monkeypatch) -> None:
+    """The Compression panel's numbers (the analysis the Buckets page draws) are the known
+    answers above, and the page draws them without a problem."""
+    from dpcore.read import analysis as A
+    from tests.integrations.helpers import opens_everywhere
+
+    df = A.compression(run.jobs, A.job_summary(run, None), run.collectives).set_index("hook")
+    assert list(df.index) == ["fp16", "bf16", "powersgd"]
+    assert df.loc["fp16", "saved_pct"] == 50.0 and df.loc["fp16", "collectives"] == 1
+    assert df.loc["powersgd", "saved_pct"] > 90 and df.loc["powersgd", "collectives"] == 3
+    assert df.loc["bf16", "status"] == "skipped" and "gloo" in df.loc["bf16", "reason"]
+    ddp = A.job_summary(run, None).set_index("job_id")["step_ms"]
+    assert df.loc["fp16", "added_ms"] == ddp["torch_ddp-ws2-b25-fp16"] - ddp["torch_ddp-ws2-b25"]
+    # Buckets: the (empty) bucket sweep, then the Compression chart
+    opens_everywhere(run.path, capsys, monkeypatch, pages=("Overview", "Buckets"), charts={"Buckets": 2})
