@@ -3,7 +3,7 @@ through the real CLI on 2 gloo ranks. Known answers: fp16 puts exactly half the 
 bytes on the wire; PowerSGD (rank 1) sends 3 collectives per step (the 1-D gradients
 uncompressed, then P, then Q) whose bytes are (n + m) per (n, m) weight plus the biases; bf16 is
 refused by gloo in torch 2.13, so its job is skipped with the reason; memory.csv counts DDP's
-bucket buffers in every job alike."""
+bucket buffers in every job alike, and PowerSGD's error feedback and P/Q besides."""
 from __future__ import annotations
 
 import os
@@ -32,7 +32,7 @@ def _profile(out: Path, *args: str) -> subprocess.CompletedProcess:
 def run(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("profiles")
     p = _profile(out, "--world-sizes", "1,2", "--comm-hook", "none,fp16,bf16,powersgd", "--steps", "3",
-                 "--warmup", "2", "--no-trace")
+                 "--warmup", "3", "--no-trace")  # memory.csv samples warm-up step 2: PowerSGD compresses
     assert p.returncode == 0, p.stderr[-3000:]
     (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
     return load_run(run_dir)
@@ -74,9 +74,14 @@ def test_bytes_on_the_wire(run) -> None:
     assert set(psgd["count"]) == {3}
 
 
-def test_memory_counts_the_buckets_alike(run) -> None:
+def test_memory_counts_the_buckets_alike_and_powersgd_state(run) -> None:
     m = run.memory.set_index("job_id")["other_bytes"]
     assert m["torch_ddp-ws2-b25-fp16"].tolist() == m["torch_ddp-ws2-b25"].tolist()
+    # PowerSGD keeps its error feedback (one copy of the bucket: every gradient) and P and Q
+    weights, biases = _weights_and_biases()
+    extra = 4 * (sum(n * m for n, m in weights) + biases) + 4 * sum(n + m for n, m in weights)
+    psgd, plain = m["torch_ddp-ws2-b25-powersgd"].tolist(), m["torch_ddp-ws2-b25"].tolist()
+    assert [a - b for a, b in zip(psgd, plain)] == [extra, extra]
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
