@@ -16,6 +16,9 @@ Public API (imports are lazy so ``import dpcore`` stays cheap for the CLI and th
   returns (``examples/my_model.py``).
 - ``dpcore.record(out="profiles", *, name=None, model=None, ...)``: a user's own training loop
   as a run directory (``with rec.step():`` marks a step; ``examples/record_ddp.py``).
+- ``dpcore.trace_handler(out="profiles", name=None)``: ``on_trace_ready`` for torch.profiler
+  (plain, Accelerate, Lightning): every rank's every profiler cycle into one run.
+- ``dpcore.integrations.LightningCallback``: framework callbacks (the frameworks are optional).
 - ``dpcore.VARIANTS``, ``dpcore.ALGOS``: the valid names.
 """
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["wrap", "shard_optimizer", "load_run", "Workload", "record", "VARIANTS", "ALGOS",
+__all__ = ["wrap", "shard_optimizer", "load_run", "Workload", "record", "trace_handler", "VARIANTS", "ALGOS",
            "__version__"]
 
 
@@ -43,6 +46,9 @@ def __getattr__(name: str) -> Any:
     if name == "record":
         from dpcore.write.commands.record import record
         return record
+    if name == "trace_handler":
+        from dpcore.integrations.trace_handler import trace_handler
+        return trace_handler
     if name == "load_run":
         from dpcore.read.rundir.load import load_run
         return load_run

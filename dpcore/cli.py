@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dpcore.contract.config import (
     ALGOS,
     BACKENDS,
+    COMM_HOOKS,
     MODELS,
     OPTIMIZERS,
     PROGRESS_MODES,
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     _world_args(v, verify("backend"), verify("timeout_s"))
     v.add_argument("--world-size", type=int, default=verify("world_size"))
     v.add_argument("--variants", default=_list_text(verify("variants"), VARIANTS))
+    v.add_argument("--comm-hook", default="",
+                   help="also train torch_ddp with these DDP comm hooks (" + ",".join(COMM_HOOKS[1:])
+                        + "): rows torch_ddp[<hook>], reported as lossy with their difference")
 
     train = lambda name: default_of(TrainConfig, name)  # noqa: E731
     prof = lambda name: default_of(ProfileOptions, name)  # noqa: E731
@@ -127,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration-steps", type=int, default=train("calibration_steps"),
                    help="untimed steps per bucket plan of the what-if calibration after each 2+-rank "
                         "bucketed/torch_ddp job (0: none)")
+    p.add_argument("--comm-hook", default=_list_text(prof("comm_hooks")),
+                   help="DDP comm hooks, one torch_ddp job each at world sizes >= 2: "
+                        + ",".join(COMM_HOOKS) + " (e.g. none,fp16,powersgd)")
+    p.add_argument("--powersgd-rank", type=int, default=train("powersgd_rank"),
+                   help="PowerSGD's matrix approximation rank")
     _run_args(p)
     p.add_argument("--no-pin", action="store_true",
                    help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
@@ -217,7 +226,9 @@ def _load_workload(model: str, seed: int, world_sizes: tuple[int, ...],
 def _cmd_verify(args: argparse.Namespace) -> int:
     opts = VerifyOptions(model=args.model, world_size=args.world_size, steps=args.steps,
                          variants=tuple(parse_choices(args.variants, "variant", VARIANTS)),
-                         backend=args.backend, timeout_s=args.timeout)
+                         backend=args.backend, timeout_s=args.timeout,
+                         comm_hooks=tuple(parse_choices(args.comm_hook, "comm hook", COMM_HOOKS[1:], all_ok=False))
+                         if args.comm_hook else ())
     workload = _load_workload(args.model, args.seed, (opts.world_size,), opts.timeout_s)
     from dpcore.write.commands.verify import format_table, run_verify, spec_bucket_mb, verify_config
 
@@ -228,7 +239,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                         optimizer=args.optimizer, **given)
     rows, ok = run_verify(opts.world_size, model=opts.model, steps=opts.steps,
                           variants=list(opts.variants), backend=opts.backend,
-                          timeout_s=opts.timeout_s, cfg=cfg)
+                          timeout_s=opts.timeout_s, cfg=cfg, comm_hooks=list(opts.comm_hooks))
     print(format_table(rows))
     return 0 if ok else 1
 
@@ -251,8 +262,10 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
                         batch_size=batch, scaling=args.scaling, steps=args.steps,
                         warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
                         bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed,
-                        optimizer=args.optimizer, calibration_steps=args.calibration_steps)
+                        optimizer=args.optimizer, calibration_steps=args.calibration_steps,
+                        powersgd_rank=args.powersgd_rank)
     opts = ProfileOptions(
+        comm_hooks=tuple(parse_choices(args.comm_hook, "comm hook", COMM_HOOKS, all_ok=False)),
         variants=tuple(parse_choices(args.variants, "variant", VARIANTS)), world_sizes=world_sizes,
         bucket_sweep=parse_bucket_sweep(args.bucket_sweep), trace=not args.no_trace, train=train,
         out=args.out, name=args.name, backend=args.backend, timeout_s=args.timeout,

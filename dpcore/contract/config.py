@@ -36,6 +36,9 @@ REPLICATED = tuple(v for v in MULTIPROCESS if v not in SHARDED)
 OPTIMIZERS = ("sgd", "adam", "adamw")
 #: ``compute_dtype`` of ``fsdp`` (``TrainConfig.compute_dtype``); "" = compute in float32.
 COMPUTE_DTYPES = ("float16", "bfloat16")
+#: ``profile --comm-hook``: DDP's own communication hooks, one ``torch_ddp`` job each
+#: (``none``: DDP's default all-reduce, the uncompressed job the others are compared with).
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 SINGLE_PROCESS = ("single", "manual", "data_parallel")
 #: The variant of a job that ``dpcore import`` made from foreign traces. Its world size counts
 #: the ranks imported, not the ranks of the job that wrote them (one rank of eight: 1).
@@ -113,6 +116,9 @@ class TrainConfig:
     #: ``--calibration-steps N``: untimed steps per bucket plan of the what-if calibration that
     #: follows a 2+-rank bucketed/torch_ddp job's measured steps (0: none; docs/DESIGN.md).
     calibration_steps: int = 4
+    #: torch_ddp only: DDP's comm hook (one of COMM_HOOKS) and PowerSGD's matrix rank.
+    comm_hook: str = "none"
+    powersgd_rank: int = 1
 
     def __post_init__(self) -> None:
         """Refuse a config no job can run: one line naming the option and its valid values."""
@@ -141,6 +147,8 @@ class TrainConfig:
         check_choices((self.optimizer,), "optimizer", OPTIMIZERS)
         if self.compute_dtype:
             check_choices((self.compute_dtype,), "compute dtype", COMPUTE_DTYPES)
+        check_choices((self.comm_hook,), "comm hook", COMM_HOOKS)
+        check_int("--powersgd-rank", self.powersgd_rank, 1)
         if self.delay_rank < -1:
             raise UsageError(f"--inject-delay rank must be >= 0, got {self.delay_rank}")
         if self.delay_rank >= 0 and not 0 < self.delay_ms <= MAX_DELAY_MS:

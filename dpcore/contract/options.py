@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from dpcore.contract.config import (
     ALGOS,
+    COMM_HOOKS,
     DEFAULT_TIMEOUT_S,
     PROGRESS_MODES,
     VARIANTS,
@@ -71,6 +72,8 @@ class ProfileOptions(RunOptions):
     trace: bool = True
     threads_per_rank: int | None = None   # None: physical cores // largest world size
     pin: bool = True                      # pin each rank to its own CPUs where they fit
+    #: one torch_ddp job per hook at every world size >= 2 (``none``: the plain job)
+    comm_hooks: tuple[str, ...] = ("none",)
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
@@ -81,6 +84,9 @@ class ProfileOptions(RunOptions):
         check_int_list(self.world_sizes, "world sizes")
         check_world_sizes(self.world_sizes, "--world-sizes")
         check_bucket_sweep(self.bucket_sweep)
+        check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)
+        if set(self.comm_hooks) - {"none"} and "torch_ddp" not in self.variants:
+            raise UsageError("--comm-hook adds torch_ddp jobs: include torch_ddp in --variants")
         check_int("--threads-per-rank", self.threads_per_rank, 1)
         check_threads(self.threads_per_rank)
         cfg = self.train
@@ -142,9 +148,13 @@ class VerifyOptions:
     steps: int = 5
     backend: str = "auto"
     timeout_s: float = DEFAULT_TIMEOUT_S
+    #: extra ``torch_ddp[<hook>]`` rows: DDP with that comm hook, reported as lossy
+    comm_hooks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_model_name(self.model, VERIFY_MODELS)
+        if self.comm_hooks:
+            check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)
         check_timeout(self.timeout_s)
         check_int("--world-size", self.world_size, 1)
         check_world_sizes((self.world_size,), "--world-size")

@@ -17,6 +17,7 @@ from dpcore.read.analysis.comm import (
                    number_pieces,
                    ring_step_times,
 )
+from dpcore.read.analysis.comm_hooks import compression
 from dpcore.read.analysis.comm_overlap import overlap_by_rank, overlap_from_trace, step_breakdown
 from dpcore.read.analysis.metrics import job_metrics, rank_metrics, step_metrics, step_ranks
 from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, stragglers_from_traces
@@ -26,6 +27,7 @@ from dpcore.read.analysis.timeline import timeline, trace_step_metrics
 __all__ = ["step_metrics", "rank_metrics", "job_metrics", "step_ranks", "trace_step_metrics",
            "union_length", "intersect_length", "merge", "intersect", "subtract", "clip",
            "step_breakdown", "overlap_from_trace", "overlap_by_rank", "job_summary", "scaling", "bucket_sweep",
+           "compression",
            "allreduce_bandwidth", "bus_factor", "ring_step_times", "chunk_matrix",
            "message_counts", "message_pairs", "number_pieces", "timeline",
            "collective_waits", "straggler_summary", "stragglers_from_traces"]

@@ -11,6 +11,7 @@ command prints about it is :mod:`dpcore.read.report.importer`.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -197,43 +198,75 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         metas, events, by_rank = _read(files)
     except TraceFormatError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
-    notes = trace_notes(events)
-    ranks = sorted(by_rank)
-    ws = len(ranks)
-    job = f"imported-ws{ws}"
-    env = _environment(metas, events)
-    offsets, how = _offsets(events, env.get("hosts", []), align)
-    colls = collective_rows(events, job, env["backend"], offsets)
-    steps = step_rows(events, colls, job, ws, offsets)
-    missing = _missing(steps, colls)
-    iters = iteration_dirs(src) if src.is_dir() else {}
     run_id, tmp = _staging(Path(out), name)
     try:
+        job = f"{VARIANT}-ws{len(by_rank)}"
         names, tdir = {}, rf.trace_dir(tmp, job)
         tdir.mkdir(parents=True)
         for r, f in by_rank.items():  # the originals, byte for byte, under the run format's names
             shutil.copyfile(f, tdir / f"rank{r}{'.json.gz' if f.name.endswith('.gz') else '.json'}")
             names[str(r)] = str(f.relative_to(src) if src.is_dir() else f.name)
-        tables = {"steps": steps, "collectives": colls}
-        for table, cols in rf.TABLES.items():
-            atomic_write_text(tmp / rf.table_file(table), csv_text(tables.get(table, []), cols))
-        created = now_iso()
-        meta = {
-            "run_id": run_id, "name": name or "", "kind": "import", "created": created, "finished": created,
-            "status": "complete", "command": command or [], "environment": env,
-            "config": {"source": str(src.resolve()), "iteration": (iteration if iteration is not None else
-                                                                   max(iters) if iters else None),
-                       "steps": len({r["step"] for r in steps}), "model": None},
-            "jobs": [{"id": job, "kind": "train", "variant": VARIANT, "algo": None, "world_size": ws,
-                      "bucket_mb": None, "status": "complete", "error": None, "ranks": ranks,
-                      "clock_offsets_ns": {str(r): int(o) for r, o in offsets.items()},
-                      "clock_shift_us": {str(r): -o / 1e3 for r, o in offsets.items()},
-                      "clock_alignment": how, "trace_sources": names, "missing": missing, "notes": notes}],
-        }
-        atomic_write_text(tmp / rf.RUN_JSON, json.dumps(meta, indent=1, default=str))
+        iters = iteration_dirs(src) if src.is_dir() else {}
+        config = {"source": str(src.resolve()),
+                  "iteration": iteration if iteration is not None else max(iters) if iters else None}
+        result = _write_tables(tmp, run_id, name, "import", metas, events, by_rank, align, config,
+                               command or [], {"trace_sources": names})
         os.rename(tmp, Path(out) / run_id)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Imported(Path(out) / run_id, job, ranks, len(steps), len(colls), missing, how, tuple(notes))
+    return dataclasses.replace(result, run_dir=Path(out) / run_id)
+
+
+def index_run(run_dir: str | Path, *, name: str | None = None, kind: str = "trace_handler",
+              config: dict | None = None, command: list[str] | None = None) -> Imported:
+    """Write steps.csv, collectives.csv and run.json of a run whose per-rank traces already lie
+    in it (``traces/<job>/rank<r>.json[.gz]``, one job), by the same rules as ``import``.
+
+    Why: ``dpcore.trace_handler`` writes each rank's trace straight into its run as the
+    profiler hands it over; rank 0 then calls this after every cycle, so the run on disk always
+    holds every cycle written so far. Each file is replaced atomically (a reader sees the
+    previous cycle's tables or this one's, never half of one)."""
+    run_dir = Path(run_dir)
+    jobs = [d for d in sorted((run_dir / rf.TRACES_DIR).iterdir()) if d.is_dir()] \
+        if (run_dir / rf.TRACES_DIR).is_dir() else []
+    if len(jobs) != 1:
+        raise UsageError(f"{run_dir}: expected the traces of one job under {rf.TRACES_DIR}/, found {len(jobs)}")
+    try:
+        metas, events, by_rank = _read(trace_files(jobs[0]))
+    except TraceFormatError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    return _write_tables(run_dir, run_dir.name, name, kind, metas, events, by_rank, "auto",
+                         config or {}, command or [], {}, job=jobs[0].name)
+
+
+def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, metas: list[dict],
+                  events: pd.DataFrame, by_rank: dict[int, Path], align: str, config: dict,
+                  command: list[str], job_extra: dict, job: str | None = None) -> Imported:
+    """The tables and run.json of one imported job, from its events (import and trace_handler)."""
+    notes = trace_notes(events)
+    ranks = sorted(by_rank)
+    ws = len(ranks)
+    job = job or f"{VARIANT}-ws{ws}"
+    env = _environment(metas, events)
+    offsets, how = _offsets(events, env.get("hosts", []), align)
+    colls = collective_rows(events, job, env["backend"], offsets)
+    steps = step_rows(events, colls, job, ws, offsets)
+    missing = _missing(steps, colls)
+    tables = {"steps": steps, "collectives": colls}
+    for table, cols in rf.TABLES.items():
+        atomic_write_text(run_dir / rf.table_file(table), csv_text(tables.get(table, []), cols))
+    created = now_iso()
+    meta = {
+        "run_id": run_id, "name": name or "", "kind": kind, "created": created, "finished": created,
+        "status": "complete", "command": command, "environment": env,
+        "config": {**config, "steps": len({r["step"] for r in steps}), "model": config.get("model")},
+        "jobs": [{"id": job, "kind": "train", "variant": VARIANT, "algo": None, "world_size": ws,
+                  "bucket_mb": None, "status": "complete", "error": None, "ranks": ranks,
+                  "clock_offsets_ns": {str(r): int(o) for r, o in offsets.items()},
+                  "clock_shift_us": {str(r): -o / 1e3 for r, o in offsets.items()},
+                  "clock_alignment": how, **job_extra, "missing": missing, "notes": notes}],
+    }
+    atomic_write_text(run_dir / rf.RUN_JSON, json.dumps(meta, indent=1, default=str))
+    return Imported(run_dir, job, ranks, len(steps), len(colls), missing, how, tuple(notes))
 

@@ -53,13 +53,15 @@ class JobSpec:
     processes: int
     bucket_mb: float | None
     trace_dir: str | None  # None == no trace
+    comm_hook: str = "none"  # torch_ddp: DDP's comm hook (contract.config.COMM_HOOKS)
 
 
 def train_job_entry(spec: JobSpec, status: str, oversubscribed: bool) -> dict[str, Any]:
     """A training job's run.json entry as it is first written (``pending`` or ``running``)."""
     return {"id": spec.job_id, "kind": "train", "variant": spec.variant,
             "world_size": spec.world_size, "processes": spec.processes,
-            "bucket_mb": spec.bucket_mb, "status": status, "oversubscribed": oversubscribed}
+            "bucket_mb": spec.bucket_mb, "status": status, "oversubscribed": oversubscribed,
+            **({"comm_hook": spec.comm_hook} if spec.comm_hook != "none" else {})}
 
 
 def steps_row(spec: JobSpec, rank: int, step: int, profiled: bool, timing: dict[str, Any],

@@ -38,7 +38,8 @@ def plan_jobs(opts: ProfileOptions, run_dir: Path | None) -> list[JobSpec]:
     Multi-process variants run at every world size, 1 included (their T(1) on the scaling
     curve). ``single`` runs once at 1; ``manual`` and ``data_parallel`` once, with as many
     replicas as the largest world size. A bucket sweep adds jobs for the bucket-sensitive
-    variants at every world size.
+    variants at every world size. ``--comm-hook`` adds one ``torch_ddp`` job per hook at every
+    world size >= 2 (``torch_ddp-ws2-b25-powersgd``), beside the plain one they are compared with.
     """
     cfg = opts.train
     jobs: list[JobSpec] = []
@@ -52,9 +53,12 @@ def plan_jobs(opts: ProfileOptions, run_dir: Path | None) -> list[JobSpec]:
             cells = [(ws, ws, b) for ws in opts.world_sizes
                      for b in (buckets if variant in BUCKET_SENSITIVE else [cfg.bucket_mb])]
         for ws, procs, b in cells:
-            jid = rf.job_id(variant, ws, b)
-            tdir = str(rf.trace_dir(run_dir, jid)) if (opts.trace and run_dir) else None
-            jobs.append(JobSpec(jid, variant, ws, procs, b, tdir))
+            hooks = [h for h in opts.comm_hooks if h != "none" or "none" in opts.comm_hooks] \
+                if variant == "torch_ddp" and ws > 1 else ["none"]
+            for hook in dict.fromkeys(["none", *hooks]):  # the plain job always: the reference
+                jid = rf.job_id(variant, ws, b) + ("" if hook == "none" else f"-{hook}")
+                tdir = str(rf.trace_dir(run_dir, jid)) if (opts.trace and run_dir) else None
+                jobs.append(JobSpec(jid, variant, ws, procs, b, tdir, hook))
     return jobs
 
 

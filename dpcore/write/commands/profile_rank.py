@@ -36,7 +36,7 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
         # fault injection for tests and demos: this job's last rank raises
         raise RuntimeError(f"injected failure (DPCORE_FAIL_JOB={spec.job_id})")
     rec = Recorder(spec.job_id, ctx.rank, offset)
-    cfg = replace(cfg, bucket_mb=spec.bucket_mb)
+    cfg = replace(cfg, bucket_mb=spec.bucket_mb, comm_hook=spec.comm_hook)
     trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size)
     if trainer.skip_reason:
         return {"skip_reason": trainer.skip_reason}

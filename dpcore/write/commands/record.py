@@ -24,11 +24,14 @@ times the summary uses, so the profiler's overhead never reaches them. Recording
 small row per step and per collective in memory until the block ends.
 
 Collectives: with a ``DistributedDataParallel`` model, a comm hook (the one the ``torch_ddp``
-variant uses) launches and logs each bucket's all-reduce; with a ``dpcore.wrap`` wrapper, the
-wrapper's recorder is swapped for the recording one; with no model (or another module),
-collectives are seen only in the trace. Under a process group, each rank measures its clock
-offset to rank 0 (ping-pong, as ``profile`` does), every rank writes its own trace, and at the
-end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
+variant uses) launches and logs each bucket's all-reduce; with a DDP model whose user already
+registered a comm hook (fp16/bf16 compression, PowerSGD, their own), that hook is kept and the
+collectives it launches are logged with the bytes it really sends
+(:class:`~dpcore.write.commands.record_hooks.CollectiveTap`; run.json's job names the hook);
+with a ``dpcore.wrap`` wrapper, the wrapper's recorder is swapped for the recording one; with
+no model (or another module), collectives are seen only in the trace. Under a process group,
+each rank measures its clock offset to rank 0 (ping-pong, as ``profile`` does), every rank
+writes its own trace, and at the end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
 
 Ending: a clean exit marks the run ``complete``; an exception marks it ``failed`` with the error
 text (rank 0 writes what it measured, without waiting for ranks that may be gone) and
@@ -55,7 +58,13 @@ from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, steps_row, train_job_entry, write_job
 from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.capture.tracing import TraceCapture
-from dpcore.write.commands.record_hooks import HookState, describe, recording_allreduce_hook
+from dpcore.write.commands.record_hooks import (
+    CollectiveTap,
+    HookState,
+    describe,
+    recording_allreduce_hook,
+    user_comm_hook,
+)
 from dpcore.write.dp.variants.base import Wrapper
 from dpcore.write.runtime.clock import measure_offset
 from dpcore.write.runtime.world import UserWorld
@@ -154,6 +163,7 @@ class Recording:
         self._last_grad_ns = 0
         self._split_backward = False
         self._note = ""
+        self.comm_hook: str | None = None  # the user's own DDP comm hook, kept, if any
 
     # -- the user's calls -------------------------------------------------------------
     def step(self, samples: int | None = None) -> _Step:
@@ -205,6 +215,12 @@ class Recording:
         """Route the model's collectives through this recording's Recorder (undone at exit)."""
         if not self.collectives:
             self._note = "collectives=False: collectives from the trace only"
+        elif isinstance(model, DistributedDataParallel) and user_comm_hook(model):
+            # the user's hook (fp16, PowerSGD, theirs) stays: its collectives are tapped
+            self.comm_hook = user_comm_hook(model)
+            tap = CollectiveTap(model.process_group, lambda: self.rec, lambda: self._in_step).install()
+            self._undo.append(tap.remove)
+            self._note = f"comm hook kept: {self.comm_hook} (its collectives logged as it launches them)"
         elif isinstance(model, DistributedDataParallel):
             state = HookState(model.process_group, self)
             try:
@@ -329,6 +345,8 @@ class Recording:
             fields["error"] = error.strip()
         if self._note:
             fields["note"] = self._note
+        if self.comm_hook:
+            fields["comm_hook"] = self.comm_hook
         life.writer.meta["config"]["steps"] = len({r["step"] for r in results[0]["steps"]})
         life.end_job(self.job_id, fields)
         life.close(status)

@@ -14,7 +14,10 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
+from dpcore.write.capture.collective_tap import CollectiveTap
 from dpcore.write.dp.variants.base import Wrapper
+
+__all__ = ["CollectiveTap", "HookState", "describe", "recording_allreduce_hook", "user_comm_hook"]
 
 USER_VARIANT = "user"  # a loop whose data parallelism dpcore does not know
 
@@ -69,3 +72,12 @@ def recording_allreduce_hook(state, bucket):  # annotated below, as real objects
 # (``from __future__ import annotations``): give the hook the objects it compares against.
 recording_allreduce_hook.__annotations__ = {
     "state": HookState, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+
+
+def user_comm_hook(model: nn.Module | None) -> str | None:
+    """The name of the comm hook the user registered on a DDP model (``None``: none yet)."""
+    hooks = getattr(model, "_comm_hooks", None) if isinstance(model, DistributedDataParallel) else None
+    if not hooks:
+        return None
+    fn = hooks[0][0]
+    return getattr(fn, "__qualname__", None) or type(fn).__name__

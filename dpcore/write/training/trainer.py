@@ -62,7 +62,9 @@ class Trainer:
                                if self.single_process else
                                wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder,
                                     compute_dtype=(cfg.compute_dtype or None)
-                                    if variant == "fsdp" else None))
+                                    if variant == "fsdp" else None,
+                                    comm_hook=cfg.comm_hook if variant == "torch_ddp" else "none",
+                                    powersgd_rank=cfg.powersgd_rank))
         self.skip_reason: str | None = self.model.skip_reason
         self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
         self.opt = self.model.make_optimizer(optimizer_class(cfg.optimizer), lr=cfg.lr)

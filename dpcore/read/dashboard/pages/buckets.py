@@ -17,6 +17,7 @@ from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
 from dpcore.read.dashboard.tables import bucket_rows, table_height
 from dpcore.read.plots.buckets import bucket_figure
+from dpcore.read.plots.comm_hooks import compression_figure
 from dpcore.read.rundir.load import Run
 
 INTRO = "How the gradient bucket size trades launch overhead against overlap."
@@ -31,6 +32,25 @@ def sweep(_run: Run, run_key: tuple) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=16)
 def sweep_chart(_run: Run, run_key: tuple) -> go.Figure:
     return bucket_figure(sweep(_run, run_key))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def compressed(_run: Run, run_key: tuple) -> pd.DataFrame:
+    """The run's comm-hook jobs against their plain torch_ddp job (`compression`)."""
+    return A.compression(_run.jobs, data.job_summary(_run, run_key), _run.collectives)
+
+
+def render_compression(run: Run) -> None:
+    """Bytes saved against time added, when the run has comm-hook jobs."""
+    df = compressed(run, data.key(run))
+    if df.empty:
+        return
+    st.subheader("Compression (DDP comm hooks)")
+    st.plotly_chart(compression_figure(df), key=f"ch-{run.path}")
+    st.dataframe(df, hide_index=True, width="stretch", placeholder=EMPTY)
+    st.caption("bytes_in: the plain torch_ddp job's bytes per step (every gradient, handed to the hook); "
+               "bytes_wire: what the hook's collectives sent per step; added_ms = step T - plain step T "
+               "(below 0: compression pays on this network).")
 
 
 def render(run: Run) -> None:
@@ -50,6 +70,7 @@ def render(run: Run) -> None:
             "overlap_pct": st.column_config.NumberColumn("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%")})
     st.caption("Small buckets start communicating early but pay a launch per bucket; one huge bucket can only "
                f"start after the whole backward and hides nothing. {FORMULAS['exposed_ms']} {FORMULAS['step_ms']}")
+    render_compression(run)
 
 
 def page() -> None:

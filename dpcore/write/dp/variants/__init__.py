@@ -55,13 +55,16 @@ def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
 
 
 def wrap(variant: str, module: nn.Module, *, bucket_mb: float = 25.0, group: Any = None,
-         recorder: Recorder = NULL_RECORDER, compute_dtype: Any = None) -> Wrapper:
+         recorder: Recorder = NULL_RECORDER, compute_dtype: Any = None, comm_hook: str = "none",
+         powersgd_rank: int = 1) -> Wrapper:
     """Wrap ``module`` (already on this rank's device) in a multi-process DP variant.
 
     Needs an initialised process group. Every parameter and buffer is broadcast from rank 0
     here, so replicas start equal whatever their initialisation. ``compute_dtype``
     (``torch.float16`` / ``torch.bfloat16`` or their names) is for ``fsdp`` only: all-gather
     and compute in that dtype, master weights, gradients and optimizer in float32.
+    ``comm_hook`` (``torch_ddp`` only; contract.config.COMM_HOOKS) registers one of DDP's own
+    comm hooks (fp16, bf16 compression, PowerSGD of rank ``powersgd_rank``).
     """
     if variant not in REGISTRY:
         raise choices_error("variant", variant, VARIANTS)
@@ -75,6 +78,11 @@ def wrap(variant: str, module: nn.Module, *, bucket_mb: float = 25.0, group: Any
                              "compute_dtype=torch.bfloat16))")
         return FSDP(module, bucket_mb=bucket_mb, group=group, recorder=recorder,
                     compute_dtype=parse_compute_dtype(compute_dtype))
+    if comm_hook != "none":
+        if variant != "torch_ddp":
+            raise UsageError(f"comm_hook is a torch_ddp option; variant {variant!r} has no DDP comm hook")
+        return REGISTRY[variant](module, bucket_mb=bucket_mb, group=group, recorder=recorder,
+                                 comm_hook=comm_hook, powersgd_rank=powersgd_rank)
     return REGISTRY[variant](module, bucket_mb=bucket_mb, group=group, recorder=recorder)
 
 

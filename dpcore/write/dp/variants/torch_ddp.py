@@ -7,7 +7,11 @@ would be a collective no variant issues. With a recording recorder, a communicat
 et al. 2020, section 3.3 / DDP comm hooks) launches each bucket's all-reduce itself, exactly as
 the built-in ``allreduce_hook`` does (divide by N, async all-reduce, future), and records it,
 so DDP's buckets appear in collectives.csv; with the null recorder DDP keeps its C++ default
-path (``recorder.enabled`` decides, once, here).
+path (``recorder.enabled`` decides, once, here). With ``comm_hook`` (``profile --comm-hook``)
+DDP runs its own hook instead (fp16 or bf16 compression, PowerSGD) and a
+:class:`~dpcore.write.capture.collective_tap.CollectiveTap` logs the collectives that hook
+launches, with the bytes it really sends; where the backend refuses the hook the job is skipped
+with the reason.
 """
 # no `from __future__ import annotations`: DDP checks the comm hook's annotations at runtime
 
@@ -20,6 +24,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
+from dpcore.write.capture.collective_tap import CollectiveTap
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 from dpcore.write.dp.variants.base import Wrapper
 
@@ -39,12 +44,23 @@ class TorchDDP(DistributedDataParallel, Wrapper):
     grad_sync_in_backward = True  # the reducer waits for its buckets inside loss.backward()
 
     def __init__(self, module: nn.Module, *, group: Any = None,
-                 recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0) -> None:
+                 recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0,
+                 comm_hook: str = "none", powersgd_rank: int = 1) -> None:
         dev = next(module.parameters()).device
         super().__init__(module, device_ids=[dev] if dev.type == "cuda" else None,
                          process_group=group, bucket_cap_mb=bucket_mb, **_NO_FORWARD_BUFFER_SYNC)
         self._hook_state: _HookState | None = None
-        if recorder.enabled:
+        self.comm_hook = comm_hook
+        self.hook_state: Any = None  # PowerSGD's state (its error feedback and warm-start memory)
+        if comm_hook != "none":
+            self.skip_reason = _hook_refused(comm_hook, group)
+            if self.skip_reason is None:
+                self.hook_state, fn = _ddp_hook(comm_hook, group, powersgd_rank)
+                self._hook_state = _HookState(group, recorder, inner=(self.hook_state, fn))
+                self.register_comm_hook(self._hook_state, _composed_hook)
+                if recorder.enabled:  # DDP's hook launches its collectives: log each one
+                    self._tap = CollectiveTap(group, lambda: recorder, lambda: True).install()
+        elif recorder.enabled:
             self._hook_state = _HookState(group, recorder)
             self.register_comm_hook(self._hook_state, _recorded_allreduce_hook)
 
@@ -59,15 +75,47 @@ class TorchDDP(DistributedDataParallel, Wrapper):
         held = super().memory_tensors(optimizer)
         if self._hook_state is not None:
             held["other"] = held["other"] + list(self._hook_state.buffers.values())
+        st = self.hook_state  # PowerSGD keeps error feedback and P/Q between steps
+        for attr in ("error_dict", "p_memory_dict", "q_memory_dict"):
+            held["other"] = held["other"] + list(getattr(st, attr, {}).values())
         return held
 
 
-class _HookState:
-    __slots__ = ("group", "recorder", "world_size", "buffers")
+#: Where DDP's own hooks refuse a backend (measured, torch 2.13 on gloo: the bf16 hook raises
+#: "TypeError: BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+ or XPU and
+#: XCCL" at its first bucket, so the job is skipped with the reason instead of failing).
+_REFUSED = {("bf16", "gloo"): "bf16_compress_hook does not run on gloo (torch: it needs CUDA 11+ and "
+                              "NCCL 2.10+, or XPU and XCCL)"}
+#: PowerSGD compresses from this step on (it all-reduces plainly before; the lowest value its
+#: error feedback allows): profile's warm-up steps (--warmup >= 2) cover the plain ones.
+POWERSGD_START = 2
 
-    def __init__(self, group: Any, recorder: Recorder) -> None:
+
+def _hook_refused(hook: str, group: Any) -> str | None:
+    return _REFUSED.get((hook, str(dist.get_backend(group))))
+
+
+def _ddp_hook(hook: str, group: Any, powersgd_rank: int) -> tuple[Any, Any]:
+    """(state, hook function) of DDP's own hook ``hook`` (contract.config.COMM_HOOKS)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    if hook == "fp16":
+        return group, default_hooks.fp16_compress_hook
+    if hook == "bf16":
+        return group, default_hooks.bf16_compress_hook
+    state = psgd.PowerSGDState(process_group=group, matrix_approximation_rank=powersgd_rank,
+                               start_powerSGD_iter=POWERSGD_START, random_seed=0)
+    return state, psgd.powerSGD_hook
+
+
+class _HookState:
+    __slots__ = ("group", "recorder", "world_size", "buffers", "inner")
+
+    def __init__(self, group: Any, recorder: Recorder, inner: tuple[Any, Any] | None = None) -> None:
         self.group = group
         self.recorder = recorder
+        #: DDP's own hook this one composes with: (its state, its function)
+        self.inner = inner
         self.world_size = dist.get_world_size(group)
         #: bucket index -> the reducer's flat bucket tensor (the reducer keeps it alive anyway;
         #: held here only so memory.csv can count it)
@@ -96,3 +144,12 @@ def _recorded_allreduce_hook(state: _HookState, bucket: dist.GradBucket
         return f.value()[0]
 
     return fut.then(finished)
+
+
+def _composed_hook(state: _HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's own hook (``state.inner``), unchanged, composed the way DDP's hook wrappers compose:
+    this one only keeps the reducer's bucket tensor for memory.csv (as the default path does),
+    so a compressed job's memory counts the same buckets as the uncompressed one."""
+    state.buffers[bucket.index()] = bucket.buffer()
+    inner_state, fn = state.inner
+    return fn(inner_state, bucket)

@@ -1,0 +1,110 @@
+"""``dpcore.trace_handler``: torch.profiler's ``on_trace_ready`` that writes a dpcore run.
+
+Usage, on every rank (plain loop, Accelerate's ``ProfileKwargs(on_trace_ready=...)``,
+Lightning's ``PyTorchProfiler(on_trace_ready=...)``)::
+
+    with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=2),
+                                on_trace_ready=dpcore.trace_handler("profiles", name="mine")) as prof:
+        for batch in loader:
+            train_step(batch)
+            prof.step()
+
+Why this shape: it is ``dpcore import`` run while the traces are written, so the numbers come
+from the same reader and rules. Each call (one profiler cycle on one rank) exports that rank's
+trace and appends its events to ``traces/<job>/rank<r>.json.gz`` of one run: several cycles
+become several steps of that run (their ``ProfilerStep#N`` keep the loop's step numbers), never
+several runs. Under a process group, rank 0 names the run on the first cycle and every rank
+learns it (one broadcast); after every cycle the ranks meet in a barrier and rank 0 rewrites
+steps.csv, collectives.csv and run.json from all cycles so far, so the run on disk is complete
+after each cycle (a handler is never told which cycle is the last). Every rank calls the
+handler at the same step (the schedule is the same on every rank), so the collectives here
+cannot deadlock a job that profiles on every rank, which is the only way torch.profiler
+schedules run.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from dpcore.contract import runformat as rf
+from dpcore.contract.files import atomic_write_bytes, new_run_id
+from dpcore.contract.tracefile import load_trace
+
+#: the one job of a handler's run: what the traces show, named as ``import`` names it
+JOB_PREFIX = "imported"
+
+
+def trace_handler(out: str | Path = "profiles", name: str | None = None) -> TraceHandler:
+    """A callable for ``torch.profiler.profile(on_trace_ready=...)`` that writes one run under
+    ``out`` (see the module docstring). Build one per process; every rank builds its own."""
+    return TraceHandler(Path(out), name)
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class TraceHandler:
+    """One run, fed one profiler cycle at a time. ``run_dir`` is set after the first cycle."""
+
+    def __init__(self, out: Path, name: str | None) -> None:
+        self.out, self.name = out, name
+        self.run_dir: Path | None = None
+        self.cycles = 0
+
+    def __call__(self, prof: Any) -> None:
+        rank, ws = _world()
+        if self.run_dir is None:
+            self.run_dir = self._open(rank, ws)
+        tdir = rf.trace_dir(self.run_dir, f"{JOB_PREFIX}-ws{ws}")
+        self._append(prof, tdir / f"rank{rank}.json.gz")
+        self.cycles += 1
+        if ws > 1:
+            dist.barrier()  # every rank's file of this cycle is in place
+        if rank == 0:
+            from dpcore.read.importer.write_run import index_run  # pandas: on rank 0 only
+            index_run(self.run_dir, name=self.name, kind="trace_handler", command=list(sys.argv),
+                      config={"cycles": self.cycles, "source": "dpcore.trace_handler"})
+
+    def _open(self, rank: int, ws: int) -> Path:
+        """Rank 0 makes the run folder; every rank learns its name."""
+        box: list[Any] = [None]
+        if rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+            while True:  # two runs started in the same second get different ids
+                run_id = new_run_id(self.name or "trace")
+                try:
+                    (self.out / run_id).mkdir()
+                    break
+                except FileExistsError:
+                    continue
+            box[0] = run_id
+        if ws > 1:
+            dist.broadcast_object_list(box, src=0)
+        return self.out / str(box[0])
+
+    @staticmethod
+    def _append(prof: Any, dest: Path) -> None:
+        """This cycle's events appended to the rank's trace (the first cycle's metadata kept)."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".json", dir=dest.parent, prefix=".cycle-")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            meta, events = load_trace(tmp)
+        finally:
+            os.unlink(tmp)
+        if dest.exists():
+            meta, old = load_trace(dest)
+            events = old + events
+        doc = {**meta, "traceEvents": events}
+        atomic_write_bytes(dest, gzip.compress(json.dumps(doc).encode(), compresslevel=3))
