@@ -107,3 +107,17 @@ def test_compression_numbers_and_buckets_page(run, capsys, monkeypatch) -> None:
     assert df.loc["fp16", "added_ms"] == ddp["torch_ddp-ws2-b25-fp16"] - ddp["torch_ddp-ws2-b25"]
     # Buckets: the (empty) bucket sweep, then the Compression chart
     opens_everywhere(run.path, capsys, monkeypatch, pages=("Overview", "Buckets"), charts={"Buckets": 2})
+
+
+def test_powersgd_with_several_buckets_on_gloo_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    """mlp-64's gradients (~0.26 MiB) in 0.05 MiB buckets: several buckets, which can hang PowerSGD on
+    gloo; the job is skipped with the reason (and the bucket size to give), the others run."""
+    p = _profile(tmp_path, "--world-sizes", "2", "--comm-hook", "powersgd", "--bucket-mb", "0.05",
+                 "--steps", "2", "--warmup", "1", "--no-trace", "--calibration-steps", "0")
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run_dir,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    jobs = {j["id"]: j for j in load_run(run_dir).meta["jobs"]}
+    psgd = jobs["torch_ddp-ws2-b0.05-powersgd"]
+    assert psgd["status"] == "skipped" and "several DDP buckets" in psgd["skip_reason"]
+    assert "--bucket-mb >=" in psgd["skip_reason"]
+    assert jobs["torch_ddp-ws2-b0.05"]["status"] == "complete"

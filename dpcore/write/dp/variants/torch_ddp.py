@@ -53,7 +53,9 @@ class TorchDDP(DistributedDataParallel, Wrapper):
         self.comm_hook = comm_hook
         self.hook_state: Any = None  # PowerSGD's state (its error feedback and warm-start memory)
         if comm_hook != "none":
-            self.skip_reason = _hook_refused(comm_hook, group)
+            nbytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+            self.skip_reason = _hook_refused(comm_hook, group) or _several_powersgd_buckets(
+                comm_hook, group, nbytes, bucket_mb)
             if self.skip_reason is None:
                 self.hook_state, fn = _ddp_hook(comm_hook, group, powersgd_rank)
                 self._hook_state = _HookState(group, recorder, inner=(self.hook_state, fn))
@@ -93,6 +95,18 @@ POWERSGD_START = 2
 
 def _hook_refused(hook: str, group: Any) -> str | None:
     return _REFUSED.get((hook, str(dist.get_backend(group))))
+
+
+def _several_powersgd_buckets(hook: str, group: Any, nbytes: int, bucket_mb: float) -> str | None:
+    """PowerSGD launches each bucket's second all-reduce from a future's callback; on gloo, with
+    several buckets, the ranks can launch them in different orders and hang in the hook (seen
+    with torch 2.13). Such a job is skipped with the reason instead of running into --timeout."""
+    if hook != "powersgd" or str(dist.get_backend(group)) != "gloo" or nbytes <= bucket_mb * 2**20:
+        return None
+    return (f"PowerSGD on gloo with several DDP buckets ({nbytes / 2**20:.1f} MiB of gradients in "
+            f"{bucket_mb:g} MiB buckets) can hang both ranks (each bucket's all-reduce is launched from a "
+            f"future's callback, in an order the ranks need not share); give --bucket-mb >= "
+            f"{nbytes / 2**20:.1f}")
 
 
 def _ddp_hook(hook: str, group: Any, powersgd_rank: int) -> tuple[Any, Any]:
