@@ -17,9 +17,8 @@ from dpcore.read.analysis.summary import job_summary
 from dpcore.read.analysis.timeline import trace_step_metrics
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
-from dpcore.read.report.resolve import load_run_reporting
+from dpcore.read.report.resolve import load_run_reporting, traced_events_reporting
 from dpcore.read.report.tables import csv_table, text_table
-from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import Run
 
 #: docs/DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.
@@ -34,7 +33,7 @@ _SUMMARY_VIEW = ["job_id", "status", "step_ms", "step_ms_p10", "step_ms_p90", "n
 def run_job_summary(run: Run) -> pd.DataFrame:
     """:func:`job_summary` of a loaded run, its traces read here (one job at a time): the rows
     `summarize`, profile's end-of-run table and `whatif`'s measured cells show."""
-    return job_summary(run, trace_step_metrics(traced_job_events(run)))
+    return job_summary(run, trace_step_metrics(traced_events_reporting(run)))
 
 
 #: `summarize`'s columns after SUMMARIZE_COLUMNS: memory per rank and bus volume per step. Every

@@ -20,6 +20,7 @@ import pandas as pd
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.tracefile import NotRegularFileError, open_regular
+from dpcore.read.rundir.checks import check_content
 
 COLUMNS = rf.TABLES
 JOB_COLUMNS = rf.JOB_FIELDS
@@ -235,7 +236,8 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     meta = _read_meta(p, r)
     warnings: list[str] = []
     tables = {t: _read_csv(p, t, r, warnings) for t in COLUMNS}
-    return Run(path=p, meta=meta, jobs=_jobs_frame(meta), root=r, warnings=tuple(warnings), **tables)
+    jobs, tables["steps"], found = check_content(p, _jobs_frame(meta), tables["steps"])
+    return Run(path=p, meta=meta, jobs=jobs, root=r, warnings=(*warnings, *found), **tables)
 
 
 def _join(values: pd.Series) -> str:
