@@ -133,6 +133,9 @@ def _check_meta(meta: object, f: Path) -> dict:
         jid = job.get("id", job.get("job_id"))
         if jid is not None and not isinstance(jid, str):
             raise RunLoadError(f"malformed {f}: jobs[{i}].id must be a string")
+        if jid is not None and not rf.is_safe_job_id(jid):
+            raise RunLoadError(f"malformed {f}: jobs[{i}].id {jid!r} is not a job id (one name, without "
+                               "'/', '\\' or '..'); it would lead outside the run: not read")
     for key in ("run_id", "created", "finished", "status"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise RunLoadError(f"malformed {f}: {key!r} must be a string, got {type(meta[key]).__name__}")
