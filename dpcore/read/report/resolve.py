@@ -28,6 +28,8 @@ def resolve(path: str | Path) -> tuple[Path, PathKind]:
     p = Path(path)
     if not p.exists():
         raise ValueError(f"no such file or directory: {p}")
+    if not p.is_dir() and not p.is_file():  # a FIFO would block a reader; say what it is instead
+        raise ValueError(f"not a regular file or folder (a pipe, device or socket): {p}")
     return p, "run" if p.is_dir() and (p / RUN_JSON).exists() else "traces"
 
 

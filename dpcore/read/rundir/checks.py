@@ -43,20 +43,22 @@ def unique_jobs(jobs: pd.DataFrame, f: Path) -> tuple[pd.DataFrame, list[str]]:
 
 
 def valid_durations(steps: pd.DataFrame, f: Path) -> tuple[pd.DataFrame, list[str]]:
-    """Rows with a negative or infinite duration, or no step time, dropped and named by line."""
+    """Rows with a negative or infinite duration, or no (or a zero) step time, dropped and named
+    by line: a step takes time, and one impossible row would otherwise move every mean."""
     if steps.empty:
         return steps, []
     bad = pd.Series(False, index=steps.index)
     for col in DURATIONS:
         v = pd.to_numeric(steps[col], errors="coerce").to_numpy(dtype=float)
-        wrong = np.isinf(v) | (v < 0) | (np.isnan(v) if col == "step_ms" else False)
+        wrong = np.isinf(v) | (v < 0) | ((np.isnan(v) | (v == 0)) if col == "step_ms" else False)
         bad |= pd.Series(wrong, index=steps.index)
     if not bad.any():
         return steps, []
     jobs = steps.loc[bad, "job_id"].astype(str).drop_duplicates().tolist()
     lines = (steps.index[bad] + 2).tolist()  # the header is line 1
     return (steps[~bad].reset_index(drop=True),
-            [f"{f}: {int(bad.sum())} row(s) with a negative, infinite or missing duration skipped "
+            [f"{f}: {int(bad.sum())} row(s) with a negative, infinite or missing duration (or a step time "
+             f"of 0) skipped "
              f"(job {_some(jobs)}; line {_some(lines, 5)})"])
 
 

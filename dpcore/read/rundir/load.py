@@ -235,7 +235,8 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     if r is not None and not _inside(p, r):
         raise RunLoadError(f"{p} resolves outside the profiles folder {r}; not read")
     if not p.is_dir():
-        raise RunLoadError(f"run directory not found: {p}")
+        raise RunLoadError(f"not a run directory (a file, pipe or device): {p}" if p.exists()
+                           else f"run directory not found: {p}")
     meta = _read_meta(p, r)
     warnings: list[str] = []
     tables = {t: _read_csv(p, t, r, warnings) for t in COLUMNS}
