@@ -5,7 +5,10 @@ Every problem is reported as RunLoadError naming the offending file, so the dash
 about one bad run and still list the others. A profiles folder is user-supplied, so a file is
 opened only when it is a regular file below MAX_RUN_FILE_BYTES (a FIFO would block the reader,
 /dev/zero would fill the memory), run.json must have the shape the rest of the code assumes,
-and with ``root`` given (the dashboard) nothing that resolves outside ``root`` is opened.
+and with ``root`` given (the dashboard) nothing that resolves outside ``root`` is opened. A job
+id must be one path component (``../..`` would lead a reader out of the run), and what the run
+claims is checked against its tables (:mod:`dpcore.read.rundir.checks`): damaged content is
+named in ``Run.warnings``, not averaged.
 """
 from __future__ import annotations
 
