@@ -124,7 +124,7 @@ def key(run: R.Run) -> tuple:
     return str(run.path), _stamp(Path(run.path))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_data(show_spinner="Reading the run's traces…", max_entries=16)
 def trace_steps(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     """Per-step overlap of every job's traces (`trace_step_metrics`): read once per run, shared
     by the pages (the per-job summary, the Timeline's step cards). ``attrs["problems"]``: one

@@ -78,11 +78,18 @@ def test_a_damaged_rank_trace_is_named_and_the_job_uses_every_ranks_intervals(te
     assert len(named) == 1 and str(f) in named[0] and "recorded intervals of all ranks" in named[0], out.stderr
 
 
-def test_the_dashboard_names_a_missing_rank_trace(template, tmp_path, monkeypatch):
+@pytest.mark.parametrize("how", ["missing", "sparse"])
+def test_the_dashboard_names_a_missing_or_hostile_rank_trace(template, tmp_path, monkeypatch, how):
+    """The default page reads every job's traces: a sparse 2 GiB rank trace once kept it from
+    rendering for 300 s; now the page renders (AppTest's timeout is the guard) and names it."""
     from streamlit.testing.v1 import AppTest
 
     run = copy(template, tmp_path)
-    f = _damage(run, "missing")
+    f = _damage(run, "missing" if how == "missing" else "unreadable")
+    if how == "sparse":
+        with open(f, "wb") as fh:  # {"traceEvents":[ then a 2 GiB hole: no disk used
+            fh.write(b'{"traceEvents":[')
+            fh.truncate(2 << 30)
     monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
@@ -90,6 +97,7 @@ def test_the_dashboard_names_a_missing_rank_trace(template, tmp_path, monkeypatc
     assert not at.exception
     shown = " ".join(data_problems(at)).replace("\\", "")
     assert f.name in shown and JOB in shown, shown
+    assert how == "missing" or "no complete event" in shown, shown
 
 
 # --- item 6: CSV content -----------------------------------------------------------------------
