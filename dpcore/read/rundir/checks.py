@@ -62,18 +62,22 @@ def valid_durations(steps: pd.DataFrame, f: Path) -> tuple[pd.DataFrame, list[st
              f"(job {_some(jobs)}; line {_some(lines, 5)})"])
 
 
-def unique_steps(steps: pd.DataFrame, f: Path) -> tuple[pd.DataFrame, list[str]]:
-    """Rows that repeat a (job, rank, step): the first kept, the jobs named (a copy-paste or a
-    concatenated file would otherwise count every step twice)."""
-    if steps.empty:
-        return steps, []
-    dup = steps.duplicated(["job_id", "rank", "step"], keep="first")
+#: The key a row of each table is the only one of: a copy-paste or a concatenated file would
+#: otherwise count every step (throughput x2) or every collective (bytes x2) twice.
+KEYS = {"steps": ("job_id", "rank", "step"), "collectives": ("job_id", "rank", "step", "seq")}
+
+
+def unique_rows(df: pd.DataFrame, key: tuple[str, ...], f: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Rows that repeat ``key``: the first kept, the jobs named."""
+    if df.empty:
+        return df, []
+    dup = df.duplicated(list(key), keep="first")
     if not dup.any():
-        return steps, []
-    jobs = steps.loc[dup, "job_id"].astype(str).drop_duplicates().tolist()
-    return (steps[~dup].reset_index(drop=True),
-            [f"{f}: {int(dup.sum())} duplicate row(s) of one (job, rank, step) skipped, the first kept "
-             f"(job {_some(jobs)})"])
+        return df, []
+    jobs = df.loc[dup, "job_id"].astype(str).drop_duplicates().tolist()
+    return (df[~dup].reset_index(drop=True),
+            [f"{f}: {int(dup.sum())} duplicate row(s) of one ({', '.join(k.removesuffix('_id') for k in key)}) "
+             f"skipped, the first kept (job {_some(jobs)})"])
 
 
 def _expected_ranks(job: pd.Series) -> list[int] | None:
@@ -111,11 +115,16 @@ def complete_ranks(steps: pd.DataFrame, jobs: pd.DataFrame, f: Path) -> list[str
     return out
 
 
-def check_content(run_dir: Path, jobs: pd.DataFrame, steps: pd.DataFrame
-                  ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """(jobs, steps, warnings): every check above, on a loaded run's tables."""
-    jobs, w1 = unique_jobs(jobs, run_dir / rf.RUN_JSON)
+def check_content(run_dir: Path, jobs: pd.DataFrame, tables: dict[str, pd.DataFrame]
+                  ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], list[str]]:
+    """(jobs, tables, warnings): every check above, on a loaded run's tables (returned with the
+    rows that hold)."""
+    jobs, out = unique_jobs(jobs, run_dir / rf.RUN_JSON)
+    tables = dict(tables)
     f = run_dir / rf.table_file("steps")
-    steps, w2 = valid_durations(steps, f)
-    steps, w3 = unique_steps(steps, f)
-    return jobs, steps, [*w1, *w2, *w3, *complete_ranks(steps, jobs, f)]
+    tables["steps"], w = valid_durations(tables["steps"], f)
+    out += w
+    for table, key in KEYS.items():
+        tables[table], w = unique_rows(tables[table], key, run_dir / rf.table_file(table))
+        out += w
+    return jobs, tables, [*out, *complete_ranks(tables["steps"], jobs, f)]

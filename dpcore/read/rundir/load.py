@@ -243,7 +243,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     meta = _read_meta(p, r)
     warnings: list[str] = []
     tables = {t: _read_csv(p, t, r, warnings) for t in COLUMNS}
-    jobs, tables["steps"], found = check_content(p, _jobs_frame(meta), tables["steps"])
+    jobs, tables, found = check_content(p, _jobs_frame(meta), tables)
     return Run(path=p, meta=meta, jobs=jobs, root=r, warnings=(*warnings, *found), **tables)
 
 

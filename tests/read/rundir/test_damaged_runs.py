@@ -120,6 +120,17 @@ def test_duplicated_rows_do_not_double_throughput(template, intact, tmp_path):
         intact.loc[JOB, "throughput"])
 
 
+def test_duplicated_collectives_do_not_double_the_bytes(template, intact, tmp_path):
+    run = copy(template, tmp_path)
+    f = run / rf.table_file("collectives")
+    c = pd.read_csv(f)
+    pd.concat([c, c[c["job_id"] == JOB]]).to_csv(f, index=False)
+    loaded = load_run(run)
+    assert any("collectives.csv" in w and "duplicate row" in w and JOB in w for w in loaded.warnings)
+    row = summary_table(loaded).set_index("job_id").loc[JOB]
+    assert row["bus_mib_per_step"] == pytest.approx(intact.loc[JOB, "bus_mib_per_step"])
+
+
 @pytest.mark.parametrize("value", [-5.0, float("inf")])
 def test_negative_or_infinite_step_times_are_dropped_and_named(template, tmp_path, value):
     run = copy(template, tmp_path)
