@@ -52,9 +52,9 @@ MAX_TRACE_FILE_BYTES = 2 << 30
 MAX_TRACE_JSON_BYTES = 2 << 30
 #: Largest inflated/compressed ratio accepted once GZIP_RATIO_FLOOR bytes are out: torch.profiler
 #: traces compress 9:1 to 15:1 (measured on every sample trace), a stream of zeros or of one
-#: repeated event ~1000:1. So a bomb is refused after 64 MiB, not after the content cap.
+#: repeated event ~1000:1. So a bomb is refused after 16 MiB, not after the content cap.
 MAX_GZIP_RATIO = 200
-GZIP_RATIO_FLOOR = 64 << 20
+GZIP_RATIO_FLOOR = 16 << 20
 EVENTS_KEY = b'"traceEvents"'
 # a JSON string (with escapes) or a bracket: enough to track nesting depth outside strings
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
