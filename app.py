@@ -20,7 +20,6 @@ import streamlit as st
 from dpcore.read.dashboard import data, frame, launcher
 from dpcore.read.dashboard.pages import PAGES
 from dpcore.read.dashboard.picker import OPEN_HERE, OPEN_ON_OVERVIEW, load_picked, pick_runs
-from dpcore.read.dashboard.text import md
 
 st.set_page_config(page_icon="⚡", layout="wide")
 root = data.profiles_root()
@@ -43,8 +42,7 @@ if st.session_state.get("launch") is not None:
 launcher.show_result()
 
 runs, warnings = data.list_runs(root)
-for w in warnings:
-    st.warning(f"Skipped an unreadable run: {md(w)}")
+frame.problem_list(warnings, "unreadable run(s) skipped")
 
 if runs.empty:
     frame.landing(root, data.APP_DIR)

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 
 from dpcore.contract.config import (
@@ -327,6 +328,16 @@ def _sigterm_as_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _quiet_library_warnings() -> None:
+    """The read commands print what a user must know themselves (``warning:`` and ``note:``
+    lines naming the file); numpy's and pandas' own warnings (a 0/0 on a damaged run, a
+    deprecation) are noise with a source line in it, so they are not shown unless
+    DPCORE_DEBUG is set."""
+    if not os.environ.get("DPCORE_DEBUG"):
+        for category in (RuntimeWarning, FutureWarning, DeprecationWarning, PendingDeprecationWarning):
+            warnings.filterwarnings("ignore", category=category)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if threading.current_thread() is threading.main_thread():
@@ -339,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_profile(args, ["python", "-m", "dpcore", *argv])
         if args.command == "allreduce":
             return _cmd_allreduce(args, ["python", "-m", "dpcore", *argv])
+        _quiet_library_warnings()  # the read commands (import and those below)
         if args.command == "import":
             from dpcore.read.importer.write_run import import_traces
             from dpcore.read.report.importer import import_text

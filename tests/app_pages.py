@@ -30,3 +30,9 @@ def problems(at: AppTest) -> list[str]:
     """Exceptions and st.error boxes on the page (a page part that failed inside `frame.safely`
     shows "<what> could not be drawn: ..." as an error box)."""
     return [str(e.value) for e in at.exception] + [str(e.value) for e in at.error]
+
+
+def data_problems(at: AppTest) -> list[str]:
+    """The lines of the collapsed problem boxes (``frame.problem_list``: unreadable runs skipped,
+    problems with a run's data), Markdown as rendered (escapes kept)."""
+    return [m.value for e in at.expander if e.icon == ":material/warning:" for m in e.markdown]

@@ -134,8 +134,21 @@ def allreduce_job_id(algo: str, world_size: int) -> str:
     return f"{algo}-ws{world_size}"
 
 
+def is_safe_job_id(job: object) -> bool:
+    """Whether ``job`` can name a folder inside ``traces/``: a non-empty string that is one
+    path component (no ``/`` or ``\\``, not ``.`` or ``..``, no NUL). A job id comes from
+    run.json, which anyone can edit: ``../../..`` or ``/etc`` must never lead a reader out of
+    the run."""
+    return (isinstance(job, str) and job not in ("", ".", "..")
+            and not any(c in job for c in "/\\\0"))
+
+
 def trace_dir(run_dir: Path | str, job: str) -> Path:
-    """``<run>/traces/<job_id>/``, the folder of one job's Chrome traces."""
+    """``<run>/traces/<job_id>/``, the folder of one job's Chrome traces (ValueError for a job
+    id that is not one path component: :func:`is_safe_job_id`)."""
+    if not is_safe_job_id(job):
+        raise ValueError(f"job id {job!r} is not a single name (it contains '/', '\\' or is '..'): "
+                         "its traces would lie outside the run")
     return Path(run_dir) / TRACES_DIR / job
 
 

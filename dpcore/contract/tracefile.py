@@ -41,13 +41,20 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 4 << 20
-#: Largest trace file opened (compressed size on disk). Real rank traces are tens to hundreds of
-#: MB; the cap only stops a runaway or hostile file (e.g. a sparse 1 TB file) from being read.
-MAX_TRACE_FILE_BYTES = 16 << 30
-#: Largest trace *content* read (after gunzip). Deflate compresses up to ~1000:1, so a few MB
-#: on disk can claim terabytes: without this cap a gzip bomb would fill the memory before any
-#: check on the file size could help. Real rank traces decompress to well under 1 GiB.
-MAX_TRACE_JSON_BYTES = 4 << 30
+#: Largest trace file opened (size on disk). Real rank traces are tens to hundreds of MB (a
+#: 1M-event GPU trace is ~250 MB of JSON, ~20 MB gzipped); a file can never need more than the
+#: content cap below, so a larger one (a sparse 1 TB file) is refused before it is read.
+MAX_TRACE_FILE_BYTES = 2 << 30
+#: Largest trace *content* read (after gunzip): ~8M events of ~250 bytes, an events frame of
+#: ~0.5 GB; above that a reader would hold more than a shared machine can give one file.
+#: Deflate compresses up to ~1000:1, so a few MB on disk can claim terabytes: without this cap
+#: a gzip bomb would fill the memory before any check on the file size could help.
+MAX_TRACE_JSON_BYTES = 2 << 30
+#: Largest inflated/compressed ratio accepted once GZIP_RATIO_FLOOR bytes are out: torch.profiler
+#: traces compress 9:1 to 15:1 (measured on every sample trace), a stream of zeros or of one
+#: repeated event ~1000:1. So a bomb is refused after 16 MiB, not after the content cap.
+MAX_GZIP_RATIO = 200
+GZIP_RATIO_FLOOR = 16 << 20
 EVENTS_KEY = b'"traceEvents"'
 # a JSON string (with escapes) or a bracket: enough to track nesting depth outside strings
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
@@ -95,12 +102,15 @@ def _check_regular(st: os.stat_result, p: Path, max_bytes: int) -> None:
         raise NotRegularFileError(f"file larger than {max_bytes >> 20} MiB ({st.st_size >> 20} MiB): {p}")
 
 
-def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES) -> Iterator[bytes]:
+def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES,
+                     max_json_bytes: int | None = None) -> Iterator[bytes]:
     """The trace's JSON bytes in pieces of ``chunk`` bytes (the last may be shorter; None: one
     piece), gunzipped on the fly when the file starts with the gzip magic number.
 
     Pieces, so a reader that scans the bytes holds a few MB instead of the whole document.
-    Only a regular file of at most MAX_TRACE_FILE_BYTES is opened (:func:`open_regular`).
+    Only a regular file of at most MAX_TRACE_FILE_BYTES is opened (:func:`open_regular`); at
+    most ``max_json_bytes`` (default MAX_TRACE_JSON_BYTES) of content are read, and a gzip
+    stream that inflates more than MAX_GZIP_RATIO:1 is refused (:func:`_gunzip`).
     Raises TraceFormatError for a missing/unreadable/special/oversized file, a corrupt or truncated gzip stream,
     an empty file, and content that cannot be JSON (first character not ``{`` or ``[``).
     """
@@ -113,16 +123,16 @@ def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES) -> Itera
         raise TraceFormatError(f"cannot read trace: {exc}") from None
     except OSError as exc:
         raise TraceFormatError(f"cannot read trace {p}: {exc.strerror or exc}") from None
-    total = 0
+    total, cap = 0, MAX_TRACE_JSON_BYTES if max_json_bytes is None else max_json_bytes
     with fh:
         try:
             magic = fh.read(2)
-            pieces = _gunzip(fh, magic, chunk, p) if magic == GZIP_MAGIC else _plain(fh, magic, chunk)
+            pieces = _gunzip(fh, magic, chunk, p, cap) if magic == GZIP_MAGIC else _plain(fh, magic, chunk)
             seen = b""  # the document must start with { or [ (after whitespace)
             for piece in pieces:
                 total += len(piece)
-                if total > MAX_TRACE_JSON_BYTES:
-                    raise _too_big(p)
+                if total > cap:
+                    raise _too_big(p, cap)
                 if seen is not None:
                     seen += piece
                     head = seen.lstrip(_SPACE)
@@ -138,9 +148,15 @@ def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES) -> Itera
         raise TraceFormatError(f"empty trace file: {p}")
 
 
-def _too_big(p: Path) -> TraceFormatError:
-    return TraceFormatError(f"trace content larger than {MAX_TRACE_JSON_BYTES >> 20} MiB once "
+def _too_big(p: Path, cap: int) -> TraceFormatError:
+    size = f"{cap >> 20} MiB" if cap >= 1 << 20 else f"{cap} bytes"
+    return TraceFormatError(f"trace content larger than {size} once "
                             f"decompressed (a gzip bomb, or too large to analyse here): {p}")
+
+
+def _bomb(p: Path, out: int, read: int) -> TraceFormatError:
+    return TraceFormatError(f"gzip trace inflates more than {MAX_GZIP_RATIO}:1 ({read >> 10} KiB to "
+                            f"{out >> 20} MiB; real traces compress about 14:1): a gzip bomb, not read: {p}")
 
 
 def _plain(fh: BinaryIO, first: bytes, chunk: int | None) -> Iterator[bytes]:
@@ -150,15 +166,18 @@ def _plain(fh: BinaryIO, first: bytes, chunk: int | None) -> Iterator[bytes]:
         data = fh.read(-1 if chunk is None else chunk)
 
 
-def _gunzip(fh: BinaryIO, first: bytes, chunk: int | None, p: Path) -> Iterator[bytes]:
+def _gunzip(fh: BinaryIO, first: bytes, chunk: int | None, p: Path, cap: int) -> Iterator[bytes]:
     """Decompress a gzip file (one or more members, like gzip.decompress) into pieces of at
-    most ``chunk`` bytes (bounded even for a file that compresses 1000:1)."""
+    most ``chunk`` bytes (bounded even for a file that compresses 1000:1): at most ``cap``
+    bytes, and no more than MAX_GZIP_RATIO times the bytes read once GZIP_RATIO_FLOOR are out."""
     z, started, data = zlib.decompressobj(31), False, first
     out: list[bytes] = []
     size = total = 0
+    read = len(first)
     while True:
         if not data:
             data = fh.read(1 << 16)
+            read += len(data)
             if not data:
                 break
         try:
@@ -167,8 +186,10 @@ def _gunzip(fh: BinaryIO, first: bytes, chunk: int | None, p: Path) -> Iterator[
             raise TraceFormatError(f"truncated or corrupt gzip trace {p}: {exc}") from None
         started, data, size = True, z.unconsumed_tail, size + len(out[-1])
         total += len(out[-1])
-        if total > MAX_TRACE_JSON_BYTES:  # checked per 64 KiB read, before anything piles up
-            raise _too_big(p)
+        if total > cap:  # checked per 64 KiB read, before anything piles up
+            raise _too_big(p, cap)
+        if total > GZIP_RATIO_FLOOR and total > MAX_GZIP_RATIO * read:
+            raise _bomb(p, total, read)
         if z.eof:  # a member ends: what follows must be another member
             data, z, started = z.unused_data, zlib.decompressobj(31), False
         if chunk is not None and size >= chunk:
@@ -180,9 +201,9 @@ def _gunzip(fh: BinaryIO, first: bytes, chunk: int | None, p: Path) -> Iterator[
         yield b"".join(out)
 
 
-def read_trace_bytes(path: str | Path) -> bytes:
-    """The trace's JSON bytes in one piece (see :func:`iter_trace_bytes` for the errors)."""
-    return b"".join(iter_trace_bytes(path, chunk=None))
+def read_trace_bytes(path: str | Path, max_json_bytes: int | None = None) -> bytes:
+    """The trace's JSON bytes in one piece (see :func:`iter_trace_bytes` for the cap and errors)."""
+    return b"".join(iter_trace_bytes(path, chunk=None, max_json_bytes=max_json_bytes))
 
 
 def parse_trace(buf: bytes, path: str | Path) -> tuple[dict[str, Any], list[Any]]:
@@ -204,9 +225,11 @@ def parse_trace(buf: bytes, path: str | Path) -> tuple[dict[str, Any], list[Any]
     return doc, events
 
 
-def load_trace(path: str | Path) -> tuple[dict[str, Any], list[Any]]:
-    """:func:`read_trace_bytes` then :func:`parse_trace`: what a reader that wants dicts calls."""
-    return parse_trace(read_trace_bytes(path), path)
+def load_trace(path: str | Path, max_json_bytes: int | None = None) -> tuple[dict[str, Any], list[Any]]:
+    """:func:`read_trace_bytes` then :func:`parse_trace`: what a reader that wants dicts calls.
+    A parse holds ~10 bytes of objects per byte of JSON: callers that may meet hostile files
+    pass a ``max_json_bytes`` below MAX_TRACE_JSON_BYTES."""
+    return parse_trace(read_trace_bytes(path, max_json_bytes), path)
 
 
 def _first_nonspace(buf: bytes, start: int = 0) -> int:

@@ -124,11 +124,21 @@ def key(run: R.Run) -> tuple:
     return str(run.path), _stamp(Path(run.path))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_data(show_spinner="Reading the run's traces…", max_entries=16)
 def trace_steps(_run: R.Run, run_key: tuple) -> pd.DataFrame:
     """Per-step overlap of every job's traces (`trace_step_metrics`): read once per run, shared
-    by the pages (the per-job summary, the Timeline's step cards)."""
-    return A.trace_step_metrics(R.traced_job_events(_run))
+    by the pages (the per-job summary, the Timeline's step cards). ``attrs["problems"]``: one
+    line per job whose rank traces were missing, unreadable or refused (:func:`trace_problems`)."""
+    problems: list[str] = []
+    out = A.trace_step_metrics(R.traced_job_events(_run, problems))
+    out.attrs["problems"] = problems
+    return out
+
+
+def trace_problems(run: R.Run) -> list[str]:
+    """The jobs of the run whose traces were not used, one line each naming the file (cached
+    with :func:`trace_steps`, which the pages that show trace numbers read anyway)."""
+    return list(trace_steps(run, key(run)).attrs.get("problems", []))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dpcore.read.dashboard import launcher
+from dpcore.read.dashboard import data, launcher
 from dpcore.read.dashboard.pages import PageSpec
 from dpcore.read.dashboard.picker import offer_other_run
 from dpcore.read.dashboard.text import md
@@ -74,9 +74,29 @@ def each_run(render: Callable[[Run], None]) -> None:
         if len(ctx.loaded) > 1:
             st.subheader(f"Run {md(run.path.name)}")
         offer_other_run(ctx.runs, ctx.page, run.path.name)
-        for w in run.warnings:  # rows the loader could not read and skipped
-            st.warning(md(w))
+        problem_list([*run.warnings, *_trace_problems(run, ctx.page)], "problem(s) with this run's data")
         safely(lambda run=run: render(run), f"{ctx.page.title} of run {md(run.path.name)}")
+
+
+def _trace_problems(run: Run, page: PageSpec) -> list[str]:
+    """The jobs whose traces this page's numbers could not use (only on pages that use traces)."""
+    if not page.traces:
+        return []
+    try:
+        return data.trace_problems(run)
+    except Exception as exc:  # noqa: BLE001 - the page itself reports a failed read
+        return [f"traces not read: {type(exc).__name__}: {exc}"]
+
+
+def problem_list(lines: list[str], what: str) -> None:
+    """Problems with the data, one collapsed box for all of them, one line each inside.
+
+    Why collapsed: with 31 bad runs in a folder, one warning box per run pushed every page
+    below the fold; the count is what a reader needs first, the lines on demand."""
+    if not lines:
+        return
+    with st.expander(f"{len(lines)} {what}", icon=":material/warning:"):
+        st.markdown("\n".join(f"- {md(w)}" for w in lines))
 
 
 def landing(root: Path, app_dir: Path) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpcore.read.plots.style import base_layout, color_for, empty_figure, legend_right
+from dpcore.read.plots.style import base_layout, color_for, empty_figure, esc, legend_right
 
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
 
@@ -28,7 +28,7 @@ def bandwidth_figure(df: pd.DataFrame) -> go.Figure:
             fig.add_scatter(
                 x=part["bytes"], y=part[col], mode="lines+markers", name=name, legendgroup=name, showlegend=c == 1,
                 line=dict(color=color_for(str(algo)), dash=dash), customdata=part["time_ms"],
-                hovertemplate=name + "<br>%{x:.3s}B in %{customdata:.3f} ms<br>%{y:.3g} GB/s<extra></extra>",
+                hovertemplate=esc(name) + "<br>%{x:.3s}B in %{customdata:.3f} ms<br>%{y:.3g} GB/s<extra></extra>",
                 row=1, col=c)
     fig.update_xaxes(type="log", title="message size (bytes)")
     fig.update_yaxes(type="log", title="GB/s", dtick=1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.read.plots.style import COMPONENT_COLORS, base_layout, empty_figure, label_jobs, variant_rank
+from dpcore.read.plots.style import COMPONENT_COLORS, base_layout, empty_figure, esc, label_jobs, variant_rank
 
 PARTS: list[tuple[str, str, str]] = [
     ("compute_only", "compute (no comm in flight)", COMPONENT_COLORS["compute"]),
@@ -97,6 +97,6 @@ def comparison_figure(summaries: dict[str, pd.DataFrame]) -> go.Figure:
     fig = go.Figure()
     for run, part in df.groupby("run", sort=False):
         fig.add_bar(x=part["label"], y=part["step_ms"], name=str(run),
-                    hovertemplate="%{x}<br>step T: %{y:.2f} ms<extra>" + str(run) + "</extra>")
+                    hovertemplate="%{x}<br>step T: %{y:.2f} ms<extra>" + esc(run) + "</extra>")
     fig.update_layout(barmode="group", xaxis_title="variant × world size", yaxis_title="median step time T (ms)")
     return base_layout(fig, "Step time, run against run", height=360)

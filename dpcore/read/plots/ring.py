@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from dpcore.contract.messages import pair_messages
 from dpcore.contract.runformat import MESSAGE_KEY
 from dpcore.contract.units import binary_size
-from dpcore.read.plots.style import PHASE_COLORS, SIDE_COLORS, base_layout, color_for, empty_figure
+from dpcore.read.plots.style import PHASE_COLORS, SIDE_COLORS, base_layout, color_for, empty_figure, esc
 
 MAX_MESSAGES = 3000
 #: Bar patterns by phase, in the order phases first appear: the bar colour says send or receive.
@@ -66,7 +66,7 @@ def message_figure(msgs: pd.DataFrame, title: str | None = None, show_pieces: bo
                 name=f"{SIDE_LABEL[side]} · {phase}", legendgroup=f"{phase}-{side}",
                 customdata=np.column_stack([p["src"], p["dst"], p["chunk"], [binary_size(b) for b in p["bytes"]],
                                             p["ring_step"], p["end"] - p["start"], p["pieces"]]),
-                hovertemplate=(f"{phase} {side}" + "<br>rank %{customdata[0]} → rank %{customdata[1]}, chunk "
+                hovertemplate=(f"{esc(phase)} {esc(side)}" + "<br>rank %{customdata[0]} → rank %{customdata[1]}, chunk "
                                "%{customdata[2]}<br>%{customdata[3]} in %{customdata[6]} sub-message(s), ring step "
                                "%{customdata[4]}<br>%{customdata[5]:.3f} ms<extra></extra>"))
         _add_arrows(fig, part, color_for(str(phase), PHASE_COLORS), str(phase), label_size)

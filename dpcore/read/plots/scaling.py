@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpcore.read.plots.style import base_layout, color_for, empty_figure, legend_right
+from dpcore.read.plots.style import base_layout, color_for, empty_figure, esc, legend_right
 
 PANELS: list[tuple[str, str]] = [
     ("step_ms", "step time T (ms), p10–p90 whiskers"), ("throughput", "throughput (samples/s)"),
@@ -61,7 +61,7 @@ def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None =
                 legendgroup=str(variant), showlegend=i == 0, line=dict(color=color_for(str(variant))),
                 marker=dict(size=9, symbol=["x-open" if o else "circle" for o in ov]),
                 customdata=ov.map({True: " (oversubscribed)", False: ""}),
-                hovertemplate=f"{variant}<br>N=%{{x}}<br>{title}: %{{y:.3g}}%{{customdata}}<extra></extra>",
+                hovertemplate=f"{esc(variant)}<br>N=%{{x}}<br>{title}: %{{y:.3g}}%{{customdata}}<extra></extra>",
                 row=row + 1, col=c + 1,
             )
     ns = sorted(df["world_size"].unique())

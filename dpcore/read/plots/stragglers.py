@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpcore.read.plots.style import COMPONENT_COLORS, LANE_COLORS, base_layout, empty_figure
+from dpcore.read.plots.style import COMPONENT_COLORS, LANE_COLORS, base_layout, empty_figure, esc
 
 WAIT_COLOR, TRANSFER_COLOR, LAST_COLOR = COMPONENT_COLORS["exposed"], LANE_COLORS["comm"], "#4c78a8"
 MAX_PANELS = 4
@@ -40,7 +40,7 @@ def last_arrival_figure(summary: pd.DataFrame, title: str | None = None) -> go.F
         fig.add_bar(x=x, y=part["last_arrival_pct"], marker_color=LAST_COLOR, name="arrived last (%)",
                     showlegend=k == 0, legendgroup="last",
                     customdata=part[["collectives", "mean_wait_ms"]].to_numpy(),
-                    hovertemplate=(f"{job}<br>%{{x}} arrived last in %{{y:.0f}}% of %{{customdata[0]}} "
+                    hovertemplate=(f"{esc(job)}<br>%{{x}} arrived last in %{{y:.0f}}% of %{{customdata[0]}} "
                                    "collectives<br>its mean wait: %{customdata[1]:.3f} ms<extra></extra>"),
                     row=r, col=c)
         chance = 100.0 / max(1, len(part))
@@ -63,7 +63,7 @@ def wait_transfer_by_rank_figure(summary: pd.DataFrame, title: str | None = None
                                  ("transfer_ms", "transfer (after everyone arrived)", TRANSFER_COLOR)):
             fig.add_bar(x=x, y=part[col] / n, marker_color=color, name=name, showlegend=k == 0, legendgroup=col,
                         customdata=(part["comm_ms"] / n).to_numpy(),
-                        hovertemplate=(f"{job}<br>%{{x}}<br>{name}: %{{y:.3f}} ms per collective"
+                        hovertemplate=(f"{esc(job)}<br>%{{x}}<br>{name}: %{{y:.3f}} ms per collective"
                                        "<br>comm (end − arrival): %{customdata:.3f} ms<extra></extra>"),
                         row=r, col=c)
         fig.update_yaxes(title="ms per collective (mean)" if c == 1 else None, row=r, col=c)

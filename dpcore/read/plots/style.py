@@ -5,6 +5,10 @@ from the overview to the scaling curve without reading legends twice.
 """
 from __future__ import annotations
 
+import html
+from typing import Any
+
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -54,8 +58,63 @@ def color_for(name: str, table: dict[str, str] = VARIANT_COLORS) -> str:
     return FALLBACK[sum(map(ord, str(name))) % len(FALLBACK)]
 
 
+def esc(value: object) -> str:
+    """Run text as plotly shows it literally: ``<``, ``>`` and ``&`` as entities (plotly renders
+    a subset of HTML -- ``<a href>``, ``<b>``, ``<br>`` -- in titles, ticks, legends, hovers and
+    text, and decodes entities back), ``%`` as ``&#37;`` so that a value pasted into a
+    hovertemplate cannot become a ``%{...}`` placeholder. Job ids, variants, phases, event
+    names and run names come from files anyone can edit: every builder passes them through
+    this before they meet its own markup (:func:`escape_data` does it for the data arrays)."""
+    return html.escape(str(value), quote=False).replace("%", "&#37;")
+
+
+#: Trace fields whose strings plotly renders as text (ticks of category axes, bar text, hovers,
+#: legend names).
+_TEXT_FIELDS = ("x", "y", "text", "hovertext", "customdata", "name", "legendgroup")
+
+
+def _esc_values(v: Any) -> Any:
+    """``v`` with every str escaped (scalars, lists, tuples and numpy object arrays, nested);
+    numbers, dates and numeric arrays untouched (nothing to render as markup)."""
+    if isinstance(v, str):
+        return esc(v)
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind not in "OUS":
+            return v
+        return np.vectorize(lambda x: esc(x) if isinstance(x, (str, bytes)) else x, otypes=[object])(v) if v.size else v
+    if isinstance(v, (list, tuple)):
+        return type(v)(_esc_values(x) for x in v)
+    return v
+
+
+def escape_data(fig: go.Figure) -> go.Figure:
+    """Escape (:func:`esc`) every string in the figure's data arrays, its frames' data, its
+    category axes' tick values/texts and orders, and its annotations (subplot titles name jobs).
+
+    Why one pass over the finished figure: the data is where run text lands (a job id as an x
+    category, an event name in customdata), and a builder cannot forget a field. Titles and
+    hovertemplates hold dpcore's own markup (``<br>``, ``<sup>``): builders escape the run text
+    they put there with :func:`esc`. Called by :func:`base_layout`, which every builder ends with."""
+    traces = [*fig.data, *(t for f in (fig.frames or ()) for t in f.data)]
+    for tr in traces:
+        for f in _TEXT_FIELDS:
+            v = tr[f] if f in tr else None
+            if v is not None:
+                tr[f] = _esc_values(v)
+    for ax in [k for k in fig.layout if k.startswith(("xaxis", "yaxis"))]:
+        a = fig.layout[ax]
+        for f in ("categoryarray", "tickvals", "ticktext"):
+            if a[f] is not None:
+                a[f] = _esc_values(a[f])
+    for ann in fig.layout.annotations or ():
+        if ann.text is not None:
+            ann.text = esc(ann.text)
+    return fig
+
+
 def base_layout(fig: go.Figure, title: str | None = None, height: int = 420) -> go.Figure:
-    """Common margins/legend so figures line up in the page and stay readable in screenshots.
+    """Common margins/legend so figures line up in the page and stay readable in screenshots,
+    and every string of the figure's data escaped (:func:`escape_data`).
 
     A two-line title (``<br>``) gets more room and is anchored lower: plotly measures a
     top-anchored multi-line title from its last line, which would clip the first one."""
@@ -68,7 +127,7 @@ def base_layout(fig: go.Figure, title: str | None = None, height: int = 420) -> 
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0, traceorder="normal"),
         hovermode="closest",
     )
-    return fig
+    return escape_data(fig)
 
 
 def legend_right(fig: go.Figure) -> go.Figure:

@@ -14,9 +14,8 @@ from dpcore.contract.intervals import has_peers
 from dpcore.read.analysis.comm_overlap import overlap_from_trace
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
 from dpcore.read.analysis.timeline import trace_step_metrics
-from dpcore.read.report.resolve import load_run_reporting, resolve
+from dpcore.read.report.resolve import load_run_reporting, resolve, traced_events_reporting
 from dpcore.read.report.tables import csv_table, text_table
-from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import RunLoadError
 from dpcore.read.traces.reader import TraceFormatError, read_trace_dir, trace_notes
 
@@ -65,7 +64,7 @@ def analyze(path: str, csv: bool = False) -> str:
         return (f"{p}  (ms per step)\n{text_table(df[ANALYZE_COLUMNS])}\n" + "".join(f"note: {n}\n" for n in notes)
                 + f"\n{_ANALYZE_NOTE}\n")
     run = load_run_reporting(p)
-    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run)),
+    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(traced_events_reporting(run)),
                                     run.comm_calls), "trace")
     if per.empty:
         raise RunLoadError(f"no rank traces in run {p} (traces/<job_id>/rank<r>.json.gz)")

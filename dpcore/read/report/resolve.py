@@ -8,10 +8,14 @@ worked around is reported the same way by every command.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal
 
+import pandas as pd
+
 from dpcore.contract.runformat import RUN_JSON
+from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import Run, load_run
 
 #: What :func:`resolve` says a path is.
@@ -24,6 +28,8 @@ def resolve(path: str | Path) -> tuple[Path, PathKind]:
     p = Path(path)
     if not p.exists():
         raise ValueError(f"no such file or directory: {p}")
+    if not p.is_dir() and not p.is_file():  # a FIFO would block a reader; say what it is instead
+        raise ValueError(f"not a regular file or folder (a pipe, device or socket): {p}")
     return p, "run" if p.is_dir() and (p / RUN_JSON).exists() else "traces"
 
 
@@ -31,6 +37,20 @@ def load_run_reporting(path: str | Path) -> Run:
     """:func:`load_run` for the CLI: what the loader worked around (rows with unreadable numbers
     it skipped) goes to stderr, one line each, so ``--csv`` output on stdout stays clean."""
     run = load_run(Path(path))
-    for w in run.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    warn(run.warnings)
     return run
+
+
+def warn(lines: Iterable[str]) -> None:
+    """One ``warning:`` line per problem on stderr (stdout stays the table, ``--csv`` clean)."""
+    for w in lines:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def traced_events_reporting(run: Run) -> Iterator[tuple[str, pd.DataFrame]]:
+    """:func:`traced_job_events` for the CLI: once every job is read, each job whose rank traces
+    were missing, unreadable or refused is named on stderr (its numbers then come from the
+    recorded intervals), so no number changes silently."""
+    problems: list[str] = []
+    yield from traced_job_events(run, problems)
+    warn(problems)

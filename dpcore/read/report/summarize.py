@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcore.contract.runformat import is_stale
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import NOISY_SPREAD, SOURCE_GAP_POINTS
 from dpcore.read.analysis.summary import job_summary
 from dpcore.read.analysis.timeline import trace_step_metrics
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
-from dpcore.read.report.resolve import load_run_reporting
+from dpcore.read.report.resolve import load_run_reporting, traced_events_reporting
 from dpcore.read.report.tables import csv_table, text_table
-from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import Run
 
 #: docs/DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.
@@ -34,7 +34,7 @@ _SUMMARY_VIEW = ["job_id", "status", "step_ms", "step_ms_p10", "step_ms_p90", "n
 def run_job_summary(run: Run) -> pd.DataFrame:
     """:func:`job_summary` of a loaded run, its traces read here (one job at a time): the rows
     `summarize`, profile's end-of-run table and `whatif`'s measured cells show."""
-    return job_summary(run, trace_step_metrics(traced_job_events(run)))
+    return job_summary(run, trace_step_metrics(traced_events_reporting(run)))
 
 
 #: `summarize`'s columns after SUMMARIZE_COLUMNS: memory per rank and bus volume per step. Every
@@ -81,7 +81,8 @@ def summarize(path: str, csv: bool = False) -> str:
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
                                                     "expected_bus_mib_per_step": "expected_MiB"})
-    lines = [f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})", text_table(view), "",
+    status = "stale" if is_stale(run.meta) else run.meta.get("status", "?")  # the dashboard's word
+    lines = [f"{run.meta.get('run_id', p.name)} ({status})", text_table(view), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
              f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
              "traced steps (Σ part / Σ step time, mean over ranks), so compute + exposed <= T; "

@@ -4,6 +4,12 @@ metrics and of the timeline (their pure halves are in :mod:`dpcore.read.analysis
 Why here and not in analysis: which files of a run are a job's rank traces and which steps they
 cover is run-directory knowledge (:meth:`Run.trace_files`, :meth:`Run.traced_steps`), and reading
 them is disk access; the analysis only ever receives the events frames these return.
+
+Why all ranks or none: a job's trace numbers are means over its ranks, so a trace set that
+lacks a rank (missing, truncated, unreadable, refused as hostile) would silently change them
+(rank 0's trace removed from a 2-rank bucketed job took its overlap from 52 % to 5 %). Such a
+job's traces are not used: its numbers come from the recorded intervals of every rank, and the
+``problems`` list a caller passes gets one line naming the file and saying so.
 """
 from __future__ import annotations
 
@@ -11,39 +17,90 @@ from collections.abc import Iterator
 
 import pandas as pd
 
+from dpcore.contract import runformat as rf
+from dpcore.contract.config import SINGLE_PROCESS
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.reader import TraceFormatError, read_trace_files
 
+#: What a job whose rank traces are incomplete shows instead (appended to each problem line).
+FALLBACK = "its overlap, comm and compute come from the recorded intervals of all ranks, not the traces"
 
-def job_trace_events(run: Run, job_id: str) -> pd.DataFrame | None:
-    """All rank traces of one job as one events frame, or None when the job has no rank trace
-    or one is unreadable. Read it once per job and pass it to
+
+def expected_trace_ranks(run: Run, job_id: str) -> list[int]:
+    """The ranks that should have a trace: those steps.csv records profiled steps of, else the
+    job's processes (0 .. world_size-1 from run.json; rank 0 alone for a one-process variant)."""
+    st = run.steps
+    mine = st[st["job_id"] == job_id]
+    if "profiled" in mine and len(mine):
+        ranks = pd.to_numeric(mine.loc[mine["profiled"].astype(bool), "rank"], errors="coerce").dropna()
+        if len(ranks):
+            return sorted({int(r) for r in ranks})
+    job = run.jobs[run.jobs["job_id"] == job_id]
+    ws = pd.to_numeric(job["world_size"], errors="coerce").iloc[0] if len(job) else float("nan")
+    if pd.isna(ws) or not 0 < ws <= 1 << 16:
+        return []
+    return [0] if job["variant"].iloc[0] in SINGLE_PROCESS else list(range(int(ws)))
+
+
+def missing_rank_traces(run: Run, job_id: str) -> list[int]:
+    """The job's :func:`expected_trace_ranks` that have no rank trace file, when it has at least
+    one (a job without any was not traced: nothing is missing)."""
+    have = {int(k[4:]) for k in run.trace_files(job_id) if rf.is_rank_trace(k)}
+    return [r for r in expected_trace_ranks(run, job_id) if r not in have] if have else []
+
+
+def job_trace_events(run: Run, job_id: str, problems: list[str] | None = None) -> pd.DataFrame | None:
+    """All rank traces of one job as one events frame, or None when the job has no rank trace,
+    lacks one of its ranks' traces or one is unreadable (then a line naming the file goes to
+    ``problems``). Read it once per job and pass it to
     :func:`dpcore.read.analysis.timeline.timeline` for every step, instead of re-reading the
     traces per step."""
-    files = [v for k, v in sorted(run.trace_files(job_id).items()) if k.startswith("rank")]
+    files = [v for k, v in sorted(run.trace_files(job_id).items()) if rf.is_rank_trace(k)]
     if not files:
+        return None
+    missing = missing_rank_traces(run, job_id)
+    if missing:
+        names = ", ".join(str(rf.trace_dir(run.path, job_id) / rf.rank_trace_name(r)) for r in missing[:4])
+        _note(problems, f"job {job_id}: no trace for rank{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(map(str, missing[:4]))}{' ...' if len(missing) > 4 else ''} ({names} missing); "
+                        f"{FALLBACK}")
         return None
     try:
         return read_trace_files(files)  # the reader of read_trace_dir, on the run's rank files
-    except TraceFormatError:
+    except TraceFormatError as exc:
+        _note(problems, f"job {job_id}: {exc}; {FALLBACK}")
         return None
 
 
-def traced_job_events(run: Run) -> Iterator[tuple[str, pd.DataFrame]]:
+def _profiled(run: Run, job_id: str) -> bool:
+    st = run.steps
+    return "profiled" in st and bool((st["profiled"].astype(bool) & (st["job_id"] == job_id)).any())
+
+
+def _note(problems: list[str] | None, line: str) -> None:
+    if problems is not None and line not in problems:
+        problems.append(line)
+
+
+def traced_job_events(run: Run, problems: list[str] | None = None) -> Iterator[tuple[str, pd.DataFrame]]:
     """(job_id, events) of every job of the run that has traced steps and readable, non-empty
-    rank traces, in run.json's job order: the input of
+    rank traces of all its ranks, in run.json's job order: the input of
     :func:`dpcore.read.analysis.timeline.trace_step_metrics`. A generator, so one job's events
     (up to millions of rows) are held at a time. A job whose traces are missing or unreadable
-    is left out (its numbers then come from the recorded collectives)."""
-    for job_id in run.jobs["job_id"]:
+    is left out (its numbers then come from the recorded collectives) and named in ``problems``."""
+    for job_id in run.jobs["job_id"].drop_duplicates():
         if not run.traced_steps(str(job_id)):
+            if _profiled(run, str(job_id)) and not run.rank_trace_files(str(job_id)):
+                _note(problems, f"job {job_id}: steps.csv marks profiled steps but "
+                                f"{rf.trace_dir(run.path, str(job_id))} has no rank trace; {FALLBACK}")
             continue
-        events = job_trace_events(run, str(job_id))
+        events = job_trace_events(run, str(job_id), problems)
         if events is not None and not events.empty:
             yield str(job_id), events
 
 
-def step_trace_events(run: Run, job_id: str, step: int) -> pd.DataFrame | None:
+def step_trace_events(run: Run, job_id: str, step: int,
+                      problems: list[str] | None = None) -> pd.DataFrame | None:
     """The job's trace events when ``step`` is traced (:meth:`Run.traced_steps`), else None:
     the ``events`` argument of :func:`dpcore.read.analysis.timeline.timeline` for one step."""
-    return job_trace_events(run, job_id) if step in run.traced_steps(job_id) else None
+    return job_trace_events(run, job_id, problems) if step in run.traced_steps(job_id) else None

@@ -5,7 +5,10 @@ Every problem is reported as RunLoadError naming the offending file, so the dash
 about one bad run and still list the others. A profiles folder is user-supplied, so a file is
 opened only when it is a regular file below MAX_RUN_FILE_BYTES (a FIFO would block the reader,
 /dev/zero would fill the memory), run.json must have the shape the rest of the code assumes,
-and with ``root`` given (the dashboard) nothing that resolves outside ``root`` is opened.
+and with ``root`` given (the dashboard) nothing that resolves outside ``root`` is opened. A job
+id must be one path component (``../..`` would lead a reader out of the run), and what the run
+claims is checked against its tables (:mod:`dpcore.read.rundir.checks`): damaged content is
+named in ``Run.warnings``, not averaged.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import pandas as pd
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.tracefile import NotRegularFileError, open_regular
+from dpcore.read.rundir.checks import check_content
 
 COLUMNS = rf.TABLES
 JOB_COLUMNS = rf.JOB_FIELDS
@@ -132,6 +136,9 @@ def _check_meta(meta: object, f: Path) -> dict:
         jid = job.get("id", job.get("job_id"))
         if jid is not None and not isinstance(jid, str):
             raise RunLoadError(f"malformed {f}: jobs[{i}].id must be a string")
+        if jid is not None and not rf.is_safe_job_id(jid):
+            raise RunLoadError(f"malformed {f}: jobs[{i}].id {jid!r} is not a job id (one name, without "
+                               "'/', '\\' or '..'); it would lead outside the run: not read")
     for key in ("run_id", "created", "finished", "status"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise RunLoadError(f"malformed {f}: {key!r} must be a string, got {type(meta[key]).__name__}")
@@ -231,11 +238,13 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     if r is not None and not _inside(p, r):
         raise RunLoadError(f"{p} resolves outside the profiles folder {r}; not read")
     if not p.is_dir():
-        raise RunLoadError(f"run directory not found: {p}")
+        raise RunLoadError(f"not a run directory (a file, pipe or device): {p}" if p.exists()
+                           else f"run directory not found: {p}")
     meta = _read_meta(p, r)
     warnings: list[str] = []
     tables = {t: _read_csv(p, t, r, warnings) for t in COLUMNS}
-    return Run(path=p, meta=meta, jobs=_jobs_frame(meta), root=r, warnings=tuple(warnings), **tables)
+    jobs, tables, found = check_content(p, _jobs_frame(meta), tables)
+    return Run(path=p, meta=meta, jobs=jobs, root=r, warnings=(*warnings, *found), **tables)
 
 
 def _join(values: pd.Series) -> str:

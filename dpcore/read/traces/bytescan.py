@@ -30,6 +30,7 @@ from dpcore.contract.tracefile import (
     loads,
     parse_metadata,
 )
+from dpcore.read.traces.limits import ReadBudget
 
 WINDOW_BYTES = 2 << 20  # cache-sized, and the work arrays stay small
 _EVENT_KEYS = (b'"ph"', b'"ts"', b'"dur"', b'"name"', b'"cat"', b'"pid"', b'"tid"', b'"args"')
@@ -115,6 +116,7 @@ class _Scanner:
         self.escapes = False  # whether the current window has a backslash
         self.d_arr = 2  # depth inside the array
         self.work, self.window = np.empty((4, 0), np.uint8), WINDOW_BYTES
+        self.entries = 0  # entries of the array in the last window
 
     def _scratch(self, n: int) -> tuple[np.ndarray, ...]:
         """Four work arrays of n bytes (uint8, bool, bool, bool), kept between windows."""
@@ -155,10 +157,12 @@ class _Scanner:
         if start is None:
             return None
         head, self.d_arr = buf[:start], 1 if not buf[:start].strip() else 2
-        pos, first = start + 1, True
+        pos, first, budget, offset = start + 1, True, ReadBudget(self.path), 0
         while True:
             self._use(buf)
             nxt, done = self._window(pos, first)
+            budget.add_events(self.entries)
+            budget.tick()
             if done:
                 meta = parse_metadata(head, buf[nxt + 1:] + b"".join(pieces))
                 return None if meta is None else (meta, self.columns())
@@ -166,8 +170,10 @@ class _Scanner:
             if piece is None:
                 raise _Odd  # cut short: the full parse reports it
             if nxt >= 0:  # keep the unfinished event, start the next window with it
+                offset += nxt
                 buf, pos, first = buf[nxt:] + piece, 0, False
-            else:  # not one whole event in the window: widen it
+            else:  # not one whole event in the window: widen it (up to the budget's event size)
+                budget.pending(len(buf) - pos, offset + pos)
                 buf += piece
 
     def _window(self, w0: int, first: bool) -> tuple[int, bool]:
@@ -201,7 +207,7 @@ class _Scanner:
         seq = ch[item]
         if first:  # as if a comma came before the first entry: every entry is then ",{}"
             seq, item = np.concatenate((_ENTRY[:1], seq)), np.concatenate(([-1], item))
-        k = len(seq) // 3
+        k = self.entries = len(seq) // 3
         if not (seq[:3 * k].reshape(k, 3) == _ENTRY).all():
             raise _Odd  # an entry that is not an object, or not JSON
         rest = seq[3 * k:].tobytes()

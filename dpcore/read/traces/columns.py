@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from dpcore.contract.tracefile import as_id, as_text, load_trace, x_event_fields
+from dpcore.read.traces import limits
 from dpcore.read.traces.bytescan import META_KEYS, META_TEXT, WINDOW_BYTES, Columns, _Odd, _Scanner
 
 __all__ = ["Columns", "WINDOW_BYTES", "columns_from_events", "meta_event_fields", "read_columns"]
@@ -62,15 +63,17 @@ def columns_from_events(events: list[Any], path: str | Path) -> Columns:
 def read_columns(path: str | Path, window: int = WINDOW_BYTES) -> tuple[dict[str, Any], Columns]:
     """(top-level metadata, Columns) of one trace file; TraceFormatError naming the file if bad.
 
-    The file is scanned as it is decompressed, a window of about ``window`` bytes at a time;
-    a file the scanner declines is read again and parsed whole.
+    The file is scanned as it is decompressed, a window of about ``window`` bytes at a time,
+    within :mod:`dpcore.read.traces.limits`' budget (events, bytes per event, seconds); a file
+    the scanner declines is read again and parsed whole if its content is at most
+    ``limits.MAX_PARSE_BYTES``.
     """
     try:
         found = _Scanner(path).run(window)
     except _Odd:
         found = None
     if found is None:
-        meta, events = load_trace(path)
+        meta, events = load_trace(path, max_json_bytes=limits.MAX_PARSE_BYTES)
         return meta, columns_from_events(events, path)
     return found
 

@@ -157,7 +157,8 @@ def trace_files(path: str | Path, iteration: int | None = None) -> list[Path]:
             raise TraceFormatError(f"not a Chrome trace file (*.json, *.json.gz): {p}")
         return [p]
     if not p.is_dir():
-        raise TraceFormatError(f"trace folder not found: {p}")
+        raise TraceFormatError(f"not a regular file or folder (a pipe, device or socket): {p}" if p.exists()
+                               else f"trace folder not found: {p}")
     iters = iteration_dirs(p)
     if iteration is not None and iteration not in iters:
         have = ", ".join(map(str, sorted(iters))) or "none"

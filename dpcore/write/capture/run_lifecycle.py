@@ -137,7 +137,7 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     cals = [r["calibration"] for r in results if r.get("calibration")]
     if cals:
         extra["whatif_calibration"] = calibration_entry(cals)
-    errors = [r["trace_error"] for r in results if r.get("trace_error")]
+    errors = trace_errors(results)
     if errors:
         extra["trace_error"] = errors[0]
     traces = {i: Path(r["trace"]) for i, r in enumerate(results) if r.get("trace")}
@@ -147,7 +147,22 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
         extra["merged_trace"] = merge_job_traces(traces, {i: results[i]["sync"] for i in traces},
                                                  msgs, tdir / rf.MERGED_TRACE)
         extra["traces"] = sorted(p.name for p in tdir.iterdir() if rf.trace_key(p.name))
+    if errors:  # the rows are kept, but a job whose traces are not all there did not complete
+        return {"status": "failed", "error": "; ".join(errors), **extra}
     return {"status": "complete", **extra}
+
+
+def trace_errors(results: list[Any]) -> list[str]:
+    """One line per rank whose trace failed to write (its export error), or that profiled steps
+    and wrote none: a job missing a rank's trace must not end ``complete`` (a reader would
+    otherwise average the ranks that are there)."""
+    out = []
+    for i, r in enumerate(results):
+        if r.get("trace_error"):
+            out.append(str(r["trace_error"]))
+        elif not r.get("trace") and any(row.get("profiled") for row in r.get("steps", [])):
+            out.append(f"rank {i} profiled steps but wrote no trace")
+    return out
 
 
 class World(Protocol):
@@ -222,6 +237,7 @@ class RunLife:
             self.progress.job_start(job_id, steps_total)
         try:
             fields = {"status": "complete", **body()}
+            self.failed += fields["status"] == "failed"  # e.g. a rank's trace failed to write
         except JobFailed as exc:
             self.failed += 1
             fields = {"status": "failed", "error": exc.message.strip(), "failed_rank": exc.rank}

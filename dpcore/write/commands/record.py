@@ -336,6 +336,8 @@ class Recording:
         status = self.status
         try:
             fields = write_job(life.writer, self.spec, results)
+            if fields.get("status") == "failed" and status == "complete":  # a rank's trace is missing
+                status, error = "failed", error or str(fields.get("error", ""))
         except Exception as exc:  # noqa: BLE001 - the rows are the point; say what broke
             fields = {"status": "failed"}
             error = error or f"writing the run failed: {type(exc).__name__}: {exc}"

@@ -64,7 +64,7 @@ def check(path: Path, window: int = tf.WINDOW_BYTES, fast: bool = True) -> None:
     """read_columns equals the reference; with fast=True it must not fall back to a full parse."""
     if fast:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(tf, "load_trace", lambda p: pytest.fail(f"full parse of {p}"))
+            mp.setattr(tf, "load_trace", lambda p, **_: pytest.fail(f"full parse of {p}"))
             _, cols = tf.read_columns(path, window=window)
     else:
         _, cols = tf.read_columns(path, window=window)

@@ -173,3 +173,53 @@ def test_bad_marks_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown phase"):
         rec.phase("backwards")
 
+
+
+def test_a_rank_trace_that_fails_to_write_fails_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 5: a full disk when the trace is saved used to leave the job `complete`
+    with no trace; the rows are kept, the job and the run end `failed`, the error names it."""
+    import errno
+
+    from dpcore.write.capture import tracing
+
+    real = tracing.os.replace
+
+    def full_disk(src, dst):  # only the trace's rename fails, as on a disk that just filled up
+        if str(dst).endswith(".json.gz"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(tracing.os, "replace", full_disk)
+    model = _net()
+    with record(tmp_path, model=model, warmup=WARMUP, profile_steps=PROFILE) as rec:
+        _loop(rec, model)
+    meta = json.loads((rec.run_dir / "run.json").read_text())
+    job = meta["jobs"][0]
+    assert job["status"] == "failed" and meta["status"] == "failed", (job, meta["status"])
+    assert "trace export failed on rank 0" in job["error"] and "No space left" in job["error"]
+    assert len((rec.run_dir / "steps.csv").read_text().splitlines()) == 1 + STEPS - WARMUP  # rows kept
+
+
+def test_a_profile_job_missing_a_rank_trace_does_not_complete(tmp_path: Path) -> None:
+    """The same rule in the life cycle `profile` uses: write_job's `failed` fails the run."""
+    from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, write_job
+    from dpcore.write.capture.run_writer import RunWriter
+
+    class OneProcess:
+        writes, spawns = True, False
+
+        def broadcast(self, box: list) -> None:
+            pass
+
+        def finish(self, status: str) -> None:
+            pass
+
+    spec = JobSpec("flat-ws2", "flat", 2, 2, None, str(tmp_path / "t"))
+    row = {"job_id": "flat-ws2", "variant": "flat", "world_size": 2, "rank": 0, "step": 3, "profiled": True,
+           "t_start_ns": 0, "step_ms": 1.0}
+    results = [{"steps": [dict(row, rank=r)], "collectives": [], "messages": [], "offset_ns": 0, "rtt_ns": 0,
+                "sync": [], "trace": None, "trace_error": ""} for r in range(2)]
+    with RunLife(OneProcess(), lambda: RunWriter(tmp_path, "x", command=[], config={}, environment={})) as life:
+        fields = life.run_job("flat-ws2", 1, lambda: write_job(life.writer, spec, results))
+    assert fields["status"] == "failed" and "rank 0 profiled steps but wrote no trace" in fields["error"]
+    assert life.status == "failed"

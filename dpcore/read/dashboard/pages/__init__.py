@@ -21,13 +21,15 @@ FOLDER = Path(__file__).resolve().parent
 class PageSpec:
     """One page: its file in this folder, navigation label (also the heading and the browser tab),
     URL path, Material icon, and the kind of job it draws (a run without one is pointed to a
-    run that has it; None: any run)."""
+    run that has it; None: any run); ``traces``: its numbers use the jobs' traces (the page then
+    names the jobs whose rank traces are missing or unreadable)."""
     file: str
     title: str
     url_path: str
     icon: str
     needs: str | None = None
     default: bool = False
+    traces: bool = False
 
     @property
     def path(self) -> Path:
@@ -36,15 +38,15 @@ class PageSpec:
 
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("runs.py", "Runs", "runs", ":material/folder_open:"),
-    PageSpec("overview.py", "Overview", "overview", ":material/bar_chart:", needs="train", default=True),
-    PageSpec("timeline.py", "Timeline", "timeline", ":material/view_timeline:", needs="train"),
-    PageSpec("scaling.py", "Scaling", "scaling", ":material/trending_up:", needs="train"),
+    PageSpec("overview.py", "Overview", "overview", ":material/bar_chart:", needs="train", default=True, traces=True),
+    PageSpec("timeline.py", "Timeline", "timeline", ":material/view_timeline:", needs="train", traces=True),
+    PageSpec("scaling.py", "Scaling", "scaling", ":material/trending_up:", needs="train", traces=True),
     PageSpec("stragglers.py", "Stragglers", "stragglers", ":material/hourglass_top:"),
-    PageSpec("memory.py", "Memory", "memory", ":material/memory:"),
+    PageSpec("memory.py", "Memory", "memory", ":material/memory:", traces=True),
     PageSpec("ring_messages.py", "Ring messages", "ring-messages", ":material/cycle:"),
     PageSpec("bandwidth.py", "Bandwidth", "bandwidth", ":material/speed:", needs="allreduce"),
-    PageSpec("buckets.py", "Buckets", "buckets", ":material/inventory_2:", needs="train"),
-    PageSpec("whatif.py", "What-if", "what-if", ":material/tune:"),
+    PageSpec("buckets.py", "Buckets", "buckets", ":material/inventory_2:", needs="train", traces=True),
+    PageSpec("whatif.py", "What-if", "what-if", ":material/tune:", traces=True),
     PageSpec("traces.py", "Traces", "traces", ":material/download:", needs="train"),
     PageSpec("new_run.py", "New run", "new-run", ":material/play_arrow:"),
     PageSpec("import_traces.py", "Import", "import", ":material/upload_file:"),

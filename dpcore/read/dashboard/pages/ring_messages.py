@@ -31,6 +31,7 @@ from dpcore.read.plots.ring import (
     wait_transfer_figure,
 )
 from dpcore.read.plots.ring_circle import ring_circle_figure
+from dpcore.read.plots.style import esc
 from dpcore.read.rundir.load import Run
 
 INTRO = "Every point-to-point message of the from-scratch all-reduce algorithms."
@@ -173,7 +174,7 @@ def render(run: Run) -> None:
     logical = len(aggregate_pieces(sel)) // 2
     what = (f"message size {binary_size(sizes[step])} ({sizes[step]:,} B)" if step in sizes
             else f"step {step} · call {call}")
-    title = f"{job} · {algo} · {what}<br>{logical} messages" + (f" in {len(sel) // 2} sub-messages"
+    title = f"{esc(job)} · {esc(algo)} · {what}<br>{logical} messages" + (f" in {len(sel) // 2} sub-messages"
                                                                if len(sel) // 2 > logical else "")
     fig = messages_chart(run, key, job, step, call, title, pieces, label_size)
     if algo == "ring" and ws >= 2:

@@ -38,11 +38,13 @@ def environment_box(run: Run) -> None:
         st.markdown(f"**{md(meta.get('run_id', run.path.name))}** · status **{md(status)}** · "
                     f"created {md(meta.get('created', '?'))}")
         c = st.columns(5)
-        c[0].metric("backend", str(env.get("backend", "?")))
-        c[1].metric("device", str(env.get("device", "?")), help=devices)
-        c[2].metric("CPU cores", str(env.get("cpu_cores", "?")), help=f"logical CPUs: {env.get('logical_cpus', '?')}")
-        c[3].metric("GPUs", str(env.get("gpus", 0)))
-        c[4].metric("model", f"{cfg.get('model', '?')} {cfg.get('size', '') or ''}".strip())
+        # metric values and help tooltips render Markdown: every value here comes from run.json
+        c[0].metric("backend", md(env.get("backend", "?")))
+        c[1].metric("device", md(env.get("device", "?")), help=md(devices))
+        c[2].metric("CPU cores", md(env.get("cpu_cores", "?")),
+                    help=f"logical CPUs: {md(env.get('logical_cpus', '?'))}")
+        c[3].metric("GPUs", md(env.get("gpus", 0)))
+        c[4].metric("model", md(f"{cfg.get('model', '?')} {cfg.get('size', '') or ''}".strip()))
         st.caption(f"Devices: {md(devices)} · threads per rank: {md(_threads(env))} · "
                    f"host {md(env.get('host', '?'))} · "
                    f"torch {md(env.get('torch', '?'))} · batch/rank {md(cfg.get('batch_size', '?'))} · "

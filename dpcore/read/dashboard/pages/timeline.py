@@ -18,6 +18,7 @@ from dpcore.read import rundir as R
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG
 from dpcore.read.dashboard.formulas import FORMULAS
+from dpcore.read.plots.style import esc
 from dpcore.read.plots.timeline import timeline_figure
 from dpcore.read.rundir.load import Run
 
@@ -49,7 +50,7 @@ def lanes(_run: Run, run_key: tuple, job_id: str, step: int) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=32)
 def lanes_figure(_run: Run, run_key: tuple, job_id: str, step: int) -> go.Figure:
     """The lanes drawn, with the job and step as the title."""
-    return timeline_figure(lanes(_run, run_key, job_id, step), f"{job_id} · step {step}")
+    return timeline_figure(lanes(_run, run_key, job_id, step), f"{esc(job_id)} · step {step}")
 
 
 def _step_cards(run: Run, job: str, step: int, job_row: pd.Series) -> None:

@@ -20,6 +20,7 @@ from dpcore.contract.units import EMPTY, binary_size
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
 from dpcore.read.dashboard.tables import table_height
+from dpcore.read.dashboard.text import md
 from dpcore.read.rundir.load import Run
 
 INTRO = "The raw torch.profiler traces, for Perfetto or chrome://tracing."
@@ -71,7 +72,8 @@ def render(run: Run, root: Path) -> None:
     for i, (name, path) in enumerate(sorted(files.items(), key=lambda kv: (kv[0] != "merged", kv[0]))):
         size = path.stat().st_size
         cols[i % len(cols)].download_button(
-            f"{name} ({binary_size(size)})", data.file_reader(path, root), file_name=download_name(run, job, path.name),
+            f"{md(name)} ({binary_size(size)})", data.file_reader(path, root),  # the label renders Markdown
+            file_name=download_name(run, job, path.name),
             mime="application/gzip", key=f"tr-{run.path}-{job}-{name}", on_click="ignore")
     table = pd.DataFrame({"file": [str(p.relative_to(run.path)) for p in files.values()],
                           "size": [binary_size(p.stat().st_size) for p in files.values()],
