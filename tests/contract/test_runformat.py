@@ -88,7 +88,7 @@ def test_loader_reads_profiled_however_it_was_written(tmp_path: Path) -> None:
     (run / rf.TRACES_DIR / "j").mkdir(parents=True)
     (run / rf.TRACES_DIR / "j" / rf.rank_trace_name(0)).write_text('{"traceEvents": []}')
     (run / rf.RUN_JSON).write_text('{"run_id": "r", "config": {}, "jobs": [{"id": "j", "kind": "train"}]}')
-    rows = [{c: 0 for c in rf.STEP_COLUMNS} | {"job_id": "j", "step": s, "profiled": p}
+    rows = [{c: 0 for c in rf.STEP_COLUMNS} | {"job_id": "j", "step": s, "profiled": p, "step_ms": 1.0}
             for s, p in enumerate(["1", "0", "true", "False"])]
     pd.DataFrame(rows, columns=rf.STEP_COLUMNS).to_csv(run / rf.table_file("steps"), index=False)
     loaded = load_run(run)
