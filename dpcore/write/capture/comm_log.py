@@ -193,6 +193,15 @@ class Recorder:
                                         params[i][1], t)))
                 for step, i, t in self._grads if i < len(params)]
 
+    def collective_count(self) -> int:
+        """How many collectives are logged (a mark for :meth:`intervals_since`)."""
+        return len(self._coll)
+
+    def intervals_since(self, mark: int) -> list[tuple[int, Any, Any]]:
+        """(t_launch, t_start, t_end) ns of the collectives logged after ``mark``: one step's,
+        for its live.csv row (ended ones only)."""
+        return [(r[5], r[6], r[7]) for r in self._coll[mark:] if r[7] is not None and r[7] >= 0]
+
     def clear(self) -> None:
         """Drop everything logged so far (e.g. after warm-up steps)."""
         self._coll.clear()
@@ -352,6 +361,12 @@ class NullRecorder(Recorder):
         return []
 
     def grad_rows(self) -> list[dict]:
+        return []
+
+    def collective_count(self) -> int:
+        return 0
+
+    def intervals_since(self, mark: int) -> list[tuple[int, Any, Any]]:
         return []
 
     def clear(self) -> None:

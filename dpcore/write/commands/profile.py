@@ -21,6 +21,8 @@ from typing import Any
 from dpcore.contract import runformat as rf
 from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS
 from dpcore.contract.options import ProfileOptions
+from dpcore.write.capture.inject import HangInjection
+from dpcore.write.capture.job_monitor import JobMonitor
 from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, train_job_entry, write_job
 from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.commands.profile_rank import profile_job
@@ -29,7 +31,7 @@ from dpcore.write.runtime.world import LocalWorld, TorchrunWorld, open_world
 
 #: What the spawned ranks of a profile job run: the forkserver imports these once.
 PRELOAD = ("dpcore.write.training.trainer", "dpcore.write.commands.profile_rank",
-           "dpcore.write.dp.comm")
+           "dpcore.write.dp.comm", "dpcore.write.capture.rank_channel")
 
 
 def plan_jobs(opts: ProfileOptions, run_dir: Path | None) -> list[JobSpec]:
@@ -99,8 +101,13 @@ def run_job(world: LocalWorld | TorchrunWorld, writer: RunWriter | None, spec: J
     fields (JobFailed when a rank raised, died or timed out)."""
     if spec.trace_dir and not world.spawns:  # each node writes its own ranks' traces on its own disk
         Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
+    inject = HangInjection(*opts.inject_hang) if opts.inject_hang else None
+    monitor = JobMonitor(spec.job_id, spec.processes, writer.run_dir if writer else None,
+                         hang_timeout_s=opts.hang_timeout_s, timeout_s=opts.timeout_s,
+                         watch=world.spawns)
     try:
-        results = world.run(profile_job, spec.processes, (spec, opts.train), progress.step)
+        results = world.run(profile_job, spec.processes, (spec, opts.train, inject),
+                            progress.step, monitor=monitor)
     except BaseException:  # failed, timed out or interrupted: spawned ranks were killed mid-trace
         if world.spawns:
             drop_rank_leftovers(spec.trace_dir)
