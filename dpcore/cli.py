@@ -172,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("path", help="a run directory, a job's traces folder, or any folder of torch.profiler traces")
     g.add_argument("--csv", action="store_true")
 
+    h = sub.add_parser("hang", help="why a job hung: every rank's last collectives (PyTorch's flight "
+                                    "recorder) and stack, and the verdict")
+    h.add_argument("path", help="a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
+                                "dumps written by any PyTorch job")
+    h.add_argument("--csv", action="store_true")
+
     w = sub.add_parser("whatif", help="predict a bucketed/torch_ddp job's step time at other buckets, "
                                       "world sizes and networks (trace-driven replay)")
     w.add_argument("run", help="a run directory with a bucketed or torch_ddp job")
@@ -324,7 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         from dpcore.read.report.summarize import summarize
         from dpcore.read.rundir.load import RunLoadError
         try:
-            if args.command == "stragglers":
+            if args.command == "hang":
+                from dpcore.read.report.hang import hang_text
+                out = hang_text(args.path, csv=args.csv)
+                out = out if args.csv else out.rstrip("\n")
+            elif args.command == "stragglers":
                 from dpcore.read.report.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv).rstrip("\n")
             elif args.command == "whatif":

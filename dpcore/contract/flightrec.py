@@ -138,7 +138,8 @@ def stack_top(stack: str) -> str:
         if frames and not any(re.search(r"threading\.py\", line \d+ in _bootstrap$", f)
                               for f in frames):
             telling = [f for f in frames if not re.search(r"[/\\]threading\.py\"", f)]
-            return (telling or frames)[0]
+            m = re.match(r'File "(?:.*[/\\])?([^/\\"]+)", line (\d+) in (.*)', (telling or frames)[0])
+            return f"{m.group(1)}:{m.group(2)} in {m.group(3)}" if m else (telling or frames)[0]
     return ""
 
 
