@@ -37,6 +37,11 @@ CALL_RANGE = "comm_call#"
 WAIT_RANGE = CALL_RANGE + "wait"
 
 
+def row_interval(row: list[Any]) -> tuple[int, int, int]:
+    """(t_launch, t_start, t_end) ns of a collective row (-1: not known / not ended yet)."""
+    return row[5], row[6], row[7]
+
+
 class Recorder:
     """Per-rank, per-job log of collectives and point-to-point messages.
 
@@ -194,13 +199,13 @@ class Recorder:
                 for step, i, t in self._grads if i < len(params)]
 
     def collective_count(self) -> int:
-        """How many collectives are logged (a mark for :meth:`intervals_since`)."""
+        """How many collectives are logged (a mark for :meth:`rows_since`)."""
         return len(self._coll)
 
-    def intervals_since(self, mark: int) -> list[tuple[int, Any, Any]]:
-        """(t_launch, t_start, t_end) ns of the collectives logged after ``mark``: one step's,
-        for its live.csv row (ended ones only)."""
-        return [(r[5], r[6], r[7]) for r in self._coll[mark:] if r[7] is not None and r[7] >= 0]
+    def rows_since(self, mark: int) -> list[list[Any]]:
+        """The collective rows logged after ``mark`` (one step's, for its live.csv row), as the
+        live lists an async completion still stamps: read them as :func:`row_interval`."""
+        return self._coll[mark:]
 
     def clear(self) -> None:
         """Drop everything logged so far (e.g. after warm-up steps)."""
@@ -366,7 +371,7 @@ class NullRecorder(Recorder):
     def collective_count(self) -> int:
         return 0
 
-    def intervals_since(self, mark: int) -> list[tuple[int, Any, Any]]:
+    def rows_since(self, mark: int) -> list[list[Any]]:
         return []
 
     def clear(self) -> None:

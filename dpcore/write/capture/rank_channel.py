@@ -28,9 +28,12 @@ import torch.distributed as dist
 from dpcore.contract import runformat as rf
 from dpcore.contract.files import csv_text
 from dpcore.contract.intervals import comm_start, step_comm, union_length
+from dpcore.write.capture.comm_log import row_interval
 
 #: how often a rank sends its queued live rows and looks for a hang request
 SEND_PERIOD_S = 0.5
+#: how long a row waits for its step's async collectives to be stamped as ended
+COMPLETION_WAIT_S = 1.0
 #: flight-recorder entries each rank keeps (TORCH_FR_BUFFER_SIZE, set by the launcher)
 FR_BUFFER = 2000
 
@@ -89,7 +92,8 @@ class RankChannel:
                  period_s: float = SEND_PERIOD_S) -> None:
         self.store, self.job_id, self.rank, self.world_size = store, job_id, rank, world_size
         self.period_s = period_s
-        self._rows: list[tuple[dict, list[tuple[int, int, int]]]] = []
+        self._rows: list[tuple[dict, list[list[Any]], float]] = []
+        self._pending: list[tuple[dict, list[list[Any]], float]] = []
         self._sent = 0
         self._stop = threading.Event()
         self._answered = False
@@ -99,12 +103,16 @@ class RankChannel:
                                             daemon=True)
             self._thread.start()
 
-    def put(self, row: dict, collectives: list[tuple[int, int, int]] = ()) -> None:
-        """Queue one step's live row (``collectives``: its (launch, start, end) ns, from which
-        the thread computes ``comm_ms`` with the steps.csv rule). Main thread, no I/O."""
-        self._rows.append((row, list(collectives)))
+    def put(self, row: dict, collectives: list[list[Any]] = ()) -> None:
+        """Queue one step's live row. ``collectives``: the step's collective rows
+        (:meth:`Recorder.rows_since`), from which the thread computes ``comm_ms`` with the
+        steps.csv rule once every one has ended (an async one is stamped by its callback).
+        Main thread, no I/O."""
+        self._rows.append((row, list(collectives), time.monotonic()))
 
-    def _line(self, row: dict, colls: list[tuple[int, int, int]]) -> str:
+    def _line(self, row: dict, refs: list[list[Any]]) -> str:
+        colls = [row_interval(r) for r in refs]
+        colls = [c for c in colls if c[2] is not None and c[2] >= 0]
         if row.get("comm_ms") in (None, "") and (colls or self.world_size > 1):
             start = comm_start([c[0] for c in colls], [c[1] if c[1] is not None else -1
                                                        for c in colls])
@@ -113,12 +121,19 @@ class RankChannel:
             row = {**row, "comm_ms": round(union_length(*clipped) / 1e6, 6)}
         return live_line(row)
 
-    def flush(self) -> None:
-        """Send what is queued as one batch (whole lines)."""
-        if self.store is None or not self._rows:
+    def flush(self, final: bool = False) -> None:
+        """Send the queued rows whose collectives all ended (or that waited
+        :data:`COMPLETION_WAIT_S`; ``final``: all) as one batch of whole lines."""
+        if self.store is None:
             return
         rows, self._rows = self._rows, []  # list swap: atomic under the GIL
-        text = "".join(self._line(r, c) for r, c in rows)
+        now, queue = time.monotonic(), self._pending + rows
+        ready = [q for q in queue if final or now - q[2] > COMPLETION_WAIT_S
+                 or all(row_interval(r)[2] >= 0 for r in q[1])]
+        self._pending = [q for q in queue if not any(q is r for r in ready)]
+        if not ready:
+            return
+        text = "".join(self._line(r, c) for r, c, _ in ready)
         self.store.set(key(self.job_id, "live", self.rank, self._sent), text)
         self._sent += 1
         self.store.add(key(self.job_id, "live", self.rank, "n"), 1)
@@ -144,7 +159,7 @@ class RankChannel:
         if self._thread is not None:
             self._thread.join(timeout=5.0)
         try:
-            self.flush()
+            self.flush(final=True)
         except Exception:  # noqa: BLE001 - a lost live row never fails a job
             pass
 

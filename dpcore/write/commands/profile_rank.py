@@ -73,7 +73,7 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
             row = steps_row(spec, ctx.rank, step, profiled, timer.finish(),
                             trainer.samples_per_step)
             rows.append(row)
-            channel.put(live_row(row), rec.intervals_since(mark))
+            channel.put(live_row(row), rec.rows_since(mark))
         done += 1
         ctx.report({"done": done, "phase": "warmup" if step < 0 else
                     ("profiled" if profiled else "timed")})

@@ -70,18 +70,36 @@ def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None
     }
 
 
+def store_client(addr: tuple[str, int] | None) -> Any:
+    """A client of the TCP store at ``addr`` (None without one)."""
+    if addr is None:
+        return None
+    return dist.TCPStore(addr[0], addr[1], is_master=False, wait_for_workers=False,
+                         timeout=_dt.timedelta(seconds=30))
+
+
+def job_store(ctx: DistContext) -> Any:
+    """The store a user's job shares (``dpcore.record``): its default process group's, or an
+    in-process one for a world of one (rank 0 is then both sender and collector)."""
+    if ctx.world_size <= 1:
+        return dist.HashStore()
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+        return _get_default_store()
+    except Exception:  # noqa: BLE001 - a group without a store: no live rows
+        return None
+
+
 class MonitorThread:
     """Polls a job's monitor from a thread of rank 0 while rank 0 trains (torchrun and
     ``dpcore.record``, where no launcher loop exists): live rows only."""
 
-    def __init__(self, monitor: Monitor, addr: tuple[str, int] | None) -> None:
+    def __init__(self, monitor: Monitor, store: Any) -> None:
         self.monitor = monitor
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if addr is None:
+        if store is None:
             return
-        store = dist.TCPStore(addr[0], addr[1], is_master=False, wait_for_workers=False,
-                              timeout=_dt.timedelta(seconds=30))
         monitor.attach(store)
         self._thread = threading.Thread(target=self._run, name="dpcore-live", daemon=True)
         self._thread.start()
@@ -179,7 +197,8 @@ class TorchrunWorld:
         JobFailed naming the first rank that raised), the other ranks None. ``monitor`` (rank
         0): polled by a thread for the live rows; torchrun's ranks are not this process's to
         end, so here it does not watch for hangs (``--timeout`` does)."""
-        poller = MonitorThread(monitor, torchrun_store()) if self.writes and monitor else None
+        poller = (MonitorThread(monitor, store_client(torchrun_store())) if self.writes and monitor
+                  else None)
         try:
             mine: Any = launch(fn, self.ws, backend=self.backend, args=args,
                                timeout_s=self.timeout_s, on_progress=on_progress,

@@ -42,9 +42,8 @@ def test_slowest_rank_counts_flag_the_persistent_straggler_not_the_stall(tmp_pat
     assert bool(slow.loc[1, "persistent"]) and not bool(slow.loc[0, "persistent"])
 
 
-@pytest.fixture()
-def root(tmp_path: Path) -> Path:
-    run = make_run(tmp_path, "20250101-120000-mlp")
+def add_live_and_hang(run: Path) -> None:
+    """Give a synthetic run a live.csv and a hung job's hang/ folder (known answers)."""
     (run / rf.LIVE_FILE).write_text(_live_rows())
     hang = rf.hang_dir(run, "flat-ws2")
     hang.mkdir(parents=True)
@@ -54,6 +53,11 @@ def root(tmp_path: Path) -> Path:
     (hang / "rank0.stack.txt").write_text(STACK.replace("inject.py\", line 49 in injected",
                                                         "distributed_c10d.py\", line 3252 in all_reduce"))
     (hang / "rank1.stack.txt").write_text(STACK)
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    add_live_and_hang(make_run(tmp_path, "20250101-120000-mlp"))
     return tmp_path
 
 
