@@ -8,6 +8,7 @@ of the run files the loader's cache is keyed on: it changes while the run runs).
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,14 @@ from dpcore.contract import runformat as rf
 
 #: the most of live.csv read (its tail): a long run's early rows are not what a live view shows
 MAX_LIVE_BYTES = 64 * 2**20
+
+
+def run_status(run_dir: Path | str, default: str = "?") -> str:
+    """run.json's status as it is now (a loaded run's may be older: the run is still running)."""
+    try:
+        return str(json.loads((Path(run_dir) / rf.RUN_JSON).read_text()).get("status", default))
+    except (OSError, ValueError, AttributeError):
+        return default
 
 
 def empty_live() -> pd.DataFrame:

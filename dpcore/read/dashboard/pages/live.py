@@ -9,17 +9,14 @@ step within ~0.5 s of the step's end), read fresh each time
 """
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
-from dpcore.contract import runformat as rf
 from dpcore.read.analysis import live as L
 from dpcore.read.dashboard import frame
 from dpcore.read.dashboard.pages import spec
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.live import live_strip_figure
-from dpcore.read.rundir.live import read_live
+from dpcore.read.rundir.live import read_live, run_status
 from dpcore.read.rundir.load import Run
 
 INTRO = ("Step time of every rank as the run runs (live.csv), refreshed every "
@@ -27,17 +24,9 @@ INTRO = ("Step time of every rank as the run runs (live.csv), refreshed every "
 REFRESH_S = 1.5
 
 
-def run_status(run: Run) -> str:
-    """run.json's status now (the loaded run's may be older)."""
-    try:
-        return str(json.loads((run.path / rf.RUN_JSON).read_text()).get("status", "?"))
-    except (OSError, ValueError):
-        return str(run.meta.get("status", "?"))
-
-
 def body(run: Run, was_running: bool) -> None:
     """What the page shows of the run's live rows."""
-    status = run_status(run)
+    status = run_status(run.path, str(run.meta.get("status", "?")))
     if was_running and status != "running":
         st.rerun()  # the run ended: reload it, and draw without the timer
     live = read_live(run.path)
@@ -90,7 +79,7 @@ def body(run: Run, was_running: bool) -> None:
 
 def render(run: Run) -> None:
     """Refresh while running, draw once otherwise."""
-    if run_status(run) == "running":
+    if run_status(run.path, str(run.meta.get("status", "?"))) == "running":
         st.fragment(run_every=REFRESH_S)(lambda: body(run, True))()
     else:
         body(run, False)
