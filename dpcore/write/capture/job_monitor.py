@@ -160,8 +160,9 @@ class JobMonitor:
 
     def __init__(self, job_id: str, world_size: int, run_dir: Path | None, *,
                  hang_timeout_s: float | None = None, timeout_s: float = 300.0,
-                 watch: bool = True) -> None:
+                 watch: bool = True, steps_total: int | None = None) -> None:
         self.job_id, self.world_size, self.run_dir = job_id, world_size, run_dir
+        self.steps_total = steps_total
         self.hang_timeout_s, self.timeout_s, self.watch = hang_timeout_s, timeout_s, watch
         self.live: LiveCollector | None = None
         self.hang: HangWatch | None = None
@@ -173,10 +174,16 @@ class JobMonitor:
             self.hang = HangWatch(store, self.job_id, self.world_size, self.run_dir,
                                   self.hang_timeout_s, self.timeout_s)
 
-    def stepped(self) -> None:
-        """A step ended on rank 0 (its progress event; warm-up steps send one too)."""
-        if self.hang is not None:
-            self.hang.stepped(time.monotonic())
+    def stepped(self, event: dict | None = None) -> None:
+        """A step ended on rank 0 (its progress event ``{"done": n}``; warm-up steps send one
+        too). After the job's last step (``steps_total``) no collective is left to hang in, and
+        what remains (a trace's export) may take longer than a step: the watchdog stands down."""
+        if self.hang is None:
+            return
+        if self.steps_total and event and int(event.get("done", 0)) >= self.steps_total:
+            self.hang = None
+            return
+        self.hang.stepped(time.monotonic())
 
     def poll(self) -> JobFailed | None:
         """Collect live rows, then check for a hang (the job's failure when it hung)."""

@@ -95,6 +95,14 @@ def plan(world: LocalWorld | TorchrunWorld, opts: ProfileOptions,
             [v for v in opts.variants if v in SINGLE_PROCESS])
 
 
+def steps_total(opts: ProfileOptions) -> int:
+    """Steps rank 0 reports for one job: warm-up, timed, then (traced) the profiler's own
+    warm-up step and the profiled ones; no warm-up adds one untimed memory step."""
+    cfg = opts.train
+    return (cfg.warmup + cfg.steps + (cfg.profile_steps + 1 if opts.trace else 0)
+            + (0 if cfg.warmup else 1))
+
+
 def run_job(world: LocalWorld | TorchrunWorld, writer: RunWriter | None, spec: JobSpec,
             opts: ProfileOptions, progress: Progress) -> dict[str, Any]:
     """Run one job in ``world``; on the writing rank write its rows and return its run.json
@@ -104,7 +112,7 @@ def run_job(world: LocalWorld | TorchrunWorld, writer: RunWriter | None, spec: J
     inject = HangInjection(*opts.inject_hang) if opts.inject_hang else None
     monitor = JobMonitor(spec.job_id, spec.processes, writer.run_dir if writer else None,
                          hang_timeout_s=opts.hang_timeout_s, timeout_s=opts.timeout_s,
-                         watch=world.spawns)
+                         watch=world.spawns, steps_total=steps_total(opts))
     try:
         results = world.run(profile_job, spec.processes, (spec, opts.train, inject),
                             progress.step, monitor=monitor)

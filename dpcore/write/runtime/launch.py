@@ -51,7 +51,7 @@ class Monitor(Protocol):
 
     def attach(self, store: Any) -> None: ...
 
-    def stepped(self) -> None: ...
+    def stepped(self, event: dict) -> None: ...
 
     def poll(self) -> JobFailed | None: ...
 
@@ -262,7 +262,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
                     continue
             if status == "progress":
                 if monitor is not None:
-                    monitor.stepped()
+                    monitor.stepped(value)
                 if on_progress is not None:
                     on_progress(value)
                 continue
