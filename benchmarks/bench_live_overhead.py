@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ def _bench_rank(ctx: DistContext, cfg: TrainConfig, repeats: int, steps: int, wa
     trainer = make_trainer("flat", ctx, cfg, rec)
     batches = [trainer.batch(s) for s in range(4)]
     blocks: dict[str, list[float]] = {a: [] for a in ARMS}
+    cost = {"put_ns": 0, "thread_ns": 0, "poll_ns": 0, "rows": 0, "wall_ns": 0}
     for r in range(repeats):
         for arm in (ARMS if r % 2 == 0 else ARMS[::-1]):
             job = f"bench-{r}-{arm}"
@@ -53,6 +55,7 @@ def _bench_rank(ctx: DistContext, cfg: TrainConfig, repeats: int, steps: int, wa
                     poller = MonitorThread(JobMonitor(job, ctx.world_size, Path(out), watch=False),
                                            connect(ctx.store_addr))
             times = []
+            t_block = time.perf_counter_ns()
             for s in range(warmup + steps):
                 dist.barrier()
                 timer = PhaseTimer(ctx.device)
@@ -63,16 +66,23 @@ def _bench_rank(ctx: DistContext, cfg: TrainConfig, repeats: int, steps: int, wa
                 if s >= warmup:
                     times.append(ph["step_ms"])
                     if channel is not None:
+                        t0 = time.perf_counter_ns()
                         channel.put(live_row(steps_row(spec, ctx.rank, s, False, ph, None)),
                                     rec.rows_since(mark))
+                        cost["put_ns"] += time.perf_counter_ns() - t0
+                        cost["rows"] += 1
             rec.clear()
+            if arm == "live":
+                cost["wall_ns"] += time.perf_counter_ns() - t_block
             if channel is not None:
                 channel.close()
+                cost["thread_ns"] += channel.cpu_ns
             dist.barrier()
             if poller is not None:
                 poller.stop()
+                cost["poll_ns"] += poller.cpu_ns
             blocks[arm].append(statistics.median(times))
-    return {"blocks": blocks}
+    return {"blocks": blocks, "cost": cost}
 
 
 def main() -> None:
@@ -95,6 +105,16 @@ def main() -> None:
     print("                            live " + ", ".join(f"{v:.3f}" for v in b["live"]))
     print(f"off {off:.3f} ms, live {live:.3f} ms per step: ratio of medians {live / off:.4f}, "
           f"median of per-repeat ratios {paired:.4f} ({rows} live rows written)")
+    # The added work itself, independent of the machine's noise: rank 0's CPU time per step
+    # (the main thread's put, its channel thread, and its collector thread), against a step.
+    c = res[0]["cost"]
+    per_step_us = (c["put_ns"] + c["thread_ns"] + c["poll_ns"]) / max(1, c["rows"]) / 1e3
+    print(f"rank 0 added CPU per step: put {c['put_ns'] / max(1, c['rows']) / 1e3:.1f} us, channel "
+          f"thread {c['thread_ns'] / max(1, c['rows']) / 1e3:.1f} us, collector "
+          f"{c['poll_ns'] / max(1, c['rows']) / 1e3:.1f} us = {per_step_us:.1f} us, "
+          f"{100 * per_step_us / 1e3 / off:.3f} % of the median step; "
+          f"{(c['put_ns'] + c['thread_ns'] + c['poll_ns']) / max(1, c['wall_ns']) * 100:.3f} % of "
+          "one core over the live arm's wall time")
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ Store keys (all under ``dpcore/<job_id>/``): ``live/<rank>/n`` (batches sent) an
 """
 from __future__ import annotations
 
+import csv
 import datetime as _dt
 import faulthandler
+import io
 import tempfile
 import threading
 import time
@@ -26,7 +28,6 @@ from typing import Any
 import torch.distributed as dist
 
 from dpcore.contract import runformat as rf
-from dpcore.contract.files import csv_text
 from dpcore.contract.intervals import comm_start, step_comm, union_length
 from dpcore.write.capture.comm_log import row_interval
 
@@ -51,9 +52,13 @@ def connect(addr: tuple[str, int] | None, timeout_s: float = 30.0) -> Any:
                          timeout=_dt.timedelta(seconds=timeout_s))
 
 
-def live_line(row: dict) -> str:
-    """One live.csv line (no header), columns from the run format."""
-    return csv_text([row], rf.LIVE_COLUMNS).split("\n", 1)[1]
+def live_lines(rows: list[dict]) -> str:
+    """live.csv lines (no header) for ``rows``, columns from the run format; None is empty."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    for row in rows:
+        w.writerow(["" if row.get(c) is None else row[c] for c in rf.LIVE_COLUMNS])
+    return buf.getvalue()
 
 
 def live_row(steps_row: dict) -> dict:
@@ -97,6 +102,8 @@ class RankChannel:
         self._sent = 0
         self._stop = threading.Event()
         self._answered = False
+        #: CPU time this channel's thread used (ns): what it costs the rank, for the benchmark
+        self.cpu_ns = 0
         self._thread: threading.Thread | None = None
         if store is not None:
             self._thread = threading.Thread(target=self._run, name="dpcore-rank-channel",
@@ -110,7 +117,7 @@ class RankChannel:
         Main thread, no I/O."""
         self._rows.append((row, list(collectives), time.monotonic()))
 
-    def _line(self, row: dict, refs: list[list[Any]]) -> str:
+    def _with_comm(self, row: dict, refs: list[list[Any]]) -> dict:
         colls = [row_interval(r) for r in refs]
         colls = [c for c in colls if c[2] is not None and c[2] >= 0]
         if row.get("comm_ms") in (None, "") and (colls or self.world_size > 1):
@@ -119,7 +126,7 @@ class RankChannel:
             clipped = step_comm(start, [c[2] for c in colls], row["t_end_ns"] - row["step_ms"] * 1e6,
                                 row["step_ms"], self.world_size)
             row = {**row, "comm_ms": round(union_length(*clipped) / 1e6, 6)}
-        return live_line(row)
+        return row
 
     def flush(self, final: bool = False) -> None:
         """Send the queued rows whose collectives all ended (or that waited
@@ -133,7 +140,7 @@ class RankChannel:
         self._pending = [q for q in queue if not any(q is r for r in ready)]
         if not ready:
             return
-        text = "".join(self._line(r, c) for r, c, _ in ready)
+        text = live_lines([self._with_comm(r, c) for r, c, _ in ready])
         self.store.set(key(self.job_id, "live", self.rank, self._sent), text)
         self._sent += 1
         self.store.add(key(self.job_id, "live", self.rank, "n"), 1)
@@ -147,11 +154,14 @@ class RankChannel:
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
+            t0 = time.thread_time_ns()
             try:
                 self.flush()
                 self._answer_hang()
             except Exception:  # noqa: BLE001 - the store went away: the job is ending
                 return
+            finally:
+                self.cpu_ns += time.thread_time_ns() - t0
 
     def close(self) -> None:
         """Stop the thread and send the last rows (called when the rank's job ends)."""

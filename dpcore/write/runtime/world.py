@@ -23,6 +23,7 @@ import os
 import platform
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -98,6 +99,7 @@ class MonitorThread:
         self.monitor = monitor
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.cpu_ns = 0  #: CPU time the polling thread used (ns), for the benchmark
         if store is None:
             return
         monitor.attach(store)
@@ -106,7 +108,9 @@ class MonitorThread:
 
     def _run(self) -> None:
         while not self._stop.wait(MONITOR_PERIOD_S):
+            t0 = time.thread_time_ns()
             self.monitor.poll()
+            self.cpu_ns += time.thread_time_ns() - t0
 
     def stop(self) -> None:
         """The job ended on rank 0: stop polling, take the last rows."""
