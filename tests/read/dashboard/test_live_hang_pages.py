@@ -78,7 +78,7 @@ def test_live_page_refreshes_while_running(root, monkeypatch):
     (run / rf.RUN_JSON).write_text(json.dumps(meta))
     at = open_page(start(root, monkeypatch), "Live")
     assert not problems(at), problems(at)
-    assert "running" in " ".join(m.value for m in at.markdown)
+    assert "running" in " ".join(m.value for m in at.markdown) and "s ago" in " ".join(m.value for m in at.markdown)
     with open(run / rf.LIVE_FILE, "a") as f:  # a new step arrives
         f.write("flat-ws2,0,20,False,2000,1700000002.0,21.0,5.0,\nflat-ws2,1,20,False,2000,1700000002.0,21.0,5.0,\n")
     at.run()

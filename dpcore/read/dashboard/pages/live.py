@@ -9,8 +9,11 @@ step within ~0.5 s of the step's end), read fresh each time
 """
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
+from dpcore.contract.units import EMPTY
 from dpcore.read.analysis import live as L
 from dpcore.read.dashboard import frame
 from dpcore.read.dashboard.pages import spec
@@ -40,15 +43,18 @@ def body(run: Run, was_running: bool) -> None:
                        key=f"live-job-{run.path.name}")
     rows = L.job_rows(live, job, last=None)
     recent = L.job_rows(live, job)
-    state = "running" if status == "running" else f"run {status}"
-    st.markdown(f"**{md(job)}** · {state} · {rows['step'].nunique()} step(s) seen · last row "
-                f"{max(0.0, (live['wall_time'].max() - live['wall_time'].min())):.1f} s after the first")
+    last = rows["wall_time"].max()
+    when = (f"last row {max(0.0, time.time() - last):.1f} s ago" if status == "running"
+            else f"run {status}")
+    st.markdown(f"**{md(job)}** · {'running' if status == 'running' else 'ended'} · "
+                f"{rows['step'].nunique()} step(s) seen · {when}")
     st.plotly_chart(live_strip_figure(rows.tail(400 * max(1, rows['rank'].nunique()))),
                     key=f"live-strip-{run.path.name}")
     left, right = st.columns(2)
     with left:
         st.markdown(f"**Per rank, last {L.WINDOW} steps**")
-        st.dataframe(L.rank_stats(recent), hide_index=True, width="stretch", column_config={
+        st.dataframe(L.rank_stats(recent), hide_index=True, width="stretch", placeholder=EMPTY,
+                     column_config={
             "step_ms_p50": st.column_config.NumberColumn("median step (ms)", format="%.2f"),
             "step_ms_p90": st.column_config.NumberColumn("p90 step (ms)", format="%.2f"),
             "comm_ms": st.column_config.NumberColumn("comm (ms)", format="%.2f",
@@ -58,7 +64,7 @@ def body(run: Run, was_running: bool) -> None:
     with right:
         slow = L.slowest_counts(recent)
         st.markdown(f"**Slowest rank, last {L.WINDOW} steps**")
-        st.dataframe(slow, hide_index=True, width="stretch", column_config={
+        st.dataframe(slow, hide_index=True, width="stretch", placeholder=EMPTY, column_config={
             "slowest": st.column_config.NumberColumn(
                 "slowest in", help="steps in which this rank had the most work outside "
                                    "communication (step − comm): the one the others waited for"),
