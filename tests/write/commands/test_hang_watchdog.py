@@ -44,6 +44,8 @@ def _watch(out: Path, seen: list[tuple[int, str]], stop: threading.Event) -> Non
 @pytest.mark.parametrize("ws,inject,kind,lagging", [
     (2, "1:3:sleep", "missing", 1),
     (3, "2:3", "desync", 2),
+    (2, "0:3", "desync", 0),       # a 2-rank tie: the rank whose collective order is new is named
+    (3, "1:3:sleep", "missing", 1),
 ])
 def test_injected_hang_is_caught_named_and_the_run_goes_on(tmp_path, ws, inject, kind, lagging):
     out = tmp_path / "runs"
