@@ -170,7 +170,7 @@ class JobMonitor:
     def attach(self, store: Any) -> None:
         path = Path(self.run_dir) / rf.LIVE_FILE if self.run_dir is not None else None
         self.live = LiveCollector(store, self.job_id, self.world_size, path)
-        if self.watch:
+        if self.watch and self.world_size > 1:  # one rank has no peer to hang on: --timeout
             self.hang = HangWatch(store, self.job_id, self.world_size, self.run_dir,
                                   self.hang_timeout_s, self.timeout_s)
 
