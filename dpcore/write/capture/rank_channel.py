@@ -45,11 +45,15 @@ def key(job_id: str, *parts: object) -> str:
 
 
 def connect(addr: tuple[str, int] | None, timeout_s: float = 30.0) -> Any:
-    """A client of the job's TCP store at ``addr`` (host, port), or None without one."""
+    """A client of the job's TCP store at ``addr`` (host, port), or None without one (or when
+    it cannot be reached: the job then runs without live rows, never fails for them)."""
     if addr is None:
         return None
-    return dist.TCPStore(addr[0], int(addr[1]), is_master=False, wait_for_workers=False,
-                         timeout=_dt.timedelta(seconds=timeout_s))
+    try:
+        return dist.TCPStore(addr[0], int(addr[1]), is_master=False, wait_for_workers=False,
+                             timeout=_dt.timedelta(seconds=timeout_s))
+    except Exception:  # noqa: BLE001 - live rows are an extra; the job's own store is torch's
+        return None
 
 
 def live_lines(rows: list[dict]) -> str:
