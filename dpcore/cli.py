@@ -37,6 +37,7 @@ from dpcore.contract.config import (
     parse_bucket_sweep,
     parse_choices,
     parse_delay,
+    parse_hang,
     parse_int_list,
     parse_size_list,
     size_text,
@@ -142,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
     p.add_argument("--inject-delay", default=None, metavar="RANK:MS",
                    help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
+    p.add_argument("--inject-hang", default=None, metavar="RANK:STEP[:sleep]",
+                   help="rank RANK skips the first all-reduce of timed step STEP (a desync), or "
+                        "with :sleep sleeps forever there (a missing rank): what a hang looks like")
+    p.add_argument("--hang-timeout", type=float, default=prof("hang_timeout_s"), metavar="S",
+                   help="a job in which no step ends for S seconds is hung: dpcore collects every "
+                        "rank's flight recorder and stack into hang/<job_id>/ and fails it "
+                        "(default: 50 median steps, at least 20 s, below --timeout)")
     p.add_argument("--threads-per-rank", type=int, default=prof("threads_per_rank"),
                    help="torch threads of every rank of every job (default: physical cores // "
                         "largest world size, the same for all jobs so scaling compares like with like)")
@@ -180,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("stragglers", help="which rank arrives last at the collectives, per job and rank")
     g.add_argument("path", help="a run directory, a job's traces folder, or any folder of torch.profiler traces")
     g.add_argument("--csv", action="store_true")
+
+    h = sub.add_parser("hang", help="why a job hung: every rank's last collectives (PyTorch's flight "
+                                    "recorder) and stack, and the verdict")
+    h.add_argument("path", help="a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
+                                "dumps written by any PyTorch job")
+    h.add_argument("--csv", action="store_true")
 
     w = sub.add_parser("whatif", help="predict a bucketed/torch_ddp job's step time at other buckets, "
                                       "world sizes and networks (trace-driven replay)")
@@ -271,7 +285,9 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
         bucket_sweep=parse_bucket_sweep(args.bucket_sweep), trace=not args.no_trace, train=train,
         out=args.out, name=args.name, backend=args.backend, timeout_s=args.timeout,
         progress=args.progress, run_id=args.run_id, threads_per_rank=args.threads_per_rank,
-        pin=not args.no_pin)
+        pin=not args.no_pin,
+        inject_hang=parse_hang(args.inject_hang) if args.inject_hang is not None else None,
+        hang_timeout_s=args.hang_timeout)
     from dpcore.write.commands.profile import run_profile
 
     code, run_dir = run_profile(opts, argv)
@@ -361,7 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         from dpcore.read.report.summarize import summarize
         from dpcore.read.rundir.load import RunLoadError
         try:
-            if args.command == "stragglers":
+            if args.command == "hang":
+                from dpcore.read.report.hang import hang_text
+                out = hang_text(args.path, csv=args.csv)
+                out = out if args.csv else out.rstrip("\n")
+            elif args.command == "stragglers":
                 from dpcore.read.report.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv).rstrip("\n")
             elif args.command == "whatif":

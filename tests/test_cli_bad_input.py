@@ -28,6 +28,15 @@ CASES = [
     (["verify", "--world-size", "0"], "--world-size must be >= 1"),
     (["verify", "--variants", "ddp"], "unknown variant ddp"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["profile", "--inject-hang", "1"], "bad --inject-hang '1'; use RANK:STEP"),
+    (["profile", "--inject-hang", "1:2:nap"], "bad --inject-hang '1:2:nap'"),
+    (["profile", "--inject-hang", "5:1", "--world-sizes", "1,2"],
+     "--inject-hang rank 5 does not exist; valid ranks: 0..1"),
+    (["profile", "--inject-hang", "1:9", "--steps", "5"],
+     "--inject-hang step 9 is not a timed step; valid steps: 0..4"),
+    (["profile", "--hang-timeout", "0"], "--hang-timeout must be a number of seconds > 0"),
+    (["profile", "--hang-timeout", "50", "--timeout", "40"], "--hang-timeout (50 s) must be below --timeout (40 s)"),
+    (["hang", "/nonexistent/dpcore-dumps"], "no such file or directory"),
 ]
 
 

@@ -294,6 +294,21 @@ def parse_delay(text: str) -> tuple[int, float]:
     return int(m.group(1)), float(m.group(2))
 
 
+#: ``--inject-hang`` modes: skip one all-reduce (a desync), or sleep forever (a missing rank)
+HANG_MODES = ("skip", "sleep")
+
+
+def parse_hang(text: str) -> tuple[int, int, str]:
+    """'1:3' -> (rank 1, step 3, 'skip'); '1:3:sleep' -> (1, 3, 'sleep'). Whether the rank and
+    the step exist is ``ProfileOptions``'s check."""
+    m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*(?::\s*(\w+)\s*)?", text or "")
+    if not m or (m.group(3) or "skip") not in HANG_MODES:
+        raise UsageError(f"bad --inject-hang {text!r}; use RANK:STEP (rank skips one all-reduce "
+                         "at that timed step: a desync) or RANK:STEP:sleep (it sleeps forever "
+                         "there), e.g. 1:3 or 1:3:sleep")
+    return int(m.group(1)), int(m.group(2)), m.group(3) or "skip"
+
+
 def profile_steps_error(steps: int, got: int) -> UsageError:
     """The one message for a --profile-steps outside 1..--steps."""
     return UsageError(f"--profile-steps must be between 1 and --steps ({steps}), got {got}; "

@@ -75,6 +75,11 @@ class ProfileOptions(RunOptions):
     #: one torch_ddp job per hook at every world size >= 2 (``none``: the plain job)
     comm_hooks: tuple[str, ...] = ("none",)
     train: TrainConfig = field(default_factory=TrainConfig)
+    #: ``--inject-hang RANK:STEP[:sleep]`` as (rank, step, mode); None: no hang injected
+    inject_hang: tuple[int, int, str] | None = None
+    #: ``--hang-timeout S``: no step for S seconds ends the job as hung (None: the default,
+    #: a multiple of the job's median step, floored, below --timeout)
+    hang_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -95,6 +100,19 @@ class ProfileOptions(RunOptions):
         for ws in self.world_sizes:
             cfg.local_batch(ws)  # raises the divisibility error for strong scaling
         top = max(self.world_sizes)
+        if self.hang_timeout_s is not None:
+            check_timeout(self.hang_timeout_s, "--hang-timeout")
+            if self.hang_timeout_s >= self.timeout_s:
+                raise UsageError(f"--hang-timeout ({self.hang_timeout_s:g} s) must be below "
+                                 f"--timeout ({self.timeout_s:g} s)")
+        if self.inject_hang is not None:
+            rank, step, _ = self.inject_hang
+            if not 0 <= rank < top or top < 2:
+                raise UsageError(f"--inject-hang rank {rank} does not exist; valid ranks: "
+                                 f"0..{top - 1} (a hang needs a world size of at least 2)")
+            if not 0 <= step < cfg.steps:
+                raise UsageError(f"--inject-hang step {step} is not a timed step; valid steps: "
+                                 f"0..{cfg.steps - 1}")
         if cfg.delay_rank >= top:
             raise UsageError(f"--inject-delay rank {cfg.delay_rank} does not exist; valid ranks: "
                              f"0..{top - 1}")

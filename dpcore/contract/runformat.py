@@ -38,6 +38,35 @@ TRACES_DIR = "traces"
 MERGED_TRACE = "merged.json.gz"
 TRACE_SUFFIXES = (".json.gz", ".json")
 
+#: live.csv: appended (whole lines) by rank 0 while a run runs, kept when it ends. Not one of
+#: SCHEMA's tables: RunWriter never writes it, and deleting it changes no other number.
+LIVE_FILE = "live.csv"
+LIVE_SCHEMA: dict[str, str] = {
+    "job_id": "str", "rank": "int", "step": "int", "profiled": "bool", "t_end_ns": "ns",
+    "wall_time": "float", "step_ms": "float", "comm_ms": "float", "exposed_comm_ms": "float",
+}
+LIVE_COLUMNS = list(LIVE_SCHEMA)
+#: hang/<job_id>/: what the hang watchdog collected (rank<r>.fr.json, rank<r>.stack.txt,
+#: verdict.json)
+HANG_DIR = "hang"
+VERDICT_FILE = "verdict.json"
+
+
+def hang_dir(run_dir: Path | str, job: str) -> Path:
+    """hang/<job_id>/ of a run."""
+    return Path(run_dir) / HANG_DIR / job
+
+
+def fr_dump_name(rank: int) -> str:
+    """A rank's flight-recorder entries as JSON, in hang/<job_id>/."""
+    return f"rank{rank}.fr.json"
+
+
+def stack_name(rank: int) -> str:
+    """A rank's Python stacks (faulthandler), in hang/<job_id>/."""
+    return f"rank{rank}.stack.txt"
+
+
 #: Column -> dtype kind of every CSV table: "str", "int", "float", "bool" or "ns" (an integer
 #: nanosecond timestamp that may be empty when unknown). Order is the file's column order.
 SCHEMA: dict[str, dict[str, str]] = {

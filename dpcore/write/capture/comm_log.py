@@ -37,6 +37,11 @@ CALL_RANGE = "comm_call#"
 WAIT_RANGE = CALL_RANGE + "wait"
 
 
+def row_interval(row: list[Any]) -> tuple[int, int, int]:
+    """(t_launch, t_start, t_end) ns of a collective row (-1: not known / not ended yet)."""
+    return row[5], row[6], row[7]
+
+
 class Recorder:
     """Per-rank, per-job log of collectives and point-to-point messages.
 
@@ -192,6 +197,15 @@ class Recorder:
         return [dict(zip(GRAD_COLUMNS, (self.job_id, self.rank, step, i, params[i][0],
                                         params[i][1], t)))
                 for step, i, t in self._grads if i < len(params)]
+
+    def collective_count(self) -> int:
+        """How many collectives are logged (a mark for :meth:`rows_since`)."""
+        return len(self._coll)
+
+    def rows_since(self, mark: int) -> list[list[Any]]:
+        """The collective rows logged after ``mark`` (one step's, for its live.csv row), as the
+        live lists an async completion still stamps: read them as :func:`row_interval`."""
+        return self._coll[mark:]
 
     def clear(self) -> None:
         """Drop everything logged so far (e.g. after warm-up steps)."""
@@ -352,6 +366,12 @@ class NullRecorder(Recorder):
         return []
 
     def grad_rows(self) -> list[dict]:
+        return []
+
+    def collective_count(self) -> int:
+        return 0
+
+    def rows_since(self, mark: int) -> list[list[Any]]:
         return []
 
     def clear(self) -> None:

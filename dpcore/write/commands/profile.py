@@ -21,6 +21,8 @@ from typing import Any
 from dpcore.contract import runformat as rf
 from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS
 from dpcore.contract.options import ProfileOptions
+from dpcore.write.capture.inject import HangInjection
+from dpcore.write.capture.job_monitor import JobMonitor
 from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, train_job_entry, write_job
 from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.commands.profile_rank import profile_job
@@ -29,7 +31,7 @@ from dpcore.write.runtime.world import LocalWorld, TorchrunWorld, open_world
 
 #: What the spawned ranks of a profile job run: the forkserver imports these once.
 PRELOAD = ("dpcore.write.training.trainer", "dpcore.write.commands.profile_rank",
-           "dpcore.write.dp.comm")
+           "dpcore.write.dp.comm", "dpcore.write.capture.rank_channel")
 
 
 def plan_jobs(opts: ProfileOptions, run_dir: Path | None) -> list[JobSpec]:
@@ -97,14 +99,27 @@ def plan(world: LocalWorld | TorchrunWorld, opts: ProfileOptions,
             [v for v in opts.variants if v in SINGLE_PROCESS])
 
 
+def steps_total(opts: ProfileOptions) -> int:
+    """Steps rank 0 reports for one job: warm-up, timed, then (traced) the profiler's own
+    warm-up step and the profiled ones; no warm-up adds one untimed memory step."""
+    cfg = opts.train
+    return (cfg.warmup + cfg.steps + (cfg.profile_steps + 1 if opts.trace else 0)
+            + (0 if cfg.warmup else 1))
+
+
 def run_job(world: LocalWorld | TorchrunWorld, writer: RunWriter | None, spec: JobSpec,
             opts: ProfileOptions, progress: Progress) -> dict[str, Any]:
     """Run one job in ``world``; on the writing rank write its rows and return its run.json
     fields (JobFailed when a rank raised, died or timed out)."""
     if spec.trace_dir and not world.spawns:  # each node writes its own ranks' traces on its own disk
         Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
+    inject = HangInjection(*opts.inject_hang) if opts.inject_hang else None
+    monitor = JobMonitor(spec.job_id, spec.processes, writer.run_dir if writer else None,
+                         hang_timeout_s=opts.hang_timeout_s, timeout_s=opts.timeout_s,
+                         watch=world.spawns, steps_total=steps_total(opts))
     try:
-        results = world.run(profile_job, spec.processes, (spec, opts.train), progress.step)
+        results = world.run(profile_job, spec.processes, (spec, opts.train, inject),
+                            progress.step, monitor=monitor)
     except BaseException:  # failed, timed out or interrupted: spawned ranks were killed mid-trace
         if world.spawns:
             drop_rank_leftovers(spec.trace_dir)

@@ -19,15 +19,32 @@ import torch.distributed as dist
 
 from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
+from dpcore.write.capture.inject import HangInjection
+from dpcore.write.capture.rank_channel import RankChannel, connect, live_row
 from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
 from dpcore.write.capture.tracing import TraceCapture
 from dpcore.write.runtime.clock import measure_offset
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.training.calibration import calibrate, wanted
 
+#: no injected hang (rank -1 never matches)
+NO_INJECTION = HangInjection(-1, -1)
 
-def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, Any]:
-    """Run one job on this rank; return its rows for the run directory (parent writes them)."""
+
+def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig,
+                inject: HangInjection | None = None) -> dict[str, Any]:
+    """Run one job on this rank; return its rows for the run directory (parent writes them).
+    Each kept step's live.csv row goes to rank 0 through the job's store (:class:`RankChannel`),
+    which also answers the hang watchdog; ``inject``: ``--inject-hang``."""
+    channel = RankChannel(connect(ctx.store_addr), spec.job_id, ctx.rank, ctx.world_size)
+    try:
+        return _profile_job(ctx, spec, cfg, inject or NO_INJECTION, channel)
+    finally:
+        channel.close()
+
+
+def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: HangInjection,
+                 channel: RankChannel) -> dict[str, Any]:
     from dpcore.write.capture.memory import measure_step
     from dpcore.write.training.trainer import make_trainer
 
@@ -51,14 +68,18 @@ def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig) -> dict[str, 
         if ctx.world_size > 1:
             dist.barrier()  # every rank starts the step together
         rec.step = step
-        loss = trainer.step(x, y, timer)
+        mark = rec.collective_count()
+        with inject.during(ctx.rank, step):
+            loss = trainer.step(x, y, timer)
         rec.step = -1
         if not math.isfinite(loss):  # a diverged job measures nothing worth keeping as complete
             raise FloatingPointError(f"the loss became {loss} at step {step} (training diverged; "
                                      f"lower --lr, now {cfg.lr:g}, or check the model)")
         if keep:
-            rows.append(steps_row(spec, ctx.rank, step, profiled, timer.finish(),
-                                  trainer.samples_per_step))
+            row = steps_row(spec, ctx.rank, step, profiled, timer.finish(),
+                            trainer.samples_per_step)
+            rows.append(row)
+            channel.put(live_row(row), rec.rows_since(mark))
         done += 1
         ctx.report({"done": done, "phase": "warmup" if step < 0 else
                     ("profiled" if profiled else "timed")})

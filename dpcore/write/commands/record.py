@@ -55,6 +55,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dpcore.contract import runformat as rf
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
+from dpcore.write.capture.job_monitor import JobMonitor
+from dpcore.write.capture.rank_channel import RankChannel, live_row
 from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, steps_row, train_job_entry, write_job
 from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.capture.tracing import TraceCapture
@@ -67,7 +69,7 @@ from dpcore.write.commands.record_hooks import (
 )
 from dpcore.write.dp.variants.base import Wrapper
 from dpcore.write.runtime.clock import measure_offset
-from dpcore.write.runtime.world import UserWorld
+from dpcore.write.runtime.world import MonitorThread, UserWorld, job_store
 
 #: The optional phase marks, and the steps.csv column each one fills.
 PHASES = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -192,6 +194,12 @@ class Recording:
                             str(tdir) if tdir else None)
         self._life.add_job(train_job_entry(self.spec, "running", world.oversubscribed(ws)))
         self.rec = Recorder(self.job_id, ctx.rank, offset)
+        # live.csv: every rank sends its rows over the job's store; rank 0 appends them
+        store = job_store(ctx)
+        self._channel = RankChannel(store, self.job_id, ctx.rank, ws)
+        self._poller = (MonitorThread(JobMonitor(self.job_id, ws, self.run_dir, watch=False), store)
+                        if self._life.writer is not None else None)
+        self._mark = 0
         self._attach(self.model)
         dev = next((p.device for p in self.model.parameters()), ctx.device) if self.model \
             is not None else ctx.device
@@ -259,6 +267,7 @@ class Recording:
                 cap.markers(self.rec.now)
         self._in_step = True
         self.rec.step = n
+        self._mark = self.rec.collective_count()
         self._timer.start()
 
     def _end_step(self, samples: int | None, ok: bool) -> None:
@@ -268,9 +277,10 @@ class Recording:
         self._in_step, self._phase = False, None
         self._n += 1
         if ok and n >= self.warmup:
-            self._rows.append(steps_row(self.spec, self.ctx.rank, n, self._tracing,
-                                        self._timer.finish(),
-                                        samples if samples is not None else self.samples))
+            row = steps_row(self.spec, self.ctx.rank, n, self._tracing, self._timer.finish(),
+                            samples if samples is not None else self.samples)
+            self._rows.append(row)
+            self._channel.put(live_row(row), self.rec.rows_since(self._mark))
         if n == self.warmup - 1:
             self.rec.clear()  # warm-up collectives are not part of the run
         cap = self._capture
@@ -302,10 +312,13 @@ class Recording:
                 traceback.format_tb(tb, limit=6))
         mine = self._result()
         results = [mine]
+        self._channel.close()  # this rank's last live rows are in the store
         if self.status == "complete" and self.ctx.world_size > 1:
             gathered: list[Any] = [None] * self.ctx.world_size if self.ctx.rank == 0 else []
             dist.gather_object(mine, gathered if self.ctx.rank == 0 else None, dst=0)
             results = gathered
+        if self._poller is not None:  # after the gather, every rank's rows were sent
+            self._poller.stop()
         if self._life.writer is not None:
             self._write(results, error)
 

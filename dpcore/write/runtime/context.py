@@ -26,6 +26,9 @@ class DistContext:
     cpus: tuple[int, ...] = ()
     #: Forwards rank 0's progress events to the launcher; None when nobody listens.
     progress: Callable[[dict], None] | None = None
+    #: (host, port) of the job's TCP store, where the ranks send live rows and answer the hang
+    #: watchdog (:mod:`dpcore.write.capture.rank_channel`); None when there is none to reach.
+    store_addr: tuple[str, int] | None = None
 
     def report(self, event: dict) -> None:
         """Send a progress event to the parent (rank 0 only; others are ignored)."""

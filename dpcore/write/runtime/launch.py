@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -45,6 +45,30 @@ BASE_PRELOAD = ("torch", "torch.distributed", "torch.profiler", "dpcore.write.ru
 #: After a rank reports an error, how long to look for a rank that died meanwhile: a rank killed
 #: by a signal sends nothing, and its peers' "Connection closed by peer" usually arrives first.
 BLAME_GRACE_S = 1.0
+#: PyTorch's flight recorder, on in every rank (entries kept per process group; gloo records
+#: them in torch 2.13, without durations): what the hang watchdog and ``hang`` read.
+FR_BUFFER_SIZE = "2000"
+#: how often the launcher polls a job's monitor (live rows, the hang watchdog)
+MONITOR_PERIOD_S = 0.25
+
+
+class Monitor(Protocol):
+    """What the launcher drives while a job runs (:class:`dpcore.write.capture.job_monitor.
+    JobMonitor`): given the job's store, told of rank 0's steps, polled, closed."""
+
+    def attach(self, store: Any) -> None: ...
+
+    def stepped(self, event: dict) -> None: ...
+
+    def poll(self) -> JobFailed | None: ...
+
+    def close(self) -> None: ...
+
+
+def flight_recorder_on() -> None:
+    """Turn PyTorch's flight recorder on for process groups made after this (a user's own
+    TORCH_FR_BUFFER_SIZE wins)."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
 
 
 def in_torchrun() -> bool:
@@ -80,12 +104,14 @@ def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, t
     try:
         cpus = _pin(rank, world_size, threads) if pin else ()
         torch.set_num_threads(threads)
+        flight_recorder_on()
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
                               timeout=_dt.timedelta(seconds=timeout_s))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=_dt.timedelta(seconds=timeout_s))
         ctx = DistContext(rank, world_size, rank, backend, _device_for(backend, rank), threads,
-                          cpus=cpus, progress=lambda ev: results.put((rank, "progress", ev)))
+                          cpus=cpus, progress=lambda ev: results.put((rank, "progress", ev)),
+                          store_addr=("127.0.0.1", port))
         value = fn(ctx, *args)
         results.put((rank, "ok", value))
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
@@ -140,6 +166,13 @@ def _mp_context(preload: Sequence[str] = ()) -> Any:
     return _MP_CONTEXT
 
 
+def torchrun_store() -> tuple[str, int] | None:
+    """(host, port) of torchrun's store (MASTER_ADDR/MASTER_PORT), where every rank reaches."""
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    return None
+
+
 def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, timeout_s: float,
                      args: tuple, on_progress: Callable[[dict], None] | None,
                      threads: int | None = None, pin: bool = False) -> list[Any]:
@@ -154,9 +187,10 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
     cpus = _pin(local_rank, local_ws, threads) if pin else ()
     torch.set_num_threads(threads)
     if not dist.is_initialized():
+        flight_recorder_on()
         dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
     ctx = DistContext(rank, env_ws, local_rank, backend, _device_for(backend, local_rank),
-                      threads, cpus=cpus, progress=on_progress)
+                      threads, cpus=cpus, progress=on_progress, store_addr=torchrun_store())
     out: list[Any] = [None] * env_ws
     out[rank] = fn(ctx, *args)
     return out
@@ -164,7 +198,8 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
 
 def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", args: tuple = (),
            timeout_s: float = 300.0, on_progress: Callable[[dict], None] | None = None,
-           threads: int | None = None, pin: bool = False, preload: Sequence[str] = ()) -> list[Any]:
+           threads: int | None = None, pin: bool = False, preload: Sequence[str] = (),
+           monitor: Monitor | None = None) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``world_size`` ranks and return their results by rank.
 
     Spawns the ranks on this host, or, under ``torchrun``, runs ``fn`` in the world torchrun
@@ -178,6 +213,9 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     ``pin``: pin each rank to its own CPUs (:func:`rank_cpus`) where they fit.
     ``preload``: modules the forkserver imports once for every rank (:func:`_mp_context`);
     the caller names what its ``fn`` needs, so this launcher names no module above it.
+    ``monitor``: polled every :data:`MONITOR_PERIOD_S` with the job's store (spawned ranks
+    only): live rows, and the hang watchdog, whose :class:`JobFailed` ends the job like a
+    rank's error (every rank is then reaped).
     """
     if world_size < 1:
         raise UsageError(f"world size must be >= 1, got {world_size}")
@@ -197,6 +235,9 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     got: set[int] = set()
     started: list[Any] = []
     ok = False
+    if monitor is not None:
+        monitor.attach(store)
+    next_poll = 0.0
     try:
         for p in procs:
             with _signals_deferred():  # a rank is either started and tracked, or not started
@@ -204,6 +245,11 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
                 started.append(p)
         deadline = time.monotonic() + timeout_s
         while len(got) < world_size:
+            if monitor is not None and time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + MONITOR_PERIOD_S
+                hung = monitor.poll()
+                if hung is not None:
+                    raise hung
             try:
                 rank, status, value = results.get(timeout=0.1)
             except _queue.Empty:
@@ -221,6 +267,8 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
                                             "if the job is just slow)")
                     continue
             if status == "progress":
+                if monitor is not None:
+                    monitor.stepped(value)
                 if on_progress is not None:
                     on_progress(value)
                 continue
@@ -234,6 +282,8 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
             out[rank] = value
             got.add(rank)
         ok = True
+        if monitor is not None:
+            monitor.close()
         return out
     finally:
         with _signals_deferred():  # a second Ctrl-C must not cut the teardown short

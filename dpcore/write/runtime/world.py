@@ -22,6 +22,8 @@ import datetime as _dt
 import os
 import platform
 import socket
+import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,7 +35,14 @@ from dpcore.contract.config import DEFAULT_TIMEOUT_S
 from dpcore.contract.errors import JobFailed
 from dpcore.write.runtime import cpu_claims
 from dpcore.write.runtime.context import DistContext
-from dpcore.write.runtime.launch import in_torchrun, launch, resolve_backend
+from dpcore.write.runtime.launch import (
+    MONITOR_PERIOD_S,
+    Monitor,
+    in_torchrun,
+    launch,
+    resolve_backend,
+    torchrun_store,
+)
 from dpcore.write.runtime.resources import (
     is_oversubscribed,
     physical_cores,
@@ -67,6 +76,59 @@ def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None
         "oversubscribed": is_oversubscribed(local),
         "gpus": gpus,
     }
+
+
+def store_client(addr: tuple[str, int] | None) -> Any:
+    """A client of the TCP store at ``addr`` (None without one, or when it cannot be reached:
+    live rows are an extra, never a reason for a job to fail)."""
+    if addr is None:
+        return None
+    try:
+        return dist.TCPStore(addr[0], addr[1], is_master=False, wait_for_workers=False,
+                             timeout=_dt.timedelta(seconds=30))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def job_store(ctx: DistContext) -> Any:
+    """The store a user's job shares (``dpcore.record``): its default process group's, or an
+    in-process one for a world of one (rank 0 is then both sender and collector)."""
+    if ctx.world_size <= 1:
+        return dist.HashStore()
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+        return _get_default_store()
+    except Exception:  # noqa: BLE001 - a group without a store: no live rows
+        return None
+
+
+class MonitorThread:
+    """Polls a job's monitor from a thread of rank 0 while rank 0 trains (torchrun and
+    ``dpcore.record``, where no launcher loop exists): live rows only."""
+
+    def __init__(self, monitor: Monitor, store: Any) -> None:
+        self.monitor = monitor
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cpu_ns = 0  #: CPU time the polling thread used (ns), for the benchmark
+        if store is None:
+            return
+        monitor.attach(store)
+        self._thread = threading.Thread(target=self._run, name="dpcore-live", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(MONITOR_PERIOD_S):
+            t0 = time.thread_time_ns()
+            self.monitor.poll()
+            self.cpu_ns += time.thread_time_ns() - t0
+
+    def stop(self) -> None:
+        """The job ended on rank 0: stop polling, take the last rows."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self.monitor.close()
 
 
 def _resources(threads: int | None, pin: bool, ranks_on_host: int) -> tuple[int, bool]:
@@ -113,11 +175,13 @@ class LocalWorld:
         """Nothing to share: this process is the only one that plans and writes."""
 
     def run(self, fn: Callable[..., Any], processes: int, args: tuple,
-            on_progress: Callable[[dict], None] | None = None) -> list[Any] | None:
-        """Every rank's result; JobFailed when a rank raised, died or timed out."""
+            on_progress: Callable[[dict], None] | None = None,
+            monitor: Monitor | None = None) -> list[Any] | None:
+        """Every rank's result; JobFailed when a rank raised, died, timed out or hung
+        (``monitor``'s watchdog)."""
         return launch(fn, processes, backend=self.backend, args=args, timeout_s=self.timeout_s,
                       on_progress=on_progress, threads=self.threads, pin=self.pin,
-                      preload=self.preload)
+                      preload=self.preload, monitor=monitor)
 
     def finish(self, status: str) -> None:
         """launch() reaped every rank of every job: only the CPU claim is given back (also at
@@ -154,9 +218,14 @@ class TorchrunWorld:
         dist.broadcast_object_list(box, src=0)
 
     def run(self, fn: Callable[..., Any], processes: int, args: tuple,
-            on_progress: Callable[[dict], None] | None = None) -> list[Any] | None:
+            on_progress: Callable[[dict], None] | None = None,
+            monitor: Monitor | None = None) -> list[Any] | None:
         """Run ``fn`` on every rank of torchrun's world; rank 0 gets every rank's result (or
-        JobFailed naming the first rank that raised), the other ranks None."""
+        JobFailed naming the first rank that raised), the other ranks None. ``monitor`` (rank
+        0): polled by a thread for the live rows; torchrun's ranks are not this process's to
+        end, so here it does not watch for hangs (``--timeout`` does)."""
+        poller = (MonitorThread(monitor, store_client(torchrun_store())) if self.writes and monitor
+                  else None)
         try:
             mine: Any = launch(fn, self.ws, backend=self.backend, args=args,
                                timeout_s=self.timeout_s, on_progress=on_progress,
@@ -166,6 +235,8 @@ class TorchrunWorld:
                              f"{traceback.format_exc(limit=6)}"}
         gathered: list[Any] = [None] * self.ws if self.writes else []
         dist.gather_object(mine, gathered if self.writes else None, dst=0)
+        if poller is not None:  # every rank flushed its live rows before the gather
+            poller.stop()
         if not self.writes:
             return None
         failed = [(i, g["error"]) for i, g in enumerate(gathered)

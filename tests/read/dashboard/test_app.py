@@ -20,7 +20,7 @@ from tests.app_pages import APP, data_problems, heading, open_page, problems
 from tests.fixtures_run import make_corrupt_runs, make_run
 
 #: Pages that draw no chart: what each shows instead is checked in test_every_page_renders.
-NO_CHART = {"Runs", "Traces", "New run", "Import"}
+NO_CHART = {"Runs", "Traces", "New run", "Import", "Live", "Hang"}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,8 @@ def test_every_page_is_a_file_with_a_stable_address() -> None:
     assert {p.title: p.url_path for p in PAGES} == {
         "Runs": "runs", "Overview": "overview", "Timeline": "timeline", "Scaling": "scaling",
         "Stragglers": "stragglers", "Memory": "memory", "Ring messages": "ring-messages", "Bandwidth": "bandwidth",
-        "Buckets": "buckets", "What-if": "what-if", "Traces": "traces", "New run": "new-run", "Import": "import"}
+        "Buckets": "buckets", "What-if": "what-if", "Traces": "traces", "New run": "new-run", "Import": "import",
+        "Live": "live", "Hang": "hang"}
     assert [p.title for p in PAGES if p.default] == ["Overview"]
 
 
@@ -71,6 +72,8 @@ def test_every_page_renders(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> 
             assert at.button(key="FormSubmitter:new_run-Start profile").label == "Start profile"
         elif page.title == "Import":
             assert at.button(key="imp-go").disabled  # nothing to import yet
+        elif page.title in ("Live", "Hang"):  # the synthetic runs have no live.csv, no hang/
+            assert at.info, page.title
     open_page(at, "Runs")
     warnings = plain(" ".join(w.value for w in at.warning))
     assert "Oversubscribed" in warnings and "data_parallel needs 2 or more GPUs" in warnings

@@ -21,6 +21,7 @@ import pytest
 
 from dpcore.read.dashboard.pages import PAGES
 from tests.fixtures_run import make_run
+from tests.read.dashboard.test_live_hang_pages import add_live_and_hang
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[3]
@@ -41,7 +42,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("profiles")
-    make_run(root, "20250101-120000-mlp", big_trace_events=250_000)
+    add_live_and_hang(make_run(root, "20250101-120000-mlp", big_trace_events=250_000))
     port = free_port()
     env = {**os.environ, "DPCORE_PROFILES": str(root)}
     log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")

@@ -196,6 +196,10 @@ def test_torchrun_profiles_its_world(tmp_path):
     assert {(r["job_id"], r["rank"]) for r in rows} == {
         ("ring-ws2", "0"), ("ring-ws2", "1"), ("bucketed-ws2-b25", "0"), ("bucketed-ws2-b25", "1")}
     assert (run / "traces" / "ring-ws2" / "merged.json.gz").exists()
+    # live.csv: rank 1's rows reached rank 0 through torchrun's store, one per kept step
+    _, live = _read_csv(run / "live.csv")
+    key = ("job_id", "rank", "step", "step_ms")
+    assert sorted(tuple(r[k] for k in key) for r in live) == sorted(tuple(r[k] for k in key) for r in rows)
 
 
 def test_allreduce_command_writes_run(tmp_path):

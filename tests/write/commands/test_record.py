@@ -81,6 +81,13 @@ def _check_readable(run_dir: Path, job: str, ws: int, comm: bool) -> None:
     traced = run.traced_steps(job)
     assert traced == list(range(WARMUP, WARMUP + PROFILE))
     assert (st["step_ms"] > 0).all() and (st["fwd_ms"] > 0).all() and (st["bwd_ms"] > 0).all()
+    from dpcore.read.rundir.live import read_live
+    live = read_live(run_dir)  # every rank's rows reached rank 0 through the job's store
+    assert dict(zip(zip(live["rank"], live["step"]), live["step_ms"])) == \
+        dict(zip(zip(st["rank"], st["step"]), st["step_ms"]))
+    if comm:  # the same rule on the same collectives as steps.csv's comm_ms
+        assert dict(zip(zip(live["rank"], live["step"]), live["comm_ms"])) == \
+            dict(zip(zip(st["rank"], st["step"]), st["comm_ms"]))
     s = job_summary(run, trace_step_metrics(traced_job_events(run))).set_index("job_id").loc[job]
     assert s["step_ms"] > 0 and s["n_steps"] > 0
     if comm:

@@ -1,0 +1,263 @@
+"""PyTorch flight-recorder dumps: read them safely, summarise each rank, give the hang's verdict.
+
+Why in the contract wing: the hang watchdog (write wing, while a job hangs) and the ``hang``
+command and Hang page (read wing, afterwards) must reach the same verdict from the same dumps,
+so the rule lives once, here, in plain Python.
+
+What a dump is (torch 2.13, ``torch._C._distributed_c10d._dump_fr_trace[_json]``): a dict with
+``entries`` (one per collective this process enqueued, oldest first, at most
+``TORCH_FR_BUFFER_SIZE`` of them), ``pg_config`` and ``pg_status``. Gloo records entries without
+durations: ``state`` stays ``scheduled``, and ``retired`` says the collective completed.
+
+Why a restricted unpickler: PyTorch writes dumps as pickles by default, and a pickle can run any
+code it names. A dump holds only dicts, lists, strings and numbers, so :func:`load_dump` refuses
+every global (``find_class``) and every persistent id: a hostile dump fails in one line instead
+of running.
+"""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+#: bytes per element of the dtype names the recorder writes
+DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
+               "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8,
+               "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+#: largest dump file read (a buffer of 20 000 entries with stacks is a few MB)
+MAX_DUMP_BYTES = 256 * 2**20
+
+
+class DumpError(ValueError):
+    """A dump that cannot be read; the message is one line naming the file."""
+
+
+class _NoGlobals(pickle.Unpickler):
+    """An unpickler that builds only plain containers: any global or persistent id is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"the pickle names a global ({module}.{name})")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("the pickle holds a persistent id")
+
+
+def load_dump(path: Path) -> dict:
+    """One dump file as a dict: JSON, or a pickle read without any global (DumpError else)."""
+    try:
+        if path.stat().st_size > MAX_DUMP_BYTES:
+            raise DumpError(f"{path}: larger than {MAX_DUMP_BYTES // 2**20} MiB; not a "
+                            "flight-recorder dump")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DumpError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if raw[:1] in (b"{", b" ", b"\n"):
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise DumpError(f"{path}: not valid JSON ({exc})") from None
+    else:
+        try:
+            data = _NoGlobals(io.BytesIO(raw)).load()
+        except pickle.UnpicklingError as exc:
+            raise DumpError(f"{path}: refused: {exc}; dpcore never runs code from a dump "
+                            "(write it as JSON or as a plain pickle)") from None
+        except Exception as exc:  # noqa: BLE001 - truncated or not a pickle at all
+            raise DumpError(f"{path}: not a flight-recorder dump ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
+        raise DumpError(f"{path}: not a flight-recorder dump (no 'entries' list)")
+    return data
+
+
+def rank_of(path: Path) -> int | None:
+    """The rank a dump file is for: ``rank<r>.fr.json`` (dpcore) or the trailing digits that
+    PyTorch appends to ``TORCH_FR_DUMP_TEMP_FILE`` (``nccl_trace_rank_3``)."""
+    m = re.search(r"rank(\d+)\.fr\.json$", path.name) or re.search(r"(\d+)(\.json|\.pkl)?$",
+                                                                     path.name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One flight-recorder entry, as the verdict needs it."""
+
+    seq: int
+    op: str
+    bytes: int
+    sizes: str
+    completed: bool
+    pg: str
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        return (self.op, self.sizes)
+
+
+def _op(entry: dict) -> str:
+    name = str(entry.get("profiling_name") or "?")
+    return name.split(":", 1)[1] if ":" in name else name
+
+
+def _bytes(entry: dict) -> int:
+    total = 0
+    for shape, dtype in zip(entry.get("input_sizes") or [], entry.get("input_dtypes") or []):
+        n = 1
+        for d in shape:
+            n *= int(d)
+        total += n * DTYPE_BYTES.get(str(dtype), 4)
+    return total
+
+
+def collectives(dump: dict) -> list[Collective]:
+    """The dump's collectives (p2p entries left out), oldest first."""
+    out = []
+    for e in dump.get("entries") or []:
+        if not isinstance(e, dict) or e.get("is_p2p"):
+            continue
+        pg = e.get("process_group") or ["0"]
+        out.append(Collective(
+            seq=int(e.get("collective_seq_id", -1)), op=_op(e), bytes=_bytes(e),
+            sizes=json.dumps(e.get("input_sizes") or []),
+            completed=bool(e.get("retired")) or e.get("state") == "completed",
+            pg=str(pg[0] if isinstance(pg, (list, tuple)) else pg)))
+    return out
+
+
+def stack_top(stack: str) -> str:
+    """The innermost telling frame of the main thread in a ``faulthandler`` dump: the block
+    that is not a started thread (no ``_bootstrap`` frame), its first frame outside the
+    standard library's ``threading.py`` ('' when there is none)."""
+    blocks = re.split(r"\n\s*\n|\n(?=(?:Current thread|Thread) 0x)", stack.strip())
+    for part in blocks:
+        frames = [ln.strip() for ln in part.splitlines() if ln.strip().startswith("File")]
+        if frames and not any(re.search(r"threading\.py\", line \d+ in _bootstrap$", f)
+                              for f in frames):
+            telling = [f for f in frames if not re.search(r"[/\\]threading\.py\"", f)]
+            m = re.match(r'File "(?:.*[/\\])?([^/\\"]+)", line (\d+) in (.*)', (telling or frames)[0])
+            return f"{m.group(1)}:{m.group(2)} in {m.group(3)}" if m else (telling or frames)[0]
+    return ""
+
+
+@dataclass(frozen=True)
+class RankState:
+    """Per rank: the last enqueued and last completed collective (``hang`` prints these)."""
+
+    rank: int
+    last_enqueued_seq: int
+    last_completed_seq: int
+    op: str
+    bytes: int
+    state: str
+    stack_top: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Which rank is behind and where (``missing``), or which collective the ranks disagree on
+    (``desync``); ``unknown`` when the dumps show neither. verdict.json holds these fields."""
+
+    kind: str
+    lagging_ranks: list[int]
+    seq: int
+    op: str
+    bytes: int
+    pg: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _main_pg(per_rank: dict[int, list[Collective]]) -> str:
+    """The process group the hang is in: the one with a collective not completed somewhere
+    (most entries wins), else the one with most entries."""
+    pending = Counter(c.pg for cs in per_rank.values() for c in cs if not c.completed)
+    counts = pending or Counter(c.pg for cs in per_rank.values() for c in cs)
+    return counts.most_common(1)[0][0] if counts else "0"
+
+
+def rank_states(dumps: dict[int, dict], stacks: dict[int, str] | None = None) -> list[RankState]:
+    """One row per rank: its last enqueued collective (seq, op, bytes, state) and last
+    completed seq in the hang's process group, and the top of its stack."""
+    per = {r: collectives(d) for r, d in dumps.items()}
+    pg = _main_pg(per)
+    rows = []
+    for r in sorted(per):
+        cs = [c for c in per[r] if c.pg == pg]
+        last = cs[-1] if cs else None
+        done = [c.seq for c in cs if c.completed]
+        rows.append(RankState(r, last.seq if last else -1, max(done) if done else -1,
+                              last.op if last else "", last.bytes if last else 0,
+                              ("completed" if last.completed else "waiting") if last else "idle",
+                              stack_top((stacks or {}).get(r, ""))))
+    return rows
+
+
+def _names(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _rarity(sig: tuple, s: int, groups: dict[tuple, list[int]],
+            by_seq: dict[int, dict[int, Collective]], history: Counter) -> tuple[int, int]:
+    """How usual the ranks with signature ``sig`` at seq ``s`` look: how often their (previous,
+    this) pair occurred in the agreed history, then how many ranks share it."""
+    prev = by_seq[groups[sig][0]].get(s - 1)
+    return history[(prev.signature if prev else None, sig)], len(groups[sig])
+
+
+def verdict(dumps: dict[int, dict], world_size: int | None = None) -> Verdict:
+    """The hang's verdict from every rank's dump (ranks without a dump count as missing when
+    ``world_size`` says they exist).
+
+    Desync first: at the first sequence number every rank recorded, do the ranks agree on the
+    op and the sizes? Where they differ, the deviant is the rank whose (previous, this)
+    collective pair is rarest in the history all ranks agree on (a skipped all-reduce turns
+    "barrier, all_reduce" into the never-seen "barrier, barrier"), ties going to the minority.
+    Else missing: the ranks whose last enqueued seq is below the others' never entered the
+    collective the others wait in."""
+    per = {r: collectives(d) for r, d in dumps.items()}
+    pg = _main_pg(per)
+    by_seq = {r: {c.seq: c for c in cs if c.pg == pg} for r, cs in per.items()}
+    common = sorted(set.intersection(*(set(s) for s in by_seq.values()))) if by_seq else []
+    history: Counter = Counter()
+    for s in common:
+        sigs = {by_seq[r][s].signature for r in by_seq}
+        if len(sigs) == 1:
+            prev = by_seq[next(iter(by_seq))].get(s - 1)
+            history[(prev.signature if prev else None, sigs.pop())] += 1
+            continue
+        groups: dict[tuple, list[int]] = {}
+        for r in sorted(by_seq):
+            groups.setdefault(by_seq[r][s].signature, []).append(r)
+
+        odd = min(groups, key=lambda sig, s=s, groups=groups: _rarity(sig, s, groups, by_seq,
+                                                                       history))
+        lag = groups[odd]
+        others = [r for r in sorted(by_seq) if r not in lag]
+        ref = by_seq[others[0]][s]
+        mine = by_seq[lag[0]][s]
+        msg = (f"desync at collective seq {s}: {_names(others)} entered {ref.op} "
+               f"({ref.bytes} B) but {_names(lag)} entered {mine.op} ({mine.bytes} B)")
+        return Verdict("desync", lag, s, ref.op, ref.bytes, pg, msg)
+    last = {r: max(m) if m else -1 for r, m in by_seq.items()}
+    absent = [r for r in range(world_size or 0) if r not in dumps]
+    top = max(last.values(), default=-1)
+    behind = sorted([r for r, v in last.items() if v < top] + absent)
+    if behind and top >= 0:
+        ahead = [r for r in sorted(last) if last[r] == top]
+        want = min((last[r] for r in behind if r in last), default=top - 1) + 1
+        ref = by_seq[ahead[0]].get(want) or by_seq[ahead[0]][top]
+        msg = (f"{_names(behind)} never entered collective seq {ref.seq} ({ref.op}, "
+               f"{ref.bytes} B) that {_names(ahead)} "
+               f"{'wait' if len(ahead) > 1 else 'waits'} in")
+        return Verdict("missing", behind, ref.seq, ref.op, ref.bytes, pg, msg)
+    waiting = sorted(r for r, m in by_seq.items() if any(not c.completed for c in m.values()))
+    msg = (f"every rank entered collective seq {top} and it has not completed on "
+           f"{_names(waiting)}; the dumps name no lagging rank" if waiting else
+           "every rank completed every recorded collective: no hang in these dumps")
+    return Verdict("unknown", [], top, "", 0, pg, msg)

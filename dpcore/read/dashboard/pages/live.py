@@ -1,0 +1,101 @@
+"""Live page: a running job's steps per rank, redrawn every :data:`REFRESH_S` seconds while the
+run is ``running``; once it ends, the last state and links to the full views.
+
+Why a fragment: ``st.fragment(run_every=...)`` redraws only this part, so a person watching does
+not lose the sidebar's state; when run.json says the run ended, one full rerun reloads the run
+and the page draws without a timer. Rows come from live.csv (rank 0 appends a row per rank and
+step within ~0.5 s of the step's end), read fresh each time
+(:func:`dpcore.read.rundir.live.read_live`); the numbers are :mod:`dpcore.read.analysis.live`'s.
+"""
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from dpcore.contract.units import EMPTY
+from dpcore.read.analysis import live as L
+from dpcore.read.dashboard import frame
+from dpcore.read.dashboard.pages import spec
+from dpcore.read.dashboard.text import md
+from dpcore.read.plots.live import live_strip_figure
+from dpcore.read.rundir.live import read_live, run_status
+from dpcore.read.rundir.load import Run
+
+INTRO = ("Step time of every rank as the run runs (live.csv), refreshed every "
+         "second or two while the run is running.")
+REFRESH_S = 1.5
+
+
+def body(run: Run, was_running: bool) -> None:
+    """What the page shows of the run's live rows."""
+    status = run_status(run.path, str(run.meta.get("status", "?")))
+    if was_running and status != "running":
+        st.rerun()  # the run ended: reload it, and draw without the timer
+    live = read_live(run.path)
+    if live.empty:
+        st.info("No live rows yet: live.csv fills as soon as a job's first timed step ends "
+                "(runs written before dpcore 0.x have none).")
+        return
+    jobs = list(dict.fromkeys(live["job_id"]))
+    latest = L.latest_job(live)
+    job = st.selectbox("Job", jobs, index=jobs.index(latest) if latest in jobs else 0,
+                       key=f"live-job-{run.path.name}")
+    rows = L.job_rows(live, job, last=None)
+    recent = L.job_rows(live, job)
+    last = rows["wall_time"].max()
+    when = (f"last row {max(0.0, time.time() - last):.1f} s ago" if status == "running"
+            else f"run {status}")
+    st.markdown(f"**{md(job)}** · {'running' if status == 'running' else 'ended'} · "
+                f"{rows['step'].nunique()} step(s) seen · {when}")
+    st.plotly_chart(live_strip_figure(rows.tail(400 * max(1, rows['rank'].nunique()))),
+                    key=f"live-strip-{run.path.name}")
+    left, right = st.columns(2)
+    with left:
+        st.markdown(f"**Per rank, last {L.WINDOW} steps**")
+        st.dataframe(L.rank_stats(recent), hide_index=True, width="stretch", placeholder=EMPTY,
+                     column_config={
+            "step_ms_p50": st.column_config.NumberColumn("median step (ms)", format="%.2f"),
+            "step_ms_p90": st.column_config.NumberColumn("p90 step (ms)", format="%.2f"),
+            "comm_ms": st.column_config.NumberColumn("comm (ms)", format="%.2f",
+                                                     help="union of the rank's collectives in the step"),
+            "exposed_comm_ms": st.column_config.NumberColumn(
+                "exposed comm (ms)", format="%.2f", help="known once the job's traces are read")})
+    with right:
+        slow = L.slowest_counts(recent)
+        st.markdown(f"**Slowest rank, last {L.WINDOW} steps**")
+        st.dataframe(slow, hide_index=True, width="stretch", placeholder=EMPTY, column_config={
+            "slowest": st.column_config.NumberColumn(
+                "slowest in", help="steps in which this rank had the most work outside "
+                                   "communication (step − comm): the one the others waited for"),
+            "persistent": st.column_config.CheckboxColumn(
+                "persistent straggler", help=f"slowest in at least {L.PERSISTENT_SHARE:.0%} of the "
+                                             f"steps (and {L.MIN_STEPS}+): a one-off stall is not")})
+        flagged = slow[slow["persistent"]]
+        for r in flagged["rank"]:
+            st.warning(f"rank {int(r)} is a persistent straggler in {md(job)}")
+    if status != "running":
+        st.caption("The run has ended: the full views have every number.")
+        for title in ("Overview", "Timeline", "Stragglers"):
+            try:
+                st.page_link(spec(title).path, label=f"Open {title}")
+            except Exception:  # noqa: BLE001 - outside app.py's navigation (a test): no link
+                st.markdown(f"See the {title} page.")
+
+
+def render(run: Run) -> None:
+    """Refresh while running, draw once otherwise."""
+    if run_status(run.path, str(run.meta.get("status", "?"))) == "running":
+        st.fragment(run_every=REFRESH_S)(lambda: body(run, True))()
+    else:
+        body(run, False)
+
+
+def page() -> None:
+    """The page as Streamlit runs it."""
+    st.caption(INTRO)
+    frame.each_run(render)
+
+
+if __name__ == "__main__":
+    page()

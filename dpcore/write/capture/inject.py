@@ -1,0 +1,61 @@
+"""``--inject-hang RANK:STEP[:sleep]``: make one rank hang a job on purpose, so users and tests
+can see what the hang lab says about each kind of hang.
+
+- ``skip``: RANK skips the first ``torch.distributed.all_reduce`` of STEP (a desync: its next
+  collective, the next step's barrier, meets the others' all-reduce). With gloo, a desync whose
+  next collective carries more data than the others expect aborts that rank instead (gloo
+  checks sizes); with one gradient all-reduce per step (``flat``, ``naive`` on a one-tensor
+  model, ``bucketed`` with one bucket) the ranks hang, which is what the watchdog catches.
+- ``sleep``: RANK sleeps forever where that all-reduce would start (a missing rank).
+
+Why patch ``dist.all_reduce`` for the one step: every variant's gradient all-reduce goes
+through it (looked up at call time), so no variant carries injection code. Variants that
+reduce gradients otherwise (``ring``, ``fsdp``, ...) are not affected.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class HangInjection:
+    """Which rank hangs at which step, and how (``skip`` or ``sleep``)."""
+
+    rank: int
+    step: int
+    mode: str = "skip"
+
+    @contextlib.contextmanager
+    def during(self, rank: int, step: int) -> Iterator[None]:
+        """Patch ``dist.all_reduce`` on the chosen rank for the chosen step only."""
+        if rank != self.rank or step != self.step:
+            yield
+            return
+        real = dist.all_reduce
+        fired: list[bool] = []
+
+        def injected(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if fired:
+                return real(tensor, *args, **kwargs)
+            fired.append(True)
+            if self.mode == "sleep":
+                threading.Event().wait()  # forever: the watchdog ends this process
+            if kwargs.get("async_op", len(args) >= 3 and args[2]):
+                fut: torch.futures.Future = torch.futures.Future()
+                fut.set_result([tensor])
+                from torch._C._distributed_c10d import _create_work_from_future
+                return _create_work_from_future(fut)
+            return None
+
+        dist.all_reduce = injected
+        try:
+            yield
+        finally:
+            dist.all_reduce = real

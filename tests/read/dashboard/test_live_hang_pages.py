@@ -1,0 +1,96 @@
+"""The Live and Hang pages in AppTest on known data: the strip and the per-rank numbers of
+live.csv (a persistent straggler flagged, a one-off stall not), a half-written last line never
+shown, the refresh while running, and a hung job's verdict and stacks."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dpcore.contract import runformat as rf
+from dpcore.read.analysis.live import job_rows, slowest_counts
+from dpcore.read.rundir.live import read_live
+from tests.app_pages import open_page, problems
+from tests.contract.test_flightrec import _entry, _steps
+from tests.fixtures_run import make_run
+from tests.read.dashboard.test_app import start
+
+STACK = ('Current thread 0x2 (most recent call first):\n'
+         '  File "/w/dpcore/inject.py", line 49 in injected\n  File "/w/main.py", line 3 in <module>\n')
+
+
+def _live_rows(job: str = "flat-ws2", steps: int = 20, slow_rank: int = 1) -> str:
+    """Rank ``slow_rank`` has 5 ms more work every step; rank 0 has one 50 ms stall at step 3."""
+    lines = []
+    for s in range(steps):
+        for r in range(2):
+            busy = 10.0 + (5.0 if r == slow_rank else 0.0) + (50.0 if (r, s) == (0, 3) else 0.0)
+            step_ms = 70.0 if s == 3 else 20.0
+            lines.append(f"{job},{r},{s},False,{1000 + s},{1700000000 + s / 10},{step_ms},"
+                         f"{step_ms - busy},\n")
+    return ",".join(rf.LIVE_COLUMNS) + "\n" + "".join(lines)
+
+
+def test_slowest_rank_counts_flag_the_persistent_straggler_not_the_stall(tmp_path):
+    (tmp_path / rf.LIVE_FILE).write_text(_live_rows() + "flat-ws2,0,20,False,12")  # half a row
+    live = read_live(tmp_path)
+    assert len(live) == 40 and live["step"].max() == 19  # the half row is not read
+    slow = slowest_counts(job_rows(live, "flat-ws2")).set_index("rank")
+    assert slow.loc[1, "slowest"] == 19 and slow.loc[0, "slowest"] == 1  # the stall: once
+    assert bool(slow.loc[1, "persistent"]) and not bool(slow.loc[0, "persistent"])
+
+
+def add_live_and_hang(run: Path) -> None:
+    """Give a synthetic run a live.csv and a hung job's hang/ folder (known answers)."""
+    (run / rf.LIVE_FILE).write_text(_live_rows())
+    hang = rf.hang_dir(run, "flat-ws2")
+    hang.mkdir(parents=True)
+    base = _steps(3) + [_entry(7, "barrier", 0)]
+    (hang / "rank0.fr.json").write_text(json.dumps({"entries": base + [_entry(8, "all_reduce", 1000, False)]}))
+    (hang / "rank1.fr.json").write_text(json.dumps({"entries": base}))
+    (hang / "rank0.stack.txt").write_text(STACK.replace("inject.py\", line 49 in injected",
+                                                        "distributed_c10d.py\", line 3252 in all_reduce"))
+    (hang / "rank1.stack.txt").write_text(STACK)
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    add_live_and_hang(make_run(tmp_path, "20250101-120000-mlp"))
+    return tmp_path
+
+
+def test_live_page_draws_the_strip_and_flags_the_straggler(root, monkeypatch):
+    at = open_page(start(root, monkeypatch), "Live")
+    assert not problems(at), problems(at)
+    assert at.get("plotly_chart")
+    stats = at.dataframe[0].value
+    assert stats["rank"].tolist() == [0, 1] and stats["step_ms_p50"].tolist() == [20.0, 20.0]
+    assert any("rank 1 is a persistent straggler" in w.value for w in at.warning)
+    assert not any("rank 0 is a persistent" in w.value for w in at.warning)
+
+
+def test_live_page_refreshes_while_running(root, monkeypatch):
+    run = root / "20250101-120000-mlp"
+    meta = json.loads((run / rf.RUN_JSON).read_text())
+    meta.update(status="running", pid=__import__("os").getpid(), host=__import__("socket").gethostname())
+    (run / rf.RUN_JSON).write_text(json.dumps(meta))
+    at = open_page(start(root, monkeypatch), "Live")
+    assert not problems(at), problems(at)
+    assert "running" in " ".join(m.value for m in at.markdown) and "s ago" in " ".join(m.value for m in at.markdown)
+    with open(run / rf.LIVE_FILE, "a") as f:  # a new step arrives
+        f.write("flat-ws2,0,20,False,2000,1700000002.0,21.0,5.0,\nflat-ws2,1,20,False,2000,1700000002.0,21.0,5.0,\n")
+    at.run()
+    assert "21 step(s) seen" in " ".join(m.value for m in at.markdown)
+
+
+def test_hang_page_draws_the_verdict_and_stacks(root, monkeypatch):
+    at = open_page(start(root, monkeypatch), "Hang")
+    assert not problems(at), problems(at)
+    assert at.get("plotly_chart")
+    assert at.warning and "rank 1 never entered collective seq 8" in at.warning[0].value
+    table = at.dataframe[0].value
+    assert isinstance(table, pd.DataFrame) and table["last_enqueued_seq"].tolist() == [8, 7]
+    assert table["stack_top"].tolist()[1] == "inject.py:49 in injected"
+    assert any("(lagging)" in e.label for e in at.expander)
