@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
 from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
-from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
+from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, PERFETTO_JS, perfetto_data, too_big
 from dpcore.read.dashboard.picker import default_second
 from dpcore.read.dashboard.tables import bucket_text, overview_rows, status_text, table_height
 from dpcore.read.plots.buckets import bucket_figure
@@ -193,14 +193,23 @@ def test_ring_view_on_an_allreduce_run_picks_message_sizes(monkeypatch: pytest.M
 
 def test_open_in_perfetto_posts_the_trace_after_pong() -> None:
     trace = b"\x1f\x8b fake gzip bytes"
-    page = perfetto_html(trace, "run </script><b>x", "run-job-rank0.json.gz")
-    assert "window.open(P.origin)" in page and '"PING"' in page and '"PONG"' in page
-    assert "perfetto: {buffer: bytes(), title: P.title, fileName: P.fileName}" in page
-    assert base64.b64encode(trace).decode() in page and "https://ui.perfetto.dev" in page
-    assert "</script><b>" not in page  # a title cannot break out of the script
+    payload = perfetto_data(trace, "run </script><b>x", "run-job-rank0.json.gz")
+    assert "window.open(data.origin)" in PERFETTO_JS and '"PING"' in PERFETTO_JS and '"PONG"' in PERFETTO_JS
+    assert "perfetto: {buffer: bytes(), title: data.title, fileName: data.fileName}" in PERFETTO_JS
+    assert base64.b64decode(payload["b64"]) == trace and payload["origin"] == "https://ui.perfetto.dev"
+    # run-provided text travels as data, set as text: the fixed script never builds HTML from it
+    assert payload["title"] == "run </script><b>x" and "innerHTML" not in PERFETTO_JS
     assert too_big(MAX_EMBED_BYTES + 1) and not too_big(MAX_EMBED_BYTES)
     with pytest.raises(ValueError):
-        perfetto_html(b"x" * (MAX_EMBED_BYTES + 1), "t", "f")
+        perfetto_data(b"x" * (MAX_EMBED_BYTES + 1), "t", "f")
+
+
+def test_no_deprecated_streamlit_api_in_the_dashboard() -> None:
+    """`st.components.v1` is past its announced removal date (2026-06-01): nothing may use it."""
+    root = Path(__file__).resolve().parents[3]
+    users = [str(p) for p in [root / "app.py", *(root / "dpcore").rglob("*.py")]
+             if "components.v1" in p.read_text(encoding="utf-8")]
+    assert users == []
 
 
 def test_download_names_carry_the_run_id() -> None:

@@ -1,0 +1,112 @@
+"""Regenerate the README's screenshots (docs/*.png) from the committed sample runs.
+
+Why a script: the pictures must show what the current code draws on the samples a fresh clone
+has, so they are taken the way a user sees them: `streamlit run app.py` on profiles/, driven by
+Playwright with the system Chromium (never `playwright install`). Usage::
+
+    python scripts/screenshots.py [--out docs] [--only memory,ring]
+
+Each shot: (file name, page URL path, optional action that picks what the README shows).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"]
+
+
+def _pick(page, label: str, option: str) -> None:
+    """Choose ``option`` in the select box labelled ``label`` (typed, then Enter)."""
+    page.locator("[data-testid=stSelectbox]").filter(has_text=label).first.click()
+    page.keyboard.type(option)
+    page.keyboard.press("Enter")
+
+
+def _compare(page) -> None:
+    page.locator("[data-testid=stSidebar]").get_by_text("Compare with a second run").click()
+
+
+SHOTS = [
+    ("dashboard", "overview", None, False),
+    ("timeline", "timeline", None, False),
+    ("memory", "memory", None, True),
+    ("buckets", "buckets", None, True),
+    ("ring", "ring-messages", None, True),
+    ("compare", "overview", _compare, True),
+    ("traces", "traces", None, False),
+    ("whatif", "what-if", None, True),
+]
+
+
+def _idle(page) -> None:
+    page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=60_000)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(REPO / "docs"))
+    ap.add_argument("--only", default="", help="comma-separated shot names (default: all)")
+    ap.add_argument("--every-page", action="store_true", help="one full-page shot of every page instead")
+    args = ap.parse_args()
+    only = {s for s in args.only.split(",") if s}
+    shots = SHOTS
+    if args.every_page:
+        sys.path.insert(0, str(REPO))
+        from dpcore.read.dashboard.pages import PAGES
+
+        shots = [(p.url_path, p.url_path, None, True) for p in PAGES]
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DPCORE_PROFILES": str(REPO / "profiles")}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                             "--server.address", "127.0.0.1", "--server.headless", "true",
+                             "--browser.gatherUsageStats", "false"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(150):
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.3)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            for name, path, action, full in shots:
+                if only and name not in only:
+                    continue
+                page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                page.set_default_timeout(60_000)
+                page.goto(f"{url}/{path}", wait_until="domcontentloaded")
+                page.locator("h1").first.wait_for()
+                _idle(page)
+                if action:
+                    action(page)
+                    page.wait_for_timeout(500)
+                    _idle(page)
+                page.wait_for_timeout(1500)  # plotly's layout
+                page.screenshot(path=str(Path(args.out) / f"{name}.png"), full_page=full)
+                print("wrote", Path(args.out) / f"{name}.png")
+                page.close()
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
