@@ -37,26 +37,32 @@ def _compare(page) -> None:
 
 
 SHOTS = [
-    ("dashboard", "overview", None, False),
+    ("dashboard", "", None, False),
     ("timeline", "timeline", None, False),
     ("memory", "memory", None, True),
     ("buckets", "buckets", None, True),
     ("ring", "ring-messages", None, True),
-    ("compare", "overview", _compare, True),
+    ("compare", "", _compare, True),
     ("traces", "traces", None, False),
     ("whatif", "what-if", None, True),
 ]
 
 
 def _idle(page) -> None:
-    page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=60_000)
+    """Wait until the script has finished and every figure is drawn (no skeleton left)."""
+    page.wait_for_timeout(1000)
+    page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=90_000)
+    page.wait_for_function("document.querySelectorAll('[data-testid=stSkeleton]').length === 0", timeout=90_000)
+    plots = page.locator(".js-plotly-plot")
+    for i in range(plots.count()):
+        plots.nth(i).locator(".main-svg").first.wait_for(timeout=60_000)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "docs"))
     ap.add_argument("--only", default="", help="comma-separated shot names (default: all)")
-    ap.add_argument("--every-page", action="store_true", help="one full-page shot of every page instead")
+    ap.add_argument("--every-page", action="store_true", help="one tall shot of every page instead")
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
     shots = SHOTS
@@ -64,7 +70,9 @@ def main() -> int:
         sys.path.insert(0, str(REPO))
         from dpcore.read.dashboard.pages import PAGES
 
-        shots = [(p.url_path, p.url_path, None, True) for p in PAGES]
+        shots = [(p.url_path, "" if p.default else p.url_path, None, True) for p in PAGES]
+    else:  # the README's pictures: one screen each
+        shots = [(n, path, action, False) for n, path, action, _ in SHOTS]
     from playwright.sync_api import sync_playwright
 
     with socket.socket() as s:
@@ -88,7 +96,8 @@ def main() -> int:
             for name, path, action, full in shots:
                 if only and name not in only:
                     continue
-                page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                # Streamlit scrolls inside its own container: a "full page" is a tall viewport
+                page = browser.new_page(viewport={"width": 1400, "height": 3200 if full else 1000})
                 page.set_default_timeout(60_000)
                 page.goto(f"{url}/{path}", wait_until="domcontentloaded")
                 page.locator("h1").first.wait_for()
@@ -98,7 +107,7 @@ def main() -> int:
                     page.wait_for_timeout(500)
                     _idle(page)
                 page.wait_for_timeout(1500)  # plotly's layout
-                page.screenshot(path=str(Path(args.out) / f"{name}.png"), full_page=full)
+                page.screenshot(path=str(Path(args.out) / f"{name}.png"))
                 print("wrote", Path(args.out) / f"{name}.png")
                 page.close()
             browser.close()

@@ -130,3 +130,33 @@ def load_picked(runs: pd.DataFrame, chosen: list[str], root: Path) -> list[Run]:
         except Exception as exc:  # noqa: BLE001 - RunLoadError names the file; anything else is still a bad run
             st.warning(f"Run {md(folder)} could not be loaded: {md(exc)}")
     return loaded
+
+
+#: The variants a job picker opens on, in order: DDP (what most users run), then its from-scratch
+#: twin, then the hook-based overlap; every page that picks one job uses :func:`featured_job`.
+FEATURED_VARIANTS = ("torch_ddp", "bucketed", "overlap")
+
+
+def featured_job(jobs: pd.DataFrame, bucket_mb: object = None) -> str | None:
+    """The job a job picker opens on, the same on every page: a complete training job of the first
+    of FEATURED_VARIANTS the run has (else any variant), at its largest world size, with the run's
+    own ``--bucket-mb`` where the variant ran a sweep. None when ``jobs`` has no complete training job."""
+    ok = jobs
+    if "kind" in ok:
+        ok = ok[ok["kind"] == "train"]
+    if "status" in ok:
+        ok = ok[ok["status"] == "complete"]
+    if ok.empty:
+        return None
+    rank = {v: i for i, v in enumerate(FEATURED_VARIANTS)}
+    bucket = pd.to_numeric(ok["bucket_mb"], errors="coerce") if "bucket_mb" in ok else pd.Series(float("nan"),
+                                                                                                 index=ok.index)
+    try:
+        want = float(bucket_mb)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        want = float("nan")
+    order = pd.DataFrame({"v": ok["variant"].map(lambda v: rank.get(v, len(rank))),
+                          "ws": -pd.to_numeric(ok["world_size"], errors="coerce").fillna(0),
+                          "b": ~((bucket - want).abs() < 1e-9), "i": range(len(ok))}, index=ok.index)
+    best = order.sort_values(["v", "ws", "b", "i"]).index[0]
+    return str(ok.at[best, "job_id"])

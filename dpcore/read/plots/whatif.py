@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.plots.style import COMPONENT_COLORS, LANE_COLORS, base_layout, empty_figure, legend_right
 
 #: Stacked parts of a predicted step, bottom to top: (column, legend, color).
@@ -21,7 +22,7 @@ MEASURED = dict(symbol="diamond", size=12, color="#000000")
 
 
 def _label(mb: float) -> str:
-    return f"{mb:g} MB"
+    return mib_size(mb)
 
 
 def breakdown_figure(cells: pd.DataFrame, chosen_mb: float | None = None) -> go.Figure:
@@ -84,15 +85,15 @@ def sweep_figure(pred: pd.DataFrame, measured: pd.DataFrame, x: str = "bucket_mb
     other = "world_size" if x == "bucket_mb" else "bucket_mb"
     fig = go.Figure()
     for val, part in pred.sort_values(x).groupby(other, sort=True):
-        name = f"predicted, {val:g} {'ranks' if other == 'world_size' else 'MB'}"
+        name = f"predicted, {ranks_text(val) if other == 'world_size' else mib_size(val)}"
         fig.add_scatter(x=part[x], y=part["step_ms"], mode="lines+markers", name=name,
                         hovertemplate=name + "<br>%{x:g}: %{y:.1f} ms<extra></extra>")
     if measured is not None and not measured.empty:
         for val, part in measured.groupby(other, sort=True):
-            name = f"measured, {val:g} {'ranks' if other == 'world_size' else 'MB'}"
+            name = f"measured, {ranks_text(val) if other == 'world_size' else mib_size(val)}"
             fig.add_scatter(x=part[x], y=part["step_ms"], mode="markers", name=name, marker=MEASURED | {"color": None},
                             customdata=part["job_id"], hovertemplate="%{customdata}: %{y:.1f} ms<extra></extra>")
     fig.update_xaxes(type="log" if x == "bucket_mb" else "linear",
-                     title="bucket size (MB)" if x == "bucket_mb" else "world size (ranks)")
+                     title="bucket size (MiB)" if x == "bucket_mb" else "world size (ranks)")
     fig.update_yaxes(title="step time (ms)", rangemode="tozero")
     return legend_right(base_layout(fig, None, height=380))

@@ -144,7 +144,8 @@ def test_pipelined_sub_messages_pair_nth_send_with_nth_recv():
 
 def test_scaling_flags_noisy_and_superlinear_cells():
     """A disturbed T(1) (p90 = 10x p10) makes every point of that variant's curve suspect, and
-    efficiency > 100% on one host is flagged; a clean variant is not."""
+    efficiency > 100% on one host is flagged; a clean variant is not. `noisy` stays the cell's
+    own spread, the flag Overview shows for the same job (one value per metric)."""
     base = dict(bucket_mb=25.0, status="complete", oversubscribed=False, throughput=1.0)
     summary = pd.DataFrame([
         {**base, "job_id": "a1", "variant": "flat", "world_size": 1, "step_ms": 50.0,
@@ -158,5 +159,7 @@ def test_scaling_flags_noisy_and_superlinear_cells():
     ])
     s = scaling(summary, "weak").set_index(["variant", "world_size"])
     assert s.loc[("flat", 2), "efficiency"] == pytest.approx(50 / 12)
-    assert bool(s.loc[("flat", 1), "noisy"]) and bool(s.loc[("flat", 2), "noisy"])
+    assert bool(s.loc[("flat", 1), "noisy"]) and not bool(s.loc[("flat", 2), "noisy"])
+    assert s.loc[("flat", 2), "suspect"] == "T(1) noisy, above 100%" and s.loc[("flat", 1), "suspect"] == ""
+    assert s.loc[("ring", 2), "suspect"] == ""
     assert not s.loc[("ring", 2), "noisy"] and s.loc[("ring", 2), "efficiency"] == pytest.approx(0.5)

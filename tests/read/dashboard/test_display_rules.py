@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dpcore.contract.errors import UsageError
 from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
 from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
@@ -283,3 +284,24 @@ def test_new_run_command_carries_the_optimizer_and_refuses_unknown_ones(tmp_path
     assert build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [])[-1] == "sgd"
     with pytest.raises(ValueError, match="optimizer"):
         build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], "lion")
+
+
+def test_new_run_form_passes_the_mlp_width_and_runs_show_it(tmp_path):
+    """`--size` is the transformer's knob: an mlp run is told apart by its width, which the New-run
+    command carries and the run list shows ('mlp tiny' named two different mlps alike)."""
+    from dpcore.contract.config import model_size_text
+    from dpcore.read.dashboard.launcher import build_command
+
+    cmd = build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], width=256)
+    assert cmd[cmd.index("--width") + 1] == "256"
+    with pytest.raises(UsageError):
+        build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], width=0)
+    assert model_size_text({"model": "mlp", "size": "tiny", "width": 256}) == "width 256"
+    assert model_size_text({"model": "mlp", "size": "tiny", "width": 512}) == "width 512"
+    assert model_size_text({"model": "transformer", "size": "small", "width": 512}) == "small"
+    assert model_size_text({"model": "einsum", "size": "tiny"}) == ""
+    if (SAMPLE / "sample-train").is_dir():
+        from dpcore.read.rundir.load import list_runs
+
+        runs = list_runs(SAMPLE)[0]
+        assert runs.set_index("run_id").at["sample-train", "size"] == "width 256"

@@ -11,11 +11,17 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, straggler_threshold_pct
+from dpcore.read.analysis.stragglers import (
+    MIN_COLLECTIVES,
+    MIN_WAIT_MS,
+    collective_waits,
+    straggler_summary,
+    straggler_threshold_pct,
+    straggler_verdict,
+)
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
-from dpcore.read.report.stragglers import straggler_verdict
 from dpcore.read.rundir.load import Run
 
 INTRO = "Which rank arrives last at each collective, and how long the others wait for it."
@@ -94,8 +100,10 @@ def render(run: Run) -> None:
         st.plotly_chart(split_fig, key=f"sg-split-{run.path}-{job}")
     st.caption(f"{FORMULA} A rank is named the straggler when it arrived last in at least "
                f"{straggler_threshold_pct(ws):.0f}% of the collectives (halfway between chance, 100/N, and "
-               "always). For asynchronous collectives (overlap, bucketed, DDP) a wait may have been spent "
-               "computing: it measures skew, not idle time.")
+               f"always), of at least {MIN_COLLECTIVES} collectives, and the others waited at least "
+               f"{MIN_WAIT_MS:g} ms on average (less is a busy host's launch skew). For asynchronous "
+               "collectives (overlap, bucketed, DDP) a wait may have been spent computing: it measures skew, "
+               "not idle time.")
 
 
 def page() -> None:

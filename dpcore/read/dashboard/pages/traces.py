@@ -26,6 +26,7 @@ from dpcore.read.dashboard.perfetto import (
     perfetto_data,
     too_big,
 )
+from dpcore.read.dashboard.picker import featured_job
 from dpcore.read.dashboard.tables import table_height
 from dpcore.read.rundir.load import Run
 
@@ -74,7 +75,10 @@ def render(run: Run, root: Path) -> None:
     if not rows:
         st.info("This run has no traces (run the profiler with profiled steps to record them).")
         return
-    job = st.selectbox("Job", [j for j, _ in rows], key=f"tr-job-{run.path}")
+    ids = [j for j, _ in rows]
+    featured = featured_job(run.jobs[run.jobs["job_id"].astype(str).isin(ids)],
+                            (run.meta.get("config") or {}).get("bucket_mb"))
+    job = st.selectbox("Job", ids, index=ids.index(featured) if featured in ids else 0, key=f"tr-job-{run.path}")
     files = dict(rows)[job]
     _perfetto_button(run, job, files, root)
     cols = st.columns(min(4, len(files)))
