@@ -92,7 +92,8 @@ def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = Non
             rows.append({"variant": variant, "world_size": n, "bucket_mb": r["bucket_mb"], "step_ms": tn,
                          "step_ms_p10": r.get("step_ms_p10"), "step_ms_p90": r.get("step_ms_p90"),
                          "throughput": r["throughput"], "speedup": speed, "efficiency": eff, "ideal_speedup": float(n),
-                         "oversubscribed": bool(r["oversubscribed"]), "noisy": _noisy(r), "suspect": suspect,
+                         "oversubscribed": bool(r["oversubscribed"]),
+                         "noisy": bool(r["noisy"]) if "noisy" in r else _noisy(r), "suspect": suspect,
                          "mode": mode})
     return pd.DataFrame(rows, columns=SCALING_COLUMNS)
 

@@ -72,13 +72,29 @@ def offer_other_run(runs: pd.DataFrame, page: PageSpec, folder: str) -> None:
 LIKENESS = {"kinds": 8, "model": 4, "size": 2, "backend": 1, "world_sizes": 1, "variants": 1, "device": 1}
 
 
+def _kinds(value: object) -> set[str]:
+    return {k for k in str(value if isinstance(value, str) else "").split(",") if k}
+
+
+def comparable(runs: pd.DataFrame, first: str) -> list[str]:
+    """Folders of the other runs that share a kind of job (train, allreduce) with ``first``, newest
+    first: a training run against an all-reduce benchmark has no number in common."""
+    runs = runs.assign(_folder=folders(runs))
+    mine = runs[runs["_folder"] == first]
+    if mine.empty:
+        return [f for f in runs["_folder"] if f != first]
+    kinds = _kinds(mine["kinds"].iloc[0])
+    return [f for f, k in zip(runs["_folder"], runs["kinds"]) if f != first and kinds & _kinds(k)]
+
+
 def default_second(runs: pd.DataFrame, first: str) -> str | None:
     """Folder of the run most like ``first`` (same kind of jobs, then the same model, size,
     backend, world sizes, variants, device; complete beats unfinished), newest on a tie; None
-    when there is no other run. Why: comparing a training run with a benchmark is never meant."""
+    when there is no other run of the same kind (:func:`comparable`). Why: comparing a training run
+    with a benchmark is never meant."""
     runs = runs.assign(_folder=folders(runs)).reset_index(drop=True)
     mine = runs[runs["_folder"] == first]
-    others = runs[runs["_folder"] != first]
+    others = runs[runs["_folder"].isin(comparable(runs.drop(columns="_folder"), first))]
     if others.empty:
         return None
     if mine.empty:
@@ -112,10 +128,17 @@ def pick_runs(runs: pd.DataFrame) -> list[str]:
                              help="Runs under the profiles folder, newest first.")
     chosen = [a]
     if len(keys) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
-        others = [f for f in keys if f != a]
+        others = comparable(runs, a)
+        if not others:
+            kinds = runs.loc[[f == a for f in folders(runs)], "kinds"]
+            what = " or ".join(sorted(_kinds(kinds.iloc[0]) if len(kinds) else set())) or "the same kind of"
+            st.sidebar.info(f"No other run has {md(what)} jobs to compare with {md(a)}: a training run and an "
+                            "all-reduce benchmark have no number in common.")
+            return chosen
         if st.session_state.get("run_b") not in others:
             st.session_state["run_b"] = default_second(runs, a) or others[0]
-        chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt))
+        chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt,
+                                           help="Runs with the same kind of jobs (training, all-reduce)."))
     return chosen
 
 

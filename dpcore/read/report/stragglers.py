@@ -121,5 +121,6 @@ def stragglers_text(path: str, csv: bool = False) -> str:
             head += f"; {dropped[str(job)]} seen on fewer ranks left out"
         head += "".join(f"\n  note: {note}" for note in notes.get(str(job), []))
         verdict = straggler_verdict(rows, world.get(str(job)))
-        parts.append(f"{head}\n{text_table(rows.drop(columns='job_id'))}\n  {verdict}")
+        shown = rows.drop(columns="job_id").assign(wait_fraction=100 * rows["wait_fraction"])  # percent, as the view
+        parts.append(f"{head}\n{text_table(shown.rename(columns={'wait_fraction': 'wait_%'}))}\n  {verdict}")
     return "\n\n".join(parts) + "\n"

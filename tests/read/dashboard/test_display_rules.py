@@ -22,7 +22,7 @@ from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
 from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
 from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, PERFETTO_JS, perfetto_data, too_big
-from dpcore.read.dashboard.picker import default_second
+from dpcore.read.dashboard.picker import comparable, default_second
 from dpcore.read.dashboard.tables import bucket_text, overview_rows, status_text, table_height
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.ring import aggregate_pieces, message_figure
@@ -83,8 +83,25 @@ def test_compare_defaults_to_a_run_of_the_same_kind() -> None:
         size=[None, "tiny", "tiny", "tiny"], backend="gloo", world_sizes=["2", "1,2", "1,2", "1,2"],
         variants=["native,ring", "flat,ring", "flat,ring", "flat,ring"], device="cpu", status="complete"))
     assert default_second(runs, "train-a") == "train-b"  # not the newer benchmark, not the other model
-    assert default_second(runs, "bench-new") == "train-a"  # nothing alike: the newest other
+    # a benchmark has nothing in common with a training run: no pairing at all (the sidebar says so)
+    assert default_second(runs, "bench-new") is None and comparable(runs, "bench-new") == []
+    assert comparable(runs, "train-a") == ["train-other-model", "train-b"]
     assert default_second(runs.iloc[:1], "bench-new") is None
+
+
+def test_compare_mode_on_the_shipped_samples_pairs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two samples (a training run, an all-reduce benchmark) share no job: switching Compare on
+    says so in the sidebar instead of pairing them; a run's `repeats: 0` reads as what it means."""
+    if not (SAMPLE / "sample-allreduce").is_dir():
+        pytest.skip("sample runs not present")
+    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.sidebar.toggle(key="compare").set_value(True).run()
+    assert not at.exception
+    assert not [s for s in at.sidebar.selectbox if s.key == "run_b"]
+    assert any("No other run has train jobs to compare with sample-train" in i.value for i in at.sidebar.info)
+    diff = config_diff({"a": {"config": {"repeats": 0}}, "b": {"config": {"repeats": 5}}})
+    assert diff.iloc[0]["a"].startswith("by size (50 up to 64 KiB")
 
 
 def test_config_difference_and_ratio_column() -> None:

@@ -36,13 +36,13 @@ TABLE_CONFIG = {
     "rank": NUM("rank", format="%d"),
     "collectives": NUM("collectives", help="Collectives of this job seen on every rank (matched).", format="%d"),
     "last_arrival_pct": NUM("arrived last %", help="Share of the collectives where this rank had wait 0.",
-                            format="%.0f%%"),
+                            format="%.1f%%"),
     "mean_wait_ms": NUM("mean wait (ms)", help="Mean of latest arrival − own arrival.", format="%.3f"),
     "p90_wait_ms": NUM("p90 wait (ms)", help="90th percentile of the wait.", format="%.3f"),
     "wait_ms": NUM("total wait (ms)", help="Sum of the waits over the matched collectives.", format="%.2f"),
     "transfer_ms": NUM("total transfer (ms)", help="Sum of (end − latest arrival), ≥ 0.", format="%.2f"),
     "comm_ms": NUM("total comm (ms)", help="Sum of (end − own arrival) = wait + transfer.", format="%.2f"),
-    "wait_fraction": NUM("wait / comm", help="Total wait / total comm time.", format="percent"),
+    "wait_fraction": NUM("wait / comm", help="Total wait / total comm time, in percent.", format="%.1f%%"),
     "mean_start_skew_ms": NUM("start skew (ms)", help="Mean of latest − earliest start per collective.",
                               format="%.3f"),
     "mean_end_skew_ms": NUM("end skew (ms)", help="Mean of latest − earliest end per collective.", format="%.3f"),
@@ -91,7 +91,8 @@ def render(run: Run) -> None:
     rows = table[table["job_id"] == job]
     ws = len(rows)
     st.markdown(f"**{md(job)}**: {straggler_verdict(rows)}.")
-    st.dataframe(rows.drop(columns="job_id"), hide_index=True, width="stretch", column_config=TABLE_CONFIG)
+    st.dataframe(rows.drop(columns="job_id").assign(wait_fraction=100 * rows["wait_fraction"]), hide_index=True,
+                 width="stretch", column_config=TABLE_CONFIG)
     last_fig, split_fig = charts(run, key, job)
     left, right = st.columns(2)
     with left:
