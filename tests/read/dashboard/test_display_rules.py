@@ -180,6 +180,26 @@ def test_send_and_receive_colours_differ_and_labels_are_optional() -> None:
     assert texts and texts[0].textfont.size == 12 and texts[0].text[0].endswith("×2")
 
 
+def test_chunk_labels_of_crossing_arrows_do_not_overlap() -> None:
+    """In a 2-rank ring the two arrows of a ring step cross at their midpoints: labels there printed
+    over each other. Placed a third of the way from the sender and kept only where clear of the
+    others, no two labels' boxes overlap in the diagram's own coordinates."""
+    from itertools import combinations
+
+    from dpcore.read.plots.labels import boxes_overlap, label_box
+    from dpcore.read.plots.ring import DIAGRAM_PLOT_PX
+
+    fig = message_figure(pipelined_ring(2, pieces=1), label_size=12)
+    texts = [t for t in fig.data if isinstance(t, go.Scatter) and t.mode == "text"]
+    points = [(x, y, s) for t in texts for x, y, s in zip(t.x, t.y, t.text)]
+    assert len(points) >= 2
+    bars = [t for t in fig.data if isinstance(t, go.Bar)]
+    x1 = max(float(b + w) for t in bars for b, w in zip(t.base, t.x))
+    h = fig.layout.height - 180.0
+    boxes = [label_box(x / x1 * DIAGRAM_PLOT_PX, (y + 0.5) / 2 * h, s) for x, y, s in points]
+    assert not any(boxes_overlap(a, b) for a, b in combinations(boxes, 2))
+
+
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_ring_circle_steps_through_the_plan(n: int) -> None:
     fig = ring_circle_figure(n, chunk_bytes="4 MiB")

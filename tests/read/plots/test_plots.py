@@ -150,7 +150,8 @@ def test_ring_figures() -> None:
     assert len(arrows) == 2 and sum(np.isnan(np.asarray(a.x, float)).sum() for a in arrows) == 4
     wt = pd.DataFrame(dict(job_id="ring-ws2", algo="ring", call=0, phase=["reduce_scatter", "all_gather"],
                            ring_step=0, rank=0, transfer_ms=[.4, .4], wait_ms=[.5, .1]))
-    assert [str(x) for x in wait_transfer_figure(wt).data[0].x] == ["RS 0", "AG 0"]
+    # ring steps count from 1, as in the ring picture and the chunk slider beside it
+    assert [str(x) for x in wait_transfer_figure(wt).data[0].x] == ["RS 1", "AG 1"]
     cells = pd.DataFrame(dict(frame=["start"] * 4 + ["RS 0"] * 4, rank=[0, 0, 1, 1] * 2, chunk=[0, 1] * 4,
                               count=[1, 1, 1, 1, 1, 2, 2, 1], text=["x"] * 8))
     fig = chunk_figure(cells, 2)
