@@ -101,8 +101,9 @@ def progress_of(events: list[dict]) -> tuple[float, str, str | None]:
         elif kind == "step":
             part = _num(ev.get("step"), 0) / max(1.0, _num(ev.get("steps_total"), 1))
             frac = (idx - 1 + min(1.0, part)) / total
+            note = ev.get("steps_note")
             text = (f"job {int(idx)}/{int(total)}: {ev.get('job_id', '?')} · "
-                    f"step {ev.get('step')}/{ev.get('steps_total')}")
+                    f"step {ev.get('step')}/{ev.get('steps_total')}" + (f" ({note})" if note else ""))
         elif kind == "job_end":
             frac, text = idx / total, f"job {int(idx)}/{int(total)}: {ev.get('job_id', '?')} {ev.get('status', '')}"
         elif kind == "run_end":

@@ -42,6 +42,9 @@ VERIFY_BATCH = {"toy": 4, "mlp": 8, "transformer": 2, "einsum": 16}
 VERIFY_BUCKET_MB = {"toy": 0.0004, "mlp": 1.0, "transformer": 1.0, "einsum": 4.0}
 VERIFY_LR = {"toy": 0.1}
 COLUMNS = ("variant", "world_size", "max_abs_diff", "tolerance", "verdict")
+#: ``single``'s verdict: it is what the others are compared with (one process, the whole batch),
+#: so its row shows world size 1 and no difference.
+REFERENCE = "reference (the others are compared with it)"
 #: A user's MODULE:FUNCTION model: per-rank batch, and buckets sized so that its gradients
 #: fill about this many of them (several buckets, whatever the model's size).
 SPEC_VERIFY_BATCH, SPEC_VERIFY_BUCKETS = 4, 4
@@ -239,6 +242,9 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
     rows, ok = [], True
     for v in verify_rows(wanted, cfg.optimizer):
         params, spread, note = results[v]
+        if v == "single":  # the reference: one process with the whole batch, at any world size
+            rows.append(_row(v, 1, None, tolerance(cfg), REFERENCE))
+            continue
         compute_dtype = _split_row(v)[1]
         tol = compute_tolerance(cfg, compute_dtype) if compute_dtype else tolerance(cfg)
         if note and note.startswith("error"):

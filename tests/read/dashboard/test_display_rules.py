@@ -342,3 +342,17 @@ def test_new_run_form_passes_the_mlp_width_and_runs_show_it(tmp_path):
 
         runs = list_runs(SAMPLE)[0]
         assert runs.set_index("run_id").at["sample-train", "size"] == "width 256"
+
+
+def test_progress_says_why_a_job_has_more_steps_than_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--steps 6` runs 13 steps (3 warm-up, 6 timed, 1 + 3 under the profiler): the New-run progress
+    says so instead of a bare 'step 7/13'."""
+    from dpcore.read.dashboard.launcher import parse_event, progress_of
+    from dpcore.write.runtime.progress import Progress
+
+    p = Progress("json", jobs_total=1)
+    p.job_start("flat-ws2", 13, "3 warm-up + 6 timed + 4 under the profiler")
+    p.step({"done": 7})
+    events = [e for e in map(parse_event, capsys.readouterr().out.splitlines()) if e]
+    _, text, _ = progress_of(events)
+    assert text == "job 1/1: flat-ws2 · step 7/13 (3 warm-up + 6 timed + 4 under the profiler)"
