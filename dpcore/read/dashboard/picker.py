@@ -109,11 +109,16 @@ def default_second(runs: pd.DataFrame, first: str) -> str | None:
 
 
 def run_labels(runs: pd.DataFrame) -> dict[str, str]:
-    """{folder: picker label}: "run_id · status", plus the folder where two runs share a run id."""
+    """{folder: picker label}: the run id, "· status" where the run is not complete, plus the
+    folder where two runs share a run id. Short, so that the sidebar's picker shows it whole (a
+    timestamped run id with " · complete" was cut)."""
     ids = [str(r) for r in runs["run_id"]]
     dup = {r for r in ids if ids.count(r) > 1}
-    return {f: f"{r} ({f}) · {s}" if r in dup else f"{r} · {s}"
-            for f, r, s in zip(folders(runs), ids, runs["status"].astype(str))}
+    out = {}
+    for f, r, s in zip(folders(runs), ids, runs["status"].astype(str)):
+        name = f"{r} ({f})" if r in dup else r
+        out[f] = name if s == "complete" else f"{name} · {s}"
+    return out
 
 
 def pick_runs(runs: pd.DataFrame) -> list[str]:
@@ -125,7 +130,8 @@ def pick_runs(runs: pd.DataFrame) -> list[str]:
         st.session_state["run_a"] = default_run(runs)
     fmt = lambda f: labels.get(f, f)  # noqa: E731 - option labels are plain text, not Markdown
     a = st.sidebar.selectbox("Run", keys, key="run_a", format_func=fmt,
-                             help="Runs under the profiles folder, newest first.")
+                             help="Runs under the profiles folder, newest first; a run that is not complete "
+                                  "shows its status.")
     chosen = [a]
     if len(keys) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
         others = comparable(runs, a)

@@ -71,7 +71,10 @@ def render(runs: pd.DataFrame, loaded: list[Run]) -> None:
                "(default: the newest complete run with training jobs, else the newest complete run), or switch on "
                "*Compare* to put two runs of the same kind side by side.")
     cols = [c for c in RUN_COLS if c in runs.columns]
-    st.dataframe(runs[cols], hide_index=True, width="stretch", height=table_height(len(runs)), placeholder=EMPTY)
+    st.dataframe(runs[cols], hide_index=True, width="stretch", height=table_height(len(runs)), placeholder=EMPTY,
+                 column_config={"variants": st.column_config.TextColumn("variants", width="large"),
+                                "size": st.column_config.TextColumn("size", help="mlp: its --width; transformer: "
+                                                                    "its --size (the other knob does not apply)")})
     for run in loaded:
         environment_box(run)
         jobs = run.jobs
