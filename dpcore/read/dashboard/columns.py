@@ -27,7 +27,8 @@ SUMMARY_CONFIG = {
     "bucket_mb": st.column_config.TextColumn("bucket", help="Gradient bucket cap (MiB) of bucketed variants; "
                                              "blank where "
                                              "a variant does not bucket its gradients."),
-    "status": st.column_config.TextColumn("status", width="medium",
+    "world_size": NUM("world size", help="Ranks (processes) of the job.", format="%d"),
+    "status": st.column_config.TextColumn("status", width="large",
                                           help="complete, or why the job has no numbers (skipped, failed)."),
     "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),  # whole samples
     "step_ms_p10": NUM("T p10", help="10th percentile of step time over the timed steps and ranks", format="%.2f"),

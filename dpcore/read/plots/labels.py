@@ -34,7 +34,8 @@ def spaced_labels(x: Sequence[float], y: Sequence[float], texts: Sequence[str], 
                   y_range: tuple[float, float], size_px: tuple[float, float]) -> list[str]:
     """``texts`` with "" where a label would overlap one kept earlier (earlier points win), for
     points at (x, y) on axes spanning ``x_range``/``y_range`` drawn into a ``size_px`` (width,
-    height) plot area. A point outside the ranges or not a number gets no label."""
+    height) plot area. A point outside the ranges, not a number, or whose label would be cut at the
+    plot's edge gets no label."""
     (x0, x1), (y0, y1), (w, h) = x_range, y_range, size_px
     kept: list[tuple[float, float, float, float]] = []
     out = []
@@ -45,7 +46,7 @@ def spaced_labels(x: Sequence[float], y: Sequence[float], texts: Sequence[str], 
             out.append("")
             continue
         box = label_box(px, py, str(text))
-        inside = 0 <= px <= w and 0 <= py <= h and box[3] <= h + LINE_PX
+        inside = 0 <= box[0] and box[2] <= w and 0 <= py <= h and box[3] <= h + LINE_PX  # never cut at an edge
         if text and inside and not any(boxes_overlap(box, k) for k in kept):
             kept.append(box)
             out.append(str(text))
