@@ -61,6 +61,12 @@ def ranks_text(n: object) -> str:
     return f"{k} rank" if k == 1 else f"{k} ranks"
 
 
+def percent_number(value: object, digits: int = 1) -> str:
+    """A value already in percent as a bare number with one fixed number of decimals, for a
+    column whose header says '%': 62.987 -> '63.0'; None/NaN -> '—'."""
+    return EMPTY if _missing(value) else f"{float(value):.{digits}f}"  # type: ignore[arg-type]
+
+
 def percent(value: object, digits: int = 1) -> str:
     """A value already in percent, with one fixed number of decimals: 62.987 -> '63.0%';
     None/NaN -> '—'. One rule, so that a table never mixes 0, 1 and 2 decimals."""

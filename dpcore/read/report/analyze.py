@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpcore.contract.intervals import has_peers
+from dpcore.contract.units import percent_number
 from dpcore.read.analysis.comm_overlap import overlap_from_trace
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
 from dpcore.read.analysis.timeline import trace_step_metrics
@@ -39,7 +40,8 @@ _ANALYZE_NOTE = ("ms columns: means per traced step; step_ms: the step's window 
 def _text(df: pd.DataFrame) -> str:
     """The text table of ANALYZE_COLUMNS rows: percentages in percent, as summarize and the dashboard."""
     view = df[ANALYZE_COLUMNS].assign(comm_fraction=100 * df["comm_fraction"])
-    return text_table(view.rename(columns={"comm_fraction": "comm_%", "overlap_pct": "overlap_%"}))
+    return text_table(view.rename(columns={"comm_fraction": "comm_%", "overlap_pct": "overlap_%"}),
+                      formatters={"comm_%": percent_number, "overlap_%": percent_number})
 
 
 def _trace_folder_ranks(trace_dir: Path) -> tuple[pd.DataFrame, list[str]]:

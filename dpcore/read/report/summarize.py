@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpcore.contract.units import EMPTY, percent
+from dpcore.contract.units import EMPTY, percent, percent_number
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import NOISY_SPREAD, SOURCE_GAP_POINTS
 from dpcore.read.analysis.summary import job_summary
@@ -83,7 +83,8 @@ def summarize(path: str, csv: bool = False) -> str:
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
                                                     "expected_bus_mib_per_step": "expected_MiB"})
-    lines = [f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})", text_table(view), "",
+    pct = {c: percent_number for c in ("overlap_%", "comm_%")}  # one decimal, as the dashboard
+    lines = [f"{run.meta.get('run_id', p.name)} ({run.meta.get('status', '?')})", text_table(view, formatters=pct), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
              f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
              "traced steps (Σ part / Σ step time, mean over ranks), so compute + exposed <= T; "
