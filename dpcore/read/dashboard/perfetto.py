@@ -20,6 +20,8 @@ blockers ask for.
 from __future__ import annotations
 
 import base64
+from functools import cache
+from typing import Any
 
 #: Largest trace file embedded for "Open in Perfetto" (compressed bytes as stored).
 MAX_EMBED_BYTES = 20 * 2**20
@@ -91,3 +93,17 @@ def perfetto_data(trace: bytes, title: str, file_name: str, label: str = "Open i
         raise ValueError(f"trace of {len(trace)} bytes is above the {MAX_EMBED_BYTES} byte embed limit")
     return {"b64": base64.b64encode(trace).decode("ascii"), "title": title, "fileName": file_name,
             "label": label, "origin": PERFETTO_ORIGIN}
+
+
+@cache
+def _component() -> Any:
+    """The component, registered once per process: a page file runs again on every rerun, an
+    imported module does not (registering the name again would replace it and log a warning)."""
+    import streamlit as st
+
+    return st.components.v2.component(COMPONENT_NAME, html=PERFETTO_HTML, css=PERFETTO_CSS, js=PERFETTO_JS)
+
+
+def open_in_perfetto(trace: bytes, title: str, file_name: str, key: str) -> None:
+    """Mount the button for one trace file (see :func:`perfetto_data` for what it receives)."""
+    _component()(data=perfetto_data(trace, title, file_name), key=key)

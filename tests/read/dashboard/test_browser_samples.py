@@ -163,3 +163,4 @@ def test_what_a_newcomer_sees_on_the_samples(server) -> None:
     server_log = log.read()
     # 1. nothing past its removal date runs under any button
     assert "will be removed" not in server_log and "components.v1" not in server_log, server_log[-3000:]
+    assert "already registered" not in server_log, server_log[-3000:]  # the component registered once

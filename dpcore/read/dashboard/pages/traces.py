@@ -17,22 +17,12 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY, binary_size
 from dpcore.read.dashboard import data, frame
-from dpcore.read.dashboard.perfetto import (
-    COMPONENT_NAME,
-    MAX_EMBED_BYTES,
-    PERFETTO_CSS,
-    PERFETTO_HTML,
-    PERFETTO_JS,
-    perfetto_data,
-    too_big,
-)
+from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, open_in_perfetto, too_big
 from dpcore.read.dashboard.picker import featured_job
 from dpcore.read.dashboard.tables import table_height
 from dpcore.read.rundir.load import Run
 
 INTRO = "The raw torch.profiler traces, for Perfetto or chrome://tracing."
-#: Registered once per process (fixed HTML/JS); each mount passes the trace as data.
-_OPEN_IN_PERFETTO = st.components.v2.component(COMPONENT_NAME, html=PERFETTO_HTML, css=PERFETTO_CSS, js=PERFETTO_JS)
 
 
 def download_name(run: Run, job: str, file_name: str) -> str:
@@ -56,9 +46,8 @@ def _perfetto_button(run: Run, job: str, files: dict[str, Path], root: Path) -> 
             st.info(f"{path.name} is {binary_size(size)}: above the {binary_size(MAX_EMBED_BYTES)} this page embeds "
                     "for Perfetto. Download it below and drag it onto https://ui.perfetto.dev.")
             return
-        _OPEN_IN_PERFETTO(data=perfetto_data(data.file_reader(path, root)(), f"{run.path.name} · {job} · {name}",
-                                             download_name(run, job, path.name)),
-                          key=f"tr-perfetto-{run.path}-{job}-{name}")
+        open_in_perfetto(data.file_reader(path, root)(), f"{run.path.name} · {job} · {name}",
+                         download_name(run, job, path.name), key=f"tr-perfetto-{run.path}-{job}-{name}")
 
 
 def render(run: Run, root: Path) -> None:
