@@ -11,12 +11,13 @@ def bus_factor(op: str, n: int) -> float:
     """nccl-tests' bus bandwidth factor for a collective over n ranks (doc/PERFORMANCE.md):
     all-reduce 2(N-1)/N; reduce-scatter, all-gather, all-to-all (N-1)/N; broadcast 1.
 
-    busbw = algbw · factor is comparable to the link speed whatever N is. One rank moves nothing
-    over a bus, so every factor but broadcast's is 0 there."""
-    if op == "broadcast":
-        return 1.0
+    busbw = algbw · factor is comparable to the link speed whatever N is. One rank has no peer and
+    moves nothing over a bus, so every factor is 0 there, broadcast's too (a world-size-1 ZeRO-1
+    job's broadcasts "moved" its whole model to nobody)."""
     if n <= 1:
         return 0.0
+    if op == "broadcast":
+        return 1.0
     if op in ("all_reduce", "allreduce"):
         return 2.0 * (n - 1) / n
     if op in ("reduce_scatter", "all_gather", "allgather", "all_to_all", "alltoall", "gather", "scatter"):

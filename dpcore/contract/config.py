@@ -61,6 +61,19 @@ MODEL_SPEC = "MODULE:FUNCTION"
 _SPEC_RE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)")
 
 
+def model_size_text(cfg: dict) -> str:
+    """A run's model size in its own knob's words: 'width 256' for mlp (``--width``; ``--size``
+    applies to the transformer only, so an mlp run's recorded ``size`` says nothing), the size
+    for the transformer, '' for others (einsum, a user's module) or when not recorded."""
+    model = cfg.get("model")
+    if model == "mlp":
+        width = cfg.get("width")
+        return f"width {width}" if isinstance(width, int) and not isinstance(width, bool) else ""
+    if model == "transformer":
+        return str(cfg.get("size") or "")
+    return ""
+
+
 def is_model_spec(name: str) -> bool:
     """True for ``MODULE:FUNCTION`` (a user's model), False for a built-in model name."""
     return ":" in name

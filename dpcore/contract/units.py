@@ -53,3 +53,23 @@ def cell(value: object, empty: str = EMPTY) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
         return empty
     return str(value)
+
+
+def ranks_text(n: object) -> str:
+    """'1 rank', '2 ranks': a world size in words (never '1 ranks')."""
+    k = int(float(n))  # type: ignore[arg-type]
+    return f"{k} rank" if k == 1 else f"{k} ranks"
+
+
+def percent_number(value: object, digits: int = 1) -> str:
+    """A value already in percent as a bare number with one fixed number of decimals, for a
+    column whose header says '%': 62.987 -> '63.0'; None/NaN -> '—'."""
+    return EMPTY if _missing(value) else f"{float(value):.{digits}f}"  # type: ignore[arg-type]
+
+
+def percent(value: object, digits: int = 1) -> str:
+    """A value already in percent, with one fixed number of decimals: 62.987 -> '63.0%';
+    None/NaN -> '—'. One rule, so that a table never mixes 0, 1 and 2 decimals."""
+    if _missing(value):
+        return EMPTY
+    return f"{float(value):.{digits}f}%"  # type: ignore[arg-type]

@@ -10,8 +10,8 @@ to the collective: the whole buffer for an all-reduce and a broadcast, the full 
 unsharded) buffer for an all-gather and a reduce-scatter, as nccl-tests counts sizes. What we
 compare is **bus bytes** per rank per step = Σ bytes · bus_factor(op, N) with nccl-tests' factors
 (``dpcore.contract.bandwidth.bus_factor``: all-reduce 2(N−1)/N, all-gather and reduce-scatter
-(N−1)/N, broadcast 1): what each rank sends over its link with a bandwidth-optimal (ring)
-algorithm, whatever algorithm actually ran. :func:`expected_volume` is the one place the
+(N−1)/N, broadcast 1; all 0 at N = 1, no peer): what each rank sends over its link with a
+bandwidth-optimal (ring) algorithm, whatever algorithm actually ran. :func:`expected_volume` is the one place the
 per-variant formulas live (the CLI, the Memory view and the README table come from it).
 """
 from __future__ import annotations

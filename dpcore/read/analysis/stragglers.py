@@ -27,7 +27,8 @@ point-to-point events left out); a folder holding fewer ranks than the job had i
 (:func:`partial_rank_note`): the latest of the traced ranks need not be the job's latest.
 
 Pure pandas/numpy: DataFrames in, DataFrames out (the ``stragglers`` command's text and its
-verdict sentence are :mod:`dpcore.read.report.stragglers`).
+verdict sentence's layout are :mod:`dpcore.read.report.stragglers`; the verdict itself,
+:func:`straggler_verdict`, is here so that the command and the dashboard name the same rank).
 """
 from __future__ import annotations
 
@@ -202,6 +203,50 @@ def trace_notes(events: pd.DataFrame, world_size: int | None = None) -> list[str
         notes.append(f"{len(unmatched)} comm events of steps in which the ranks saw different numbers of them "
                      "are left out (cannot be matched by order)")
     return notes
+
+
+#: Fewest collectives (matched across ranks) a verdict is drawn from: below it "most of the
+#: time" has no meaning and a rank is never named.
+MIN_COLLECTIVES = 5
+#: Least mean wait (ms per collective) the others must have spent on the last rank before it is
+#: named: below it, the skew is the launch jitter of a busy host (1–2 ms between two gloo ranks
+#: on a loaded 2-core machine with no injected delay), not a straggler worth acting on.
+MIN_WAIT_MS = 5.0
+
+
+def straggler_verdict(summary: pd.DataFrame, world_size: int | None = None) -> str:
+    """One sentence on one job's :func:`straggler_summary` rows: who arrived last and what it cost
+    the others. A rank is named only when it arrived last in at least
+    :func:`straggler_threshold_pct` of at least MIN_COLLECTIVES collectives and the others waited
+    at least MIN_WAIT_MS on average; otherwise the sentence says which condition failed.
+    ``world_size`` (the job's, when known) larger than the ranks in ``summary`` adds that only
+    those ranks were compared. The CLI and the Stragglers view both print this sentence."""
+    if summary is None or summary.empty:
+        return "no collective matched across ranks"
+    return _verdict(summary) + (f" (among {len(summary)} of {world_size} ranks only)"
+                                if world_size is not None and world_size > len(summary) else "")
+
+
+def _verdict(summary: pd.DataFrame) -> str:
+    top = summary.sort_values(["last_arrival_pct", "mean_wait_ms"], ascending=[False, True]).iloc[0]
+    n = int(summary["collectives"].max())
+    often = summary[summary["last_arrival_pct"] >= straggler_threshold_pct(len(summary))]
+    if len(often) > 1:  # exact ties: several ranks "last" every time, none of them the straggler
+        names = ", ".join(str(int(r)) for r in sorted(often["rank"]))
+        return f"no consistent straggler (ranks {names} tied as last in most of the {n} collectives)"
+    if often.empty:
+        return (f"no consistent straggler (most often last: rank {int(top['rank'])}, "
+                f"{top['last_arrival_pct']:.0f}% of {n} collectives)")
+    if n < MIN_COLLECTIVES:
+        return f"too few collectives to name a straggler: {n} matched, at least {MIN_COLLECTIVES} needed"
+    others = summary[summary["rank"] != top["rank"]]
+    mean_other = float(others["wait_ms"].sum() / max(1, others["collectives"].sum()))
+    if mean_other < MIN_WAIT_MS:
+        return (f"no straggler worth naming: rank {int(top['rank'])} arrived last in "
+                f"{top['last_arrival_pct']:.0f}% of {n} collectives, but the others waited {mean_other:.3g} ms "
+                f"on average, less than the {MIN_WAIT_MS:g} ms of a busy host's launch skew")
+    return (f"rank {int(top['rank'])} arrived last in {top['last_arrival_pct']:.0f}% of {n} collectives; "
+            f"others waited {mean_other:.3g} ms on average")
 
 
 def straggler_threshold_pct(world_size: int) -> float:

@@ -18,7 +18,7 @@ SUMMARY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "status", "st
                    "sources_disagree", "comm_ops", "comm_bytes", "throughput", "oversubscribed", "n_steps",
                    "step_ms_std"]
 SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90", "throughput",
-                   "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "mode"]
+                   "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "suspect", "mode"]
 
 
 def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
@@ -58,6 +58,11 @@ def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = Non
     T(1) is the variant's own 1-rank job, else the `single` job. With several bucket sizes per
     (variant, N), ``default_bucket`` (the run's ``--bucket-mb``, run.json config) is used, else
     the most common bucket size of the run (the sweep itself is bucket_sweep's job).
+
+    ``noisy`` is the cell's own step-time spread, the very flag of :func:`job_summary` (Overview
+    and ``summarize`` show the same); ``suspect`` says why a speedup/efficiency built on it may
+    still be wrong: "T(1) noisy" (its baseline's spread) or "above 100%" (superlinear on one host),
+    else "".
     """
     if mode not in ("weak", "strong"):
         raise ValueError(f"unknown scaling mode {mode!r}; valid choices: weak, strong")
@@ -80,12 +85,15 @@ def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = Non
             n, tn = int(r["world_size"]), float(r["step_ms"])
             speed = n * t1 / tn if mode == "weak" else t1 / tn
             eff = t1 / tn if mode == "weak" else speed / n
-            # superlinear efficiency on one host, or a spread-out T(1)/T(N), means noise
-            noisy = base_noisy or _noisy(r) or (np.isfinite(eff) and eff > 1.05 and n > 1)
+            # superlinear efficiency on one host, or a spread-out T(1), makes the ratio suspect
+            # even where this cell's own steps are steady
+            suspect = ", ".join(w for w, bad in (("T(1) noisy", base_noisy and n > 1),
+                                                  ("above 100%", np.isfinite(eff) and eff > 1.05 and n > 1)) if bad)
             rows.append({"variant": variant, "world_size": n, "bucket_mb": r["bucket_mb"], "step_ms": tn,
                          "step_ms_p10": r.get("step_ms_p10"), "step_ms_p90": r.get("step_ms_p90"),
                          "throughput": r["throughput"], "speedup": speed, "efficiency": eff, "ideal_speedup": float(n),
-                         "oversubscribed": bool(r["oversubscribed"]), "noisy": bool(noisy),
+                         "oversubscribed": bool(r["oversubscribed"]),
+                         "noisy": bool(r["noisy"]) if "noisy" in r else _noisy(r), "suspect": suspect,
                          "mode": mode})
     return pd.DataFrame(rows, columns=SCALING_COLUMNS)
 

@@ -18,16 +18,19 @@ SUMMARY_CONFIG = {
     "overlapped_ms": NUM("overlapped (ms)", help=FORMULAS["overlapped_ms"], format="%.2f"),
     "exposed_ms": NUM("exposed E (ms)", help=FORMULAS["exposed_ms"], format="%.2f"),
     "other_ms": NUM("other (ms)", help=FORMULAS["other_ms"], format="%.2f"),
-    "comm_fraction": NUM("comm fraction E/T", help=FORMULAS["comm_fraction"], format="percent"),
-    "overlap_pct": NUM("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%"),
+    # percentages: one decimal everywhere (comm_fraction is shown in percent: tables.overview_rows)
+    "comm_fraction": NUM("comm fraction E/T", help=FORMULAS["comm_fraction"], format="%.1f%%"),
+    "overlap_pct": NUM("overlap %", help=FORMULAS["overlap_pct"], format="%.1f%%"),
     "comm_ops": NUM("comm ops", help=FORMULAS["comm_ops"], format="%d"),
     "comm_bytes": st.column_config.TextColumn("comm bytes",
                                               help=FORMULAS["comm_bytes"] + " Binary units (MiB = 2^20 B)."),
     "bucket_mb": st.column_config.TextColumn("bucket", help="Gradient bucket cap (MiB) of bucketed variants; "
                                              "blank where "
                                              "a variant does not bucket its gradients."),
-    "status": st.column_config.TextColumn("status", help="complete, or why the job has no numbers (skipped, failed)."),
-    "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),
+    "world_size": NUM("world size", help="Ranks (processes) of the job.", format="%d"),
+    "status": st.column_config.TextColumn("status", width="large",
+                                          help="complete, or why the job has no numbers (skipped, failed)."),
+    "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),  # whole samples
     "step_ms_p10": NUM("T p10", help="10th percentile of step time over the timed steps and ranks", format="%.2f"),
     "step_ms_p90": NUM("T p90", help="90th percentile of step time over the timed steps and ranks", format="%.2f"),
     "noisy": st.column_config.CheckboxColumn("noisy", help="p90/p10 of step time > 1.5: the median is unreliable"),

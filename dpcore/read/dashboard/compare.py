@@ -41,6 +41,8 @@ def config_diff(metas: dict[str, dict]) -> pd.DataFrame:
         cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
         env = meta.get("environment") if isinstance(meta.get("environment"), dict) else {}
         vals = {f"config.{k}": _text(v) for k, v in cfg.items()}
+        if cfg.get("repeats") == 0:  # the allreduce command's default: repeats chosen per size
+            vals["config.repeats"] = "by size (50 up to 64 KiB, 20 up to 4 MiB, else 10)"
         vals.update({f"environment.{k}": _text(env.get(k)) for k in ENV_KEYS if k in env})
         flat[name] = vals
     keys = list(dict.fromkeys(k for v in flat.values() for k in v))

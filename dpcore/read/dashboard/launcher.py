@@ -37,12 +37,16 @@ from dpcore.contract.config import (
     SINGLE_PROCESS,
     SIZES,
     VARIANTS,
+    TrainConfig,
+    check_int,
+    default_of,
     parse_bucket_sweep,
 )
 from dpcore.read.dashboard.picker import OPEN_ON_OVERVIEW
 from dpcore.read.dashboard.text import md
 
-QUICK = dict(model="mlp", size="tiny", variants=["single", "flat", "ring", "overlap", "bucketed"],
+QUICK = dict(model="mlp", size="tiny", width=default_of(TrainConfig, "width"),
+             variants=["single", "flat", "ring", "overlap", "bucketed"],
              world_sizes=[1, 2], steps=6, bucket_mb=25.0, bucket_sweep=[])
 #: Most jobs one profile started from the form may have (every variant at all six world sizes
 #: with a 4-size sweep is 110; 1,825 was accepted before): bigger sweeps are the CLI's.
@@ -100,11 +104,13 @@ class Launch:
 
 
 def build_command(out_root: Path, model: str, size: str, variants: list[str], world_sizes: list[int], steps: int,
-                  bucket_mb: float, bucket_sweep: list[float], optimizer: str = "sgd") -> list[str]:
-    """The argument list of the profile command (validated values only; never passed through a shell)."""
+                  bucket_mb: float, bucket_sweep: list[float], optimizer: str = "sgd", width: int = 512) -> list[str]:
+    """The argument list of the profile command (validated values only; never passed through a shell).
+    ``size`` applies to the transformer, ``width`` to the mlp (the other is passed too, unused)."""
     if model not in MODELS or size not in SIZES or not set(variants) <= set(VARIANTS) or optimizer not in OPTIMIZERS:
         raise ValueError("unknown model, size, variant or optimizer")
-    cmd = [sys.executable, "-m", "dpcore", "profile", "--model", model, "--size", size,
+    check_int("--width", int(width), 1)
+    cmd = [sys.executable, "-m", "dpcore", "profile", "--model", model, "--size", size, "--width", str(int(width)),
            "--variants", ",".join(variants), "--world-sizes", ",".join(str(int(w)) for w in world_sizes),
            "--steps", str(int(steps)), "--bucket-mb", f"{float(bucket_mb):g}", "--out", str(out_root),
            "--progress", "json", "--optimizer", optimizer]
@@ -151,8 +157,9 @@ def progress_of(events: list[dict]) -> tuple[float, str, str | None]:
         elif kind == "step":
             part = _num(ev.get("step"), 0) / max(1.0, _num(ev.get("steps_total"), 1))
             frac = (idx - 1 + min(1.0, part)) / total
+            note = ev.get("steps_note")
             text = (f"job {int(idx)}/{int(total)}: {ev.get('job_id', '?')} · "
-                    f"step {ev.get('step')}/{ev.get('steps_total')}")
+                    f"step {ev.get('step')}/{ev.get('steps_total')}" + (f" ({note})" if note else ""))
         elif kind == "job_end":
             frac, text = idx / total, f"job {int(idx)}/{int(total)}: {ev.get('job_id', '?')} {ev.get('status', '')}"
         elif kind == "run_end":
@@ -201,15 +208,17 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
                 "at a time, so that no two measure each other. The form is enabled again when it ends.")
     busy = busy or bool(other)
     with st.form("new_run", enter_to_submit=False):
-        c = st.columns(3)
+        c = st.columns(4)
         model = c[0].selectbox("Model", MODELS)
-        size = c[1].selectbox("Size (transformer)", SIZES)
-        steps = c[2].number_input("Steps per job", 3, 10_000, 10, help="At least 3: the last 3 steps are traced.")
+        size = c[1].selectbox("Size (transformer)", SIZES, help="--size: the transformer's d_model, layers, heads")
+        width = c[2].number_input("Width (mlp)", 1, 65_536, QUICK["width"],
+                                  help="--width: hidden width of the mlp's 16 layers")
+        steps = c[3].number_input("Steps per job", 3, 10_000, 10, help="At least 3: the last 3 steps are traced.")
         variants = st.multiselect("Variants", VARIANTS, default=QUICK["variants"])
         c = st.columns(3)
         world_sizes = c[0].multiselect("World sizes", [1, 2, 3, 4, 8, 16], default=[1, 2])
-        bucket = c[1].number_input("Bucket MB", 0.01, 4096.0, 25.0)
-        sweep = c[2].text_input("Bucket sweep (MB, comma separated)", "", placeholder="e.g. 1,5,25")
+        bucket = c[1].number_input("Bucket size (MiB)", 0.01, 4096.0, 25.0)
+        sweep = c[2].text_input("Bucket sweep (MiB, comma separated)", "", placeholder="e.g. 1,5,25")
         optimizer = st.selectbox("Optimizer", OPTIMIZERS, help="SGD keeps no state, so what ZeRO-1 "
                                  "(zero1, torch_zero1) saves shows only with adam or adamw (Memory page).")
         go = st.form_submit_button("Start profile", disabled=busy, type="primary")
@@ -223,7 +232,8 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
                 raise ValueError(f"{jobs} jobs; the form starts at most {MAX_FORM_JOBS}: choose fewer "
                                  "variants, world sizes or bucket sizes, or run the sweep with "
                                  "`python -m dpcore profile`")
-            cmd = build_command(out_root, model, size, variants, world_sizes, steps, bucket, buckets, optimizer)
+            cmd = build_command(out_root, model, size, variants, world_sizes, steps, bucket, buckets, optimizer,
+                                int(width))
             st.session_state["launch"] = start(cmd, cwd)
         except (ValueError, MachineBusy) as exc:
             st.error(f"Cannot start: {md(str(exc))}")

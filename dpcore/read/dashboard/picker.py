@@ -72,13 +72,29 @@ def offer_other_run(runs: pd.DataFrame, page: PageSpec, folder: str) -> None:
 LIKENESS = {"kinds": 8, "model": 4, "size": 2, "backend": 1, "world_sizes": 1, "variants": 1, "device": 1}
 
 
+def _kinds(value: object) -> set[str]:
+    return {k for k in str(value if isinstance(value, str) else "").split(",") if k}
+
+
+def comparable(runs: pd.DataFrame, first: str) -> list[str]:
+    """Folders of the other runs that share a kind of job (train, allreduce) with ``first``, newest
+    first: a training run against an all-reduce benchmark has no number in common."""
+    runs = runs.assign(_folder=folders(runs))
+    mine = runs[runs["_folder"] == first]
+    if mine.empty:
+        return [f for f in runs["_folder"] if f != first]
+    kinds = _kinds(mine["kinds"].iloc[0])
+    return [f for f, k in zip(runs["_folder"], runs["kinds"]) if f != first and kinds & _kinds(k)]
+
+
 def default_second(runs: pd.DataFrame, first: str) -> str | None:
     """Folder of the run most like ``first`` (same kind of jobs, then the same model, size,
     backend, world sizes, variants, device; complete beats unfinished), newest on a tie; None
-    when there is no other run. Why: comparing a training run with a benchmark is never meant."""
+    when there is no other run of the same kind (:func:`comparable`). Why: comparing a training run
+    with a benchmark is never meant."""
     runs = runs.assign(_folder=folders(runs)).reset_index(drop=True)
     mine = runs[runs["_folder"] == first]
-    others = runs[runs["_folder"] != first]
+    others = runs[runs["_folder"].isin(comparable(runs.drop(columns="_folder"), first))]
     if others.empty:
         return None
     if mine.empty:
@@ -93,11 +109,16 @@ def default_second(runs: pd.DataFrame, first: str) -> str | None:
 
 
 def run_labels(runs: pd.DataFrame) -> dict[str, str]:
-    """{folder: picker label}: "run_id · status", plus the folder where two runs share a run id."""
+    """{folder: picker label}: the run id, "· status" where the run is not complete, plus the
+    folder where two runs share a run id. Short, so that the sidebar's picker shows it whole (a
+    timestamped run id with " · complete" was cut)."""
     ids = [str(r) for r in runs["run_id"]]
     dup = {r for r in ids if ids.count(r) > 1}
-    return {f: f"{r} ({f}) · {s}" if r in dup else f"{r} · {s}"
-            for f, r, s in zip(folders(runs), ids, runs["status"].astype(str))}
+    out = {}
+    for f, r, s in zip(folders(runs), ids, runs["status"].astype(str)):
+        name = f"{r} ({f})" if r in dup else r
+        out[f] = name if s == "complete" else f"{name} · {s}"
+    return out
 
 
 def pick_runs(runs: pd.DataFrame) -> list[str]:
@@ -109,13 +130,21 @@ def pick_runs(runs: pd.DataFrame) -> list[str]:
         st.session_state["run_a"] = default_run(runs)
     fmt = lambda f: labels.get(f, f)  # noqa: E731 - option labels are plain text, not Markdown
     a = st.sidebar.selectbox("Run", keys, key="run_a", format_func=fmt,
-                             help="Runs under the profiles folder, newest first.")
+                             help="Runs under the profiles folder, newest first; a run that is not complete "
+                                  "shows its status.")
     chosen = [a]
     if len(keys) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
-        others = [f for f in keys if f != a]
+        others = comparable(runs, a)
+        if not others:
+            kinds = runs.loc[[f == a for f in folders(runs)], "kinds"]
+            what = " or ".join(sorted(_kinds(kinds.iloc[0]) if len(kinds) else set())) or "the same kind of"
+            st.sidebar.info(f"No other run has {md(what)} jobs to compare with {md(a)}: a training run and an "
+                            "all-reduce benchmark have no number in common.")
+            return chosen
         if st.session_state.get("run_b") not in others:
             st.session_state["run_b"] = default_second(runs, a) or others[0]
-        chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt))
+        chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt,
+                                           help="Runs with the same kind of jobs (training, all-reduce)."))
     return chosen
 
 
@@ -130,3 +159,33 @@ def load_picked(runs: pd.DataFrame, chosen: list[str], root: Path) -> list[Run]:
         except Exception as exc:  # noqa: BLE001 - RunLoadError names the file; anything else is still a bad run
             st.warning(f"Run {md(folder)} could not be loaded: {md(exc)}")
     return loaded
+
+
+#: The variants a job picker opens on, in order: DDP (what most users run), then its from-scratch
+#: twin, then the hook-based overlap; every page that picks one job uses :func:`featured_job`.
+FEATURED_VARIANTS = ("torch_ddp", "bucketed", "overlap")
+
+
+def featured_job(jobs: pd.DataFrame, bucket_mb: object = None) -> str | None:
+    """The job a job picker opens on, the same on every page: a complete training job of the first
+    of FEATURED_VARIANTS the run has (else any variant), at its largest world size, with the run's
+    own ``--bucket-mb`` where the variant ran a sweep. None when ``jobs`` has no complete training job."""
+    ok = jobs
+    if "kind" in ok:
+        ok = ok[ok["kind"] == "train"]
+    if "status" in ok:
+        ok = ok[ok["status"] == "complete"]
+    if ok.empty:
+        return None
+    rank = {v: i for i, v in enumerate(FEATURED_VARIANTS)}
+    bucket = pd.to_numeric(ok["bucket_mb"], errors="coerce") if "bucket_mb" in ok else pd.Series(float("nan"),
+                                                                                                 index=ok.index)
+    try:
+        want = float(bucket_mb)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        want = float("nan")
+    order = pd.DataFrame({"v": ok["variant"].map(lambda v: rank.get(v, len(rank))),
+                          "ws": -pd.to_numeric(ok["world_size"], errors="coerce").fillna(0),
+                          "b": ~((bucket - want).abs() < 1e-9), "i": range(len(ok))}, index=ok.index)
+    best = order.sort_values(["v", "ws", "b", "i"]).index[0]
+    return str(ok.at[best, "job_id"])

@@ -44,7 +44,8 @@ def bucket_text(variant: object, bucket_mb: object) -> str:
 
 
 def overview_rows(summary: pd.DataFrame, jobs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """`job_summary` rows for display: status with its reason, bucket size and comm bytes as text."""
+    """`job_summary` rows for display: status with its reason, bucket size and comm bytes as text,
+    comm fraction E/T in percent (every percentage on the pages reads '%.1f%%', SUMMARY_CONFIG)."""
     df = summary.copy()
     if df.empty:
         return df
@@ -57,6 +58,8 @@ def overview_rows(summary: pd.DataFrame, jobs: pd.DataFrame | None = None) -> pd
     df["bucket_mb"] = [bucket_text(v, b) for v, b in zip(df["variant"], df["bucket_mb"])]
     if "comm_bytes" in df:
         df["comm_bytes"] = [binary_size(b) for b in df["comm_bytes"]]
+    if "comm_fraction" in df:
+        df["comm_fraction"] = 100 * pd.to_numeric(df["comm_fraction"], errors="coerce")
     if "comm_source" in df:
         df["comm_source"] = df["comm_source"].where(df["comm_source"].notna(), None)
     return df

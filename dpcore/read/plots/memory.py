@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dpcore.read.plots.labels import spaced_labels
 from dpcore.read.plots.style import (
     MEMORY_COLORS,
     OP_COLORS,
@@ -27,6 +28,12 @@ from dpcore.read.plots.style import (
 MIB = float(1 << 20)
 KIND_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optim_bytes": "optimizer state",
                "other_bytes": "other"}
+#: The trade figure's height and the plot area it leaves in a half-width column (px; a slight
+#: under-estimate, so that labels judged apart are apart on screen).
+TRADE_HEIGHT = 460
+TRADE_PLOT_PX = (380.0, 250.0)
+#: Height of one job's row in the breakdown (px): above an 11 px label's line height.
+ROW_PX = 18
 EMPTY = "No memory recorded (memory.csv has no rows: a run made before dpcore recorded memory)."
 
 
@@ -36,10 +43,17 @@ def _ordered(df: pd.DataFrame, extra: list[str]) -> pd.DataFrame:
 
 def memory_tradeoff_figure(jobs: pd.DataFrame, title: str | None = None) -> go.Figure:
     """Peak bytes per rank (MiB, mean over ranks) against step time T (ms, p10–p90 whiskers):
-    one marker per job, coloured and labelled by variant (``job_memory`` rows)."""
+    one marker per job, coloured by variant, labelled where the label is clear of the others
+    (:func:`dpcore.read.plots.labels.spaced_labels`; hover names every job) (``job_memory`` rows)."""
     if jobs is None or jobs.empty:
         return empty_figure(EMPTY)
     df = _ordered(jobs, ["job_id"])
+    names = label_jobs(df)
+    t_all, peak_all = df["step_ms"].astype(float), df["peak_bytes"].astype(float) / MIB
+    right = df["step_ms_p90"].astype(float).fillna(t_all) if "step_ms_p90" in df else t_all
+    x_range = (0.0, 1.08 * float(np.nanmax([right.max(), t_all.max(), 1e-9])))
+    y_range = (0.0, 1.18 * float(np.nanmax([peak_all.max(), 1e-9])))
+    shown = pd.Series(spaced_labels(t_all, peak_all, names.tolist(), x_range, y_range, TRADE_PLOT_PX), index=df.index)
     fig = go.Figure()
     for variant, part in df.groupby("variant", sort=False):
         t = part["step_ms"].astype(float)
@@ -48,41 +62,52 @@ def memory_tradeoff_figure(jobs: pd.DataFrame, title: str | None = None) -> go.F
             spread = dict(error_x=dict(type="data", symmetric=False, thickness=1.2,
                                        array=(part["step_ms_p90"] - t).clip(lower=0).fillna(0),
                                        arrayminus=(t - part["step_ms_p10"]).clip(lower=0).fillna(0)))
-        labels = label_jobs(df).loc[part.index].tolist()
         fig.add_scatter(
-            x=t, y=part["peak_bytes"] / MIB, mode="markers+text", text=labels, textposition="top center",
+            x=t, y=part["peak_bytes"] / MIB, mode="markers+text", text=shown.loc[part.index].tolist(),
+            textposition="top center", textfont=dict(size=11),
             name=str(variant), marker=dict(size=12, color=color_for(str(variant)), line=dict(width=1, color="#333")),
-            customdata=np.column_stack([part["job_id"].astype(str), part["held_bytes"] / MIB,
+            customdata=np.column_stack([names.loc[part.index], part["held_bytes"] / MIB,
                                         part["peak_bytes_max"] / MIB]),
             hovertemplate=("%{customdata[0]}<br>step T %{x:.2f} ms<br>peak %{y:.2f} MiB per rank (mean; max "
                            "%{customdata[2]:.2f})<br>held %{customdata[1]:.2f} MiB<extra></extra>"),
             **spread)
-    fig.update_xaxes(title="step time T (ms, median; whiskers p10–p90)", rangemode="tozero")
-    fig.update_yaxes(title="peak memory per rank (MiB)", rangemode="tozero")
-    return base_layout(fig, title, height=460)
+    fig.update_xaxes(title="step time T (ms, median; whiskers p10–p90)", range=list(x_range))
+    fig.update_yaxes(title="peak memory per rank (MiB)", range=list(y_range))
+    return base_layout(fig, title, height=TRADE_HEIGHT)
 
 
 def memory_breakdown_figure(table: pd.DataFrame, title: str | None = None) -> go.Figure:
-    """Stacked MiB per (job, rank): parameters, gradients, optimizer state, other; the peak as a
-    black diamond (``memory_table`` rows)."""
+    """Stacked MiB a rank holds per job (mean over its ranks): parameters, gradients, optimizer
+    state, other; the largest rank's peak as a black diamond (``memory_table`` rows).
+
+    Why horizontal, one row per job: the job names are long and a sweep has dozens of jobs; as
+    rows, every name gets its own line (ROW_PX apart, more than a label's height) instead of
+    slanted x labels printed over each other. Ranks of one job hold nearly the same (the hover
+    gives the smallest and largest rank's total)."""
     if table is None or table.empty:
         return empty_figure(EMPTY)
     df = _ordered(table, ["job_id", "rank"])
-    # one bar per (job, rank): the bucket size joins the label where a variant ran with several,
-    # else the jobs of a bucket sweep would stack on one bar
-    x = [f"{lab} · r{int(r)}" for lab, r in zip(label_jobs(df), df["rank"])]
+    df = df.assign(_label=label_jobs(df).to_numpy(), _total=df[list(KIND_LABELS)].astype(float).sum(axis=1) / MIB)
+    kinds = list(KIND_LABELS)
+    per = df.groupby("job_id", sort=False).agg(
+        label=("_label", "first"), ranks=("rank", "nunique"), lo=("_total", "min"), hi=("_total", "max"),
+        peak=("peak_bytes", "max"), method=("peak_method", "first"),
+        **{k: (k, "mean") for k in kinds})
+    y = per["label"].tolist()
     fig = go.Figure()
     for col, label in KIND_LABELS.items():
-        mib = df[col].astype(float) / MIB
-        fig.add_bar(x=x, y=mib, name=label, marker_color=MEMORY_COLORS[col], customdata=df["job_id"],
-                    hovertemplate=f"%{{customdata}} %{{x}}<br>{label}: %{{y:.3f}} MiB<extra></extra>")
-    fig.add_scatter(x=x, y=df["peak_bytes"].astype(float) / MIB, mode="markers", name="peak",
-                    marker=dict(symbol="diamond", size=10, color="black"), customdata=df["peak_method"],
-                    hovertemplate="%{x}<br>peak %{y:.3f} MiB (%{customdata})<extra></extra>")
+        fig.add_bar(y=y, x=per[col].astype(float) / MIB, name=label, orientation="h", marker_color=MEMORY_COLORS[col],
+                    customdata=np.column_stack([per["ranks"], per["lo"], per["hi"]]),
+                    hovertemplate=(f"%{{y}}<br>{label}: %{{x:.3f}} MiB (mean of %{{customdata[0]}} ranks; held "
+                                   "%{customdata[1]:.3f}–%{customdata[2]:.3f} MiB by rank)<extra></extra>"))
+    fig.add_scatter(y=y, x=per["peak"].astype(float) / MIB, mode="markers", name="peak (largest rank)",
+                    marker=dict(symbol="diamond", size=9, color="black"), customdata=per["method"].fillna(""),
+                    hovertemplate="%{y}<br>peak %{x:.3f} MiB (%{customdata})<extra></extra>")
     fig.update_layout(barmode="stack")
-    fig.update_yaxes(title="MiB per rank", rangemode="tozero")
-    fig.update_xaxes(tickangle=-30)
-    return base_layout(fig, title, height=460)
+    fig.update_xaxes(title="MiB per rank", rangemode="tozero")
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=11), automargin=True)
+    height = max(TRADE_HEIGHT, int(ROW_PX * len(per)) + 170)
+    return base_layout(fig, title, height=height)
 
 
 def volume_figure(volume: pd.DataFrame, title: str | None = None) -> go.Figure:

@@ -47,7 +47,8 @@ def breakdown_figure(summary: pd.DataFrame, title: str | None = None, y_max: flo
 
 
 #: A job whose median step time is this many times the run's median job is an outlier: the
-#: y-axis is not stretched for it (its bar is cut and labelled with its value instead).
+#: y-axis is not stretched for it (its bar is cut and labelled "↑ value" instead; so is any bar
+#: above a shared y_max in compare mode).
 OUTLIER_FACTOR = 4.0
 
 
@@ -80,10 +81,14 @@ def _add_spread(fig: go.Figure, df: pd.DataFrame, y_max: float | None = None) ->
     if top is None:
         return
     fig.update_yaxes(range=[0, top])
-    for label, v in zip(df["label"], df["step_ms"]):
-        if v > top:
+    stack = df[[c for c, _, _ in PARTS]].clip(lower=0).sum(axis=1)
+    for label, v, high in zip(df["label"], df["step_ms"], stack):
+        if max(v, high) > top:
+            # drawn up the cut bar itself (rotated, one bar wide): labels of neighbouring cut bars
+            # can never print over each other, however many there are
             fig.add_annotation(x=label, y=top, text=f"↑ {v:,.0f} ms", showarrow=False, yanchor="top",
-                               font=dict(size=11, color="#b00"))
+                               textangle=-90, font=dict(size=11, color="#b00"), bgcolor="rgba(255,255,255,0.8)",
+                               name="cut")
 
 
 def comparison_figure(summaries: dict[str, pd.DataFrame]) -> go.Figure:

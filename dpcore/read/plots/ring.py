@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from dpcore.contract.messages import pair_messages
 from dpcore.contract.runformat import MESSAGE_KEY
 from dpcore.contract.units import binary_size
+from dpcore.read.plots.labels import spaced_labels
 from dpcore.read.plots.style import PHASE_COLORS, SIDE_COLORS, base_layout, color_for, empty_figure, esc
 
 MAX_MESSAGES = 3000
@@ -54,6 +55,7 @@ def message_figure(msgs: pd.DataFrame, title: str | None = None, show_pieces: bo
     df = msgs.assign(start=(msgs["t_post_ns"] - t0) / 1e6, end=(msgs["t_done_ns"] - t0) / 1e6)
     df["y"] = df["rank"] + np.where(df["side"] == "send", -0.18, 0.18)
     fig = go.Figure()
+    labels: list[tuple[float, float, str, str]] = []
     for i, (phase, part) in enumerate(df.groupby("phase", sort=False)):
         for side in ("send", "recv"):
             p = part[part["side"] == side]
@@ -65,25 +67,50 @@ def message_figure(msgs: pd.DataFrame, title: str | None = None, show_pieces: bo
                             pattern=dict(shape=PATTERNS[i % len(PATTERNS)], fgcolor="white", solidity=0.3)),
                 name=f"{SIDE_LABEL[side]} · {phase}", legendgroup=f"{phase}-{side}",
                 customdata=np.column_stack([p["src"], p["dst"], p["chunk"], [binary_size(b) for b in p["bytes"]],
-                                            p["ring_step"], p["end"] - p["start"], p["pieces"]]),
+                                            p["ring_step"] + 1, p["end"] - p["start"], p["pieces"]]),
                 hovertemplate=(f"{esc(phase)} {esc(side)}" + "<br>rank %{customdata[0]} → rank %{customdata[1]}, chunk "
                                "%{customdata[2]}<br>%{customdata[3]} in %{customdata[6]} sub-message(s), ring step "
                                "%{customdata[4]}<br>%{customdata[5]:.3f} ms<extra></extra>"))
-        _add_arrows(fig, part, color_for(str(phase), PHASE_COLORS), str(phase), label_size)
+        labels += _add_arrows(fig, part, color_for(str(phase), PHASE_COLORS), str(phase), label_size)
     ranks = sorted(int(r) for r in df["rank"].unique())
+    height = max(300, 110 * len(ranks) + 140)
+    if labels:
+        _add_labels(fig, labels, (float(df["start"].min()), float(df["end"].max())),
+                    (min(ranks) - 0.5, max(ranks) + 0.5), height, label_size)
     fig.update_yaxes(tickvals=ranks, ticktext=[f"rank {r}" for r in ranks], autorange="reversed", title=None)
     fig.update_xaxes(title="ms since the first message was posted")
     fig.update_layout(barmode="overlay")
-    return base_layout(fig, title, height=max(300, 110 * len(ranks) + 140))
+    return base_layout(fig, title, height=height)
 
 
-def _add_arrows(fig: go.Figure, part: pd.DataFrame, color: str, phase: str, label_size: int = 0) -> None:
+#: Plot-area width (px) the space-time diagram gets in its column (3/5 of the page): labels are
+#: spaced for this width or less.
+DIAGRAM_PLOT_PX = 560.0
+
+
+def _add_labels(fig: go.Figure, labels: list[tuple[float, float, str, str]], x_range: tuple[float, float],
+                y_range: tuple[float, float], height: int, size: int) -> None:
+    """The chunk labels that are clear of each other (:func:`spaced_labels`), one text trace per
+    colour; a label crowded out is still in the bars' hover."""
+    xs, ys, texts, colors = zip(*labels)
+    # y grows downwards on the lanes' reversed axis: distances are what matter, not the direction
+    kept = spaced_labels(xs, ys, texts, x_range, y_range, (DIAGRAM_PLOT_PX, max(height - 180.0, 100.0)))
+    for color in dict.fromkeys(colors):
+        pick = [i for i, (c, k) in enumerate(zip(colors, kept)) if c == color and k]
+        if pick:
+            fig.add_scatter(x=[xs[i] for i in pick], y=[ys[i] for i in pick], mode="text",
+                            text=[kept[i] for i in pick], textposition="top center",
+                            textfont=dict(size=size, color=color), showlegend=False, hoverinfo="skip")
+
+
+def _add_arrows(fig: go.Figure, part: pd.DataFrame, color: str, phase: str,
+                label_size: int = 0) -> list[tuple[float, float, str, str]]:
     """One line trace with None breaks (cheap even for thousands of arrows), arrowheads at the
-    receiver; optional chunk labels at the arrows' midpoints."""
+    receiver; returns the chunk labels (x, y, text, colour) to place when ``label_size`` > 0."""
     keys = list(part[[k for k in MESSAGE_KEY if k in part.columns]].astype(str).itertuples(index=False))
     idx = pair_messages(keys, part["side"].tolist(), part["t_post_ns"].tolist())
     if not idx:
-        return
+        return []
     snd, rcv = part.iloc[[a for a, _ in idx]], part.iloc[[b for _, b in idx]]
     n = len(idx)
     xs = np.column_stack([snd["start"], rcv["end"], np.full(n, np.nan)]).ravel()
@@ -92,13 +119,15 @@ def _add_arrows(fig: go.Figure, part: pd.DataFrame, color: str, phase: str, labe
     fig.add_scatter(x=xs, y=ys, mode="lines+markers", line=dict(color=color, width=1.5),
                     marker=dict(symbol=sym, size=np.tile([4, 11, 0], n), angleref="previous", color=color),
                     name=f"{phase} message →", legendgroup=f"{phase}-msg", hoverinfo="skip")
-    if label_size > 0:
-        pieces = snd["pieces"].to_numpy() if "pieces" in snd else np.ones(n)
-        text = [f"chunk {c}" + (f" ×{int(k)}" if k > 1 else "") for c, k in zip(snd["chunk"], pieces)]
-        fig.add_scatter(x=(snd["start"].to_numpy() + rcv["end"].to_numpy()) / 2,
-                        y=(snd["y"].to_numpy() + rcv["y"].to_numpy()) / 2, mode="text", text=text,
-                        textfont=dict(size=label_size, color=color), textposition="middle right",
-                        showlegend=False, hoverinfo="skip", legendgroup=f"{phase}-msg")
+    if label_size <= 0:
+        return []
+    pieces = snd["pieces"].to_numpy() if "pieces" in snd else np.ones(n)
+    text = [f"chunk {c}" + (f" ×{int(k)}" if k > 1 else "") for c, k in zip(snd["chunk"], pieces)]
+    # a third of the way from the sender: the two arrows of a pair of ranks that cross at their
+    # midpoints (a 2-rank ring) get their labels on different lanes
+    x = snd["start"].to_numpy() + (rcv["end"].to_numpy() - snd["start"].to_numpy()) / 3
+    y = snd["y"].to_numpy() + (rcv["y"].to_numpy() - snd["y"].to_numpy()) / 3
+    return list(zip(x.tolist(), y.tolist(), text, [color] * n))
 
 
 def wait_transfer_figure(times: pd.DataFrame) -> go.Figure:
@@ -109,7 +138,7 @@ def wait_transfer_figure(times: pd.DataFrame) -> go.Figure:
     order = {"reduce_scatter": 0, "all_gather": 1}
     g = g.sort_values(["phase", "ring_step"], key=lambda s: s.map(order).fillna(2) if s.name == "phase" else s)
     abbrev = {"reduce_scatter": "RS", "all_gather": "AG"}
-    x = [f"{abbrev.get(p, p)} {int(k)}" for p, k in zip(g["phase"], g["ring_step"])]
+    x = [f"{abbrev.get(p, p)} {int(k) + 1}" for p, k in zip(g["phase"], g["ring_step"])]  # 1-based, as the ring
     fig = go.Figure()
     fig.add_bar(x=x, y=g["transfer_ms"], name="transfer (fastest matching send→recv)", marker_color="#4c78a8",
                 hovertemplate="%{x}: transfer %{y:.3f} ms<extra></extra>")
@@ -132,10 +161,11 @@ def message_count_figure(counts: pd.DataFrame) -> go.Figure:
     per_call = "messages_per_call" in df and df["messages_per_call"].notna().all()
     y = df["messages_per_call"] if per_call else df["messages"]
     fig = go.Figure()
+    subs = df["sub_messages"] if "sub_messages" in df else df["messages"]
     fig.add_bar(x=df["job_id"], y=y, marker_color=[color_for(str(a)) for a in df["algo"]],
-                customdata=np.column_stack([df["messages"], df["bytes"]]), name="messages",
-                hovertemplate="%{x}<br>%{y:.0f} per call<br>%{customdata[0]} messages, %{customdata[1]:,} bytes in all"
-                              "<extra></extra>")
+                customdata=np.column_stack([df["messages"], df["bytes"], subs]), name="messages",
+                hovertemplate="%{x}<br>%{y:.0f} per call<br>%{customdata[0]} messages (%{customdata[2]} sub-messages), "
+                              "%{customdata[1]:,} bytes in all<extra></extra>")
     fig.update_layout(xaxis_title="job", yaxis_title="messages per all-reduce call" if per_call
                       else "messages (all ranks, all calls)", showlegend=False)
     return base_layout(fig, None, height=320)

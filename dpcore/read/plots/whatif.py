@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.plots.style import COMPONENT_COLORS, LANE_COLORS, base_layout, empty_figure, legend_right
 
 #: Stacked parts of a predicted step, bottom to top: (column, legend, color).
@@ -23,7 +24,7 @@ OUTSIDE = dict(symbol="x", size=13, color="#d62728", line=dict(width=1, color="#
 
 
 def _label(mb: float) -> str:
-    return f"{mb:g} MiB"
+    return mib_size(mb)
 
 
 def _outside(df: pd.DataFrame) -> pd.Series:
@@ -103,7 +104,7 @@ def sweep_figure(pred: pd.DataFrame, measured: pd.DataFrame, x: str = "bucket_mb
     other = "world_size" if x == "bucket_mb" else "bucket_mb"
     fig = go.Figure()
     for val, part in pred.sort_values(x).groupby(other, sort=True):
-        name = f"predicted, {val:g} {'ranks' if other == 'world_size' else 'MiB'}"
+        name = f"predicted, {ranks_text(val) if other == 'world_size' else mib_size(val)}"
         if {"step_ms_lo", "step_ms_hi"} <= set(part.columns):
             fig.add_scatter(x=list(part[x]) + list(part[x])[::-1],
                             y=list(part["step_ms_hi"]) + list(part["step_ms_lo"])[::-1], fill="toself",
@@ -117,7 +118,7 @@ def sweep_figure(pred: pd.DataFrame, measured: pd.DataFrame, x: str = "bucket_mb
             pred[["world_size", "bucket_mb", *band]], on=["world_size", "bucket_mb"], how="left")
         out = _outside(m.rename(columns={"step_ms": "measured_step_ms"}))
         for val, part in m[~out].groupby(other, sort=True):
-            name = f"measured, {val:g} {'ranks' if other == 'world_size' else 'MiB'}"
+            name = f"measured, {ranks_text(val) if other == 'world_size' else mib_size(val)}"
             fig.add_scatter(x=part[x], y=part["step_ms"], mode="markers", name=name, marker=MEASURED | {"color": None},
                             customdata=part["job_id"], hovertemplate="%{customdata}: %{y:.1f} ms<extra></extra>")
         if out.any():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpcore.contract.intervals import has_peers
+from dpcore.contract.units import percent_number
 from dpcore.read.analysis.comm_overlap import overlap_from_trace
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
 from dpcore.read.analysis.timeline import trace_step_metrics
@@ -31,7 +32,15 @@ COMPUTE_NOTE = ("compute = forward, backward and optimizer work of the rank's ma
                 "exposed = comm not under compute; overlap = overlapped / comm (HTA).")
 _ANALYZE_NOTE = ("ms columns: means per traced step; step_ms: the step's window they were measured in (from "
                  "forward to the end of optimizer, the ProfilerStep of a foreign CPU trace, a GPU step's "
-                 "kernels); comm_fraction = exposed / step_ms over those steps. " + COMPUTE_NOTE)
+                 "kernels); comm_% = exposed / step_ms over those steps, in percent (the --csv column "
+                 "comm_fraction is the fraction). " + COMPUTE_NOTE)
+
+
+def _text(df: pd.DataFrame) -> str:
+    """The text table of ANALYZE_COLUMNS rows: percentages in percent, as summarize and the dashboard."""
+    view = df[ANALYZE_COLUMNS].assign(comm_fraction=100 * df["comm_fraction"])
+    return text_table(view.rename(columns={"comm_fraction": "comm_%", "overlap_pct": "overlap_%"}),
+                      formatters={"comm_%": percent_number, "overlap_%": percent_number})
 
 
 def _trace_folder_ranks(trace_dir: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -61,7 +70,7 @@ def analyze(path: str, csv: bool = False) -> str:
             for n in notes:
                 print(f"note: {n}", file=sys.stderr)
             return csv_table(df[ANALYZE_COLUMNS])
-        return (f"{p}  (ms per step)\n{text_table(df[ANALYZE_COLUMNS])}\n" + "".join(f"note: {n}\n" for n in notes)
+        return (f"{p}  (ms per step)\n{_text(df)}\n" + "".join(f"note: {n}\n" for n in notes)
                 + f"\n{_ANALYZE_NOTE}\n")
     run = load_run_reporting(p)
     per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(traced_events_reporting(run)),
@@ -80,5 +89,5 @@ def analyze(path: str, csv: bool = False) -> str:
             note = ("\n  (no comm in the trace: gloo runs the point-to-point transfers of the "
                     "from-scratch algorithms off the traced threads; `summarize` has this job's "
                     "comm from collectives.csv)")
-        parts.append(f"{job_id}  (ms per traced step)\n{text_table(df[ANALYZE_COLUMNS])}{note}")
+        parts.append(f"{job_id}  (ms per traced step)\n{_text(df)}{note}")
     return "\n\n".join(parts) + f"\n\n{_ANALYZE_NOTE}\n"

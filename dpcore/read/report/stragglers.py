@@ -18,7 +18,7 @@ from dpcore.read.analysis.stragglers import (
     collective_waits,
     partial_rank_note,
     straggler_summary,
-    straggler_threshold_pct,
+    straggler_verdict,
     stragglers_from_traces,
     trace_notes,
     wait_notes,
@@ -27,33 +27,6 @@ from dpcore.read.report.resolve import PathKind, resolve
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
 from dpcore.read.traces.reader import TraceFormatError, concat_events, read_trace_meta, trace_files
-
-
-def straggler_verdict(summary: pd.DataFrame, world_size: int | None = None) -> str:
-    """One sentence on one job's summary rows: who arrived last and what it cost the others.
-
-    ``world_size`` (the job's, when known) larger than the ranks in ``summary`` adds that only
-    those ranks were compared."""
-    if summary is None or summary.empty:
-        return "no collective matched across ranks"
-    return _verdict(summary) + (f" (among {len(summary)} of {world_size} ranks only)"
-                                if world_size is not None and world_size > len(summary) else "")
-
-
-def _verdict(summary: pd.DataFrame) -> str:
-    top = summary.sort_values(["last_arrival_pct", "mean_wait_ms"], ascending=[False, True]).iloc[0]
-    n = int(summary["collectives"].max())
-    often = summary[summary["last_arrival_pct"] >= straggler_threshold_pct(len(summary))]
-    if len(often) > 1:  # exact ties: several ranks "last" every time, none of them the straggler
-        names = ", ".join(str(int(r)) for r in sorted(often["rank"]))
-        return f"no consistent straggler (ranks {names} tied as last in most of the {n} collectives)"
-    if often.empty:
-        return (f"no consistent straggler (most often last: rank {int(top['rank'])}, "
-                f"{top['last_arrival_pct']:.0f}% of {n} collectives)")
-    others = summary[summary["rank"] != top["rank"]]
-    mean_other = float(others["wait_ms"].sum() / max(1, others["collectives"].sum()))
-    return (f"rank {int(top['rank'])} arrived last in {top['last_arrival_pct']:.0f}% of {n} collectives; "
-            f"others waited {mean_other:.3g} ms on average")
 
 
 def _world_size(meta: dict) -> int | None:
@@ -148,5 +121,6 @@ def stragglers_text(path: str, csv: bool = False) -> str:
             head += f"; {dropped[str(job)]} seen on fewer ranks left out"
         head += "".join(f"\n  note: {note}" for note in notes.get(str(job), []))
         verdict = straggler_verdict(rows, world.get(str(job)))
-        parts.append(f"{head}\n{text_table(rows.drop(columns='job_id'))}\n  {verdict}")
+        shown = rows.drop(columns="job_id").assign(wait_fraction=100 * rows["wait_fraction"])  # percent, as the view
+        parts.append(f"{head}\n{text_table(shown.rename(columns={'wait_fraction': 'wait_%'}))}\n  {verdict}")
     return "\n\n".join(parts) + "\n"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpcore.contract.runformat import is_stale
+from dpcore.contract.units import EMPTY, percent, percent_number
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import NOISY_SPREAD, SOURCE_GAP_POINTS
 from dpcore.read.analysis.summary import job_summary
@@ -77,16 +78,18 @@ def summarize(path: str, csv: bool = False) -> str:
     if s.empty:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
     extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if s[c].notna().any()]
-    view = s[_SUMMARY_VIEW + extra].rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s",
+    view = s[_SUMMARY_VIEW + extra].assign(comm_fraction=100 * s["comm_fraction"], throughput=s["throughput"].round())
+    view = view.rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s", "comm_fraction": "comm_%",
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
                                                     "expected_bus_mib_per_step": "expected_MiB"})
     status = "stale" if is_stale(run.meta) else run.meta.get("status", "?")  # the dashboard's word
-    lines = [f"{run.meta.get('run_id', p.name)} ({status})", text_table(view), "",
+    pct = {c: percent_number for c in ("overlap_%", "comm_%")}  # one decimal, as the dashboard
+    lines = [f"{run.meta.get('run_id', p.name)} ({status})", text_table(view, formatters=pct), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
              f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
              "traced steps (Σ part / Σ step time, mean over ranks), so compute + exposed <= T; "
-             "comm_fraction = exposed / T. Measured from the trace (source=trace) or the recorded "
+             "comm_% = exposed / T in percent. Measured from the trace (source=trace) or the recorded "
              "collectives and communication calls (source=intervals); gap_pts = trace - intervals "
              f"overlap on the same steps (|gap| > {SOURCE_GAP_POINTS:g} points: the two methods disagree). "
              + COMPUTE_NOTE
@@ -109,10 +112,13 @@ def run_end_table(path: str) -> tuple[str, int]:
         lines.append("(no completed training jobs)")
     else:
         cols = {"job_id": "job", "step_ms": "step ms p50", "step_ms_p10": "p10", "step_ms_p90": "p90",
-                "noisy": "noisy", "comm_fraction": "comm fraction", "overlap_pct": "overlap %",
+                "noisy": "noisy", "comm_fraction": "comm %", "overlap_pct": "overlap %",
                 "throughput": "samples/s"}
-        table = summary[list(cols)].rename(columns=cols)
-        lines.append(text_table(table, float_format=lambda v: f"{v:,.3f}", na_rep="NaN"))
+        # percentages in percent, one decimal; samples/s whole (as on the dashboard's Overview)
+        table = summary[list(cols)].assign(comm_fraction=100 * summary["comm_fraction"]).rename(columns=cols)
+        lines.append(text_table(table, formatters={
+            "comm %": percent, "overlap %": percent,
+            "samples/s": lambda v: EMPTY if pd.isna(v) else f"{v:,.0f}"}))
     failed = 0
     for job in run.meta.get("jobs", []):
         if job.get("status") in ("failed", "skipped", "interrupted"):

@@ -10,6 +10,7 @@ from pathlib import Path
 from dpcore.contract.config import parse_int_list, split_items
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import MAX_BUCKET_MB, MAX_WHATIF_WORLD
+from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.report.resolve import load_run_reporting
 from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.report.tables import csv_table, text_table
@@ -49,10 +50,11 @@ def parse_world_sizes(text: str | None) -> list[int] | None:
 
 def _header(model: Model) -> list[str]:
     src = model.src
-    return [f"what-if from {src.job_id} ({src.variant}, {src.world_size} ranks, {src.bucket_mb:g} MiB buckets, "
-            f"{len(src.timelines)} timed rank-steps; gradients from {src.grads_source})",
+    return [f"what-if from {src.job_id} ({src.variant}, {ranks_text(src.world_size)}, "
+            f"{mib_size(src.bucket_mb)} buckets, {len(src.timelines)} timed rank-steps; "
+            f"gradients from {src.grads_source})",
             f"  comm slows compute by kappa = {model.kappa:.2f}: {model.kappa_source}",
-            f"  alpha = {model.alpha_us:.1f} us: {model.alpha_source}",
+            f"  alpha = {model.alpha_us:.1f} µs: {model.alpha_source}",
             f"  B = {model.bandwidth_gbps:.3f} GB/s: {model.bandwidth_source}",
             f"  compute slows comm, calibrated on the source job: {model.calibration_source}",
             f"  algorithm {model.algo}, {model.streams} collective(s) at once; bookkeeping after the last "

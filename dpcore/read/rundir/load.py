@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.config import model_size_text
 from dpcore.contract.tracefile import NotRegularFileError, open_regular
 from dpcore.read.rundir.checks import check_content
 
@@ -259,7 +260,8 @@ def run_row(run: Run) -> dict:
     device = env.get("device") or ",".join(map(str, env.get("devices") or []))
     return {"run_id": m.get("run_id", run.path.name), "path": str(run.path), "created": m.get("created"),
             "finished": m.get("finished"), "status": m.get("status"), "model": cfg.get("model"),
-            "size": cfg.get("size"), "variants": _join(jobs["variant"]), "world_sizes": _join(jobs["world_size"]),
+            "size": model_size_text(cfg) or None,  # 'width 256' for mlp: --size is the transformer's
+            "variants": _join(jobs["variant"]), "world_sizes": _join(jobs["world_size"]),
             "backend": env.get("backend"), "device": device, "kinds": _join(jobs["kind"]),
             "oversubscribed": bool(env.get("oversubscribed")) or bool(jobs["oversubscribed"].fillna(False).any())}
 

@@ -11,6 +11,7 @@ file): every command that reads traces prints them, so a number is never silentl
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import re
@@ -24,7 +25,13 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
-from dpcore.contract.tracefile import DEVICE_CATS, MAX_TRACE_FILE_BYTES, TraceFormatError, open_regular
+from dpcore.contract.tracefile import (
+    DEVICE_CATS,
+    MAX_TRACE_FILE_BYTES,
+    TraceFormatError,
+    open_regular,
+    read_trace_bytes,
+)
 from dpcore.read.traces.collectives import collective_meta
 from dpcore.read.traces.columns import Columns, read_columns
 from dpcore.read.traces.kinds import KINDS, STEP_RE, classify
@@ -51,6 +58,37 @@ def _rank_of(meta: dict, path: Path) -> int | None:
     if m:
         return int(m.group(1))
     return None
+
+
+#: A process_name metadata event, whatever its key order: its ``args`` object is its only nested one.
+_PROCESS_NAME_RE = re.compile(rb'\{[^{}]*"process_name"[^{}]*\{[^{}]*\}[^{}]*\}'
+                              rb'|\{[^{}]*\{[^{}]*\}[^{}]*"process_name"[^{}]*\}')
+_RANK_NAME_RE = re.compile(r"rank\s*(\d+)$", re.IGNORECASE)
+
+
+def merged_ranks(path: Path) -> dict[str, int]:
+    """{pid (as text): rank} of a trace that holds several ranks as processes named 'rank <r>' (the
+    ``merged.json.gz`` dpcore writes, every rank on one clock; Chrome's ``process_name`` metadata
+    events); {} when it is not one (fewer than two such processes)."""
+    out: dict[str, int] = {}
+    for m in _PROCESS_NAME_RE.finditer(read_trace_bytes(path)):
+        try:
+            ev = json.loads(m.group(0))
+        except ValueError:
+            continue
+        args = ev.get("args") if isinstance(ev, dict) else None
+        name = args.get("name") if isinstance(args, dict) else None
+        hit = _RANK_NAME_RE.search(name.strip()) if isinstance(name, str) and ev.get("name") == "process_name" else None
+        if hit and "pid" in ev:
+            out[str(ev["pid"])] = int(hit.group(1))
+    return out if len(set(out.values())) >= 2 else {}
+
+
+def _subset(cols: Columns, keep: np.ndarray) -> Columns:
+    """The events of ``cols`` where ``keep`` (codes still index the whole file's tables)."""
+    return Columns(cols.ts[keep], cols.dur[keep], cols.corr[keep], cols.stream[keep],
+                   {f: c[keep] for f, c in cols.codes.items()}, cols.tables,
+                   {f: n[keep] for f, n in cols.nums.items()})
 
 
 def _no_rank(path: Path) -> TraceFormatError:
@@ -91,6 +129,19 @@ def read_trace_meta(path: str | Path, only: bool = True) -> tuple[dict, pd.DataF
         raise TraceFormatError(f"trace file not found: {p}")
     meta, cols = read_columns(p)
     rank = _rank_of(meta, p)
+    ranks = merged_ranks(p) if rank is None and len(set(cols.tables["pid"])) >= 2 else {}
+    if ranks:  # one file, several ranks: each process's events read as that rank's trace
+        parts, notes = [], []
+        for code, pid in enumerate(cols.tables["pid"]):
+            if str(pid) in ranks:
+                part = events_frame(meta, _subset(cols, cols.codes["pid"] == code), ranks[str(pid)])
+                parts.append(part)
+                notes += [n for n in part.attrs["notes"] if n not in notes]
+        df = pd.concat(parts, ignore_index=True)
+        listed = ", ".join(map(str, sorted(set(ranks.values()))))
+        df.attrs["notes"] = [f"{p.name}: {n}" for n in
+                             [f"a merged trace: ranks {listed} read from its process names", *notes]]
+        return meta, df
     if rank is None and not only:
         raise _no_rank(p)
     df = events_frame(meta, cols, 0 if rank is None else rank)

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.calibration import fit as calibration_fit
+from dpcore.contract.units import ranks_text
 from dpcore.read.whatif.model import alpha_beta_from_line, fit_line, inflight_before, line_from_alpha_beta
 
 MS = 1e6
@@ -353,7 +354,7 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
         for key, val in (("alpha_us", alpha), ("bandwidth_gbps", bw)):
             if out[key] is None:
                 out[key] = val
-                out[key.split("_")[0] + "_source"] = f"allreduce.csv ({algo}, {line[2]} ranks)"
+                out[key.split("_")[0] + "_source"] = f"allreduce.csv, {algo} at {ranks_text(line[2])}"
         return out
     sv = service_times(src)
     if n < 2 or sv.empty:
@@ -382,7 +383,7 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
             "not fitted: the job's all-reduce times do not grow with their bytes, so all of "
             "their time is charged to B (alpha 0; give --latency-us or an allreduce run)"
             if degenerate else src_txt if varied else
-            f"unknown (buckets of one size, no allreduce run): default {DEFAULT_ALPHA_US:g} us")
+            f"unknown (buckets of one size, no allreduce run): default {DEFAULT_ALPHA_US:g} µs")
     if out["bandwidth_gbps"] is None:
         out["bandwidth_gbps"], out["bandwidth_source"] = bw, src_txt
         if not plausible_network(0.0, bw):  # nothing measured is left to fall back to: said so

@@ -176,7 +176,8 @@ def calibrate_comm(model: Model) -> Model:
     at = lambda **kw: _self_comm_end(replace(model, **kw))  # noqa: E731
     if at(kappa_comm=0.0) >= target:
         model.comm_scale = _bisect(lambda s: at(comm_scale=s), 0.02, 1.0, target)
-        how = f"kappa_comm 0, all-reduces x {model.comm_scale:.2f} (network run slower than the job's comm)"
+        how = (f"kappa_comm 0, all-reduces x {model.comm_scale:.2f}: the network fit is slower than the job's "
+               "own all-reduces")
     elif at(kappa_comm=KAPPA_COMM_MAX) >= target:
         model.kappa_comm = _bisect(lambda k: at(kappa_comm=k), 0.0, KAPPA_COMM_MAX, target)
         how = f"kappa_comm {model.kappa_comm:.2f}"

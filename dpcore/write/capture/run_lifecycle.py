@@ -228,13 +228,14 @@ class RunLife:
         if self.writer is not None:
             self.writer.add_job(entry)
 
-    def run_job(self, job_id: str, steps_total: int, body: Callable[[], dict[str, Any]]) -> dict:
+    def run_job(self, job_id: str, steps_total: int, body: Callable[[], dict[str, Any]],
+                steps_note: str = "") -> dict:
         """Mark the job running, run ``body`` (which returns the job's run.json fields, e.g.
         from :func:`write_job`; ``status`` defaults to complete), record the outcome. A
         :class:`JobFailed` is recorded as the job's failure and the run goes on."""
         self.add_job({"id": job_id, "status": "running"})
         if self.progress is not None:
-            self.progress.job_start(job_id, steps_total)
+            self.progress.job_start(job_id, steps_total, steps_note)
         try:
             fields = {"status": "complete", **body()}
             self.failed += fields["status"] == "failed"  # e.g. a rank's trace failed to write

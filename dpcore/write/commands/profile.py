@@ -144,7 +144,9 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
     # run "interrupted", never leave it "running" with nobody writing it.
     with life:
         jobs, skipped = plan(world, opts, life.run_dir)
-        steps_total = cfg.warmup + cfg.steps + (cfg.profile_steps + 1 if opts.trace else 0)
+        traced = cfg.profile_steps + 1 if opts.trace else 0  # the profiler's own warm-up step, then its active ones
+        steps_total = cfg.warmup + cfg.steps + traced
+        steps_note = f"{cfg.warmup} warm-up + {cfg.steps} timed" + (f" + {traced} under the profiler" if traced else "")
         progress = Progress(opts.progress if world.writes else "none", len(jobs))
         life.start(progress)
         for v in skipped:
@@ -155,5 +157,5 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
             life.add_job(train_job_entry(spec, "pending", world.oversubscribed(spec.processes)))
         for spec in jobs:
             life.run_job(spec.job_id, steps_total,
-                         lambda spec=spec: run_job(world, life.writer, spec, opts, progress))
+                         lambda spec=spec: run_job(world, life.writer, spec, opts, progress), steps_note)
     return rf.EXIT_CODES[life.status], (life.run_dir if life.writer else None)

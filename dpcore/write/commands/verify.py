@@ -48,6 +48,9 @@ VERIFY_BATCH = {"toy": 4, "mlp": 8, "transformer": 2, "einsum": 16}
 VERIFY_BUCKET_MB = {"toy": 0.0004, "mlp": 1.0, "transformer": 1.0, "einsum": 4.0}
 VERIFY_LR = {"toy": 0.1}
 COLUMNS = ("variant", "world_size", "max_abs_diff", "tolerance", "verdict")
+#: ``single``'s verdict: it is what the others are compared with (one process, the whole batch),
+#: so its row shows world size 1 and no difference.
+REFERENCE = "reference (the others are compared with it)"
 #: A user's MODULE:FUNCTION model: per-rank batch, and buckets sized so that its gradients
 #: fill about this many of them (several buckets, whatever the model's size).
 SPEC_VERIFY_BATCH, SPEC_VERIFY_BUCKETS = 4, 4
@@ -253,6 +256,9 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
     rows, ok = [], True
     for v in verify_rows(wanted, cfg.optimizer, hooks):
         params, spread, note = results[v]
+        if v == "single":  # the reference: one process with the whole batch, at any world size
+            rows.append(_row(v, 1, None, tolerance(cfg), REFERENCE))
+            continue
         base, option = _split_row(v)
         compute_dtype = option if base == "fsdp" else ""
         tol = compute_tolerance(cfg, compute_dtype) if compute_dtype else tolerance(cfg)

@@ -21,6 +21,7 @@ class Progress:
         self._bar: Any = None
         self._job_id = ""
         self._steps_total = 0
+        self._steps_note = ""
 
     def emit(self, event: str, **fields: Any) -> None:
         if self.mode == "json":
@@ -44,11 +45,13 @@ class Progress:
     def run_start(self, run_dir: str) -> None:
         self.emit("run_start", run_dir=run_dir, jobs_total=self.jobs_total)
 
-    def job_start(self, job_id: str, steps_total: int) -> None:
+    def job_start(self, job_id: str, steps_total: int, steps_note: str = "") -> None:
+        """``steps_note`` says what the steps are ("3 warm-up + 6 timed + 4 under the profiler"),
+        so that a count above ``--steps`` reads right."""
         self.job_index += 1
-        self._job_id, self._steps_total = job_id, steps_total
+        self._job_id, self._steps_total, self._steps_note = job_id, steps_total, steps_note
         self.emit("job_start", job_id=job_id, job_index=self.job_index,
-                  jobs_total=self.jobs_total, steps_total=steps_total)
+                  jobs_total=self.jobs_total, steps_total=steps_total, steps_note=steps_note)
         if self.mode == "bar":
             from tqdm import tqdm
             self._bar = tqdm(total=steps_total, unit="step", leave=True, file=sys.stderr,
@@ -59,7 +62,7 @@ class Progress:
         done = int(event.get("done", 0))
         self.emit("step", job_id=self._job_id, job_index=self.job_index,
                   jobs_total=self.jobs_total, step=done, steps_total=self._steps_total,
-                  phase=event.get("phase", ""))
+                  steps_note=self._steps_note, phase=event.get("phase", ""))
         if self._bar is not None:
             self._bar.n = min(done, self._steps_total)
             self._bar.set_postfix_str(event.get("phase", ""), refresh=False)

@@ -100,6 +100,27 @@ def test_ring_step_times_transfer_and_wait():
     assert t.loc[0, "duration_ms"] == pytest.approx(5.0) and t.loc[0, "wait_ms"] == pytest.approx(3.0)
     mc = message_counts(pd.DataFrame(rows)).iloc[0]
     assert mc.messages == 2 and mc.bytes == 20 and mc.messages_per_call == 2
+    # the same chunks sent as 4 pipelined sub-messages each: still 2 messages per call (the
+    # formula's count), 8 sub-messages, the same bytes
+    piped = pd.DataFrame([dict(r, bytes=r["bytes"] / 4) for r in rows for _ in range(4)])
+    mc = message_counts(piped).iloc[0]
+    assert (mc.messages, mc.sub_messages, mc.messages_per_call, mc.bytes) == (2, 8, 2, 20)
+
+
+def test_sample_ring_sends_2n_n_minus_1_messages_per_call():
+    """Issue 24: the all-reduce sample's ring showed 6 messages per call (its 16 MiB call pipelines
+    4 pieces per chunk) where the text says 2N(N−1) = 4 at N = 2."""
+    from pathlib import Path
+
+    from dpcore.read.rundir.load import load_run
+
+    sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-allreduce"
+    if not sample.is_dir():
+        pytest.skip("sample runs not present")
+    mc = message_counts(load_run(sample).messages).set_index("job_id")
+    assert mc.at["ring-ws2", "messages_per_call"] == 2 * 2 * (2 - 1)
+    assert mc.at["ring-ws2", "sub_messages"] > mc.at["ring-ws2", "messages"]
+    assert mc.at["naive-ws2", "messages_per_call"] == 2 * (2 - 1)
 
 
 def test_chunk_matrix_ring_invariants():
@@ -144,7 +165,8 @@ def test_pipelined_sub_messages_pair_nth_send_with_nth_recv():
 
 def test_scaling_flags_noisy_and_superlinear_cells():
     """A disturbed T(1) (p90 = 10x p10) makes every point of that variant's curve suspect, and
-    efficiency > 100% on one host is flagged; a clean variant is not."""
+    efficiency > 100% on one host is flagged; a clean variant is not. `noisy` stays the cell's
+    own spread, the flag Overview shows for the same job (one value per metric)."""
     base = dict(bucket_mb=25.0, status="complete", oversubscribed=False, throughput=1.0)
     summary = pd.DataFrame([
         {**base, "job_id": "a1", "variant": "flat", "world_size": 1, "step_ms": 50.0,
@@ -158,5 +180,7 @@ def test_scaling_flags_noisy_and_superlinear_cells():
     ])
     s = scaling(summary, "weak").set_index(["variant", "world_size"])
     assert s.loc[("flat", 2), "efficiency"] == pytest.approx(50 / 12)
-    assert bool(s.loc[("flat", 1), "noisy"]) and bool(s.loc[("flat", 2), "noisy"])
+    assert bool(s.loc[("flat", 1), "noisy"]) and not bool(s.loc[("flat", 2), "noisy"])
+    assert s.loc[("flat", 2), "suspect"] == "T(1) noisy, above 100%" and s.loc[("flat", 1), "suspect"] == ""
+    assert s.loc[("ring", 2), "suspect"] == ""
     assert not s.loc[("ring", 2), "noisy"] and s.loc[("ring", 2), "efficiency"] == pytest.approx(0.5)

@@ -273,5 +273,9 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
         assert not problems(at), (page.title, problems(at))
         if page.title == "What-if":  # flat and ring only: no bucketed job to start from, and it says so
             assert any("starts from a completed `bucketed`" in i.value for i in at.info)
+        elif page.title == "Bandwidth":  # a training run only: said once, no empty chart
+            assert [i.value for i in at.info] == ["This run has no all-reduce benchmark: "
+                                                  "`python -m dpcore allreduce` measures one."]
+            assert not at.get("plotly_chart")
         elif page.title not in NO_CHART:
             assert at.get("plotly_chart"), f"{page.title} drew no chart"

@@ -3,8 +3,9 @@
 Why: AppTest never runs plotly.js; only a browser shows that the figures are actually drawn, that
 no exception box appears, that the sidebar navigation reaches every page at its URL path, and how
 long the first render and page switches take. Screenshots go to a tmp folder (the README's
-screenshots come from the sample run, not from this test). Skipped only when /usr/bin/chromium is
-absent. Every wait is bounded.
+screenshots come from the sample runs: scripts/screenshots.py), and no two labels of a drawn
+figure overlap (`browser_checks`; the issue-24 items on the samples: test_browser_samples.py).
+Skipped only when /usr/bin/chromium is absent. Every wait is bounded.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 
 from dpcore.read.dashboard.pages import PAGES
 from tests.fixtures_run import make_run
+from tests.read.dashboard.browser_checks import overlapping_labels
 from tests.read.dashboard.test_live_hang_pages import add_live_and_hang
 
 CHROMIUM = "/usr/bin/chromium"
@@ -111,6 +113,8 @@ def test_every_page_draws_in_chromium(server: str) -> None:
                 assert page.url.rstrip("/").endswith("/" + spec.url_path) or at_root, (title, page.url)
                 if title not in NO_CHART:
                     assert page.locator(".js-plotly-plot").count() >= 1
+                    # no two labels of a drawn figure closer than their size (issue 24)
+                    assert overlapping_labels(page) == [], title
                 page.screenshot(path=str(shots / f"{spec.url_path}.png"), full_page=True)
             for title in CHART_PAGES:  # second visit: caches warm, what a user feels when switching pages
                 t0 = time.perf_counter()

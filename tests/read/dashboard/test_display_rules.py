@@ -17,11 +17,12 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dpcore.contract.errors import UsageError
 from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
 from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
-from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
-from dpcore.read.dashboard.picker import default_second
+from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, PERFETTO_JS, perfetto_data, too_big
+from dpcore.read.dashboard.picker import comparable, default_second
 from dpcore.read.dashboard.tables import bucket_text, overview_rows, status_text, table_height
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.ring import aggregate_pieces, message_figure
@@ -82,8 +83,25 @@ def test_compare_defaults_to_a_run_of_the_same_kind() -> None:
         size=[None, "tiny", "tiny", "tiny"], backend="gloo", world_sizes=["2", "1,2", "1,2", "1,2"],
         variants=["native,ring", "flat,ring", "flat,ring", "flat,ring"], device="cpu", status="complete"))
     assert default_second(runs, "train-a") == "train-b"  # not the newer benchmark, not the other model
-    assert default_second(runs, "bench-new") == "train-a"  # nothing alike: the newest other
+    # a benchmark has nothing in common with a training run: no pairing at all (the sidebar says so)
+    assert default_second(runs, "bench-new") is None and comparable(runs, "bench-new") == []
+    assert comparable(runs, "train-a") == ["train-other-model", "train-b"]
     assert default_second(runs.iloc[:1], "bench-new") is None
+
+
+def test_compare_mode_on_the_shipped_samples_pairs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two samples (a training run, an all-reduce benchmark) share no job: switching Compare on
+    says so in the sidebar instead of pairing them; a run's `repeats: 0` reads as what it means."""
+    if not (SAMPLE / "sample-allreduce").is_dir():
+        pytest.skip("sample runs not present")
+    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.sidebar.toggle(key="compare").set_value(True).run()
+    assert not at.exception
+    assert not [s for s in at.sidebar.selectbox if s.key == "run_b"]
+    assert any("No other run has train jobs to compare with sample-train" in i.value for i in at.sidebar.info)
+    diff = config_diff({"a": {"config": {"repeats": 0}}, "b": {"config": {"repeats": 5}}})
+    assert diff.iloc[0]["a"].startswith("by size (50 up to 64 KiB")
 
 
 def test_config_difference_and_ratio_column() -> None:
@@ -162,6 +180,26 @@ def test_send_and_receive_colours_differ_and_labels_are_optional() -> None:
     assert texts and texts[0].textfont.size == 12 and texts[0].text[0].endswith("×2")
 
 
+def test_chunk_labels_of_crossing_arrows_do_not_overlap() -> None:
+    """In a 2-rank ring the two arrows of a ring step cross at their midpoints: labels there printed
+    over each other. Placed a third of the way from the sender and kept only where clear of the
+    others, no two labels' boxes overlap in the diagram's own coordinates."""
+    from itertools import combinations
+
+    from dpcore.read.plots.labels import boxes_overlap, label_box
+    from dpcore.read.plots.ring import DIAGRAM_PLOT_PX
+
+    fig = message_figure(pipelined_ring(2, pieces=1), label_size=12)
+    texts = [t for t in fig.data if isinstance(t, go.Scatter) and t.mode == "text"]
+    points = [(x, y, s) for t in texts for x, y, s in zip(t.x, t.y, t.text)]
+    assert len(points) >= 2
+    bars = [t for t in fig.data if isinstance(t, go.Bar)]
+    x1 = max(float(b + w) for t in bars for b, w in zip(t.base, t.x))
+    h = fig.layout.height - 180.0
+    boxes = [label_box(x / x1 * DIAGRAM_PLOT_PX, (y + 0.5) / 2 * h, s) for x, y, s in points]
+    assert not any(boxes_overlap(a, b) for a, b in combinations(boxes, 2))
+
+
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_ring_circle_steps_through_the_plan(n: int) -> None:
     fig = ring_circle_figure(n, chunk_bytes="4 MiB")
@@ -193,14 +231,23 @@ def test_ring_view_on_an_allreduce_run_picks_message_sizes(monkeypatch: pytest.M
 
 def test_open_in_perfetto_posts_the_trace_after_pong() -> None:
     trace = b"\x1f\x8b fake gzip bytes"
-    page = perfetto_html(trace, "run </script><b>x", "run-job-rank0.json.gz")
-    assert "window.open(P.origin)" in page and '"PING"' in page and '"PONG"' in page
-    assert "perfetto: {buffer: bytes(), title: P.title, fileName: P.fileName}" in page
-    assert base64.b64encode(trace).decode() in page and "https://ui.perfetto.dev" in page
-    assert "</script><b>" not in page  # a title cannot break out of the script
+    payload = perfetto_data(trace, "run </script><b>x", "run-job-rank0.json.gz")
+    assert "window.open(data.origin)" in PERFETTO_JS and '"PING"' in PERFETTO_JS and '"PONG"' in PERFETTO_JS
+    assert "perfetto: {buffer: bytes(), title: data.title, fileName: data.fileName}" in PERFETTO_JS
+    assert base64.b64decode(payload["b64"]) == trace and payload["origin"] == "https://ui.perfetto.dev"
+    # run-provided text travels as data, set as text: the fixed script never builds HTML from it
+    assert payload["title"] == "run </script><b>x" and "innerHTML" not in PERFETTO_JS
     assert too_big(MAX_EMBED_BYTES + 1) and not too_big(MAX_EMBED_BYTES)
     with pytest.raises(ValueError):
-        perfetto_html(b"x" * (MAX_EMBED_BYTES + 1), "t", "f")
+        perfetto_data(b"x" * (MAX_EMBED_BYTES + 1), "t", "f")
+
+
+def test_no_deprecated_streamlit_api_in_the_dashboard() -> None:
+    """`st.components.v1` is past its announced removal date (2026-06-01): nothing may use it."""
+    root = Path(__file__).resolve().parents[3]
+    users = [str(p) for p in [root / "app.py", *(root / "dpcore").rglob("*.py")]
+             if "components.v1" in p.read_text(encoding="utf-8")]
+    assert users == []
 
 
 def test_download_names_carry_the_run_id() -> None:
@@ -274,3 +321,38 @@ def test_new_run_command_carries_the_optimizer_and_refuses_unknown_ones(tmp_path
     assert build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [])[-1] == "sgd"
     with pytest.raises(ValueError, match="optimizer"):
         build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], "lion")
+
+
+def test_new_run_form_passes_the_mlp_width_and_runs_show_it(tmp_path):
+    """`--size` is the transformer's knob: an mlp run is told apart by its width, which the New-run
+    command carries and the run list shows ('mlp tiny' named two different mlps alike)."""
+    from dpcore.contract.config import model_size_text
+    from dpcore.read.dashboard.launcher import build_command
+
+    cmd = build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], width=256)
+    assert cmd[cmd.index("--width") + 1] == "256"
+    with pytest.raises(UsageError):
+        build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], width=0)
+    assert model_size_text({"model": "mlp", "size": "tiny", "width": 256}) == "width 256"
+    assert model_size_text({"model": "mlp", "size": "tiny", "width": 512}) == "width 512"
+    assert model_size_text({"model": "transformer", "size": "small", "width": 512}) == "small"
+    assert model_size_text({"model": "einsum", "size": "tiny"}) == ""
+    if (SAMPLE / "sample-train").is_dir():
+        from dpcore.read.rundir.load import list_runs
+
+        runs = list_runs(SAMPLE)[0]
+        assert runs.set_index("run_id").at["sample-train", "size"] == "width 256"
+
+
+def test_progress_says_why_a_job_has_more_steps_than_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--steps 6` runs 13 steps (3 warm-up, 6 timed, 1 + 3 under the profiler): the New-run progress
+    says so instead of a bare 'step 7/13'."""
+    from dpcore.read.dashboard.launcher import parse_event, progress_of
+    from dpcore.write.runtime.progress import Progress
+
+    p = Progress("json", jobs_total=1)
+    p.job_start("flat-ws2", 13, "3 warm-up + 6 timed + 4 under the profiler")
+    p.step({"done": 7})
+    events = [e for e in map(parse_event, capsys.readouterr().out.splitlines()) if e]
+    _, text, _ = progress_of(events)
+    assert text == "job 1/1: flat-ws2 · step 7/13 (3 warm-up + 6 timed + 4 under the profiler)"

@@ -60,6 +60,23 @@ def test_one_exploded_job_does_not_squash_the_overview() -> None:
     assert list(whiskers.marker.symbol).count("x") == 1  # the noisy job is marked
 
 
+def test_every_cut_bar_is_labelled_and_neighbouring_labels_cannot_collide() -> None:
+    """Issue 24: a bar above a shared (compare-mode) cap was cut with no "↑" label, and two
+    neighbouring labels printed over each other. Every bar whose stack passes the top gets one,
+    drawn up its own bar (rotated): one bar wide, so neighbours never overlap."""
+    s = summary()
+    fig = breakdown_figure(s, y_max=15.0)  # a cap below several jobs, as a shared compare axis
+    order = s.assign(o=s.variant.map({"single": 0, "ring": 1, "bucketed": 2})).sort_values(
+        ["o", "world_size", "bucket_mb"])
+    stack = sum(np.asarray(t.y, float) for t in fig.data if t.type == "bar")
+    cut = [label for label, h in zip(fig.data[0].x, stack) if h > 15.0]
+    labels = [a for a in fig.layout.annotations if a.text.startswith("↑")]
+    assert cut and [a.x for a in labels] == cut
+    assert [a.text for a in labels] == [f"↑ {v:,.0f} ms" for v, h in zip(order["step_ms"], stack) if h > 15.0]
+    assert all(a.textangle == -90 and a.yanchor == "top" for a in labels)
+    assert len({a.x for a in labels}) == len(labels)  # one per bar
+
+
 def test_empty_inputs_give_explanatory_figures() -> None:
     for fig in (breakdown_figure(pd.DataFrame()), scaling_figure(pd.DataFrame()), bucket_figure(pd.DataFrame()),
                 bandwidth_figure(pd.DataFrame()), timeline_figure(pd.DataFrame(columns=["rank"])),
@@ -129,7 +146,8 @@ def test_ring_figures() -> None:
     assert len(arrows) == 2 and sum(np.isnan(np.asarray(a.x, float)).sum() for a in arrows) == 4
     wt = pd.DataFrame(dict(job_id="ring-ws2", algo="ring", call=0, phase=["reduce_scatter", "all_gather"],
                            ring_step=0, rank=0, transfer_ms=[.4, .4], wait_ms=[.5, .1]))
-    assert [str(x) for x in wait_transfer_figure(wt).data[0].x] == ["RS 0", "AG 0"]
+    # ring steps count from 1, as in the ring picture and the chunk slider beside it
+    assert [str(x) for x in wait_transfer_figure(wt).data[0].x] == ["RS 1", "AG 1"]
     cells = pd.DataFrame(dict(frame=["start"] * 4 + ["RS 0"] * 4, rank=[0, 0, 1, 1] * 2, chunk=[0, 1] * 4,
                               count=[1, 1, 1, 1, 1, 2, 2, 1], text=["x"] * 8))
     fig = chunk_figure(cells, 2)

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -17,6 +18,7 @@ import pandas as pd
 import pytest
 
 from dpcore.cli import main
+from dpcore.contract.units import percent
 from dpcore.read.analysis import job_summary, step_metrics, timeline, trace_step_metrics
 from dpcore.read.report.resolve import resolve
 from dpcore.read.report.tables import csv_table, text_table
@@ -28,13 +30,14 @@ REPORT = Path(__file__).resolve().parents[3] / "dpcore" / "read" / "report"
 
 
 def test_text_table_two_decimals_and_a_dash_for_empty_cells() -> None:
+    """An empty cell reads '—' in every command, as on the dashboard (never 'NaN' or '-')."""
     df = pd.DataFrame({"rank": [0, 1], "overlap_pct": [12.345, np.nan], "source": ["trace", "intervals"]})
     assert text_table(df).splitlines() == [" rank  overlap_pct    source",
                                            "    0        12.35     trace",
-                                           "    1            - intervals"]
-    # the end-of-run table's own convention, through the same function
-    assert text_table(df[["overlap_pct"]], float_format=lambda v: f"{v:,.3f}", na_rep="NaN").splitlines() == [
-        " overlap_pct", "      12.345", "         NaN"]
+                                           "    1            — intervals"]
+    # per-column formatters through the same function (the end-of-run table's percentages)
+    assert text_table(df[["overlap_pct"]], formatters={"overlap_pct": percent}).splitlines() == [
+        "overlap_pct", "      12.3%", "          —"]
 
 
 def test_csv_table_four_decimals_no_index() -> None:
@@ -128,3 +131,20 @@ def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -
     rows = [line.split() for line in out.splitlines() if line.strip().startswith(("ring", "native"))]
     assert {r[-1] for r in rows} == {"0", "3"}
     assert "WRONG RESULTS: ring at 2 ranks, 1 KiB: 3 element(s)" in out
+
+
+def test_analyze_reads_the_ranks_of_a_merged_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README promotes merged.json.gz and says analyze reads single trace files: its ranks come
+    from its process names ('rank 0', 'rank 1'), and each rank's numbers are those of its own file
+    (each rank classified apart: read as one rank, rank 1's compute came out 0)."""
+    job = SAMPLE / "sample-train" / "traces" / "bucketed-ws2-b1"
+    if not (job / "merged.json.gz").is_file():
+        pytest.skip("sample runs not present")
+    assert main(["analyze", str(job / "merged.json.gz"), "--csv"]) == 0
+    merged = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert main(["analyze", str(job), "--csv"]) == 0  # the folder: rank0/rank1 files, merged never counts
+    per_rank = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(merged["rank"]) == [0, 1] and (merged["compute_ms"] > 0).all()
+    pd.testing.assert_frame_equal(merged, per_rank)
+    assert main(["analyze", str(job / "merged.json.gz")]) == 0
+    assert "a merged trace: ranks 0, 1 read from its process names" in capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -277,6 +278,9 @@ def test_hand_written_run_without_grads_uses_bucket_launches(tmp_path: Path,
     fitted = pd.read_csv(io.StringIO(out)).iloc[0]
     _, text, _ = _cli("whatif", str(run), "--job", "bucketed-ws2-b8", "--world-sizes", "2", capsys=capsys)
     assert "1 collective(s) at once" in text          # fitted to service times: concurrency inside
+    # one unit convention (issue 24): MiB, µs, "2 ranks"; never "MB", "us" or "1 ranks"
+    assert "(bucketed, 2 ranks, 8 MiB buckets," in text and "alpha = 100.0 µs" in text
+    assert not re.search(r"\d MB\b|\d us\b|\b1 ranks\b", text)
     assert fitted["latency_us"] == 100.0                  # buckets of one size: the stated default alpha
     assert fitted["step_ms"] == pytest.approx(65.0, abs=1e-3)   # calibrated on itself: exact
     # an allreduce run twice as slow as the job's comm: every all-reduce is scaled by 0.5, exactly

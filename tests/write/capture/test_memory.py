@@ -222,12 +222,13 @@ def test_memory_figures_show_the_numbers(sharded) -> None:
     assert points["fsdp"] == ([15.0], [21.5])
     assert trade.layout.yaxis.title.text.startswith("peak memory per rank (MiB)")
     bars = memory_breakdown_figure(table)
-    by_name = {t.name: list(t.y) for t in bars.data}
-    # order: bucketed, zero1, fsdp (teaching order), two ranks each
-    assert by_name["parameters"] == [8, 8, 8, 8, 4.5, 4.5]
-    assert by_name["optimizer state"] == [16, 16, 8, 8, 9, 9]
-    assert by_name["peak"] == [34, 35, 26, 27, 21, 22]
-    assert bars.layout.barmode == "stack"
+    by_name = {t.name: list(t.x) for t in bars.data}
+    # one row per job (mean over its two ranks), in teaching order: bucketed, zero1, fsdp
+    assert list(bars.data[0].y) == ["bucketed ×2", "zero1 ×2", "fsdp ×2"]
+    assert by_name["parameters"] == [8, 8, 4.5]
+    assert by_name["optimizer state"] == [16, 8, 9]
+    assert by_name["peak (largest rank)"] == [35, 27, 22]
+    assert bars.layout.barmode == "stack" and bars.data[0].orientation == "h"
 
 
 def test_comm_volume_measured_next_to_expected(sharded) -> None:
@@ -303,5 +304,5 @@ def test_breakdown_gives_each_job_of_a_bucket_sweep_its_own_bars() -> None:
 
     fig = memory_breakdown_figure(pd.DataFrame(rows))
     params = next(t for t in fig.data if t.name == "parameters")
-    assert list(params.x) == ["bucketed ×2 · 1 MiB · r0", "bucketed ×2 · 25 MiB · r0"]
-    assert list(params.y) == [1.0, 1.0]
+    assert list(params.y) == ["bucketed ×2 · 1 MiB", "bucketed ×2 · 25 MiB"]
+    assert list(params.x) == [1.0, 1.0]

@@ -7,6 +7,7 @@ import torch
 from dpcore.contract.errors import UsageError
 from dpcore.write.commands.verify import (
     COLUMNS,
+    REFERENCE,
     compute_tolerance,
     format_table,
     max_abs_diff,
@@ -25,7 +26,12 @@ def test_all_variants_match_single(ws: int) -> None:
                         "fsdp[float16]", "fsdp[bfloat16]", "torch_fsdp"]
     assert all(set(COLUMNS) <= set(r) for r in rows)
     assert ok
+    # single is the reference: one process with the whole batch, never "world size N"
+    assert (by["single"]["world_size"], by["single"]["verdict"]) == (1, REFERENCE)
+    assert by["single"]["max_abs_diff"] is None
     for v, r in by.items():
+        if v == "single":
+            continue
         assert r["world_size"] == ws
         if v == "data_parallel" and torch.cuda.device_count() < 2:
             assert r["verdict"].startswith("skipped: ") and "GPUs" in r["verdict"]
@@ -42,7 +48,8 @@ def test_all_variants_match_single(ws: int) -> None:
 
 def test_subset_and_bad_names() -> None:
     rows, ok = run_verify(1, variants=["single", "manual"], steps=2)
-    assert ok and [r["verdict"] for r in rows] == ["match", "match"]
+    assert ok and [r["verdict"] for r in rows] == [REFERENCE, "match"]
+    assert "single   1      -" in format_table(rows)
     with pytest.raises(UsageError, match="valid choices"):
         run_verify(2, variants=["bogus"])
     with pytest.raises(UsageError):

@@ -16,6 +16,7 @@ from dpcore.contract.units import EMPTY
 from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
+from dpcore.read.dashboard.picker import run_with
 from dpcore.read.dashboard.tables import bandwidth_rows, table_height
 from dpcore.read.plots.bandwidth import bandwidth_figure
 from dpcore.read.rundir.load import Run
@@ -38,6 +39,11 @@ def render(run: Run) -> None:
     """algbw/busbw against message size, log axes, per algorithm and world size, and the table."""
     key = data.key(run)
     df = bandwidth(run, key)
+    if df.empty:  # said once: the offer of a run that has one (frame.each_run), else how to make one
+        ctx = frame.context()
+        if run_with(ctx.runs, "allreduce", run.path.name) is None:
+            st.info("This run has no all-reduce benchmark: `python -m dpcore allreduce` measures one.")
+        return
     st.plotly_chart(bandwidth_chart(run, key), key=f"bw-{run.path}")
     st.caption(f"{FORMULAS['algbw']} {FORMULAS['busbw']} busbw makes different N comparable: for a "
                "bandwidth-optimal all-reduce it approaches the link speed. Small messages are latency-bound.")

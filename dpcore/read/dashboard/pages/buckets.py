@@ -67,7 +67,7 @@ def render(run: Run) -> None:
                                                       help="How many buckets the gradients made."),
             "step_ms": st.column_config.NumberColumn("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
             "exposed_ms": st.column_config.NumberColumn("exposed E (ms)", help=FORMULAS["exposed_ms"], format="%.2f"),
-            "overlap_pct": st.column_config.NumberColumn("overlap %", help=FORMULAS["overlap_pct"], format="%.0f%%")})
+            "overlap_pct": st.column_config.NumberColumn("overlap %", help=FORMULAS["overlap_pct"], format="%.1f%%")})
     st.caption("Small buckets start communicating early but pay a launch per bucket; one huge bucket can only "
                f"start after the whole backward and hides nothing. {FORMULAS['exposed_ms']} {FORMULAS['step_ms']}")
     render_compression(run)

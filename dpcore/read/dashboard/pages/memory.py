@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from dpcore.contract.units import EMPTY
 from dpcore.read.analysis.memory import MIB, VOLUME_FORMULAS, comm_volume, job_memory, memory_table, volume_totals
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
@@ -52,7 +53,8 @@ VOLUME_CONFIG = {
     "mib_per_step": NUM("handed MiB / step", help="Σ collectives.csv bytes per rank per step: the size of "
                                                    "the tensor handed to the collective.", format="%.3f"),
     "bus_mib_per_step": NUM("bus MiB / step", help="handed bytes · bus factor (2(N−1)/N all-reduce, (N−1)/N "
-                                                   "all-gather / reduce-scatter, 1 broadcast).", format="%.3f"),
+                                                   "all-gather / reduce-scatter, 1 broadcast; 0 for every op "
+                                                   "at N = 1: no peer).", format="%.3f"),
     "expected_bus_mib_per_step": NUM("expected bus MiB / step", format="%.3f"),
     "param_mib": NUM("P (MiB)", help="Trainable parameter bytes of the whole model.", format="%.3f"),
 }
@@ -99,7 +101,7 @@ def render(run: Run) -> None:
         shown = shown.assign(_o=variant_rank(shown["variant"])).sort_values(["_o", "world_size", "job_id"])
         st.dataframe(shown[["job_id", "variant", "world_size", "ranks", "param_mib", "grad_mib", "optim_mib",
                             "other_mib", "held_mib", "peak_mib", "peak_max_mib", "step_ms", "peak_method"]],
-                     hide_index=True, width="stretch", column_config=MEMORY_CONFIG)
+                     hide_index=True, width="stretch", column_config=MEMORY_CONFIG, placeholder=EMPTY)
         methods = [m for m in dict.fromkeys(table["peak_method"].dropna().astype(str)) if m in PEAK]
         st.caption(f"MiB = 2^20 bytes, per rank (mean over ranks). {HELD} "
                    + " ".join(f"{PEAK[m].capitalize()} ({m})." for m in methods)
@@ -113,12 +115,14 @@ def render(run: Run) -> None:
                           "expected_bus_bytes_per_step": "expected_bus_mib_per_step", "param_bytes": "param_mib"})
     st.dataframe(shown[["job_id", "variant", "world_size", "op", "calls_per_step", "mib_per_step",
                         "bus_mib_per_step", "expected_bus_mib_per_step", "param_mib"]],
-                 hide_index=True, width="stretch", column_config=VOLUME_CONFIG)
+                 hide_index=True, width="stretch", column_config=VOLUME_CONFIG, placeholder=EMPTY)
     variants = [v for v in dict.fromkeys(totals["variant"].astype(str)) if v in VOLUME_FORMULAS]
     st.caption("Bus bytes per rank per step = Σ bytes · bus factor of each collective (nccl-tests: "
                f"{FORMULAS['busbw']}); `bytes` is the size of the tensor handed to the collective (the full, "
                "gathered buffer for all-gather and reduce-scatter). Expected, with P = trainable parameter "
-               "bytes, N ranks: " + "; ".join(f"**{v}**: {VOLUME_FORMULAS[v]}" for v in variants) + ".")
+               "bytes, N ranks: " + "; ".join(f"**{v}**: {VOLUME_FORMULAS[v]}" for v in variants) + ". At N = 1 a "
+               "rank has no peer: its collectives (a ZeRO-1 job's broadcasts too) hand over bytes that cross no "
+               "link, so every bus factor is 0 there.")
 
 
 def page() -> None:

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.config import model_size_text
 from dpcore.contract.units import EMPTY
 from dpcore.read.dashboard import frame
 from dpcore.read.dashboard.tables import bucket_text, table_height
@@ -44,7 +45,7 @@ def environment_box(run: Run) -> None:
         c[2].metric("CPU cores", md(env.get("cpu_cores", "?")),
                     help=f"logical CPUs: {md(env.get('logical_cpus', '?'))}")
         c[3].metric("GPUs", md(env.get("gpus", 0)))
-        c[4].metric("model", md(f"{cfg.get('model', '?')} {cfg.get('size', '') or ''}".strip()))
+        c[4].metric("model", md(f"{cfg.get('model', '?')} {model_size_text(cfg)}".strip()))
         st.caption(f"Devices: {md(devices)} · threads per rank: {md(_threads(env))} · "
                    f"host {md(env.get('host', '?'))} · "
                    f"torch {md(env.get('torch', '?'))} · batch/rank {md(cfg.get('batch_size', '?'))} · "
@@ -69,9 +70,13 @@ def environment_box(run: Run) -> None:
 def render(runs: pd.DataFrame, loaded: list[Run]) -> None:
     """Table of every run, then the environment box and the job list of the chosen run(s)."""
     st.caption("Every run folder under the profiles directory, newest first. Pick one in the sidebar "
-               "(default: the newest complete run), or switch on *Compare* to put two side by side.")
+               "(default: the newest complete run with training jobs, else the newest complete run), or switch on "
+               "*Compare* to put two runs of the same kind side by side.")
     cols = [c for c in RUN_COLS if c in runs.columns]
-    st.dataframe(runs[cols], hide_index=True, width="stretch", height=table_height(len(runs)), placeholder=EMPTY)
+    st.dataframe(runs[cols], hide_index=True, width="stretch", height=table_height(len(runs)), placeholder=EMPTY,
+                 column_config={"variants": st.column_config.TextColumn("variants", width="large"),
+                                "size": st.column_config.TextColumn("size", help="mlp: its --width; transformer: "
+                                                                    "its --size (the other knob does not apply)")})
     for run in loaded:
         environment_box(run)
         jobs = run.jobs

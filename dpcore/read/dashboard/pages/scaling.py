@@ -76,22 +76,46 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
         if peers and len(peers) > 1 else ()
     st.plotly_chart(scaling_chart(run, key, mode, ranges), key=f"sc-{run.path}")
     st.caption(scaling_caption(mode) + " " + measured_how(run.meta))
-    if not df.empty and df["noisy"].any():
-        cells = ", ".join(f"{v} ×{n}" for v, n in zip(df.loc[df["noisy"], "variant"],
-                                                      df.loc[df["noisy"], "world_size"]))
-        st.warning(f"Noisy measurements: {md(cells)}. Their step times spread more than "
-                   "1.5× between p10 and p90, or efficiency came out above 100%, so another process "
-                   "probably competed for the cores. Re-run on an idle machine before trusting them.")
     if not df.empty:
-        cfg_cols = {"step_ms": SUMMARY_CONFIG["step_ms"], "throughput": SUMMARY_CONFIG["throughput"],
-                    "speedup": NUM("speedup S(N)", help=FORMULAS["speedup_" + mode], format="%.2f"),
-                    "efficiency": NUM("efficiency", help=FORMULAS["efficiency_" + mode], format="percent"),
-                    "ideal_speedup": NUM("ideal S(N)", format="%.0f")}
-        shown = df.assign(bucket_mb=[bucket_text(v, b) for v, b in zip(df["variant"], df["bucket_mb"])]) \
-            if {"variant", "bucket_mb"} <= set(df.columns) else df
-        cfg_cols["bucket_mb"] = SUMMARY_CONFIG["bucket_mb"]
-        st.dataframe(shown, hide_index=True, column_config=cfg_cols, width="stretch", placeholder=EMPTY,
-                     height=table_height(len(shown)))
+        _noise_warning(df)
+        cfg_cols = {"variant": st.column_config.TextColumn("variant"), "world_size": NUM("N", format="%d"),
+                    "step_ms": SUMMARY_CONFIG["step_ms"], "step_ms_p10": SUMMARY_CONFIG["step_ms_p10"],
+                    "step_ms_p90": SUMMARY_CONFIG["step_ms_p90"], "throughput": SUMMARY_CONFIG["throughput"],
+                    "speedup": NUM("S(N)", help=FORMULAS["speedup_" + mode], format="%.2f"),
+                    "ideal_speedup": NUM("ideal S(N)", format="%.0f"),
+                    "efficiency": NUM("efficiency", help=FORMULAS["efficiency_" + mode], format="%.1f%%"),
+                    "oversubscribed": st.column_config.CheckboxColumn("oversub.", help="More busy threads than "
+                                                                      "CPU cores: timings measure contention."),
+                    "noisy": SUMMARY_CONFIG["noisy"],
+                    "suspect": st.column_config.TextColumn("suspect", help="Why S(N) and efficiency may be off "
+                                                           "even where this cell is steady: its T(1) is noisy, "
+                                                           "or efficiency is above 100% on one host."),
+                    "bucket_mb": SUMMARY_CONFIG["bucket_mb"]}
+        shown = df.assign(bucket_mb=[bucket_text(v, b) for v, b in zip(df["variant"], df["bucket_mb"])],
+                          efficiency=100 * df["efficiency"])
+        st.dataframe(shown[[c for c in cfg_cols if c in shown.columns]], hide_index=True, column_config=cfg_cols,
+                     width="stretch", placeholder=EMPTY, height=table_height(len(shown)))
+
+
+def _noise_warning(df: pd.DataFrame) -> None:
+    """Say which cells are noisy (their own spread: the flag Overview shows for the same job) and,
+    apart, which speedups rest on a noisy T(1) or came out superlinear."""
+    def cells(mask: pd.Series) -> str:
+        return ", ".join(f"{v} ×{n}" for v, n in zip(df.loc[mask, "variant"], df.loc[mask, "world_size"]))
+
+    parts = []
+    if df["noisy"].any():
+        parts.append(f"Noisy measurements: {md(cells(df['noisy']))}: their step times spread more than 1.5× "
+                     "between p10 and p90 (the same flag as on Overview).")
+    suspect = df["suspect"].fillna("").astype(str) != ""
+    if suspect.any():
+        why = "; ".join(f"{v} ×{n}: {md(w)}" for v, n, w in
+                        zip(df.loc[suspect, "variant"], df.loc[suspect, "world_size"], df.loc[suspect, "suspect"]))
+        parts.append(f"Speedup and efficiency in doubt: {why} (a noisy T(1) moves every ratio built on it; above "
+                     "100% on one host is noise).")
+    if parts:
+        st.warning(" ".join(parts) + " Another process probably competed for the cores: re-run on an idle "
+                   "machine before trusting them.")
 
 
 def page() -> None:

@@ -11,11 +11,17 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, straggler_threshold_pct
+from dpcore.read.analysis.stragglers import (
+    MIN_COLLECTIVES,
+    MIN_WAIT_MS,
+    collective_waits,
+    straggler_summary,
+    straggler_threshold_pct,
+    straggler_verdict,
+)
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
-from dpcore.read.report.stragglers import straggler_verdict
 from dpcore.read.rundir.load import Run
 
 INTRO = "Which rank arrives last at each collective, and how long the others wait for it."
@@ -30,13 +36,13 @@ TABLE_CONFIG = {
     "rank": NUM("rank", format="%d"),
     "collectives": NUM("collectives", help="Collectives of this job seen on every rank (matched).", format="%d"),
     "last_arrival_pct": NUM("arrived last %", help="Share of the collectives where this rank had wait 0.",
-                            format="%.0f%%"),
+                            format="%.1f%%"),
     "mean_wait_ms": NUM("mean wait (ms)", help="Mean of latest arrival − own arrival.", format="%.3f"),
     "p90_wait_ms": NUM("p90 wait (ms)", help="90th percentile of the wait.", format="%.3f"),
     "wait_ms": NUM("total wait (ms)", help="Sum of the waits over the matched collectives.", format="%.2f"),
     "transfer_ms": NUM("total transfer (ms)", help="Sum of (end − latest arrival), ≥ 0.", format="%.2f"),
     "comm_ms": NUM("total comm (ms)", help="Sum of (end − own arrival) = wait + transfer.", format="%.2f"),
-    "wait_fraction": NUM("wait / comm", help="Total wait / total comm time.", format="percent"),
+    "wait_fraction": NUM("wait / comm", help="Total wait / total comm time, in percent.", format="%.1f%%"),
     "mean_start_skew_ms": NUM("start skew (ms)", help="Mean of latest − earliest start per collective.",
                               format="%.3f"),
     "mean_end_skew_ms": NUM("end skew (ms)", help="Mean of latest − earliest end per collective.", format="%.3f"),
@@ -85,7 +91,8 @@ def render(run: Run) -> None:
     rows = table[table["job_id"] == job]
     ws = len(rows)
     st.markdown(f"**{md(job)}**: {straggler_verdict(rows)}.")
-    st.dataframe(rows.drop(columns="job_id"), hide_index=True, width="stretch", column_config=TABLE_CONFIG)
+    st.dataframe(rows.drop(columns="job_id").assign(wait_fraction=100 * rows["wait_fraction"]), hide_index=True,
+                 width="stretch", column_config=TABLE_CONFIG)
     last_fig, split_fig = charts(run, key, job)
     left, right = st.columns(2)
     with left:
@@ -94,8 +101,10 @@ def render(run: Run) -> None:
         st.plotly_chart(split_fig, key=f"sg-split-{run.path}-{job}")
     st.caption(f"{FORMULA} A rank is named the straggler when it arrived last in at least "
                f"{straggler_threshold_pct(ws):.0f}% of the collectives (halfway between chance, 100/N, and "
-               "always). For asynchronous collectives (overlap, bucketed, DDP) a wait may have been spent "
-               "computing: it measures skew, not idle time.")
+               f"always), of at least {MIN_COLLECTIVES} collectives, and the others waited at least "
+               f"{MIN_WAIT_MS:g} ms on average (less is a busy host's launch skew). For asynchronous "
+               "collectives (overlap, bucketed, DDP) a wait may have been spent computing: it measures skew, "
+               "not idle time.")
 
 
 def page() -> None:

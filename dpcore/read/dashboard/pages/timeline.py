@@ -18,6 +18,7 @@ from dpcore.read import rundir as R
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG
 from dpcore.read.dashboard.formulas import FORMULAS
+from dpcore.read.dashboard.picker import featured_job
 from dpcore.read.plots.style import esc
 from dpcore.read.plots.timeline import timeline_figure
 from dpcore.read.rundir.load import Run
@@ -78,14 +79,11 @@ def _step_cards(run: Run, job: str, step: int, job_row: pd.Series) -> None:
         "source": st.column_config.TextColumn("measured from", help=FORMULAS.get("comm_source", ""))})
 
 
-def _default_job(jobs: pd.DataFrame, summary: pd.DataFrame) -> int:
-    """The multi-rank job with the highest overlap %: its timeline teaches the most."""
+def _default_job(run: Run, jobs: pd.DataFrame) -> int:
+    """The job the picker opens on: `featured_job`, the same as the Traces page."""
     ids = list(jobs["job_id"])
-    if summary.empty or "overlap_pct" not in summary:
-        return 0
-    multi = summary[(summary["world_size"] > 1) & summary["job_id"].isin(ids)]
-    best = multi.sort_values("overlap_pct", ascending=False, na_position="last")["job_id"]
-    return ids.index(best.iloc[0]) if len(best) else 0
+    job = featured_job(jobs, (run.meta.get("config") or {}).get("bucket_mb"))
+    return ids.index(job) if job in ids else 0
 
 
 def render(run: Run) -> None:
@@ -97,7 +95,7 @@ def render(run: Run) -> None:
         return
     c1, c2 = st.columns([2, 1])
     summary = data.job_summary(run, data.key(run))
-    job = c1.selectbox("Job", list(jobs["job_id"]), index=_default_job(jobs, summary), key=f"tl-job-{run.path}",
+    job = c1.selectbox("Job", list(jobs["job_id"]), index=_default_job(run, jobs), key=f"tl-job-{run.path}",
                        help="One (variant, world size, bucket size) cell of the sweep.")
     steps = run.steps[run.steps["job_id"] == job]
     traced_steps = run.traced_steps(job)

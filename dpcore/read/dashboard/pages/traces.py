@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
-import streamlit.components.v1 as components
 
 from dpcore.contract.units import EMPTY, binary_size
 from dpcore.read.dashboard import data, frame
-from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, perfetto_html, too_big
+from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, open_in_perfetto, too_big
+from dpcore.read.dashboard.picker import featured_job
 from dpcore.read.dashboard.tables import table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.rundir.load import Run
@@ -47,8 +47,8 @@ def _perfetto_button(run: Run, job: str, files: dict[str, Path], root: Path) -> 
             st.info(f"{path.name} is {binary_size(size)}: above the {binary_size(MAX_EMBED_BYTES)} this page embeds "
                     "for Perfetto. Download it below and drag it onto https://ui.perfetto.dev.")
             return
-        components.html(perfetto_html(data.file_reader(path, root)(), f"{run.path.name} · {job} · {name}",
-                                      download_name(run, job, path.name)), height=72)
+        open_in_perfetto(data.file_reader(path, root)(), f"{run.path.name} · {job} · {name}",
+                         download_name(run, job, path.name), key=f"tr-perfetto-{run.path}-{job}-{name}")
 
 
 def render(run: Run, root: Path) -> None:
@@ -65,7 +65,10 @@ def render(run: Run, root: Path) -> None:
     if not rows:
         st.info("This run has no traces (run the profiler with profiled steps to record them).")
         return
-    job = st.selectbox("Job", [j for j, _ in rows], key=f"tr-job-{run.path}")
+    ids = [j for j, _ in rows]
+    featured = featured_job(run.jobs[run.jobs["job_id"].astype(str).isin(ids)],
+                            (run.meta.get("config") or {}).get("bucket_mb"))
+    job = st.selectbox("Job", ids, index=ids.index(featured) if featured in ids else 0, key=f"tr-job-{run.path}")
     files = dict(rows)[job]
     _perfetto_button(run, job, files, root)
     cols = st.columns(min(4, len(files)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
@@ -96,10 +97,11 @@ def render(run: Run) -> None:
     bw = s3.select_slider("Bandwidth B (GB/s)", bws, value=fitted_bw, key=f"wi-bw-{run.path}-{job}")
     lat = s4.number_input("Latency α (µs)", min_value=0.0, value=float(round(fitted.alpha_us, 1)), step=10.0,
                           key=f"wi-lat-{run.path}-{job}")
-    st.caption(f"Fitted from **{md(job)}**: kappa = {fitted.kappa:.2f} ({md(fitted.kappa_source)}); "
-               f"α = {fitted.alpha_us:.1f} µs ({md(fitted.alpha_source)}); B = {fitted.bandwidth_gbps:.3f} GB/s "
-               f"({md(fitted.bandwidth_source)}); {fitted.streams} collective(s) in flight at once; gradients from "
-               f"{md(src.grads_source)}.")
+    st.caption(f"Fitted from **{md(job)}**, {fitted.streams} collective(s) in flight at once, gradients from "
+               f"{md(src.grads_source)}:\n"
+               f"- kappa = {fitted.kappa:.2f}: {md(fitted.kappa_source)}\n"
+               f"- α = {fitted.alpha_us:.1f} µs: {md(fitted.alpha_source)}\n"
+               f"- B = {fitted.bandwidth_gbps:.3f} GB/s: {md(fitted.bandwidth_source)}")
     row, rep, buckets = replay_cell(fitted, ws, mb, bw, lat)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Predicted step", f"{row['step_ms']:.1f} ms")
@@ -118,7 +120,7 @@ def render(run: Run) -> None:
                                                         (ws,), bw, lat), meas), summary)
     st.subheader("Predicted step, broken down")
     st.plotly_chart(breakdown_figure(cells, mb), key=f"wi-bd-{run.path}-{job}")
-    st.subheader(f"Replayed step: {ws} ranks, {mb:g} MiB buckets")
+    st.subheader(f"Replayed step: {ranks_text(ws)}, {mib_size(mb)} buckets")
     st.plotly_chart(timeline_figure(replay_lanes(rep, buckets, src.sizes, fitted.tail_ms)),
                     key=f"wi-tl-{run.path}-{job}")
     st.subheader("Prediction against the run's measured jobs")
