@@ -32,7 +32,8 @@ def bandwidth_figure(df: pd.DataFrame) -> go.Figure:
                 x=part["bytes"], y=part[col], mode="lines+markers", name=name, legendgroup=name, showlegend=c == 1,
                 line=dict(color=color_for(str(algo)), dash=dash),
                 customdata=np.column_stack([part["time_ms"], [binary_size(b) for b in part["bytes"]]]),
-                hovertemplate=esc(name) + "<br>%{customdata[1]} in %{customdata[0]:.3f} ms<br>%{y:.3g} GB/s<extra></extra>",
+                hovertemplate=esc(name) + "<br>%{customdata[1]} in %{customdata[0]:.3f} ms"
+                "<br>%{y:.3g} GB/s<extra></extra>",
                 row=1, col=c)
     # the measured sizes as ticks, in binary units like the table (plotly's own log ticks are decimal: 1M, 10M)
     ticks = sorted(int(b) for b in df["bytes"].unique())
