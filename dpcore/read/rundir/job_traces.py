@@ -7,7 +7,7 @@ them is disk access; the analysis only ever receives the events frames these ret
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pandas as pd
 
@@ -15,12 +15,15 @@ from dpcore.read.rundir.load import Run
 from dpcore.read.traces.reader import TraceFormatError, read_trace_files
 
 
-def job_trace_events(run: Run, job_id: str) -> pd.DataFrame | None:
-    """All rank traces of one job as one events frame, or None when the job has no rank trace
-    or one is unreadable. Read it once per job and pass it to
+def job_trace_events(run: Run, job_id: str, ranks: Iterable[int] | None = None) -> pd.DataFrame | None:
+    """All rank traces of one job (only those of ``ranks`` when given: a view of a few of 1,024
+    ranks reads a few traces) as one events frame, or None when the job has no rank trace or
+    one is unreadable. Read it once per job and pass it to
     :func:`dpcore.read.analysis.timeline.timeline` for every step, instead of re-reading the
     traces per step."""
-    files = [v for k, v in sorted(run.trace_files(job_id).items()) if k.startswith("rank")]
+    want = None if ranks is None else {f"rank{int(r)}" for r in ranks}
+    files = [v for k, v in sorted(run.trace_files(job_id).items())
+             if k.startswith("rank") and (want is None or k in want)]
     if not files:
         return None
     try:
