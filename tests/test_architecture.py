@@ -15,7 +15,7 @@ lower ones, so a reader can understand each layer from the ones below it alone:
 
 - write: runtime -> capture -> dp -> training -> commands (and no command imports another
   command, only its own parts: profile's per-rank body, record's hooks);
-- read: traces, rundir -> analysis -> whatif, importer, report -> plots -> dashboard, and plots
+- read: traces, rundir -> analysis -> ranks, whatif, importer, report -> plots -> dashboard, and plots
   import only contract and plots (a figure never recomputes a metric).
 """
 from __future__ import annotations
