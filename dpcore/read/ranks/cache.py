@@ -128,12 +128,12 @@ def load(root: Path, traces: list[Path], only: bool, need: tuple[str, ...] = TAB
     parts = {table: _split(typed(table, df[df["_trace"].isin(hits)]), df.loc[df["_trace"].isin(hits), "_trace"])
              for table, df in frames.items()}
     out = {}
+    empty = {k: typed(k, pd.DataFrame()) for k in TABLES}  # one shared empty frame per table: not read
     for name, rank, ws, events, notes in zip(ranks["_trace"], ranks["rank"], ranks["world_size"],
                                              ranks["events"], ranks["notes"]):
-        tables = {table: parts[table].get(name) for table in need}
-        out[want[name][0]] = RankTables(
-            rank=int(rank), world_size=None if ws < 0 else int(ws), events=int(events), notes=json.loads(notes),
-            **{k: v if v is not None else typed(k, pd.DataFrame()) for k, v in tables.items()})
+        tables = {table: parts[table].get(name, empty[table]) if table in parts else empty[table] for table in TABLES}
+        out[want[name][0]] = RankTables(rank=int(rank), world_size=None if ws < 0 else int(ws), events=int(events),
+                                        notes=json.loads(notes), **tables)
     return out
 
 
