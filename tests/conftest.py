@@ -1,9 +1,24 @@
 """Suite-wide fixtures."""
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_out_of_the_data(tmp_path_factory: pytest.TempPathFactory):
+    """Every read's trace cache (dpcore.read.ranks.cache) goes to a temporary folder, never
+    beside the folders tests read (../shared/traces, tests/data, the sample runs), also in the
+    CLI subprocesses tests start; tests of the cache's own placement unset it."""
+    old = os.environ.get("DPCORE_CACHE_DIR")
+    os.environ["DPCORE_CACHE_DIR"] = str(tmp_path_factory.mktemp("dpcore-cache"))
+    yield
+    if old is None:
+        os.environ.pop("DPCORE_CACHE_DIR", None)
+    else:
+        os.environ["DPCORE_CACHE_DIR"] = old
 
 
 @pytest.fixture(autouse=True)

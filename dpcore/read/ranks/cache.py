@@ -60,7 +60,11 @@ def user_cache_dir(root: Path) -> Path:
 
 
 def cache_dir(root: Path) -> Path:
-    """``root/cache`` where root is writable, else :func:`user_cache_dir`."""
+    """``root/cache`` where root is writable, else :func:`user_cache_dir`; under
+    ``$DPCORE_CACHE_DIR`` (one folder per ``root``) when that is set: a test suite or a read-only
+    deployment keeps every cache out of the folders it reads."""
+    if os.environ.get("DPCORE_CACHE_DIR"):
+        return Path(os.environ["DPCORE_CACHE_DIR"]) / hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
     here = root / CACHE_DIR
     if os.access(here if here.is_dir() else root, os.W_OK):
         return here

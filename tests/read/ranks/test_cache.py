@@ -32,7 +32,9 @@ def traces(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The traces actually read (parsed), in this process (workers=1)."""
+    """The traces actually read (parsed), in this process (workers=1); the cache where a user's
+    would be (conftest sends it to a temporary folder)."""
+    monkeypatch.delenv("DPCORE_CACHE_DIR", raising=False)
     seen: list[str] = []
     real = pool._reduce
 
@@ -105,7 +107,9 @@ def _answer(command, *args, **kwargs) -> str:
         return f"error: {exc}"
 
 
-def test_commands_print_the_same_with_and_without_the_cache(traces: Path, tmp_path: Path) -> None:
+def test_commands_print_the_same_with_and_without_the_cache(traces: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPCORE_CACHE_DIR", str(tmp_path / "c"))  # tests/data's folder stays as it is
     run = make_run(tmp_path / "profiles")
     off, on = Scale(cache=False), Scale(workers=1)
     for path in (traces, run, DATA / "ddp_gloo_delay_rank1"):
@@ -120,8 +124,16 @@ def test_commands_print_the_same_with_and_without_the_cache(traces: Path, tmp_pa
         assert _answer(stragglers_text, str(path), scale=on) == want
     want = summarize(str(run), csv=True, scale=off)
     assert summarize(str(run), csv=True, scale=on) == want == summarize(str(run), csv=True, scale=on)
-    shutil.rmtree(run / "cache")  # deleting it changes no number
+    shutil.rmtree(tmp_path / "c")  # deleting it changes no number
     assert summarize(str(run), csv=True) == want
+
+
+def test_cache_dir_env_keeps_the_folder_untouched(traces: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPCORE_CACHE_DIR", str(tmp_path / "elsewhere"))
+    analyze(str(traces), csv=True, scale=Scale(workers=1))
+    assert not (traces / "cache").exists()
+    assert len(list((tmp_path / "elsewhere").rglob("*.parquet"))) == 3
 
 
 def test_the_tables_give_the_rows_of_the_event_based_path(tmp_path: Path) -> None:
