@@ -120,7 +120,7 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
 
 
 def folder_tables(p: Path, scale: Scale | None = None,
-              need: tuple[str, ...] = cache.TABLES) -> list[RankTables]:
+                  need: tuple[str, ...] = cache.TABLES) -> list[RankTables]:
     """The reduced tables of every rank trace at ``p`` (a folder, searched recursively, or one
     file), sorted by rank, from the cache beside them where it matches (:mod:`dpcore.read.ranks`).
     TraceFormatError naming the file for a bad trace, or for two traces of one rank."""
