@@ -180,14 +180,17 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
     z.add_argument("path")
     z.add_argument("--csv", action="store_true")
+    _scale_args(z)
 
     s = sub.add_parser("summarize", help="per-job table of a run")
     s.add_argument("run")
     s.add_argument("--csv", action="store_true")
+    _scale_args(s)
 
     g = sub.add_parser("stragglers", help="which rank arrives last at the collectives, per job and rank")
     g.add_argument("path", help="a run directory, a job's traces folder, or any folder of torch.profiler traces")
     g.add_argument("--csv", action="store_true")
+    _scale_args(g)
 
     h = sub.add_parser("hang", help="why a job hung: every rank's last collectives (PyTorch's flight "
                                     "recorder) and stack, and the verdict")
@@ -223,6 +226,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shift ranks onto rank 0's clock by matched collective ends (auto: only when "
                         "the traces come from several hosts)")
     return ap
+
+
+def _scale_args(p: argparse.ArgumentParser) -> None:
+    """--workers / --scheduler / --no-cache of the commands that read many ranks' traces."""
+    p.add_argument("--workers", default=None,
+                   help="processes that parse rank traces, one rank each (default: the cores, for trace "
+                        "sets of 64 MB or more; 1 = in this process)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="a Dask distributed scheduler (e.g. tcp://host:8786) that parses the rank traces "
+                        "instead (needs dask[distributed]; its workers must see the same paths)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every trace again and store nothing in cache/ (the numbers are the same)")
+
+
+def _scale(args: argparse.Namespace) -> object:
+    """The Scale of --workers / --scheduler / --no-cache; UsageError for a bad --workers."""
+    from dpcore.read.ranks import Scale
+    workers = args.workers
+    if workers is not None:
+        try:
+            workers = int(workers)
+        except ValueError:
+            raise UsageError(f"--workers must be a whole number of processes >= 1, got {workers!r}") from None
+        if workers < 1:
+            raise UsageError(f"--workers must be a whole number of processes >= 1, got {workers}")
+    return Scale(workers=workers, scheduler=args.scheduler or None, cache=not args.no_cache)
 
 
 def _load_workload(model: str, seed: int, world_sizes: tuple[int, ...],
@@ -383,15 +412,15 @@ def main(argv: list[str] | None = None) -> int:
                 out = out if args.csv else out.rstrip("\n")
             elif args.command == "stragglers":
                 from dpcore.read.report.stragglers import stragglers_text
-                out = stragglers_text(args.path, csv=args.csv).rstrip("\n")
+                out = stragglers_text(args.path, csv=args.csv, scale=_scale(args)).rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text
                 out = whatif_text(args.run, args.job, args.bucket_mb, args.world_sizes, args.bandwidth_gbps,
                                   args.latency_us, args.algo, args.csv, args.allreduce_run)
                 out = out if args.csv else out.rstrip("\n")
             else:
-                out = (analyze(args.path, csv=args.csv) if args.command == "analyze"
-                       else summarize(args.run, csv=args.csv))
+                out = (analyze(args.path, csv=args.csv, scale=_scale(args)) if args.command == "analyze"
+                       else summarize(args.run, csv=args.csv, scale=_scale(args)))
             print(out, end="" if args.csv else "\n")
         except (RunLoadError, OSError, ValueError) as exc:
             raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None

@@ -16,6 +16,20 @@ def _own_dashboard_lock(tmp_path_factory: pytest.TempPathFactory):
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_out_of_the_data(tmp_path_factory: pytest.TempPathFactory):
+    """Every read's trace cache (dpcore.read.ranks.cache) goes to a temporary folder, never
+    beside the folders tests read (../shared/traces, tests/data, the sample runs), also in the
+    CLI subprocesses tests start; tests of the cache's own placement unset it."""
+    old = os.environ.get("DPCORE_CACHE_DIR")
+    os.environ["DPCORE_CACHE_DIR"] = str(tmp_path_factory.mktemp("dpcore-cache"))
+    yield
+    if old is None:
+        os.environ.pop("DPCORE_CACHE_DIR", None)
+    else:
+        os.environ["DPCORE_CACHE_DIR"] = old
+
+
 @pytest.fixture(autouse=True)
 def _keep_main_module():
     """Streamlit's AppTest installs the app script as ``sys.modules['__main__']``; process

@@ -135,18 +135,24 @@ def stragglers_from_traces(events: pd.DataFrame, job_id: str = "") -> pd.DataFra
     traces of several hosts need a clock shift first. ``bytes`` is unknown in traces (NaN);
     start is the event's start (the gloo thread's pick-up, the kernel's start).
     """
-    rows = trace_comm_rows(events, job_id)
+    ranks = sorted(int(r) for r in events["rank"].unique()) if events is not None and len(events) else []
+    return stragglers_from_rows(trace_comm_rows(events, job_id), ranks)
+
+
+def stragglers_from_rows(rows: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
+    """:func:`stragglers_from_traces` on the comm rows of the traces
+    (:func:`~dpcore.read.analysis.trace_arrivals.trace_comm_rows`, per rank or all at once: the
+    same rows) and the ranks traced: what the per-rank cache keeps instead of the events."""
     rows = rows[~rows["p2p"].astype(bool)]
     if rows.empty:
         return pd.DataFrame(columns=WAIT_COLUMNS)
-    rows = rows[rows["step"].isin(_same_count_steps(rows, events))]
+    rows = rows[rows["step"].isin(_same_count_steps(rows, ranks))]
     rows = rows.assign(seq=rows.groupby(["rank", "step"]).cumcount().to_numpy(np.int64), bytes=np.nan)
     return collective_waits(rows)
 
 
-def _same_count_steps(rows: pd.DataFrame, events: pd.DataFrame) -> pd.Index:
+def _same_count_steps(rows: pd.DataFrame, ranks: list[int]) -> pd.Index:
     """Steps in which every rank of the traces has the same number of rows."""
-    ranks = sorted(int(r) for r in events["rank"].unique())
     counts = rows.groupby(["step", "rank"]).size().unstack(fill_value=0).reindex(columns=ranks, fill_value=0)
     return counts.index[counts.min(axis=1) == counts.max(axis=1)]
 
@@ -179,13 +185,20 @@ def trace_notes(events: pd.DataFrame, world_size: int | None = None) -> list[str
     a partial rank set (``world_size``, e.g. the traces' ``distributedInfo.world_size``, larger
     than the ranks present), point-to-point events left out, gloo spans whose arrival is the
     worker's start (no enqueue linked), comm events of steps that could not be matched."""
-    notes: list[str] = []
     if events is None or events.empty:
+        return []
+    return trace_notes_from_rows(trace_comm_rows(events), sorted(int(r) for r in events["rank"].unique()),
+                                 world_size)
+
+
+def trace_notes_from_rows(rows: pd.DataFrame, ranks: list[int], world_size: int | None = None) -> list[str]:
+    """:func:`trace_notes` from the traces' comm rows and ranks (see :func:`stragglers_from_rows`)."""
+    notes: list[str] = []
+    if not ranks:
         return notes
-    partial = partial_rank_note(int(events["rank"].nunique()), world_size)
+    partial = partial_rank_note(len(ranks), world_size)
     if partial:
         notes.append(partial)
-    rows = trace_comm_rows(events)
     p2p = rows[rows["p2p"].astype(bool)]
     if len(p2p):
         names = ", ".join(sorted({n.split("(")[0] for n in p2p["op"]}))
@@ -198,7 +211,7 @@ def trace_notes(events: pd.DataFrame, world_size: int | None = None) -> list[str
         notes.append(f"{len(unlinked)} of {len(gloo)} gloo spans have no enqueue (c10d::* op) to link to: their "
                      "arrival is when gloo's worker thread started them, so a rank whose worker was still busy "
                      "looks late")
-    unmatched = rows[~rows["step"].isin(_same_count_steps(rows, events))]
+    unmatched = rows[~rows["step"].isin(_same_count_steps(rows, ranks))]
     if len(unmatched):
         notes.append(f"{len(unmatched)} comm events of steps in which the ranks saw different numbers of them "
                      "are left out (cannot be matched by order)")

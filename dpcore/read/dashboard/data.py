@@ -26,6 +26,7 @@ import streamlit as st
 from dpcore.contract import runformat as rf
 from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, open_regular
 from dpcore.read import analysis as A
+from dpcore.read import ranks as K
 from dpcore.read import rundir as R
 from dpcore.read.rundir.load import printable
 
@@ -126,11 +127,12 @@ def key(run: R.Run) -> tuple:
 
 @st.cache_data(show_spinner="Reading the run's traces…", max_entries=16)
 def trace_steps(_run: R.Run, run_key: tuple) -> pd.DataFrame:
-    """Per-step overlap of every job's traces (`trace_step_metrics`): read once per run, shared
-    by the pages (the per-job summary, the Timeline's step cards). ``attrs["problems"]``: one
-    line per job whose rank traces were missing, unreadable or refused (:func:`trace_problems`)."""
+    """Per-step overlap of every job's traces (`trace_step_metrics`' rows, from the per-rank tables
+    in the run's cache/, :mod:`dpcore.read.ranks`): read once per run, shared by the pages (the
+    per-job summary, the Timeline's step cards). ``attrs["problems"]``: one line per job whose rank
+    traces were missing, unreadable or refused (:func:`trace_problems`)."""
     problems: list[str] = []
-    out = A.trace_step_metrics(R.traced_job_events(_run, problems))
+    out = K.run_trace_steps(_run, problems=problems)
     out.attrs["problems"] = problems
     return out
 

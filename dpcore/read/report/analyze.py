@@ -12,13 +12,12 @@ import pandas as pd
 
 from dpcore.contract.intervals import has_peers
 from dpcore.contract.units import percent_number
-from dpcore.read.analysis.comm_overlap import overlap_from_trace
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
-from dpcore.read.analysis.timeline import trace_step_metrics
-from dpcore.read.report.resolve import load_run_reporting, resolve, traced_events_reporting
+from dpcore.read.ranks import Scale, folder_tables
+from dpcore.read.report.resolve import load_run_reporting, resolve, trace_steps_reporting
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError
-from dpcore.read.traces.reader import TraceFormatError, read_trace_dir, trace_notes
+from dpcore.read.traces.reader import TraceFormatError
 
 #: docs/DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover,
 #: the mean step window they were measured in, and comm fraction = Σ exposed / Σ step_ms.
@@ -43,17 +42,18 @@ def _text(df: pd.DataFrame) -> str:
                       formatters={"comm_%": percent_number, "overlap_%": percent_number})
 
 
-def _trace_folder_ranks(trace_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+def _trace_folder_ranks(trace_dir: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Per rank over the steps of a folder of traces (the whole trace as one step when it has no
     ProfilerStep markers), and the reader's notes on the traces (the rules they needed)."""
     try:
-        events = read_trace_dir(trace_dir)
+        tables = folder_tables(trace_dir, scale, need=("overlap",))
     except TraceFormatError as exc:
         raise ValueError(str(exc)) from None
-    return rank_metrics(trace_rows(overlap_from_trace(events)), "trace"), trace_notes(events)
+    overlap = pd.concat([t.overlap for t in tables], ignore_index=True)
+    return rank_metrics(trace_rows(overlap), "trace"), [n for t in tables for n in t.notes]
 
 
-def analyze(path: str, csv: bool = False) -> str:
+def analyze(path: str, csv: bool = False, scale: Scale | None = None) -> str:
     """Per-rank overlap % (HTA definition), comm, exposed comm and compute, per traced step.
 
     PATH is a folder of per-rank torch.profiler traces (ours or foreign; searched recursively,
@@ -65,7 +65,7 @@ def analyze(path: str, csv: bool = False) -> str:
     """
     p, kind = resolve(path)
     if kind == "traces":  # one trace file, or a folder of them (recursive)
-        df, notes = _trace_folder_ranks(p)
+        df, notes = _trace_folder_ranks(p, scale)
         if csv:  # the notes go to stderr: stdout stays one CSV table
             for n in notes:
                 print(f"note: {n}", file=sys.stderr)
@@ -73,8 +73,8 @@ def analyze(path: str, csv: bool = False) -> str:
         return (f"{p}  (ms per step)\n{_text(df)}\n" + "".join(f"note: {n}\n" for n in notes)
                 + f"\n{_ANALYZE_NOTE}\n")
     run = load_run_reporting(p)
-    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_step_metrics(traced_events_reporting(run)),
-                                    run.comm_calls), "trace")
+    per = rank_metrics(step_metrics(run.steps, run.collectives, trace_steps_reporting(run, scale), run.comm_calls),
+                       "trace")
     if per.empty:
         raise RunLoadError(f"no rank traces in run {p} (traces/<job_id>/rank<r>.json.gz)")
     if csv:

@@ -15,6 +15,7 @@ from typing import Literal
 import pandas as pd
 
 from dpcore.contract.runformat import RUN_JSON
+from dpcore.read.ranks import Scale, run_trace_steps
 from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import Run, load_run
 
@@ -45,6 +46,16 @@ def warn(lines: Iterable[str]) -> None:
     """One ``warning:`` line per problem on stderr (stdout stays the table, ``--csv`` clean)."""
     for w in lines:
         print(f"warning: {w}", file=sys.stderr)
+
+
+def trace_steps_reporting(run: Run, scale: Scale | None = None) -> pd.DataFrame:
+    """:func:`dpcore.read.ranks.run_trace_steps` for the CLI (the per-rank tables from the
+    cache): each job whose rank traces were missing, unreadable or refused is named on stderr
+    (its numbers then come from the recorded intervals), so no number changes silently."""
+    problems: list[str] = []
+    out = run_trace_steps(run, scale, problems)
+    warn(problems)
+    return out
 
 
 def traced_events_reporting(run: Run) -> Iterator[tuple[str, pd.DataFrame]]:

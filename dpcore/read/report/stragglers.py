@@ -19,40 +19,19 @@ from dpcore.read.analysis.stragglers import (
     partial_rank_note,
     straggler_summary,
     straggler_verdict,
-    stragglers_from_traces,
-    trace_notes,
+    stragglers_from_rows,
+    trace_notes_from_rows,
     wait_notes,
 )
+from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.resolve import PathKind, resolve
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
-from dpcore.read.traces.reader import TraceFormatError, concat_events, read_trace_meta, trace_files
+from dpcore.read.traces.reader import TraceFormatError
 
 
-def _world_size(meta: dict) -> int | None:
-    """``distributedInfo.world_size`` of a trace's metadata, when it is a positive integer."""
-    info = meta.get("distributedInfo")
-    ws = info.get("world_size") if isinstance(info, dict) else None
-    return int(ws) if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0 else None
-
-
-def _read_traces(p: Path) -> tuple[pd.DataFrame, int | None]:
-    """(events, largest distributedInfo.world_size or None) of the rank traces at ``p``."""
-    frames, sizes, seen = [], [], {}
-    for f in trace_files(p):
-        meta, ev = read_trace_meta(f)
-        r = int(ev["rank"].iloc[0]) if len(ev) else None
-        if r is not None and r in seen:
-            raise TraceFormatError(f"two traces for rank {r}: {seen[r]} and {f}")
-        seen[r] = f
-        frames.append(ev)
-        sizes.append(_world_size(meta))
-    known = [w for w in sizes if w is not None]
-    return concat_events(frames), (max(known) if known else None)
-
-
-def _load(p: Path, kind: PathKind) -> tuple[pd.DataFrame, dict[str, int], dict[str, int | None],
-                                            dict[str, list[str]]]:
+def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
+        pd.DataFrame, dict[str, int], dict[str, int | None], dict[str, list[str]]]:
     """(waits, collectives dropped as unmatched per job, world size per job where known, notes per
     job) of a run directory or a traces folder."""
     if kind == "run":
@@ -80,16 +59,20 @@ def _load(p: Path, kind: PathKind) -> tuple[pd.DataFrame, dict[str, int], dict[s
             notes[str(j)] = ([partial] if partial else []) + wait_notes(w)
         return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}, world, notes
     try:
-        events, world_size = _read_traces(p)
+        tables = folder_tables(p, scale)
     except TraceFormatError as exc:
         raise ValueError(f"expected a run directory (run.json) or a folder of torch.profiler traces: {exc}") from None
-    if events["rank"].nunique() < 2:
+    ranks = sorted({t.rank for t in tables if t.events})
+    sizes = [t.world_size for t in tables if t.world_size is not None]
+    world_size = max(sizes) if sizes else None
+    if len(ranks) < 2:
         raise ValueError(f"traces of one rank only in {p}: stragglers need the traces of 2 or more ranks")
-    if not (events["kind"] == "comm").any():
-        raise ValueError(f"no comm events (NCCL kernels, gloo:* spans on a gloo thread) in the traces of {p}")
     job = p.resolve().name
-    notes = trace_notes(events, world_size)
-    waits = stragglers_from_traces(events, job_id=job)
+    rows = pd.concat([t.comm for t in tables], ignore_index=True).assign(job_id=job)
+    if rows.empty:
+        raise ValueError(f"no comm events (NCCL kernels, gloo:* spans on a gloo thread) in the traces of {p}")
+    notes = trace_notes_from_rows(rows, ranks, world_size)
+    waits = stragglers_from_rows(rows, ranks)
     if waits.empty:
         why = "; ".join(notes) or ("needs traces of 2 or more ranks with the same number of collectives per "
                                   "ProfilerStep")
@@ -97,7 +80,7 @@ def _load(p: Path, kind: PathKind) -> tuple[pd.DataFrame, dict[str, int], dict[s
     return waits, {}, {job: world_size}, {job: notes + wait_notes(waits)}
 
 
-def stragglers_text(path: str, csv: bool = False) -> str:
+def stragglers_text(path: str, csv: bool = False, scale: Scale | None = None) -> str:
     """What ``python -m dpcore stragglers PATH [--csv]`` prints: one row per (job, rank).
 
     PATH is a run directory (its collectives.csv, shared clock), a folder of per-rank
@@ -108,7 +91,7 @@ def stragglers_text(path: str, csv: bool = False) -> str:
     and :func:`straggler_verdict`. Raises ValueError with one line naming the path.
     """
     p, kind = resolve(path)
-    waits, dropped, world, notes = _load(p, kind)
+    waits, dropped, world, notes = _load(p, kind, scale)
     summary = straggler_summary(waits)
     if csv:
         return csv_table(summary)

@@ -16,10 +16,10 @@ from dpcore.contract.units import EMPTY, percent, percent_number
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import NOISY_SPREAD, SOURCE_GAP_POINTS
 from dpcore.read.analysis.summary import job_summary
-from dpcore.read.analysis.timeline import trace_step_metrics
+from dpcore.read.ranks import Scale
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
-from dpcore.read.report.resolve import load_run_reporting, traced_events_reporting
+from dpcore.read.report.resolve import load_run_reporting, trace_steps_reporting
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import Run
 
@@ -32,10 +32,11 @@ _SUMMARY_VIEW = ["job_id", "status", "step_ms", "step_ms_p10", "step_ms_p90", "n
                  "exposed_comm_ms", "overlap_pct", "comm_source", "overlap_gap", "comm_fraction", "throughput"]
 
 
-def run_job_summary(run: Run) -> pd.DataFrame:
-    """:func:`job_summary` of a loaded run, its traces read here (one job at a time): the rows
-    `summarize`, profile's end-of-run table and `whatif`'s measured cells show."""
-    return job_summary(run, trace_step_metrics(traced_events_reporting(run)))
+def run_job_summary(run: Run, scale: Scale | None = None) -> pd.DataFrame:
+    """:func:`job_summary` of a loaded run, its traces' per-rank tables read here (from the cache
+    beside the run, :mod:`dpcore.read.ranks`; jobs whose traces are missing or damaged named on
+    stderr): the rows `summarize`, profile's end-of-run table and `whatif`'s measured cells show."""
+    return job_summary(run, trace_steps_reporting(run, scale))
 
 
 #: `summarize`'s columns after SUMMARIZE_COLUMNS: memory per rank and bus volume per step. Every
@@ -44,13 +45,13 @@ SUMMARIZE_EXTRA = ["param_mib", "grad_mib", "optim_mib", "peak_mib", "bus_mib_pe
                    "expected_bus_mib_per_step"]
 
 
-def summary_table(run: Run) -> pd.DataFrame:
+def summary_table(run: Run, scale: Scale | None = None) -> pd.DataFrame:
     """`summarize`'s rows: job_summary with docs/DESIGN.md's column names, in SUMMARIZE_COLUMNS order,
     then MiB per rank (mean over ranks) of parameters, gradients, optimizer state and the peak
     (:func:`summary_memory_columns`; empty without memory.csv rows) and the bus MiB per rank per
     step measured and expected (:func:`summary_volume_columns`; empty without collectives):
     the same columns for every run."""
-    s = run_job_summary(run).rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
+    s = run_job_summary(run, scale).rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
     for extra in (summary_memory_columns(run.memory),
                   summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads)):
         s = s.merge(extra, on="job_id", how="left")
@@ -60,13 +61,13 @@ def summary_table(run: Run) -> pd.DataFrame:
     return s[SUMMARIZE_COLUMNS + SUMMARIZE_EXTRA]
 
 
-def summarize(path: str, csv: bool = False) -> str:
+def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
     """The per-job table of a run: T over the timed steps (median, p10, p90, noisy), C/E/overlap
     over the traced steps with their source and the gap between the two methods. A run with
     all-reduce benchmark jobs and no training job prints its bandwidth table instead."""
     p = Path(path)
     run = load_run_reporting(p)
-    s = summary_table(run)
+    s = summary_table(run, scale)
     notes = [f"note: {j.get('id')}: {n}" for j in run.meta.get("jobs", []) if isinstance(j, dict)
              for n in (j.get("notes") or [])]  # what an import's traces needed (no steps, no rank, ...)
     if csv:  # the notes go to stderr: stdout stays one CSV table

@@ -13,7 +13,7 @@ job's traces are not used: its numbers come from the recorded intervals of every
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pandas as pd
 
@@ -49,35 +49,46 @@ def missing_rank_traces(run: Run, job_id: str) -> list[int]:
     return [r for r in expected_trace_ranks(run, job_id) if r not in have] if have else []
 
 
-def job_trace_events(run: Run, job_id: str, problems: list[str] | None = None) -> pd.DataFrame | None:
-    """All rank traces of one job as one events frame, or None when the job has no rank trace,
+def missing_traces_noted(run: Run, job_id: str, problems: list[str] | None) -> bool:
+    """Whether the job lacks a rank's trace (:func:`missing_rank_traces`); if so, one line naming
+    the files goes to ``problems``: its numbers then come from the recorded intervals."""
+    missing = missing_rank_traces(run, job_id)
+    if missing:
+        names = ", ".join(str(rf.trace_dir(run.path, job_id) / rf.rank_trace_name(r)) for r in missing[:4])
+        note_problem(problems, f"job {job_id}: no trace for rank{'s' if len(missing) > 1 else ''} "
+                               f"{', '.join(map(str, missing[:4]))}{' ...' if len(missing) > 4 else ''} "
+                               f"({names} missing); {FALLBACK}")
+    return bool(missing)
+
+
+def job_trace_events(run: Run, job_id: str, problems: list[str] | None = None,
+                     ranks: Iterable[int] | None = None) -> pd.DataFrame | None:
+    """All rank traces of one job (only those of ``ranks`` when given: a view of a few of 1,024
+    ranks reads a few traces) as one events frame, or None when the job has no rank trace,
     lacks one of its ranks' traces or one is unreadable (then a line naming the file goes to
     ``problems``). Read it once per job and pass it to
     :func:`dpcore.read.analysis.timeline.timeline` for every step, instead of re-reading the
     traces per step."""
-    files = [v for k, v in sorted(run.trace_files(job_id).items()) if rf.is_rank_trace(k)]
+    want = None if ranks is None else {f"rank{int(r)}" for r in ranks}
+    files = [v for k, v in sorted(run.trace_files(job_id).items())
+             if rf.is_rank_trace(k) and (want is None or k in want)]
     if not files:
         return None
-    missing = missing_rank_traces(run, job_id)
-    if missing:
-        names = ", ".join(str(rf.trace_dir(run.path, job_id) / rf.rank_trace_name(r)) for r in missing[:4])
-        _note(problems, f"job {job_id}: no trace for rank{'s' if len(missing) > 1 else ''} "
-                        f"{', '.join(map(str, missing[:4]))}{' ...' if len(missing) > 4 else ''} ({names} missing); "
-                        f"{FALLBACK}")
+    if missing_traces_noted(run, job_id, problems):
         return None
     try:
         return read_trace_files(files)  # the reader of read_trace_dir, on the run's rank files
     except TraceFormatError as exc:
-        _note(problems, f"job {job_id}: {exc}; {FALLBACK}")
+        note_problem(problems, f"job {job_id}: {exc}; {FALLBACK}")
         return None
 
 
-def _profiled(run: Run, job_id: str) -> bool:
+def has_profiled_steps(run: Run, job_id: str) -> bool:
     st = run.steps
     return "profiled" in st and bool((st["profiled"].astype(bool) & (st["job_id"] == job_id)).any())
 
 
-def _note(problems: list[str] | None, line: str) -> None:
+def note_problem(problems: list[str] | None, line: str) -> None:
     if problems is not None and line not in problems:
         problems.append(line)
 
@@ -90,8 +101,8 @@ def traced_job_events(run: Run, problems: list[str] | None = None) -> Iterator[t
     is left out (its numbers then come from the recorded collectives) and named in ``problems``."""
     for job_id in run.jobs["job_id"].drop_duplicates():
         if not run.traced_steps(str(job_id)):
-            if _profiled(run, str(job_id)) and not run.rank_trace_files(str(job_id)):
-                _note(problems, f"job {job_id}: steps.csv marks profiled steps but "
+            if has_profiled_steps(run, str(job_id)) and not run.rank_trace_files(str(job_id)):
+                note_problem(problems, f"job {job_id}: steps.csv marks profiled steps but "
                                 f"{rf.trace_dir(run.path, str(job_id))} has no rank trace; {FALLBACK}")
             continue
         events = job_trace_events(run, str(job_id), problems)

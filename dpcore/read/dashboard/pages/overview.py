@@ -12,11 +12,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
+from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, rank_step_matrix
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG
 from dpcore.read.dashboard.compare import compare_overview, shared_y_max
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS
 from dpcore.read.dashboard.tables import overview_rows, table_height
+from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.overview import breakdown_figure
 from dpcore.read.plots.style import variant_rank
 from dpcore.read.rundir.load import Run
@@ -48,11 +50,24 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     shown = overview_rows(ordered, run.jobs)[cols]
     st.dataframe(shown, hide_index=True, column_config=SUMMARY_CONFIG, width="stretch",
                  height=table_height(len(shown)), placeholder=EMPTY)
+    _heat_strip(run)
     st.caption(f"Step time T: median over the timed (untraced) steps and ranks, whiskers p10–p90; noisy = "
                f"p90/p10 > 1.5. Comm, exposed comm and overlap: per traced step, from the trace where it shows "
                f"communication, else from the recorded collectives (column 'measured from'); 'gap' is the trace's "
                f"overlap minus the intervals' on the same steps, and ⚠ marks a gap above 5 points. "
                f"{FORMULAS['comm_fraction']} {FORMULAS['overlap_pct']} Hover a column header for its formula.")
+
+
+def _heat_strip(run: Run) -> None:
+    """For jobs of more ranks than a lane view draws: every rank's step time, rank x step."""
+    sizes = run.steps.groupby("job_id")["rank"].nunique() if not run.steps.empty else None
+    many = [str(j) for j, n in sizes.items() if n > MAX_RANK_LANES] if sizes is not None else []
+    if not many:
+        return
+    job = st.selectbox("Rank × step heat strip of job", many, key=f"ov-heat-job-{run.path}")
+    steps = run.steps[run.steps["job_id"] == job]
+    st.plotly_chart(rank_step_heat_figure(rank_step_matrix(steps), f"{job}: step time of every rank"),
+                    key=f"ov-heat-{run.path}-{job}")
 
 
 def page() -> None:

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, default_ranks, rank_step_matrix
 from dpcore.read.analysis.stragglers import (
     MIN_COLLECTIVES,
     MIN_WAIT_MS,
@@ -21,6 +22,7 @@ from dpcore.read.analysis.stragglers import (
 )
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
+from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
 from dpcore.read.rundir.load import Run
 
@@ -62,10 +64,10 @@ def summary(_run: Run, run_key: tuple) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def charts(_run: Run, run_key: tuple, job_id: str) -> tuple[go.Figure, go.Figure]:
-    """Last arrivals per rank, and wait against transfer per rank, of one job."""
+def charts(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> tuple[go.Figure, go.Figure]:
+    """Last arrivals per rank, and wait against transfer per rank, of one job's drawn ranks."""
     s = summary(_run, run_key)
-    s = s[s["job_id"] == job_id]
+    s = s[(s["job_id"] == job_id) & s["rank"].isin(ranks)]
     return (last_arrival_figure(s, "Who arrived last"),
             wait_transfer_by_rank_figure(s, "Comm time per collective: waiting vs transfer"))
 
@@ -93,12 +95,25 @@ def render(run: Run) -> None:
     st.markdown(f"**{md(job)}**: {straggler_verdict(rows)}.")
     st.dataframe(rows.drop(columns="job_id").assign(wait_fraction=100 * rows["wait_fraction"]), hide_index=True,
                  width="stretch", column_config=TABLE_CONFIG)
-    last_fig, split_fig = charts(run, key, job)
+    all_ranks = sorted(int(r) for r in rows["rank"])
+    ranks = tuple(all_ranks)
+    steps = run.steps[run.steps["job_id"] == job]
+    if len(all_ranks) > MAX_RANK_LANES:
+        default = default_ranks(all_ranks, steps, rows)
+        picked = st.multiselect(f"Ranks drawn (of {ws}; at most {MAX_RANK_LANES})", all_ranks, default=default,
+                                max_selections=MAX_RANK_LANES, key=f"sg-ranks-{run.path}-{job}",
+                                help="By default rank 0, the slowest rank and the rank most often last. "
+                                     "The table above and the heat strip below have every rank.")
+        ranks = tuple(sorted(int(r) for r in picked)) or tuple(default)
+    last_fig, split_fig = charts(run, key, job, ranks)
     left, right = st.columns(2)
     with left:
         st.plotly_chart(last_fig, key=f"sg-last-{run.path}-{job}")
     with right:
         st.plotly_chart(split_fig, key=f"sg-split-{run.path}-{job}")
+    if len(all_ranks) > MAX_RANK_LANES and not steps.empty:
+        st.plotly_chart(rank_step_heat_figure(rank_step_matrix(steps), f"{job}: step time of every rank"),
+                        key=f"sg-heat-{run.path}-{job}")
     st.caption(f"{FORMULA} A rank is named the straggler when it arrived last in at least "
                f"{straggler_threshold_pct(ws):.0f}% of the collectives (halfway between chance, 100/N, and "
                f"always), of at least {MIN_COLLECTIVES} collectives, and the others waited at least "

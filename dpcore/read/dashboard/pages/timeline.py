@@ -15,10 +15,12 @@ import streamlit as st
 from dpcore.contract.units import EMPTY
 from dpcore.read import analysis as A
 from dpcore.read import rundir as R
+from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, default_ranks, rank_step_matrix
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG
 from dpcore.read.dashboard.formulas import FORMULAS
 from dpcore.read.dashboard.picker import featured_job
+from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.style import esc
 from dpcore.read.plots.timeline import timeline_figure
 from dpcore.read.rundir.load import Run
@@ -33,25 +35,46 @@ def step_metrics(_run: Run, run_key: tuple) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
-def job_events(_run: Run, run_key: tuple, job_id: str) -> pd.DataFrame | None:
-    """Every rank trace of one job as one events frame, read once per job (not once per step).
-    The frame pickles cheaply (names, kinds and threads are categoricals: a 250,000-event job
-    takes about 10 ms), so it is cached like every other result."""
-    return R.job_trace_events(_run, job_id)
+def job_events(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> pd.DataFrame | None:
+    """The drawn ranks' traces of one job as one events frame, read once per job and rank set
+    (not once per step). The frame pickles cheaply (names, kinds and threads are categoricals:
+    a 250,000-event job takes about 10 ms), so it is cached like every other result."""
+    return R.job_trace_events(_run, job_id, ranks=ranks)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def lanes(_run: Run, run_key: tuple, job_id: str, step: int) -> pd.DataFrame:
-    """The step's compute and comm lanes per rank (`timeline`); the job's traces are read only
-    for a traced step."""
-    events = job_events(_run, run_key, job_id) if step in _run.traced_steps(job_id) else None
-    return A.timeline(_run, job_id, step, events=events)
+def lanes(_run: Run, run_key: tuple, job_id: str, step: int, ranks: tuple[int, ...]) -> pd.DataFrame:
+    """The step's compute and comm lanes of the drawn ranks (`timeline`); their traces are read
+    only for a traced step."""
+    events = job_events(_run, run_key, job_id, ranks) if step in _run.traced_steps(job_id) else None
+    df = A.timeline(_run, job_id, step, events=events)
+    return df[df["rank"].isin(ranks)].reset_index(drop=True)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def lanes_figure(_run: Run, run_key: tuple, job_id: str, step: int) -> go.Figure:
+def lanes_figure(_run: Run, run_key: tuple, job_id: str, step: int, ranks: tuple[int, ...]) -> go.Figure:
     """The lanes drawn, with the job and step as the title."""
-    return timeline_figure(lanes(_run, run_key, job_id, step), f"{esc(job_id)} · step {step}")
+    return timeline_figure(lanes(_run, run_key, job_id, step, ranks), f"{esc(job_id)} · step {step}")
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def job_stragglers(_run: Run, run_key: tuple, job_id: str) -> pd.DataFrame:
+    """straggler_summary of one job's collectives (the most-often-last rank of the default picks)."""
+    return A.straggler_summary(A.collective_waits(_run.collectives[_run.collectives["job_id"] == job_id]))
+
+
+def pick_ranks(run: Run, job: str, steps: pd.DataFrame) -> tuple[int, ...]:
+    """Every rank of a job of at most MAX_RANK_LANES ranks; else a picker whose default is rank 0,
+    the slowest and the most-often-last rank (`default_ranks`)."""
+    ranks = sorted(int(r) for r in steps["rank"].unique())
+    if len(ranks) <= MAX_RANK_LANES:
+        return tuple(ranks)
+    default = default_ranks(ranks, steps, job_stragglers(run, data.key(run), job))
+    picked = st.multiselect(f"Ranks (of {len(ranks)}; at most {MAX_RANK_LANES} drawn)", ranks, default=default,
+                            max_selections=MAX_RANK_LANES, key=f"tl-ranks-{run.path}-{job}",
+                            help="By default rank 0, the slowest rank (largest median step time) and the rank "
+                                 "most often last at the collectives. The heat strip below shows every rank.")
+    return tuple(sorted(int(r) for r in picked)) or tuple(default)
 
 
 def _step_cards(run: Run, job: str, step: int, job_row: pd.Series) -> None:
@@ -103,9 +126,13 @@ def render(run: Run) -> None:
     default = traced_steps[0] if traced_steps else all_steps[0]
     step = c2.selectbox("Step", all_steps, index=all_steps.index(default), key=f"tl-step-{run.path}-{job}",
                         format_func=lambda s: f"{s} (profiled, traced)" if s in traced_steps else str(s))
+    ranks = pick_ranks(run, job, steps)
     with st.spinner("Reading the traces of this job…"):
-        fig = lanes_figure(run, data.key(run), job, int(step))
+        fig = lanes_figure(run, data.key(run), job, int(step), ranks)
     st.plotly_chart(fig, key=f"tl-{run.path}-{job}-{step}")
+    if steps["rank"].nunique() > MAX_RANK_LANES:
+        st.plotly_chart(rank_step_heat_figure(rank_step_matrix(steps), f"{job}: step time of every rank"),
+                        key=f"tl-heat-{run.path}-{job}")
     row = summary[summary["job_id"] == job] if "job_id" in summary else summary.iloc[:0]
     if len(row):
         _step_cards(run, job, int(step), row.iloc[0])

@@ -1,0 +1,98 @@
+"""Benchmark: many ranks. dpcore's first read (no cache), its second read (the cache of
+``cache/``) and, optionally, Holistic Trace Analysis, on the same synthetic GPU trace folder.
+
+Each measurement runs in a fresh subprocess, ``--repeat`` times, interleaved (first, second,
+HTA, first, ...) so that a noisy minute on a shared machine slows all of them; medians are
+printed, and the ratios of the medians. Memory is the peak RSS of any process of a run (the
+parent's VmHWM or its largest worker's, both tools parse ranks in worker processes). dpcore's
+read is ``analyze PATH --csv`` (per-rank overlap, the same as HTA's get_comm_comp_overlap) with
+its default workers (the cores); ``summarize``'s read of a run is the same per-rank reduction.
+
+    python -m benchmarks.bench_many_ranks --ranks 256 --events 20000 [--hta-python PY] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_trace_load import _median, ensure_traces, run_child  # noqa: E402
+
+_OURS = r"""
+import json, os, resource, sys, time
+d, workers = sys.argv[2], sys.argv[3]
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+from dpcore.read.ranks import Scale
+from dpcore.read.report.analyze import analyze
+base = rss(); t = time.perf_counter(); c0 = os.times()
+out = analyze(d, csv=True, scale=Scale(workers=None if workers == "auto" else int(workers)))
+secs, c1 = time.perf_counter() - t, os.times()
+print(json.dumps({"tool": sys.argv[1], "seconds": secs, "cpu_s": sum(c1[i] - c0[i] for i in range(4)),
+                  "peak_mb": rss(), "import_mb": base,
+                  "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "rows": out.count("\n") - 1, "overlap_pct": {}}))
+"""
+
+
+def ours(kind: str, d: Path, workers: str) -> dict:
+    """One dpcore read in a fresh process: 'first' after deleting cache/, 'second' with it."""
+    import json
+    import subprocess
+    if kind == "first":
+        shutil.rmtree(d / "cache", ignore_errors=True)
+    p = subprocess.run([sys.executable, "-c", _OURS, kind, str(d), workers], capture_output=True, text=True,
+                       cwd=ROOT)
+    if p.returncode != 0:
+        return {"tool": kind, "error": (p.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=256)
+    ap.add_argument("--events", type=int, default=20_000, help="events per rank")
+    ap.add_argument("--dir", default=None, help="default /tmp/dpcore_bench_<ranks>x<events>")
+    ap.add_argument("--hta-python", default=None, help="interpreter with HTA installed (none: HTA not run)")
+    ap.add_argument("--workers", default="auto")
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    d = Path(a.dir or f"/tmp/dpcore_bench_{a.ranks}x{a.events}")
+    t = time.perf_counter()
+    ensure_traces(d, a.events, a.ranks)
+    size = sum(f.stat().st_size for f in d.glob("rank*.json*")) / 1e6
+    print(f"{a.ranks} ranks x ~{a.events} events, {size:.0f} MB gzipped (ready in {time.perf_counter() - t:.0f} s)")
+    runs: dict[str, list[dict]] = {"first": [], "second": []}
+    if a.hta_python:
+        runs["hta"] = []
+    for _ in range(max(1, a.repeat)):
+        runs["first"].append(ours("first", d, a.workers))
+        runs["second"].append(ours("second", d, a.workers))
+        if a.hta_python:
+            runs["hta"].append(run_child(a.hta_python, "hta", d))
+    med = {}
+    for tool, rs in runs.items():
+        ok = [dict(r, mem_mb=max(r["peak_mb"], r["worker_peak_mb"])) for r in rs if "error" not in r]
+        if not ok:
+            print(f"{tool:>6}: failed: {rs[-1].get('error')}")
+            continue
+        med[tool] = {k: _median(ok, k) for k in ("seconds", "cpu_s", "mem_mb")}
+        print(f"{tool:>6}: {med[tool]['seconds']:7.2f} s (cpu {med[tool]['cpu_s']:.1f} s), peak RSS of any "
+              f"process {med[tool]['mem_mb']:6.0f} MB; runs {[round(r['seconds'], 2) for r in ok]} s, "
+              f"{[round(r['mem_mb']) for r in ok]} MB")
+    if "first" in med and "second" in med:
+        print(f"second/first: time {med['second']['seconds'] / med['first']['seconds']:.3f}x")
+    if "first" in med and "hta" in med:
+        print(f"first/HTA: time {med['first']['seconds'] / med['hta']['seconds']:.3f}x, "
+              f"memory {med['first']['mem_mb'] / med['hta']['mem_mb']:.3f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Which ranks to read and where: the cache first, then the misses in worker processes
+(``--workers``) or on a Dask cluster (``--scheduler``), one rank per task.
+
+Why one rank per task: a worker holds one rank's events at a time and hands back only its
+compact tables (:mod:`dpcore.read.ranks.tables`), so the peak memory of a read is one rank's
+parse per worker plus the tables of all ranks, not the events of all ranks (issue 23: 1.76 GB at
+256 ranks x 20k events, growing with the number of ranks, before). The parent stores every
+table it receives in the cache, so Dask workers need no write access to the run.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from dpcore.contract import runformat as rf
+from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
+from dpcore.read.ranks import cache
+from dpcore.read.ranks.tables import RankTables, reduce_trace
+from dpcore.read.rundir.job_traces import FALLBACK, has_profiled_steps, missing_traces_noted, note_problem
+from dpcore.read.rundir.load import Run
+from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, _can_fork, _json_bytes, trace_files
+
+#: What a rank's read gives: its tables, or the error that names the file.
+Result = RankTables | TraceFormatError
+
+
+def cores() -> int:
+    """CPU cores this process may run on (the default number of workers)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How to read many ranks. ``workers``: processes parsing one rank each (None: the cores,
+    used only when the misses hold 64 MB of JSON or more; 1: in this process); ``scheduler``:
+    a Dask distributed scheduler's address (the misses are reduced there instead); ``cache``:
+    use and fill ``cache/`` (False: read every trace, store nothing)."""
+    workers: int | None = None
+    scheduler: str | None = None
+    cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and (isinstance(self.workers, bool) or int(self.workers) < 1):
+            raise ValueError(f"--workers must be a whole number of processes >= 1, not {self.workers!r}")
+
+
+def _reduce(path: str, only: bool) -> Result:
+    """:func:`reduce_trace`, its TraceFormatError returned (so one bad rank fails no other task)."""
+    try:
+        return reduce_trace(path, only)
+    except TraceFormatError as exc:
+        return exc
+
+
+def _local(files: list[Path], only: bool, workers: int | None) -> list[Result]:
+    n = min(len(files), workers or cores())
+    if workers is None and sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+        n = 1
+    if n < 2 or not _can_fork():  # see reader._can_fork: the app's threads read serially
+        return [_reduce(str(f), only) for f in files]
+    try:
+        ex = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))
+    except (OSError, NotImplementedError):  # no usable worker processes here
+        return [_reduce(str(f), only) for f in files]
+    with ex:
+        return list(ex.map(_reduce, [str(f) for f in files], [only] * len(files)))
+
+
+def _dask(files: list[Path], only: bool, address: str) -> list[Result]:
+    """The misses reduced by a Dask distributed cluster (its workers must see the same paths)."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ValueError("--scheduler needs Dask distributed: pip install 'dask[distributed]' "
+                         "(or dpcore's extra: pip install '.[scale]')") from None
+    try:
+        client = Client(address, timeout=10)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ValueError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    try:
+        futures = client.map(_reduce, [str(f) for f in files], [only] * len(files), pure=False)
+        return client.gather(futures)
+    finally:
+        client.close()
+
+
+def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
+                only: bool | None = None, need: tuple[str, ...] = cache.TABLES) -> list[Result]:
+    """The tables of every rank trace in ``files`` (in this order): from ``root``'s cache where
+    it matches, else read (see :class:`Scale`) and stored. ``root``: the run directory or the
+    traces folder the files belong to. ``only``: a lone trace without a rank reads as rank 0
+    (default: when ``files`` is one file). ``need``: the tables the caller uses (a cache hit
+    reads only those; the others are then empty)."""
+    scale = scale or Scale()
+    only = len(files) == 1 if only is None else only
+    out: list[Result | None] = [None] * len(files)
+    if scale.cache:
+        for i, hit in cache.load(root, files, only, need).items():
+            out[i] = hit
+    miss = [i for i, r in enumerate(out) if r is None]
+    if miss:
+        keys = {}
+        for i in miss:
+            try:
+                keys[i] = cache.trace_key(files[i], only)
+            except OSError:  # the read reports the file by name
+                pass
+        todo = [files[i] for i in miss]
+        got = _dask(todo, only, scale.scheduler) if scale.scheduler else _local(todo, only, scale.workers)
+        for i, r in zip(miss, got):
+            out[i] = r
+        if scale.cache:
+            cache.store(root, [(files[i], only, keys[i], out[i]) for i in miss
+                               if isinstance(out[i], RankTables) and i in keys])
+    return out  # type: ignore[return-value]
+
+
+def folder_tables(p: Path, scale: Scale | None = None,
+                  need: tuple[str, ...] = cache.TABLES) -> list[RankTables]:
+    """The reduced tables of every rank trace at ``p`` (a folder, searched recursively, or one
+    file), sorted by rank, from the cache beside them where it matches (:mod:`dpcore.read.ranks`).
+    TraceFormatError naming the file for a bad trace, or for two traces of one rank."""
+    files = trace_files(p)
+    tables, seen = [], {}
+    for f, t in zip(files, rank_tables(files, p if p.is_dir() else p.parent, scale, need=need)):
+        if isinstance(t, TraceFormatError):
+            raise t
+        if t.events and t.rank in seen:
+            raise TraceFormatError(f"two traces for rank {t.rank}: {seen[t.rank]} and {f}")
+        seen[t.rank] = f
+        tables.append(t)
+    return sorted(tables, key=lambda t: t.rank)
+
+
+def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] = cache.TABLES,
+                    problems: list[str] | None = None) -> Iterable[tuple[str, list[RankTables]]]:
+    """(job_id, its ranks' tables) of every job with traced steps and readable, non-empty rank
+    traces of all its ranks, in run.json's job order (as
+    :func:`dpcore.read.rundir.job_traces.traced_job_events`: a job with a missing or unreadable
+    rank trace is left out, its numbers then come from the recorded collectives, and it is named
+    in ``problems``). All jobs' ranks in one read."""
+    jobs = []
+    for job_id in run.jobs["job_id"].drop_duplicates():
+        job_id = str(job_id)
+        if not run.traced_steps(job_id):
+            if has_profiled_steps(run, job_id) and not run.rank_trace_files(job_id):
+                note_problem(problems, f"job {job_id}: steps.csv marks profiled steps but "
+                                f"{rf.trace_dir(run.path, job_id)} has no rank trace; {FALLBACK}")
+            continue
+        files = [v for k, v in sorted(run.trace_files(job_id).items()) if rf.is_rank_trace(k)]
+        if not files:
+            continue
+        if missing_traces_noted(run, job_id, problems):
+            continue
+        jobs.append((job_id, files))
+    flat = [f for _, files in jobs for f in files]
+    results = rank_tables(flat, Path(run.path), scale, only=False, need=need) if flat else []
+    at = 0
+    for job_id, files in jobs:
+        got, at = results[at:at + len(files)], at + len(files)
+        bad = [r for r in got if isinstance(r, TraceFormatError)]
+        if bad:
+            note_problem(problems, f"job {job_id}: {bad[0]}; {FALLBACK}")
+            continue
+        if not sum(r.events for r in got):
+            continue
+        yield job_id, got
+
+
+def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | None = None) -> pd.DataFrame:
+    """Per (job, rank, traced step) overlap of every traced job: the frame of
+    :func:`dpcore.read.analysis.timeline.trace_step_metrics` (the same rows), from the cache.
+    ``problems``: one line per job left out, naming the file (:func:`job_rank_tables`)."""
+    frames = [t.overlap.assign(job_id=job_id)
+              for job_id, tables in job_rank_tables(run, scale, ("overlap",), problems)
+              for t in sorted(tables, key=lambda t: t.rank) if len(t.overlap)]  # by rank, as a groupby
+    if not frames:
+        return pd.DataFrame(columns=["job_id", *TRACE_COLUMNS])
+    return pd.concat(frames, ignore_index=True)[[*TRACE_COLUMNS, "job_id"]]

@@ -1,0 +1,147 @@
+"""The per-rank cache (dpcore.read.ranks): a hit reads no trace, a changed trace or a newer
+reduction misses, the cache never changes a number (every command's output is compared with and
+without it, and with the event-based path it replaced), and an unwritable folder caches in the
+user's cache directory."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dpcore.read.analysis.timeline import trace_step_metrics
+from dpcore.read.ranks import Scale, cache, folder_tables, pool, run_trace_steps
+from dpcore.read.report.analyze import analyze
+from dpcore.read.report.stragglers import stragglers_text
+from dpcore.read.report.summarize import summarize
+from dpcore.read.rundir import load_run, traced_job_events
+from tests.fixtures_run import make_run
+from tests.synthetic import write_gpu_trace_dir
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> Path:
+    d = tmp_path / "job"
+    write_gpu_trace_dir(d, world_size=4, steps=3, kernels_per_step=40, seed=3)
+    return d
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The traces actually read (parsed), in this process (workers=1); the cache where a user's
+    would be (conftest sends it to a temporary folder)."""
+    monkeypatch.delenv("DPCORE_CACHE_DIR", raising=False)
+    seen: list[str] = []
+    real = pool._reduce
+
+    def counting(path: str, only: bool):
+        seen.append(Path(path).name)
+        return real(path, only)
+    monkeypatch.setattr(pool, "_reduce", counting)
+    return seen
+
+
+def test_miss_then_hit_then_invalidation(traces: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    one = Scale(workers=1)
+    first = folder_tables(traces, one)
+    assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
+    assert sorted(p.name for p in (traces / "cache").iterdir()) == ["comm.parquet", "overlap.parquet", "ranks.parquet"]
+    reads.clear()
+    second = folder_tables(traces, one)
+    assert reads == []  # a hit reads no trace
+    for a, b in zip(first, second):
+        assert (a.rank, a.world_size, a.events, a.notes) == (b.rank, b.world_size, b.events, b.notes)
+        pd.testing.assert_frame_equal(a.overlap, b.overlap)
+        pd.testing.assert_frame_equal(a.comm, b.comm)
+    # a rewritten trace (new mtime) misses, the others still hit
+    st = (traces / "rank2.json.gz").stat()
+    os.utime(traces / "rank2.json.gz", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    folder_tables(traces, one)
+    assert reads == ["rank2.json.gz"]
+    reads.clear()
+    folder_tables(traces, one)
+    assert reads == []
+    # a trace replaced by another rank's content (another size): its tables follow the new content
+    shutil.copy(traces / "rank3.json.gz", traces / "rank9.json.gz")
+    os.remove(traces / "rank3.json.gz")
+    got = folder_tables(traces, one)
+    assert reads == ["rank9.json.gz"] and [t.rank for t in got] == [0, 1, 2, 3]
+    reads.clear()
+    # a newer reduction invalidates everything
+    monkeypatch.setattr(cache, "CACHE_VERSION", cache.CACHE_VERSION + 1)
+    folder_tables(traces, one)
+    assert sorted(reads) == ["rank0.json.gz", "rank1.json.gz", "rank2.json.gz", "rank9.json.gz"]
+
+
+def test_a_broken_cache_file_is_a_miss(traces: Path, reads: list[str]) -> None:
+    folder_tables(traces, Scale(workers=1))
+    (traces / "cache" / "overlap.parquet").write_bytes(b"not parquet")
+    reads.clear()
+    a = analyze(str(traces), csv=True, scale=Scale(workers=1))
+    assert len(reads) == 4
+    assert a == analyze(str(traces), csv=True, scale=Scale(cache=False))
+
+
+def test_unwritable_folder_caches_in_the_user_cache_dir(traces: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch, reads: list[str]) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    real = os.access
+    monkeypatch.setattr(cache.os, "access", lambda p, mode: False if Path(p) == traces else real(p, mode))
+    out = analyze(str(traces), csv=True, scale=Scale(workers=1))
+    assert not (traces / "cache").exists()
+    assert sorted(p.name for p in cache.user_cache_dir(traces).iterdir()) == [
+        "comm.parquet", "overlap.parquet", "ranks.parquet"]
+    reads.clear()
+    assert analyze(str(traces), csv=True, scale=Scale(workers=1)) == out and reads == []
+
+
+def _answer(command, *args, **kwargs) -> str:
+    """What a command prints, or the one line it fails with."""
+    try:
+        return command(*args, **kwargs)
+    except ValueError as exc:
+        return f"error: {exc}"
+
+
+def test_commands_print_the_same_with_and_without_the_cache(traces: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPCORE_CACHE_DIR", str(tmp_path / "c"))  # tests/data's folder stays as it is
+    run = make_run(tmp_path / "profiles")
+    off, on = Scale(cache=False), Scale(workers=1)
+    for path in (traces, run, DATA / "ddp_gloo_delay_rank1"):
+        for csv in (True, False):
+            want = analyze(str(path), csv=csv, scale=off)
+            assert analyze(str(path), csv=csv, scale=on) == want  # the miss
+            assert analyze(str(path), csv=csv, scale=on) == want  # the hit
+    for path in (traces, run, DATA / "ddp_gloo_delay_rank1"):  # the synthetic ranks' counts differ: an error
+        want = _answer(stragglers_text, str(path), scale=off)
+        assert want.startswith("error: ") == (path == traces), want
+        assert _answer(stragglers_text, str(path), scale=on) == want
+        assert _answer(stragglers_text, str(path), scale=on) == want
+    want = summarize(str(run), csv=True, scale=off)
+    assert summarize(str(run), csv=True, scale=on) == want == summarize(str(run), csv=True, scale=on)
+    shutil.rmtree(tmp_path / "c")  # deleting it changes no number
+    assert summarize(str(run), csv=True) == want
+
+
+def test_cache_dir_env_keeps_the_folder_untouched(traces: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPCORE_CACHE_DIR", str(tmp_path / "elsewhere"))
+    analyze(str(traces), csv=True, scale=Scale(workers=1))
+    assert not (traces / "cache").exists()
+    assert len(list((tmp_path / "elsewhere").rglob("*.parquet"))) == 3
+
+
+def test_the_tables_give_the_rows_of_the_event_based_path(tmp_path: Path) -> None:
+    """run_trace_steps (rank by rank, through the cache) == trace_step_metrics over all ranks'
+    events at once (what every command computed before the cache), row for row."""
+    run = load_run(make_run(tmp_path / "profiles"))
+    want = trace_step_metrics(traced_job_events(run))
+    assert len(want) > 0
+    pd.testing.assert_frame_equal(run_trace_steps(run, Scale(cache=False)), want)
+    pd.testing.assert_frame_equal(run_trace_steps(run), want)
+    pd.testing.assert_frame_equal(run_trace_steps(run), want)
