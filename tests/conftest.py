@@ -30,12 +30,16 @@ def _cache_out_of_the_data(tmp_path_factory: pytest.TempPathFactory):
         os.environ["DPCORE_CACHE_DIR"] = old
 
 
+#: The real ``__main__`` (pytest's), taken when the suite starts: a module-scoped fixture that runs
+#: AppTest does so before any function-scoped fixture of its first test could take it.
+_REAL_MAIN = sys.modules.get("__main__")
+
+
 @pytest.fixture(autouse=True)
 def _keep_main_module():
     """Streamlit's AppTest installs the app script as ``sys.modules['__main__']``; process
     start methods (spawn, forkserver) re-import ``__main__`` in every child, so a later test's
     ranks would run app.py. Restore the real ``__main__`` after every test."""
-    main = sys.modules.get("__main__")
     yield
-    if main is not None:
-        sys.modules["__main__"] = main
+    if _REAL_MAIN is not None:
+        sys.modules["__main__"] = _REAL_MAIN
