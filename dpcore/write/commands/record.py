@@ -62,10 +62,10 @@ from dpcore.write.capture.rank_channel import RankChannel, live_row
 from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, steps_row, train_job_entry, write_job
 from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.capture.tracing import TraceCapture
-from dpcore.write.commands.record_calibration import calibrate_recording
 from dpcore.write.commands.record_hooks import (
     CollectiveTap,
     HookState,
+    calibrate_recording,
     describe,
     recording_allreduce_hook,
     user_comm_hook,
@@ -94,7 +94,7 @@ def record(out: str | Path = "profiles", *, name: str | None = None, model: nn.M
     ``calibrate``: ``loss = calibrate(ddp_model)``, one forward on a batch of the user's; with a
     DDP model at 2+ ranks, a clean exit then spends ``2 * calibration_steps + 1`` untimed forward
     and backward steps on the what-if calibration (no optimizer step; run.json's
-    ``whatif_calibration``, as ``profile`` writes it: :mod:`dpcore.write.commands.record_calibration`).
+    ``whatif_calibration``, as ``profile`` writes it: :func:`dpcore.write.commands.record_hooks.calibrate_recording`).
     """
     if calibration_steps < 1 and calibrate is not None:
         raise ValueError(f"calibration_steps must be >= 1 with calibrate=, got {calibration_steps}")
