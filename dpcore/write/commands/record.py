@@ -33,6 +33,11 @@ no model (or another module), collectives are seen only in the trace. Under a pr
 each rank measures its clock offset to rank 0 (ping-pong, as ``profile`` does), every rank
 writes its own trace, and at the end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
 
+What-if calibration, when asked (``calibrate=fn``): on a clean exit of a 2+-rank DDP recording,
+before anything is written, the ranks run ``profile``'s calibration protocol on the user's
+forward (:func:`~dpcore.write.commands.record_hooks.calibrate_recording`), so run.json's job has
+``whatif_calibration`` as ``profile`` writes it; none of its steps becomes a row.
+
 Ending: a clean exit marks the run ``complete``; an exception marks it ``failed`` with the error
 text (rank 0 writes what it measured, without waiting for ranks that may be gone) and
 re-raises; Ctrl-C marks it ``interrupted`` and keeps the data. These are the run life cycle's
