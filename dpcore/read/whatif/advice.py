@@ -103,3 +103,71 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
     return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {world_size} ranks: predicted "
                  f"{best['step_ms']:.1f} ms against {own_ms:.1f} ms at the job's {own_mb:g} MiB, {gain:.0f} % "
                  f"faster (band {lo:.0f} to {hi:.0f} %); set " + knob_text(best["bucket_mb"]))
+
+
+#: Measured variants the recommendation weighs against the replayed DDP cells: ZeRO-1 averages
+#: gradients in the same buckets but then broadcasts the updated parameters, which the replay
+#: does not model, so they are compared as *measured* against *predicted*, never predicted.
+ZERO1_VARIANTS = ("zero1", "torch_zero1")
+
+
+def zero1_rivals(summary: pd.DataFrame, world_size: int) -> pd.DataFrame:
+    """The run's completed ZeRO-1 jobs at ``world_size`` (``job_summary`` rows: job_id, variant,
+    bucket_mb, step_ms, step_ms_p10, step_ms_p90), fastest first."""
+    cols = ["job_id", "variant", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90"]
+    if summary.empty or not set(cols) <= set(summary.columns):
+        return pd.DataFrame(columns=cols)
+    s = summary[summary["variant"].isin(ZERO1_VARIANTS) & (summary["status"] == "complete")
+                & (summary["world_size"] == world_size) & np.isfinite(summary["step_ms"].astype(float))]
+    return s[cols].sort_values("step_ms", kind="stable").reset_index(drop=True)
+
+
+def zero1_knob_text(mb: float) -> str:
+    """Where ZeRO-1 is set in PyTorch (the ``torch_zero1`` variant's construction)."""
+    return (f"torch.distributed.optim.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=...) "
+            f"over DistributedDataParallel(model, bucket_cap_mb={mb:g})")
+
+
+def recommend_variant(table: pd.DataFrame, line: str, rivals: pd.DataFrame, world_size: int, variant: str,
+                      own_mb: float, own_measured_ms: float | None = None) -> tuple[pd.DataFrame, str]:
+    """:func:`recommend`'s (table, line) weighed against the measured ZeRO-1 jobs ``rivals``
+    (:func:`zero1_rivals`) at ``world_size``.
+
+    The DDP side is the cell the bucket line recommends, with its whole band (the source's spread
+    does not cancel against another job's measurement). The fastest ZeRO-1 job wins only when
+    its measured median is below that band, loses when above it; inside it the variant does not
+    matter. The gain of a winning ZeRO-1 job is against the job's own setting (the predicted own
+    cell and its band; the measured step when the table lacks that cell)."""
+    if rivals.empty:
+        return table, line
+    at = table[table["world_size"] == world_size]
+    pick = at[at["recommended"]]
+    if pick.empty:
+        return table, line
+    d = pick.iloc[0]
+    z = rivals.iloc[0]
+    zms, zmb = float(z["step_ms"]), float(z["bucket_mb"])
+    zname = f"{z['variant']} (ZeRO-1, {zmb:g} MiB buckets, job {z['job_id']})"
+    ddp = (f"{variant} at {d['bucket_mb']:g} MiB predicted {d['step_ms']:.1f} ms "
+           f"(band {d['step_ms_lo']:.1f}-{d['step_ms_hi']:.1f})")
+    why = "measured vs predicted: the replay does not model ZeRO-1's parameter broadcast"
+    if zms > d["step_ms_hi"]:
+        return table, f"{line}; {variant} over ZeRO-1: {zname} measured {zms:.1f} ms is above {ddp} ({why})"
+    if zms >= d["step_ms_lo"]:
+        return table, (f"{line}; DDP or ZeRO-1 does not matter at {world_size} ranks: {zname} measured "
+                       f"{zms:.1f} ms is inside the band of {ddp} ({why})")
+    own = at[np.isclose(at["bucket_mb"], own_mb)]
+    if not own.empty:
+        o = own.iloc[0]
+        own_ms, own_lo, own_hi, how = (float(o["step_ms"]), float(o["step_ms_lo"]), float(o["step_ms_hi"]),
+                                       "predicted")
+    else:
+        own_ms = own_lo = own_hi = float(own_measured_ms) if own_measured_ms else float("nan")
+        how = "measured"
+    out = table.assign(recommended=False)  # the winner is a measured job, not a predicted cell
+    gain = (f", {100 * (own_ms - zms) / own_ms:.0f} % faster than the job's own {own_mb:g} MiB "
+            f"({how} {own_ms:.1f} ms; band {100 * (1 - zms / own_lo):.0f} to {100 * (1 - zms / own_hi):.0f} %)"
+            if np.isfinite(own_ms) and own_ms > 0 else "")
+    return out, (f"recommendation: ZeRO-1 at {world_size} ranks: {zname} measured {zms:.1f} ms "
+                 f"(p10-p90 {float(z['step_ms_p10']):.1f}-{float(z['step_ms_p90']):.1f}), below the band of "
+                 f"the fastest DDP cell, {ddp}{gain} ({why}); set " + zero1_knob_text(zmb))

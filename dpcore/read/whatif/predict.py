@@ -21,7 +21,7 @@ import pandas as pd
 from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
-from dpcore.read.whatif.advice import add_bands, recommend, source_spread
+from dpcore.read.whatif.advice import add_bands, recommend, recommend_variant, source_spread, zero1_rivals
 from dpcore.read.whatif.fit import (
     JOB_FIT,
     Source,
@@ -267,12 +267,26 @@ def default_cells(run: Run, src: Source) -> tuple[list[float], list[int]]:
 def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """``cells`` (:func:`with_measured` rows) with their bands and ``recommended`` column
     (WHATIF_COLUMNS), and the recommendation line: :mod:`dpcore.read.whatif.advice`, from the
-    source job's spread in ``summary`` (the run's ``job_summary`` rows)."""
+    source job's spread in ``summary`` (the run's ``job_summary`` rows), at
+    :func:`target_world_size`: the fastest bucket size, weighed against the run's measured
+    ZeRO-1 jobs at that world size (measured against predicted: the replay cannot model them)."""
     src = model.src
     table = add_bands(cells, source_spread(summary, src.job_id))
+    ws = target_world_size(table, src.world_size)
     own = summary.loc[summary["job_id"] == src.job_id, "step_ms"]
-    table, line = recommend(table, src.world_size, src.bucket_mb, float(own.iloc[0]) if not own.empty else None)
+    # the job's measured step stands in for its own cell only at the job's own world size
+    own_ms = float(own.iloc[0]) if not own.empty and ws == src.world_size else None
+    table, line = recommend(table, ws, src.bucket_mb, own_ms)
+    table, line = recommend_variant(table, line, zero1_rivals(summary, ws), ws, src.variant, src.bucket_mb,
+                                    own_ms)
     return table[WHATIF_COLUMNS], line
+
+
+def target_world_size(table: pd.DataFrame, own: int) -> int:
+    """The world size the recommendation is for: the source job's when the table predicts it,
+    else the largest one asked for (``whatif --world-sizes 8`` asks about 8 ranks)."""
+    sizes = set(table["world_size"].astype(int))
+    return own if own in sizes or not sizes else max(sizes)
 
 
 def whatif_report(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,

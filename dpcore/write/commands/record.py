@@ -33,6 +33,11 @@ no model (or another module), collectives are seen only in the trace. Under a pr
 each rank measures its clock offset to rank 0 (ping-pong, as ``profile`` does), every rank
 writes its own trace, and at the end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
 
+What-if calibration, when asked (``calibrate=fn``): on a clean exit of a 2+-rank DDP recording,
+before anything is written, the ranks run ``profile``'s calibration protocol on the user's
+forward (:func:`~dpcore.write.commands.record_hooks.calibrate_recording`), so run.json's job has
+``whatif_calibration`` as ``profile`` writes it; none of its steps becomes a row.
+
 Ending: a clean exit marks the run ``complete``; an exception marks it ``failed`` with the error
 text (rank 0 writes what it measured, without waiting for ranks that may be gone) and
 re-raises; Ctrl-C marks it ``interrupted`` and keeps the data. These are the run life cycle's
@@ -44,6 +49,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -54,6 +60,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.calibration import CAL_STEPS
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.capture.job_monitor import JobMonitor
 from dpcore.write.capture.rank_channel import RankChannel, live_row
@@ -63,6 +70,7 @@ from dpcore.write.capture.tracing import TraceCapture
 from dpcore.write.commands.record_hooks import (
     CollectiveTap,
     HookState,
+    calibrate_recording,
     describe,
     recording_allreduce_hook,
     user_comm_hook,
@@ -77,7 +85,9 @@ PHASES = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 
 def record(out: str | Path = "profiles", *, name: str | None = None, model: nn.Module | None = None,
            warmup: int = 2, profile_steps: int = 3, trace: bool = True,
-           samples: int | None = None, collectives: bool = True) -> Recording:
+           samples: int | None = None, collectives: bool = True,
+           calibrate: Callable[[nn.Module], torch.Tensor] | None = None,
+           calibration_steps: int = CAL_STEPS) -> Recording:
     """A context manager that turns the loop inside it into a run directory under ``out``.
 
     ``model``: the DDP model or ``dpcore.wrap`` wrapper (its collectives are recorded, its
@@ -86,13 +96,19 @@ def record(out: str | Path = "profiles", *, name: str | None = None, model: nn.M
     for which steps are warm-up, traced and timed. ``collectives=False``: leave a DDP model on
     its C++ all-reduce path (no comm hook; its collectives are then seen only in the trace),
     for the rare step so short that a Python comm hook's fixed cost per bucket matters.
+    ``calibrate``: ``loss = calibrate(ddp_model)``, one forward on a batch of the user's; with a
+    DDP model at 2+ ranks, a clean exit then spends ``2 * calibration_steps + 1`` untimed forward
+    and backward steps on the what-if calibration (no optimizer step; run.json's
+    ``whatif_calibration``, as ``profile`` writes it: :func:`dpcore.write.commands.record_hooks.calibrate_recording`).
     """
+    if calibration_steps < 1 and calibrate is not None:
+        raise ValueError(f"calibration_steps must be >= 1 with calibrate=, got {calibration_steps}")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     if trace and profile_steps < 1:
         raise ValueError(f"profile_steps must be >= 1 with trace=True, got {profile_steps}")
     return Recording(Path(out), name, model, warmup, profile_steps if trace else 0, samples,
-                     collectives)
+                     collectives, calibrate, calibration_steps)
 
 
 class _Step:
@@ -148,7 +164,9 @@ class Recording:
     """One recording (see the module docstring). Built by :func:`record`."""
 
     def __init__(self, out: Path, name: str | None, model: nn.Module | None, warmup: int,
-                 profile_steps: int, samples: int | None, collectives: bool = True) -> None:
+                 profile_steps: int, samples: int | None, collectives: bool = True,
+                 calibrate: Callable[[nn.Module], torch.Tensor] | None = None,
+                 calibration_steps: int = CAL_STEPS) -> None:
         self.out, self.name, self.model = out, name, model
         self.warmup, self.profile_steps, self.samples = warmup, profile_steps, samples
         self.variant, self.bucket_mb, self.model_class = describe(model)
@@ -166,6 +184,8 @@ class Recording:
         self._split_backward = False
         self._note = ""
         self.comm_hook: str | None = None  # the user's own DDP comm hook, kept, if any
+        self.calibrate, self.calibration_steps = calibrate, calibration_steps
+        self._hooked = False  # the recording's comm hook logs the DDP model's buckets
 
     # -- the user's calls -------------------------------------------------------------
     def step(self, samples: int | None = None) -> _Step:
@@ -233,6 +253,7 @@ class Recording:
             state = HookState(model.process_group, self)
             try:
                 model.register_comm_hook(state, recording_allreduce_hook)
+                self._hooked = True
                 # DDP cannot drop a hook: at exit it keeps averaging but stops logging
                 self._undo.append(lambda: setattr(state, "recorder", NULL_RECORDER))
             except RuntimeError as exc:  # the model already has a comm hook (its own or ours)
@@ -299,6 +320,7 @@ class Recording:
             self._in_step, self.rec.step = False, -1
         if self._capture is not None:
             self._capture.stop()
+        cal = self._calibration() if exc_type is None else None
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
@@ -311,6 +333,8 @@ class Recording:
             error = f"rank {self.ctx.rank}: {exc_type.__name__}: {exc}\n" + "".join(
                 traceback.format_tb(tb, limit=6))
         mine = self._result()
+        if cal is not None:
+            mine["calibration"] = cal
         results = [mine]
         self._channel.close()  # this rank's last live rows are in the store
         if self.status == "complete" and self.ctx.world_size > 1:
@@ -321,6 +345,24 @@ class Recording:
             self._poller.stop()
         if self._life.writer is not None:
             self._write(results, error)
+
+    def _calibration(self) -> dict | None:
+        """The what-if calibration when asked for and possible (every rank decides alike), else
+        None, with the reason in the job's note; a failure is kept as the entry's ``error``."""
+        if self.calibrate is None:
+            return None
+        why = ("the model is not a DistributedDataParallel" if not isinstance(self.model, DistributedDataParallel)
+               else "needs 2+ ranks" if self.ctx.world_size < 2
+               else "needs the recording's comm hook (collectives=True, no comm hook of the user's)"
+               if not self._hooked else "")
+        if why:
+            self._note = "; ".join(x for x in (self._note, f"no what-if calibration: {why}") if x)
+            return None
+        try:
+            return calibrate_recording(self, self.model, self.calibrate, float(self.bucket_mb or 25.0),
+                                       self.calibration_steps)
+        except Exception as exc:  # noqa: BLE001 - the recorded steps must survive a failed calibration
+            return {"error": f"rank {self.ctx.rank}: {type(exc).__name__}: {exc}"}
 
     def _result(self) -> dict[str, Any]:
         """This rank's rows in the shape :func:`write_job` takes (as profile's ranks return)."""

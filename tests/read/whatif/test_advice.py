@@ -87,3 +87,63 @@ def test_an_implausible_allreduce_fit_falls_back_to_the_jobs_own_collectives() -
     net = fit_network(src, "ring", slow, None, None)
     assert net["bandwidth_source"].startswith("job's collectives") and "not used" in net["alpha_source"]
     assert net["bandwidth_gbps"] == pytest.approx(1.0, rel=1e-6)    # 1 ms per MB at ring N=2: S/B
+
+
+def _summary(rows: list[tuple]) -> pd.DataFrame:
+    """job_summary rows: (job_id, variant, world_size, bucket_mb, step_ms, p10, p90, status)."""
+    return pd.DataFrame(rows, columns=["job_id", "variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10",
+                                       "step_ms_p90", "status"])
+
+
+def _banded_for(zero1_ms: float | None, world_sizes: tuple[int, ...] = (2,)) -> tuple[pd.DataFrame, str]:
+    """banded() of a torch_ddp source (2 ranks, 4 MiB, measured 60 ms, no spread) whose cells
+    predict 1 MiB 50 ms, 4 MiB 60 ms, 32 MiB 30 ms at every world size, with a measured
+    torch_zero1 job at 2 ranks of ``zero1_ms`` (none: None)."""
+    from dpcore.read.whatif.predict import WHATIF_COLUMNS, banded
+
+    steps = {1.0: 50.0, 4.0: 60.0, 32.0: 30.0}
+    cells = pd.DataFrame([{c: np.nan for c in WHATIF_COLUMNS} | {"world_size": n, "bucket_mb": b, "step_ms": ms}
+                          for n in world_sizes for b, ms in steps.items()])
+    cells = cells.drop(columns=["step_ms_lo", "step_ms_hi", "in_band", "recommended"])
+    rows = [("torch_ddp-n2-b4", "torch_ddp", 2, 4.0, 60.0, 60.0, 60.0, "complete"),
+            ("torch_zero1-n4-b8", "torch_zero1", 4, 8.0, 1.0, 1.0, 1.0, "complete"),    # other world size
+            ("zero1-n2-b8", "zero1", 2, 8.0, 2.0, 2.0, 2.0, "failed")]                   # not complete
+    if zero1_ms is not None:
+        rows.append(("torch_zero1-n2-b8", "torch_zero1", 2, 8.0, zero1_ms, zero1_ms * 0.9, zero1_ms * 1.2,
+                     "complete"))
+    src = SimpleNamespace(job_id="torch_ddp-n2-b4", variant="torch_ddp", world_size=2, bucket_mb=4.0)
+    return banded(SimpleNamespace(src=src), cells, _summary(rows))
+
+
+def test_recommendation_weighs_measured_zero1_against_the_predicted_ddp_band() -> None:
+    # the model's 42 %: the 32 MiB cell (30 ms) has the band 17.4-42.6 ms and beats the own 60 ms
+    table, line = _banded_for(None)
+    assert line.startswith("recommendation: 32 MiB buckets at 2 ranks") and "ZeRO-1" not in line
+    # ZeRO-1 measured at 12 ms: below the band: it wins, against the own predicted 60 ms (band
+    # 34.8-85.2): 80 % faster, band 1-12/34.8 = 66 % to 1-12/85.2 = 86 %; no predicted cell is named
+    table, line = _banded_for(12.0)
+    assert line.startswith("recommendation: ZeRO-1 at 2 ranks: torch_zero1 (ZeRO-1, 8 MiB buckets, job "
+                           "torch_zero1-n2-b8) measured 12.0 ms (p10-p90 10.8-14.4)")
+    assert "torch_ddp at 32 MiB predicted 30.0 ms (band 17.4-42.6)" in line
+    assert "80 % faster than the job's own 4 MiB (predicted 60.0 ms; band 66 to 86 %)" in line
+    assert "measured vs predicted" in line and "ZeroRedundancyOptimizer" in line and "bucket_cap_mb=8" in line
+    assert not table["recommended"].any()
+    # 30 ms: inside the band: the variant does not matter; the bucket advice stands
+    table, line = _banded_for(30.0)
+    assert line.startswith("recommendation: 32 MiB buckets at 2 ranks")
+    assert "DDP or ZeRO-1 does not matter at 2 ranks" in line and "measured 30.0 ms is inside the band" in line
+    assert table.loc[table["recommended"], "bucket_mb"].tolist() == [32.0]
+    # 50 ms: above the band: DDP (the replayed variant) is the one to use
+    table, line = _banded_for(50.0)
+    assert "; torch_ddp over ZeRO-1: torch_zero1 (ZeRO-1, 8 MiB buckets, job torch_zero1-n2-b8) measured " \
+           "50.0 ms is above torch_ddp at 32 MiB predicted 30.0 ms" in line
+    assert table.loc[table["recommended"], "bucket_mb"].tolist() == [32.0]
+
+
+def test_recommendation_at_a_world_size_the_source_did_not_run() -> None:
+    # only 4 ranks asked for: the recommendation is for 4 ranks, where the 4 ms torch_zero1 job
+    # (1 ms) beats every predicted DDP cell; the gain is against the predicted own cell at 4 ranks
+    table, line = _banded_for(None, world_sizes=(4,))
+    assert line.startswith("recommendation: ZeRO-1 at 4 ranks: torch_zero1 (ZeRO-1, 8 MiB buckets, job "
+                           "torch_zero1-n4-b8) measured 1.0 ms")
+    assert "98 % faster than the job's own 4 MiB (predicted 60.0 ms" in line

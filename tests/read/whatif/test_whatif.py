@@ -397,3 +397,33 @@ def test_in_job_calibration_gives_alpha_b_and_kappa(tmp_path: Path, capsys: pyte
     (run / "run.json").write_text(json.dumps(meta))
     model = build_model(load_run(run), "bucketed-ws2-b8")
     assert "gave 0.99, outside the plausible 0-0.95: not used" in model.kappa_source and model.kappa != 0.99
+
+
+def test_cli_recommends_a_measured_zero1_job_over_the_predicted_ddp_band(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """The hand-written run plus a torch_zero1 job at 2 ranks measured at 20 ms: the replayed 8 MiB
+    cell (65 ms, exact) has the band 65·(1 ∓ 0.42) = 37.7-92.3 ms; 20 ms lies below it, so the
+    line names ZeRO-1, measured vs predicted, 69 % faster than the own 65 ms (band 1 − 20/37.7 =
+    47 % to 1 − 20/92.3 = 78 %), and no predicted cell is recommended."""
+    run = _hand_run(tmp_path)
+    meta = json.loads((run / "run.json").read_text())
+    meta["jobs"].append({"id": "torch_zero1-ws2-b8", "kind": "train", "variant": "torch_zero1", "world_size": 2,
+                         "bucket_mb": 8.0, "status": "complete"})
+    (run / "run.json").write_text(json.dumps(meta))
+    steps = pd.read_csv(run / "steps.csv")
+    z = steps[steps["job_id"] == "bucketed-ws2-b8"].assign(job_id="torch_zero1-ws2-b8", variant="torch_zero1",
+                                                           step_ms=20.0, comm_ops=0, comm_ms=0.0, comm_bytes=0)
+    pd.concat([steps, z]).to_csv(run / "steps.csv", index=False)
+    bw = 8 * MB / 10e-3 / 1e9
+    args = ["whatif", str(run), "--job", "bucketed-ws2-b8", "--latency-us", "0", "--bandwidth-gbps", f"{bw!r}",
+            "--bucket-mb", "8", "--world-sizes", "2"]
+    code, text, err = _cli(*args, capsys=capsys)
+    assert code == 0, err
+    line = text.strip().splitlines()[-1]
+    assert line.startswith("recommendation: ZeRO-1 at 2 ranks: torch_zero1 (ZeRO-1, 8 MiB buckets, job "
+                           "torch_zero1-ws2-b8) measured 20.0 ms"), line
+    assert "bucketed at 8 MiB predicted 65.0 ms (band 37.7-92.3)" in line
+    assert "69 % faster than the job's own 8 MiB (predicted 65.0 ms; band 47 to 78 %)" in line
+    assert "measured vs predicted" in line
+    code, out, _ = _cli(*args, "--csv", capsys=capsys)
+    assert pd.read_csv(io.StringIO(out))["recommended"].tolist() == [False]

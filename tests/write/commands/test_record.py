@@ -46,14 +46,23 @@ def _rank(rank: int, world: int, store: str, out: str, kind: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        if kind == "ddp":
+        if kind.startswith("ddp"):
             model: nn.Module = DistributedDataParallel(_net(), bucket_cap_mb=0.1)
         else:
             import dpcore.write.dp.variants as variants
             model = variants.wrap(kind, _net(), bucket_mb=0.1)
+        cal = None
+        if kind == "ddp-cal":  # the user's forward on a batch of theirs, for the what-if calibration
+            xc, yc = torch.randn(32, 64), torch.randint(0, 8, (32,))
+            cal = lambda m: nn.functional.cross_entropy(m(xc), yc)  # noqa: E731
         with record(out, name=kind, model=model, warmup=WARMUP, profile_steps=PROFILE,
-                    samples=32) as rec:
+                    samples=32, calibrate=cal, calibration_steps=2) as rec:
             _loop(rec, model)
+            before = [p.detach().clone() for p in model.parameters()]
+        if kind == "ddp-cal":  # the calibration left the trained weights and the (cleared) grads alone
+            same = all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+            torch.save({"same": same, "grads": [p.grad is None for p in model.parameters()]},
+                       Path(out).parent / f"after{rank}.pt")
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -112,6 +121,46 @@ def test_plain_ddp_loop_at_two_gloo_ranks(tmp_path: Path) -> None:
     assert meta["config"]["model"] == "Sequential" and meta["config"]["steps"] == STEPS - WARMUP
     assert sorted(job["traces"]) == ["merged.json.gz", "rank0.json.gz", "rank1.json.gz"]
     _check_readable(run_dir, job["id"], 2, comm=True)
+
+
+def test_ddp_loop_with_the_what_if_calibration(tmp_path: Path) -> None:
+    """calibrate=: after the loop, 2 steps per plan of the user's forward and backward with the
+    job's 0.1 MiB buckets and the second plan's one 64 MiB bucket, into run.json as profile does."""
+    from dpcore.contract.calibration import CAL_STEP_BASE
+    from dpcore.read.rundir import load_run
+    from dpcore.read.whatif.fit import calibration_of
+
+    run_dir = _spawn(tmp_path, "ddp-cal")
+    _check_readable(run_dir, "torch_ddp-ws2-b0.1", 2, comm=True)  # the recorded steps as without it
+    run = load_run(run_dir)
+    assert run.collectives["step"].max() < CAL_STEP_BASE and run.steps["step"].max() == STEPS - 1
+    cal = calibration_of(run.meta, "torch_ddp-ws2-b0.1")
+    assert cal and "error" not in cal, cal
+    assert [p["bucket_mb"] for p in cal["data"]] == [0.1, 64.0] and cal["steps_per_plan"] == 2
+    assert cal["cost_ms"] > 0 and {"per_message_ms", "ms_per_mib", "kappa"} <= set(cal)
+    total = 4 * (64 * 256 + 256 + 256 * 256 + 256 + 256 * 8 + 8)  # every gradient's bytes, fp32
+    for plan, n_msgs in zip(cal["data"], (None, 1)):
+        assert sorted((s["rank"], s["step"] % 1000) for s in plan["steps"]) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        for s in plan["steps"]:
+            assert sum(s["bytes"]) == total and None not in s["end_ms"]
+            assert s["bwd_end_ms"] > s["bwd_start_ms"] and min(s["launch_ms"]) >= s["bwd_start_ms"]
+            assert len(s["bytes"]) == n_msgs if n_msgs else len(s["bytes"]) > 1  # 0.1 MiB: several buckets
+    for r in range(2):
+        after = torch.load(tmp_path / f"after{r}.pt")
+        assert after["same"] and all(after["grads"])
+
+
+def test_calibration_needs_a_ddp_model_and_steps(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="calibration_steps must be >= 1"):
+        record(tmp_path, calibrate=lambda m: m, calibration_steps=0)
+    net = _net()
+    with record(tmp_path / "p", name="one", model=net, trace=False, calibrate=lambda m: m(torch.zeros(1, 64)).sum()) \
+            as rec:
+        _loop(rec, net, steps=3)
+    meta = json.loads((rec.run_dir / "run.json").read_text())
+    job = meta["jobs"][0]
+    assert "whatif_calibration" not in job
+    assert "no what-if calibration: the model is not a DistributedDataParallel" in job["note"]
 
 
 def test_dpcore_wrap_wrapper_records_its_collectives(tmp_path: Path) -> None:
