@@ -1,4 +1,4 @@
 """``python -m dpcore <command>``."""
-from dpcore.cli import main
+from dpcore.cli import run_cli
 
-raise SystemExit(main())
+raise SystemExit(run_cli())

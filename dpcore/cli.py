@@ -367,10 +367,43 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (the dashboard's Stop button, a job scheduler) ends a run like Ctrl-C does:
-    finished jobs are kept, the run is marked interrupted and no rank is left behind."""
-    raise KeyboardInterrupt
+class _InterruptOnce:
+    """A signal handler that raises KeyboardInterrupt the first time only.
+
+    SIGTERM (the dashboard's Stop button, a job scheduler) ends a run like Ctrl-C does:
+    finished jobs are kept, the run is marked interrupted and no rank is left behind. Why only
+    once: the first interrupt already ends the run; people press Ctrl-C twice, and a second
+    KeyboardInterrupt carries no news but lands wherever the ending is (reaping the ranks,
+    writing run.json, the interpreter's exit, where torch's and multiprocessing's finalizers
+    printed their tracebacks). Later ones are dropped; the process still ends, exit 130."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+
+
+def run_cli() -> int:
+    """``python -m dpcore``: :func:`main` with Ctrl-C and SIGTERM interrupting once
+    (:class:`_InterruptOnce`), and none of either while the interpreter exits afterwards: the
+    command's outcome (run.json, the exit code) is final by then, and an interrupt inside an
+    exit-time finalizer only prints a traceback. (Not in :func:`main`, which tests call in
+    their own process, whose Ctrl-C must keep working.)"""
+    once = _InterruptOnce()
+    signal.signal(signal.SIGINT, once)
+    signal.signal(signal.SIGTERM, once)
+    code = 130
+    try:
+        code = main()
+    except KeyboardInterrupt:  # landed after main had reported the end: the code says it
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return code
 
 
 def _quiet_library_warnings() -> None:
@@ -385,8 +418,9 @@ def _quiet_library_warnings() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    if threading.current_thread() is threading.main_thread() and \
+            not isinstance(signal.getsignal(signal.SIGTERM), _InterruptOnce):
+        signal.signal(signal.SIGTERM, _InterruptOnce())
     try:
         args = build_parser().parse_args(argv)
         if args.command == "verify":
