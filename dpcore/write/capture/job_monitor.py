@@ -160,8 +160,12 @@ class JobMonitor:
 
     def __init__(self, job_id: str, world_size: int, run_dir: Path | None, *,
                  hang_timeout_s: float | None = None, timeout_s: float = 300.0,
-                 watch: bool = True, steps_total: int | None = None) -> None:
+                 watch: bool = True, steps_total: int | None = None, store_key: str | None = None) -> None:
         self.job_id, self.world_size, self.run_dir = job_id, world_size, run_dir
+        #: the live rows' namespace in the store (default the job's id): unique per recording where
+        #: one store outlives several jobs of the same id (``dpcore.record`` on a user's default
+        #: group; it runs no watchdog, whose keys stay the job's id in the launcher's per-job store)
+        self.store_key = store_key or job_id
         self.steps_total = steps_total
         self.hang_timeout_s, self.timeout_s, self.watch = hang_timeout_s, timeout_s, watch
         self.live: LiveCollector | None = None
@@ -169,7 +173,7 @@ class JobMonitor:
 
     def attach(self, store: Any) -> None:
         path = Path(self.run_dir) / rf.LIVE_FILE if self.run_dir is not None else None
-        self.live = LiveCollector(store, self.job_id, self.world_size, path)
+        self.live = LiveCollector(store, self.store_key, self.world_size, path)
         if self.watch and self.world_size > 1:  # one rank has no peer to hang on: --timeout
             self.hang = HangWatch(store, self.job_id, self.world_size, self.run_dir,
                                   self.hang_timeout_s, self.timeout_s)

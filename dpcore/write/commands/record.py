@@ -216,9 +216,12 @@ class Recording:
         self.rec = Recorder(self.job_id, ctx.rank, offset)
         # live.csv: every rank sends its rows over the job's store; rank 0 appends them
         store = job_store(ctx)
-        self._channel = RankChannel(store, self.job_id, ctx.rank, ws)
-        self._poller = (MonitorThread(JobMonitor(self.job_id, ws, self.run_dir, watch=False), store)
-                        if self._life.writer is not None else None)
+        # The user's store outlives this recording, and the next one may record a job of the same
+        # id: the keys live under this run's name, so no recording reads another's counters.
+        store_key = f"{Path(self.run_dir).name}/{self.job_id}"
+        self._channel = RankChannel(store, store_key, ctx.rank, ws)
+        self._poller = (MonitorThread(JobMonitor(self.job_id, ws, self.run_dir, watch=False, store_key=store_key),
+                                      store) if self._life.writer is not None else None)
         self._mark = 0
         self._attach(self.model)
         dev = next((p.device for p in self.model.parameters()), ctx.device) if self.model \
