@@ -60,7 +60,7 @@ def test_pyproject_dependencies_are_the_requirements_files() -> None:
     assert "-r requirements.txt" in dev.splitlines()
     assert sorted(project["optional-dependencies"]["dev"]) == sorted(_requirements(ROOT / "requirements-dev.txt"))
     assert {"integrations", "scale"} <= set(project["optional-dependencies"])
-    assert project["scripts"] == {"dpcore": "dpcore.cli:main"}
+    assert project["scripts"] == {"dpcore": "dpcore.cli:run_cli"}
     assert project["requires-python"] == ">=3.10"
 
 
@@ -158,7 +158,7 @@ def test_installed_package_has_every_sub_package(venv: dict[str, Path]) -> None:
     from dpcore.contract.config import VARIANTS  # the checkout's names (no torch in this process)
     assert got["variants"] == sorted(VARIANTS)
     assert got["version"] == got["module_version"]
-    assert got["ep"] == ["dpcore.cli:main"]
+    assert got["ep"] == ["dpcore.cli:run_cli"]
     installed = {f for f in got["files"] if f.startswith("dpcore/") and f.endswith(".py")}
     source = {p.relative_to(venv["src"]).as_posix() for p in (venv["src"] / "dpcore").rglob("*.py")}
     assert installed == source

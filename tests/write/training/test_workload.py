@@ -76,8 +76,8 @@ def test_user_model_verifies_from_its_own_folder(tmp_path: Path) -> None:
     proc = _dpcore(tmp_path, "verify", "--model", "mymod:build", "--world-size", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     rows = {ln.split()[0]: ln for ln in proc.stdout.splitlines()[2:]}
-    for v in ("single", "manual", "naive", "flat", "central", "ring", "overlap", "bucketed",
-              "torch_ddp"):
+    assert "reference" in rows["single"] and rows["single"].split()[1] == "1", proc.stdout  # at world size 1
+    for v in ("manual", "naive", "flat", "central", "ring", "overlap", "bucketed", "torch_ddp"):
         assert rows[v].rstrip().endswith("match"), proc.stdout
     assert "skipped" in rows["data_parallel"] or rows["data_parallel"].endswith("match")
 
@@ -93,7 +93,9 @@ def test_user_model_verifies_at_world_size_3(tmp_path: Path, monkeypatch) -> Non
     rows, ok = run_verify(3, model="wl_three:build", steps=3, backend="gloo", timeout_s=120,
                           cfg=cfg)
     assert ok, rows
-    assert [r["verdict"] for r in rows if r["variant"] != "data_parallel"] == ["match"] * 15
+    verdicts = {r["variant"]: r["verdict"] for r in rows if r["variant"] != "data_parallel"}
+    assert verdicts.pop("single").startswith("reference")  # single is what the others are compared with
+    assert list(verdicts.values()) == ["match"] * 14, verdicts
 
 
 def test_trainer_shards_tuple_inputs_and_manual_splits_them(tmp_path: Path, monkeypatch) -> None:
