@@ -2,7 +2,10 @@
 `dpcore.read.analysis.comm_hooks.compression`).
 
 Why this picture: compression pays when the step time it adds is below zero, i.e. the points
-below the x axis; how far right a point lies is how much of the wire it saved.
+below the x axis; how far right a point lies is how much of the wire it saved. The hover
+splits the time added into the hook's own compute (compress + decompress, measured apart from
+its collectives) and gives the loss difference from the plain job (the ``none`` point at the
+origin), so a point that pays in time can be checked for what it costs in training.
 """
 from __future__ import annotations
 
@@ -21,10 +24,14 @@ def compression_figure(df: pd.DataFrame) -> go.Figure:
     for _, r in done.iterrows():
         saved = (r["bytes_in"] - r["bytes_wire"]) / 2**20
         label = f"{r['hook']} ×{int(r['world_size'])}"
+        compute = r.get("compress_ms", float("nan")) + r.get("decompress_ms", float("nan"))
         fig.add_scatter(x=[saved], y=[r["added_ms"]], mode="markers+text", text=[label],
                         textposition="top center", name=str(r["job_id"]), marker=dict(size=12),
                         hovertemplate=(f"{r['job_id']}<br>saved %{{x:.2f}} MiB/step ({r['saved_pct']:.0f}%)"
-                                       "<br>time added %{y:.2f} ms/step<extra></extra>"))
+                                       "<br>time added %{y:.2f} ms/step"
+                                       f"<br>of which hook compute {compute:.3f} ms/step"
+                                       f"<br>loss diff vs plain {r.get('loss_diff', float('nan')):.3g}"
+                                       "<extra></extra>"))
     fig.add_hline(y=0, line=dict(color="grey", dash="dot"))
     base_layout(fig, "compression: bytes saved vs time added")
     fig.update_layout(showlegend=False)

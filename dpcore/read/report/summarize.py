@@ -13,6 +13,7 @@ import pandas as pd
 
 from dpcore.contract.runformat import is_stale
 from dpcore.contract.units import EMPTY, percent, percent_number
+from dpcore.read.analysis.comm_hooks import compression
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import NOISY_SPREAD, SOURCE_GAP_POINTS
 from dpcore.read.analysis.summary import job_summary
@@ -97,8 +98,29 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
              + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
              + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
                 "variant's algorithm should move (README 'Memory and communication volume')."
-                if "bus_mib_per_step" in s else "")] + notes
+                if "bus_mib_per_step" in s else "")] + compression_lines(run, s) + notes
     return "\n".join(lines) + "\n"
+
+
+def compression_lines(run: Run, summary: pd.DataFrame) -> list[str]:
+    """One line per comm-hook job (``profile --comm-hook``), the Buckets page's Compression
+    numbers: wire saved, step time added and the hook's own compute in it, the loss difference
+    from the plain job. Empty for a run without hook jobs."""
+    df = compression(run.jobs, summary, run.collectives)
+    if df.empty:
+        return []
+    out = ["", "compression (DDP comm hooks vs the plain job; hook compute = compress + decompress ms per "
+               "step, median over ranks and timed steps, without its collectives):"]
+    for _, r in df.iterrows():
+        if r["status"] != "complete":
+            out.append(f"  {r['hook']:>8} {r['job_id']}: {r['status']}" + (f" - {r['reason']}" if r["reason"] else ""))
+            continue
+        out.append(f"  {r['hook']:>8} {r['job_id']}: wire {r['bytes_wire'] / 2**20:.3f} of "
+                   f"{r['bytes_in'] / 2**20:.3f} MiB/step ({r['saved_pct']:.1f}% saved), "
+                   f"{r['collectives']:.0f} collectives/step, step {r['added_ms']:+.2f} ms, hook compute "
+                   f"{r['compress_ms']:.3f} + {r['decompress_ms']:.3f} ms, loss after "
+                   f"{r['loss_after_steps']:.0f} steps {r['loss']:.7g} (diff {r['loss_diff']:+.3g})")
+    return out
 
 
 def run_end_table(path: str) -> tuple[str, int]:

@@ -12,12 +12,20 @@ tapped process group are logged, and only while ``active()`` says so (``dpcore.r
 a step); a call from another thread (PowerSGD's callback on the backend's thread) is logged
 without a "communication call" of the training thread. ``remove()`` puts the originals back.
 Used by ``dpcore.record`` (a user's hook kept) and ``torch_ddp`` (``profile --comm-hook``).
+
+With a :class:`HookClock` (``torch_ddp``'s compressing jobs) the tap also times the hook's own
+compute apart from its collectives: the time inside a tapped call and inside a ``wait()`` on its
+work or future is the collective's, and each ``then`` callback the hook chains on a tapped
+collective's future runs timed (PowerSGD's and fp16's decompression). That is why an async
+call's work comes back wrapped (:class:`_TimedWork`): the callbacks and waits are on it.
 """
 from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -32,11 +40,114 @@ TAPPED_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
               "broadcast": "broadcast"}
 
 
-class CollectiveTap:
-    """See the module docstring. ``recorder()`` is read at each call (it may be swapped)."""
+#: HookClock kinds: the hook's own call (compressing, up to its first collective's launch) and
+#: the callbacks it chains on its collectives' futures (decompressing; for PowerSGD also the
+#: orthogonalization and matmul between its all-reduces)
+COMPRESS, DECOMPRESS = 0, 1
 
-    def __init__(self, group: Any, recorder: Callable[[], Recorder], active: Callable[[], bool]) -> None:
-        self.group, self.recorder, self.active = group, recorder, active
+
+class HookClock:
+    """Nanoseconds of a comm hook's own compute per step, without the collectives it waits on.
+
+    Why subtract and not add: the hook's code is not ours, so its compute cannot be bracketed;
+    its collectives can (the tap sees each call and each wait). A timed region's compute is its
+    wall time less what it spent in collectives and in timed regions nested in it (a callback
+    can run inline when its future is already done), kept per thread because the callbacks run
+    on the backend's thread while the next bucket's hook runs on the training thread."""
+
+    def __init__(self, step: Callable[[], int]) -> None:
+        self.step = step
+        self.per_step: dict[int, list[int]] = {}  # step -> [compress ns, decompress ns]
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def _spent(self) -> int:
+        return getattr(self._local, "spent", 0)
+
+    def exclude(self, ns: int) -> None:
+        """``ns`` of this thread's time belong to a collective (or a nested region), not to compute."""
+        self._local.spent = self._spent() + ns
+
+    @contextmanager
+    def timed(self, kind: int) -> Iterator[None]:
+        step, t0, spent0 = self.step(), time.perf_counter_ns(), self._spent()
+        try:
+            yield
+        finally:
+            total = time.perf_counter_ns() - t0
+            own = total - (self._spent() - spent0)
+            self._local.spent = spent0 + total  # an enclosing region excludes all of this one
+            with self._lock:
+                self.per_step.setdefault(step, [0, 0])[kind] += max(own, 0)
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        t0 = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            self.exclude(time.perf_counter_ns() - t0)
+
+    def callback(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def timed_fn(fut: Any) -> Any:
+            with self.timed(DECOMPRESS):
+                return fn(fut)
+        return timed_fn
+
+    def ms(self, steps: Any) -> list[tuple[int, float, float]]:
+        """(step, compress ms, decompress ms) of each of ``steps`` (0.0 where the hook did not run)."""
+        with self._lock:
+            return [(s, *(v / 1e6 for v in self.per_step.get(s, [0, 0]))) for s in steps]
+
+
+class _TimedFuture:
+    """A tapped collective's future: ``then`` callbacks run timed, ``wait`` counts as the collective's."""
+
+    def __init__(self, fut: Any, clock: HookClock) -> None:
+        self.fut, self.clock = fut, clock
+
+    def then(self, fn: Callable[[Any], Any]) -> _TimedFuture:
+        return _TimedFuture(self.fut.then(self.clock.callback(fn)), self.clock)
+
+    def wait(self) -> Any:
+        with self.clock.waiting():
+            return self.fut.wait()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fut, name)
+
+
+class _TimedWork:
+    """A tapped async collective's work: its future is a :class:`_TimedFuture`, its wait the collective's."""
+
+    def __init__(self, work: Any, clock: HookClock) -> None:
+        self.work, self.clock = work, clock
+
+    def get_future(self) -> _TimedFuture:
+        return _TimedFuture(self.work.get_future(), self.clock)
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        with self.clock.waiting():
+            return self.work.wait(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.work, name)
+
+
+def real_future(fut: Any) -> Any:
+    """The torch future under a :class:`_TimedFuture` (what DDP's reducer must get back)."""
+    while isinstance(fut, _TimedFuture):
+        fut = fut.fut
+    return fut
+
+
+class CollectiveTap:
+    """See the module docstring. ``recorder()`` is read at each call (it may be swapped);
+    ``clock``: time the hook's compute apart from its collectives (:class:`HookClock`)."""
+
+    def __init__(self, group: Any, recorder: Callable[[], Recorder], active: Callable[[], bool],
+                 clock: HookClock | None = None) -> None:
+        self.group, self.recorder, self.active, self.clock = group, recorder, active, clock
         self._saved: dict[str, Any] = {}
 
     def _ours(self, group: Any) -> bool:
@@ -73,7 +184,10 @@ class CollectiveTap:
             nbytes = tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
             rec = self.recorder()
             idx = rec.launch(op, "native", nbytes)
+            t0 = time.perf_counter_ns()
             work = orig(*args, **kwargs)
+            if self.clock is not None:
+                self.clock.exclude(time.perf_counter_ns() - t0)
             if not bound.get("async_op", False):
                 rec.done(idx)
                 return work
@@ -82,7 +196,7 @@ class CollectiveTap:
             else:
                 rec._close(idx)
             work.get_future().add_done_callback(lambda _f: rec.finished(idx))
-            return work
+            return work if self.clock is None else _TimedWork(work, self.clock)
 
         tapped.__wrapped__ = orig  # type: ignore[attr-defined]
         return tapped

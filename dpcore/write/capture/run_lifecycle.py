@@ -134,6 +134,7 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
         "threads_per_rank": first.get("threads"),
         "cpus_per_rank": {str(i): r.get("cpus", []) for i, r in enumerate(results)},
     }
+    extra.update(hook_entry(results))
     cals = [r["calibration"] for r in results if r.get("calibration")]
     if cals:
         extra["whatif_calibration"] = calibration_entry(cals)
@@ -150,6 +151,26 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     if errors:  # the rows are kept, but a job whose traces are not all there did not complete
         return {"status": "failed", "error": "; ".join(errors), **extra}
     return {"status": "complete", **extra}
+
+
+def hook_entry(results: list[Any]) -> dict[str, Any]:
+    """run.json's ``loss`` / ``loss_after_steps`` (mean over ranks of the loss at the last timed
+    step; the ranks hold the same parameters, so this is the global batch's loss) and, for a
+    ``torch_ddp`` job with 2+ ranks, ``hook_compress_ms`` / ``hook_decompress_ms``: its comm
+    hook's own compute per step, median over (rank, timed step), apart from its collectives
+    (0.0 for the plain job). Why in run.json: one number per job, read beside its bytes."""
+    out: dict[str, Any] = {}
+    losses = [r["loss"] for r in results if r.get("loss")]
+    if losses and len(losses) == len(results):
+        out["loss"] = sum(v["value"] for v in losses) / len(losses)  # unrounded: fp16 moves it by ~1e-7
+        out["loss_after_steps"] = losses[0]["after_steps"]
+    per = [row for r in results for row in (r.get("hook_ms") or [])]
+    if per:
+        for i, key in ((1, "hook_compress_ms"), (2, "hook_decompress_ms")):
+            vals = sorted(row[i] for row in per)
+            mid = len(vals) // 2
+            out[key] = round(vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2, 6)
+    return out
 
 
 def trace_errors(results: list[Any]) -> list[str]:

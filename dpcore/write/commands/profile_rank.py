@@ -60,6 +60,7 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
     timer = PhaseTimer(ctx.device, offset)
     profile_steps = cfg.profile_steps if spec.trace_dir else 0
     rows: list[dict] = []
+    losses: dict[int, float] = {}  # kept step -> this rank's loss (run.json's loss after K steps)
     done = 0
 
     def one_step(step: int, profiled: bool, keep: bool) -> None:
@@ -76,6 +77,7 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
             raise FloatingPointError(f"the loss became {loss} at step {step} (training diverged; "
                                      f"lower --lr, now {cfg.lr:g}, or check the model)")
         if keep:
+            losses[step] = loss
             row = steps_row(spec, ctx.rank, step, profiled, timer.finish(),
                             trainer.samples_per_step)
             rows.append(row)
@@ -133,9 +135,32 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
     msgs = [m for m in rec.message_rows() if m["step"] in keep]
     grads = [g for g in rec.grad_rows() if g["step"] in keep]
     calls = [c for c in rec.call_rows() if c["step"] in keep]
-    return {"steps": rows, "collectives": coll, "messages": msgs, "grads": grads, "memory": memory,
+    return {"steps": rows, "collectives": coll, "loss": _last_loss(losses, cfg),
+            "hook_ms": _hook_ms(trainer, cfg), "messages": msgs, "grads": grads, "memory": memory,
             "comm_calls": calls, "calibration": cal,
             "offset_ns": offset,
             "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None,
             "trace_error": trace_error, "sync": capture.sync if capture else [],
             "threads": ctx.threads, "cpus": list(ctx.cpus)}
+
+
+def _last_loss(losses: dict[int, float], cfg: TrainConfig) -> dict[str, Any] | None:
+    """This rank's loss at the last timed step, after K = warm-up + timed steps - 1 optimizer
+    steps: every job of a run starts from the same seed and data, so a comm hook's job set
+    beside the plain one differs by what the compression did to training."""
+    last = cfg.steps - 1
+    return {"after_steps": cfg.warmup + last, "value": losses[last]} if last in losses else None
+
+
+def _hook_ms(trainer: Any, cfg: TrainConfig) -> list[tuple[int, float, float]] | None:
+    """(step, compress ms, decompress ms) of each timed step of a ``torch_ddp`` job with 2+ ranks:
+    its comm hook's own compute (the job's HookClock); 0.0 for the plain job, whose hook only
+    averages and sends. None for every other job (no DDP comm hook to time)."""
+    model = trainer.model
+    state = getattr(model, "_hook_state", None) if getattr(model, "name", None) == "torch_ddp" else None
+    if state is None or state.world_size < 2:  # one rank: nothing to compress for
+        return None
+    clock, steps = model.hook_clock, range(cfg.steps)
+    if clock is None:
+        return [(s, 0.0, 0.0) for s in steps] if model.comm_hook == "none" else None
+    return clock.ms(steps)

@@ -3,7 +3,9 @@ through the real CLI on 2 gloo ranks. Known answers: fp16 puts exactly half the 
 bytes on the wire; PowerSGD (rank 1) sends 3 collectives per step (the 1-D gradients
 uncompressed, then P, then Q) whose bytes are (n + m) per (n, m) weight plus the biases; bf16 is
 refused by gloo in torch 2.13, so its job is skipped with the reason; memory.csv counts DDP's
-bucket buffers in every job alike, and PowerSGD's error feedback and P/Q besides."""
+bucket buffers in every job alike, and PowerSGD's error feedback and P/Q besides. The hooks'
+own compute is > 0 for fp16 and PowerSGD and 0 for the plain job; the loss after K steps equals
+the plain job's for the plain job itself and differs (a little) for fp16."""
 from __future__ import annotations
 
 import os
@@ -99,7 +101,7 @@ def test_compression_numbers_and_buckets_page(run, capsys, monkeypatch) -> None:
     from tests.integrations.helpers import opens_everywhere
 
     df = A.compression(run.jobs, A.job_summary(run, None), run.collectives).set_index("hook")
-    assert list(df.index) == ["fp16", "bf16", "powersgd"]
+    assert list(df.index) == ["none", "fp16", "bf16", "powersgd"]
     assert df.loc["fp16", "saved_pct"] == 50.0 and df.loc["fp16", "collectives"] == 1
     assert df.loc["powersgd", "saved_pct"] > 90 and df.loc["powersgd", "collectives"] == 3
     assert df.loc["bf16", "status"] == "skipped" and "gloo" in df.loc["bf16", "reason"]
@@ -121,3 +123,69 @@ def test_powersgd_with_several_buckets_on_gloo_is_skipped_with_the_reason(tmp_pa
     assert psgd["status"] == "skipped" and "several DDP buckets" in psgd["skip_reason"]
     assert "--bucket-mb >=" in psgd["skip_reason"]
     assert jobs["torch_ddp-ws2-b0.05"]["status"] == "complete"
+
+
+def test_hook_compute_time_is_recorded_per_job(run) -> None:
+    """run.json: the compressing hooks spend compute of their own (fp16's casts, PowerSGD's
+    matmuls and orthogonalization) apart from their all-reduces; the plain job's hook only
+    averages and sends (0); the 1-rank job has no DDP comm hook at all (no entry)."""
+    jobs = {j["id"]: j for j in run.meta["jobs"]}
+    plain = jobs["torch_ddp-ws2-b25"]
+    assert plain["hook_compress_ms"] == 0.0 and plain["hook_decompress_ms"] == 0.0
+    for hook in ("fp16", "powersgd"):
+        j = jobs[f"torch_ddp-ws2-b25-{hook}"]
+        assert j["hook_compress_ms"] > 0 and j["hook_decompress_ms"] > 0, j
+    assert "hook_compress_ms" not in jobs["torch_ddp-ws1-b25"]
+    assert "hook_compress_ms" not in jobs["torch_ddp-ws2-b25-bf16"]  # skipped: never ran
+
+
+def test_loss_after_k_steps_against_the_plain_job(run) -> None:
+    """Same seed and data in every job: the plain job's difference from itself is exactly 0,
+    fp16's rounding moves the loss a little but not nothing, PowerSGD's stays small. K = 3
+    warm-up + 3 timed steps - 1 optimizer steps before the last timed step's forward."""
+    from dpcore.read import analysis as A
+
+    jobs = {j["id"]: j for j in run.meta["jobs"]}
+    assert {jobs[j]["loss_after_steps"] for j in jobs if j != "torch_ddp-ws2-b25-bf16"} == {5}
+    df = A.compression(run.jobs, A.job_summary(run, None), run.collectives).set_index("hook")
+    assert df.loc["none", "loss_diff"] == 0.0 and df.loc["none", "compress_ms"] == 0.0
+    assert df.loc["none", "loss"] == jobs["torch_ddp-ws2-b25"]["loss"]
+    assert 0 < abs(df.loc["fp16", "loss_diff"]) < 1e-3
+    assert abs(df.loc["powersgd", "loss_diff"]) < 1e-3
+    assert df.loc["fp16", "compress_ms"] == jobs["torch_ddp-ws2-b25-fp16"]["hook_compress_ms"]
+
+
+def test_summarize_prints_the_compression_lines(run) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPCORE_")}
+    env["PYTHONPATH"] = str(ROOT)
+    p = subprocess.run([sys.executable, "-m", "dpcore", "summarize", str(run.path)], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    lines = {ln.split()[1]: ln for ln in p.stdout.splitlines() if ln.startswith("  ") and "torch_ddp-ws2" in ln}
+    assert "(50.0% saved), 1 collectives/step" in lines["torch_ddp-ws2-b25-fp16:"]
+    assert "hook compute 0.000 + 0.000 ms" in lines["torch_ddp-ws2-b25:"]
+    assert "(diff +0)" in lines["torch_ddp-ws2-b25:"] and "loss after 5 steps" in lines["torch_ddp-ws2-b25:"]
+    assert "skipped - " in lines["torch_ddp-ws2-b25-bf16:"]
+
+
+def test_hook_clock_takes_the_collectives_out(monkeypatch) -> None:
+    """HookClock's arithmetic on a clock the test moves by hand: a hook call of 60 ns that spends
+    40 ns in a collective's wait and runs a 5 ns callback inline computes 15 ns; the callback
+    counts as decompressing; a region in another step is kept apart."""
+    from dpcore.write.capture import collective_tap as ct
+
+    now = [0]
+    monkeypatch.setattr(ct.time, "perf_counter_ns", lambda: now[0])
+    step = [0]
+    clock = ct.HookClock(lambda: step[0])
+    with clock.timed(ct.COMPRESS):
+        now[0] = 10
+        with clock.waiting():
+            now[0] = 50
+        clock.callback(lambda f: now.__setitem__(0, now[0] + 5))(None)
+        now[0] = 60
+    step[0] = 1
+    with clock.timed(ct.DECOMPRESS):
+        now[0] = 67
+    assert clock.per_step == {0: [15, 5], 1: [0, 7]}
+    assert clock.ms([0, 1, 2]) == [(0, 15e-6, 5e-6), (1, 0.0, 7e-6), (2, 0.0, 0.0)]

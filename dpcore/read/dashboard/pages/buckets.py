@@ -50,7 +50,10 @@ def render_compression(run: Run) -> None:
     st.dataframe(df, hide_index=True, width="stretch", placeholder=EMPTY)
     st.caption("bytes_in: the plain torch_ddp job's bytes per step (every gradient, handed to the hook); "
                "bytes_wire: what the hook's collectives sent per step; added_ms = step T - plain step T "
-               "(below 0: compression pays on this network).")
+               "(below 0: compression pays on this network); compress_ms / decompress_ms: the hook's own "
+               "compute per step (median over ranks and timed steps), apart from its collectives (run.json "
+               "hook_compress_ms / hook_decompress_ms); loss_diff = loss - plain_loss after loss_after_steps "
+               "optimizer steps (same seed and data: the compression's effect). Row none: the plain job.")
 
 
 def render(run: Run) -> None:

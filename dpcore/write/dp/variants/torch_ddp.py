@@ -10,8 +10,10 @@ so DDP's buckets appear in collectives.csv; with the null recorder DDP keeps its
 path (``recorder.enabled`` decides, once, here). With ``comm_hook`` (``profile --comm-hook``)
 DDP runs its own hook instead (fp16 or bf16 compression, PowerSGD) and a
 :class:`~dpcore.write.capture.collective_tap.CollectiveTap` logs the collectives that hook
-launches, with the bytes it really sends; where the backend refuses the hook the job is skipped
-with the reason.
+launches, with the bytes it really sends, and a
+:class:`~dpcore.write.capture.collective_tap.HookClock` times the hook's own compute per step
+(compressing in its call, decompressing in the callbacks it chains) apart from those
+collectives; where the backend refuses the hook the job is skipped with the reason.
 """
 # no `from __future__ import annotations`: DDP checks the comm hook's annotations at runtime
 
@@ -24,7 +26,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
-from dpcore.write.capture.collective_tap import CollectiveTap
+from dpcore.write.capture.collective_tap import COMPRESS, CollectiveTap, HookClock, real_future
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 from dpcore.write.dp.variants.base import Wrapper
 
@@ -52,16 +54,21 @@ class TorchDDP(DistributedDataParallel, Wrapper):
         self._hook_state: _HookState | None = None
         self.comm_hook = comm_hook
         self.hook_state: Any = None  # PowerSGD's state (its error feedback and warm-start memory)
+        #: the compressing hook's compute per step (None: no hook of DDP's own, or not recording)
+        self.hook_clock: HookClock | None = None
         if comm_hook != "none":
             nbytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
             self.skip_reason = _hook_refused(comm_hook, group) or _several_powersgd_buckets(
                 comm_hook, group, nbytes, bucket_mb)
             if self.skip_reason is None:
                 self.hook_state, fn = _ddp_hook(comm_hook, group, powersgd_rank)
-                self._hook_state = _HookState(group, recorder, inner=(self.hook_state, fn))
+                if recorder.enabled:  # DDP's hook launches its collectives: log and time each one
+                    self.hook_clock = HookClock(lambda: recorder.step)
+                    self._tap = CollectiveTap(group, lambda: recorder, lambda: True,
+                                              clock=self.hook_clock).install()
+                self._hook_state = _HookState(group, recorder, inner=(self.hook_state, fn),
+                                              clock=self.hook_clock)
                 self.register_comm_hook(self._hook_state, _composed_hook)
-                if recorder.enabled:  # DDP's hook launches its collectives: log each one
-                    self._tap = CollectiveTap(group, lambda: recorder, lambda: True).install()
         elif recorder.enabled:
             self._hook_state = _HookState(group, recorder)
             self.register_comm_hook(self._hook_state, _recorded_allreduce_hook)
@@ -123,13 +130,16 @@ def _ddp_hook(hook: str, group: Any, powersgd_rank: int) -> tuple[Any, Any]:
 
 
 class _HookState:
-    __slots__ = ("group", "recorder", "world_size", "buffers", "inner")
+    __slots__ = ("group", "recorder", "world_size", "buffers", "inner", "clock")
 
-    def __init__(self, group: Any, recorder: Recorder, inner: tuple[Any, Any] | None = None) -> None:
+    def __init__(self, group: Any, recorder: Recorder, inner: tuple[Any, Any] | None = None,
+                 clock: HookClock | None = None) -> None:
         self.group = group
         self.recorder = recorder
         #: DDP's own hook this one composes with: (its state, its function)
         self.inner = inner
+        #: times the inner hook's compute (its call; its callbacks through the tap)
+        self.clock = clock
         self.world_size = dist.get_world_size(group)
         #: bucket index -> the reducer's flat bucket tensor (the reducer keeps it alive anyway;
         #: held here only so memory.csv can count it)
@@ -163,7 +173,11 @@ def _recorded_allreduce_hook(state: _HookState, bucket: dist.GradBucket
 def _composed_hook(state: _HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP's own hook (``state.inner``), unchanged, composed the way DDP's hook wrappers compose:
     this one only keeps the reducer's bucket tensor for memory.csv (as the default path does),
-    so a compressed job's memory counts the same buckets as the uncompressed one."""
+    so a compressed job's memory counts the same buckets as the uncompressed one, and times the
+    hook's call as compressing (its collectives' time taken out by the tap)."""
     state.buffers[bucket.index()] = bucket.buffer()
     inner_state, fn = state.inner
-    return fn(inner_state, bucket)
+    if state.clock is None:
+        return fn(inner_state, bucket)
+    with state.clock.timed(COMPRESS):
+        return real_future(fn(inner_state, bucket))
