@@ -22,7 +22,7 @@ from dpcore.contract import runformat as rf
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
 from dpcore.read.ranks import cache
 from dpcore.read.ranks.tables import RankTables, reduce_trace
-from dpcore.read.rundir.job_traces import FALLBACK, has_profiled_steps, missing_traces_noted, note_problem
+from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, _can_fork, _json_bytes, trace_files
 
@@ -149,9 +149,7 @@ def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] 
     for job_id in run.jobs["job_id"].drop_duplicates():
         job_id = str(job_id)
         if not run.traced_steps(job_id):
-            if has_profiled_steps(run, job_id) and not run.rank_trace_files(job_id):
-                note_problem(problems, f"job {job_id}: steps.csv marks profiled steps but "
-                                f"{rf.trace_dir(run.path, job_id)} has no rank trace; {FALLBACK}")
+            untraced_noted(run, job_id, problems)
             continue
         files = [v for k, v in sorted(run.trace_files(job_id).items()) if rf.is_rank_trace(k)]
         if not files:

@@ -8,7 +8,7 @@ worked around is reported the same way by every command.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -16,7 +16,6 @@ import pandas as pd
 
 from dpcore.contract.runformat import RUN_JSON
 from dpcore.read.ranks import Scale, run_trace_steps
-from dpcore.read.rundir.job_traces import traced_job_events
 from dpcore.read.rundir.load import Run, load_run
 
 #: What :func:`resolve` says a path is.
@@ -56,12 +55,3 @@ def trace_steps_reporting(run: Run, scale: Scale | None = None) -> pd.DataFrame:
     out = run_trace_steps(run, scale, problems)
     warn(problems)
     return out
-
-
-def traced_events_reporting(run: Run) -> Iterator[tuple[str, pd.DataFrame]]:
-    """:func:`traced_job_events` for the CLI: once every job is read, each job whose rank traces
-    were missing, unreadable or refused is named on stderr (its numbers then come from the
-    recorded intervals), so no number changes silently."""
-    problems: list[str] = []
-    yield from traced_job_events(run, problems)
-    warn(problems)

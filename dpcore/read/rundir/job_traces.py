@@ -83,6 +83,14 @@ def job_trace_events(run: Run, job_id: str, problems: list[str] | None = None,
         return None
 
 
+def untraced_noted(run: Run, job_id: str, problems: list[str] | None) -> None:
+    """A job with no traced step whose steps.csv still marks profiled steps lost its traces: one
+    line in ``problems`` saying so (its numbers come from the recorded intervals)."""
+    if has_profiled_steps(run, job_id) and not run.rank_trace_files(job_id):
+        note_problem(problems, f"job {job_id}: steps.csv marks profiled steps but "
+                               f"{rf.trace_dir(run.path, job_id)} has no rank trace; {FALLBACK}")
+
+
 def has_profiled_steps(run: Run, job_id: str) -> bool:
     st = run.steps
     return "profiled" in st and bool((st["profiled"].astype(bool) & (st["job_id"] == job_id)).any())
@@ -101,9 +109,7 @@ def traced_job_events(run: Run, problems: list[str] | None = None) -> Iterator[t
     is left out (its numbers then come from the recorded collectives) and named in ``problems``."""
     for job_id in run.jobs["job_id"].drop_duplicates():
         if not run.traced_steps(str(job_id)):
-            if has_profiled_steps(run, str(job_id)) and not run.rank_trace_files(str(job_id)):
-                note_problem(problems, f"job {job_id}: steps.csv marks profiled steps but "
-                                f"{rf.trace_dir(run.path, str(job_id))} has no rank trace; {FALLBACK}")
+            untraced_noted(run, str(job_id), problems)
             continue
         events = job_trace_events(run, str(job_id), problems)
         if events is not None and not events.empty:
