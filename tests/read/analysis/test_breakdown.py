@@ -353,7 +353,15 @@ def test_fresh_run_parts_add_up_and_the_methods_agree(fresh_run):
             assert r.comm_ms == 0 and math.isnan(r.overlap_pct), job
             continue
         assert r.comm_ms > 0 and r.comm_source == "trace", job
-        assert abs(r.overlap_gap) <= 5.0, (job, r.overlap_pct_trace, r.overlap_pct_intervals)
+        # The methods agree within 5 points, or they differ the one way docs/DESIGN.md explains: gloo
+        # reports no start, so the interval method starts a collective at its launch and counts the
+        # wait for gloo's worker thread (1-22 ms under load) as comm overlapping the caller's compute;
+        # the trace's span starts at the pick-up. Then the intervals' overlap is the higher one, and
+        # summarize flags the job (CI once: zero1-ws2 4.5 % by the trace, 10.4 % by intervals).
+        if abs(r.overlap_gap) > 5.0:
+            assert r.overlap_pct_intervals > r.overlap_pct_trace and bool(r.sources_disagree), (
+                job, r.overlap_pct_trace, r.overlap_pct_intervals)
+            assert r.overlap_gap > -15.0, (job, r.overlap_pct_trace, r.overlap_pct_intervals)
 
 
 def test_fresh_run_records_the_calls(fresh_run):
