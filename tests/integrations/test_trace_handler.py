@@ -3,6 +3,7 @@ cycles, one run with the steps of both cycles that ``summarize`` and the dashboa
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,18 @@ def _worker(rank: int, port: int, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("profiles")
-    torch.multiprocessing.spawn(_worker, args=(free_port(), str(out)), nprocs=2, join=True)
+    for attempt in (1, 2):
+        out = tmp_path_factory.mktemp("profiles")
+        try:
+            torch.multiprocessing.spawn(_worker, args=(free_port(), str(out)), nprocs=2, join=True)
+            break
+        except torch.multiprocessing.ProcessExitedException as exc:
+            # Once in three CI runs a rank died inside native code ("malloc(): unsorted double linked
+            # list corrupted", SIGABRT) while profiling with gloo; not understood yet (closing note).
+            # A rank killed by a signal gets one more try; an exception in a rank fails at once.
+            if attempt == 2 or not getattr(exc, "signal_name", None):
+                raise
+            warnings.warn(f"trace_handler job: a rank died by a signal ({exc}); tried once more", stacklevel=1)
     runs = [d for d in out.iterdir() if d.is_dir()]
     assert len(runs) == 1, runs  # two cycles, one run
     return runs[0]
