@@ -1,0 +1,86 @@
+"""Benchmark: the dashboard's first chart after a reload, in a real browser (issue 23's target: ≤ 1 s
+on the sample run).
+
+Why a browser: "first chart" is what a user waits for: the page's script run, the websocket
+round trip and plotly's drawing. The server runs ``streamlit run app.py`` on a copy of the
+committed samples; Chromium opens the Overview page once (the cold open, which fills
+``st.cache_data`` and the rank cache) and then reloads it ``--repeat`` times. Each time is from
+the reload's start to the first ``.js-plotly-plot .main-svg`` in the page (plotly has drawn
+it). Medians are printed with every run's number; the cold open is printed apart.
+
+    python -m benchmarks.bench_dashboard_first_chart [--repeat 7] [--page overview]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.read.dashboard.browser_checks import start_server  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"]
+
+
+def _first_chart(page, go) -> float:
+    """Seconds from ``go()`` (a navigation or a reload) to the first drawn plotly figure."""
+    t = time.perf_counter()
+    go()
+    page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=120_000)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--page", default="", help="URL path of the page (default: the first page, Overview)")
+    ap.add_argument("--samples", default=str(ROOT / "profiles"), help="folder of runs to serve")
+    a = ap.parse_args()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sys.exit("this benchmark needs playwright: pip install playwright (and Chromium at /usr/bin/chromium)")
+    if not Path(CHROMIUM).exists():
+        sys.exit(f"this benchmark needs Chromium at {CHROMIUM}: apt-get install -y chromium")
+    tmp = Path(tempfile.mkdtemp(prefix="dpcore_bench_dash_"))
+    for run in Path(a.samples).iterdir():
+        if (run / "run.json").exists():
+            shutil.copytree(run, tmp / run.name, ignore=shutil.ignore_patterns("cache"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp / "streamlit.log", "w+")
+    proc = start_server(tmp, log, port)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            url = f"http://127.0.0.1:{port}/{a.page}"
+            cold = _first_chart(page, lambda: page.goto(url, wait_until="commit"))
+            page.wait_for_timeout(1500)  # let the rest of the page finish before the first reload
+            times = []
+            for _ in range(max(1, a.repeat)):
+                times.append(_first_chart(page, lambda: page.reload(wait_until="commit")))
+                page.wait_for_timeout(1500)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"cold open (empty caches): {cold:.2f} s")
+    print(f"first chart after a reload: median {statistics.median(times):.2f} s over {len(times)} "
+          f"({', '.join(f'{t:.2f}' for t in times)})")
+
+
+if __name__ == "__main__":
+    main()
