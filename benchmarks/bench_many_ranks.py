@@ -9,6 +9,10 @@ read is ``analyze PATH --csv`` (per-rank overlap, the same as HTA's get_comm_com
 its default workers (the cores); ``summarize``'s read of a run is the same per-rank reduction.
 
     python -m benchmarks.bench_many_ranks --ranks 256 --events 20000 [--hta-python PY] [--repeat 3]
+
+``--run`` measures what a user of a run does instead: the folder is imported once as a run
+(``import``, its time and peak memory printed), then ``summarize RUN`` is timed with its cache
+deleted (first) and with it (second), interleaved.
 """
 from __future__ import annotations
 
@@ -42,6 +46,63 @@ print(json.dumps({"tool": sys.argv[1], "seconds": secs, "cpu_s": sum(c1[i] - c0[
 """
 
 
+_SUMMARIZE = r"""
+import json, os, resource, sys, time
+run = sys.argv[2]
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+t = time.perf_counter(); c0 = os.times()
+from dpcore.read.report.summarize import summarize
+out = summarize(run)
+secs, c1 = time.perf_counter() - t, os.times()
+print(json.dumps({"tool": sys.argv[1], "seconds": secs, "cpu_s": sum(c1[i] - c0[i] for i in range(4)),
+                  "peak_mb": rss(), "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "rows": out.count("\n")}))
+"""
+
+_IMPORT = r"""
+import json, os, resource, sys, time
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+t = time.perf_counter(); c0 = os.times()
+from dpcore.read.importer.write_run import import_traces
+res = import_traces(sys.argv[1], sys.argv[2], name="bench")
+secs, c1 = time.perf_counter() - t, os.times()
+print(json.dumps({"run": str(res.run_dir), "seconds": secs, "cpu_s": sum(c1[i] - c0[i] for i in range(4)),
+                  "peak_mb": rss(), "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+
+def _child(code: str, *args: str) -> dict:
+    import json
+    import subprocess
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
+    if p.returncode != 0:
+        return {"tool": args[0], "error": (p.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run_mode(d: Path, repeat: int) -> dict[str, list[dict]]:
+    """Import ``d`` once as a run, then ``summarize`` it first (no cache) and second (cache)."""
+    out = d.parent / f"{d.name}_runs"
+    shutil.rmtree(out, ignore_errors=True)
+    imp = _child(_IMPORT, str(d), str(out))
+    if "error" in imp:
+        sys.exit(f"import failed: {imp['error']}")
+    print(f"import: {imp['seconds']:.1f} s (cpu {imp['cpu_s']:.1f} s), peak RSS of any process "
+          f"{max(imp['peak_mb'], imp['worker_peak_mb']):.0f} MB -> {imp['run']}")
+    runs: dict[str, list[dict]] = {"first": [], "second": []}
+    for _ in range(max(1, repeat)):
+        shutil.rmtree(Path(imp["run"]) / "cache", ignore_errors=True)
+        runs["first"].append(_child(_SUMMARIZE, "first", imp["run"]))
+        runs["second"].append(_child(_SUMMARIZE, "second", imp["run"]))
+    return runs
+
+
 def ours(kind: str, d: Path, workers: str) -> dict:
     """One dpcore read in a fresh process: 'first' after deleting cache/, 'second' with it."""
     import json
@@ -63,6 +124,7 @@ def main() -> None:
     ap.add_argument("--hta-python", default=None, help="interpreter with HTA installed (none: HTA not run)")
     ap.add_argument("--workers", default="auto")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--run", action="store_true", help="import the folder as a run, time summarize on it")
     a = ap.parse_args()
     d = Path(a.dir or f"/tmp/dpcore_bench_{a.ranks}x{a.events}")
     t = time.perf_counter()
@@ -72,11 +134,13 @@ def main() -> None:
     runs: dict[str, list[dict]] = {"first": [], "second": []}
     if a.hta_python:
         runs["hta"] = []
-    for _ in range(max(1, a.repeat)):
+    for _ in range(0 if a.run else max(1, a.repeat)):
         runs["first"].append(ours("first", d, a.workers))
         runs["second"].append(ours("second", d, a.workers))
         if a.hta_python:
             runs["hta"].append(run_child(a.hta_python, "hta", d))
+    if a.run:
+        runs = run_mode(d, a.repeat)
     med = {}
     for tool, rs in runs.items():
         ok = [dict(r, mem_mb=max(r["peak_mb"], r["worker_peak_mb"])) for r in rs if "error" not in r]
