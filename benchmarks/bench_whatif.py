@@ -34,8 +34,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.summary import job_summary
-from dpcore.read.analysis.timeline import trace_step_metrics
-from dpcore.read.rundir.job_traces import traced_job_events
+from dpcore.read.ranks import run_trace_steps
 from dpcore.read.rundir.load import load_run
 from dpcore.read.whatif.predict import build_model, measured_cells, predict, with_measured
 
@@ -70,7 +69,7 @@ def evaluate_one(sweep: Path, allreduce: Path | None, variant: str) -> pd.DataFr
     ``allreduce`` None: alpha and B fitted from each source job's own collectives."""
     run = load_run(sweep)
     ar = load_run(allreduce).allreduce if allreduce is not None else pd.DataFrame()
-    meas = measured_cells(job_summary(run, trace_step_metrics(traced_job_events(run))), variant)
+    meas = measured_cells(job_summary(run, run_trace_steps(run)), variant)
     rows = []
     for src in meas[meas["world_size"] == 2].itertuples():
         model = build_model(run, src.job_id, allreduce=ar)
@@ -159,7 +158,7 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
     rows = []
     for name, path in runs.items():
         run = load_run(path)
-        summary = job_summary(run, trace_step_metrics(traced_job_events(run)))
+        summary = job_summary(run, run_trace_steps(run))
         for variant in ("bucketed", "torch_ddp"):
             meas = measured_cells(summary, variant)
             meas = meas[meas["world_size"] == 2]

@@ -25,9 +25,10 @@ def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
     """One row per train job of the run (failed/skipped jobs too, with NaN metrics); the numbers
     are :func:`dpcore.read.analysis.metrics.job_metrics` of :func:`step_metrics` rows.
 
-    ``trace_steps``: the run's per-step trace metrics,
-    ``trace_step_metrics(traced_job_events(run))`` (:mod:`dpcore.read.analysis.timeline`,
-    :mod:`dpcore.read.rundir.job_traces`); None for a run without traces (intervals only).
+    ``trace_steps``: the run's per-step trace metrics, ``run_trace_steps(run)`` (from the rank
+    cache, :mod:`dpcore.read.ranks`: what every command and the dashboard pass) or, the same
+    rows from the events, ``trace_step_metrics(traced_job_events(run))``; None for a run without
+    traces (intervals only).
     """
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
     per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls))

@@ -1,12 +1,13 @@
 """Reading many ranks: each rank's trace reduced once to compact tables (tables.py), kept beside
 the run in ``cache/`` (cache.py), and the misses reduced in worker processes or on a Dask cluster
-(pool.py). Every read command and the dashboard go through :func:`rank_tables`; the cross-rank
-work (stragglers' matching, per-job metrics) then runs on the compact tables, never on events.
+(pool.py). Every read command and the dashboard go through :func:`rank_tables` (the Timeline
+page's lanes through :func:`job_lanes`); the cross-rank work (stragglers' matching, per-job
+metrics) then runs on the compact tables, never on events.
 """
 from __future__ import annotations
 
-from dpcore.read.ranks.pool import Scale, folder_tables, job_rank_tables, rank_tables, run_trace_steps
+from dpcore.read.ranks.pool import Scale, folder_tables, job_lanes, job_rank_tables, rank_tables, run_trace_steps
 from dpcore.read.ranks.tables import RankTables, reduce_trace
 
-__all__ = ["RankTables", "Scale", "folder_tables", "job_rank_tables", "rank_tables", "reduce_trace",
+__all__ = ["RankTables", "Scale", "folder_tables", "job_lanes", "job_rank_tables", "rank_tables", "reduce_trace",
            "run_trace_steps"]

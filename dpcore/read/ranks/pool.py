@@ -171,6 +171,35 @@ def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] 
         yield job_id, got
 
 
+def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: Scale | None = None,
+              problems: list[str] | None = None) -> pd.DataFrame | None:
+    """The lanes tables of a job's rank traces (only those of ``ranks`` when given: a view
+    draws a few of 1,024 ranks), one frame: the ``lanes`` argument of
+    :func:`dpcore.read.analysis.timeline.timeline`, from the cache (a hit reads the ``lanes``
+    table only, and parses no trace). None where
+    :func:`dpcore.read.rundir.job_traces.job_trace_events` gives None, for the same reasons:
+    the job has no rank trace, lacks one of its ranks' traces, or one is unreadable or two are
+    of one rank (a line naming the file goes to ``problems``); or its traces hold no event."""
+    want = None if ranks is None else {f"rank{int(r)}" for r in ranks}
+    files = [v for k, v in sorted(run.trace_files(job_id).items())
+             if rf.is_rank_trace(k) and (want is None or k in want)]
+    if not files or missing_traces_noted(run, job_id, problems):
+        return None
+    got = rank_tables(files, Path(run.path), scale, only=False, need=("lanes",))
+    seen: dict[int, Path] = {}
+    for f, r in zip(files, got):
+        if isinstance(r, TraceFormatError):
+            note_problem(problems, f"job {job_id}: {r}; {FALLBACK}")
+            return None
+        if r.events and r.rank in seen:
+            note_problem(problems, f"job {job_id}: two traces for rank {r.rank}: {seen[r.rank]} and {f}; {FALLBACK}")
+            return None
+        seen[r.rank] = f
+    if not sum(r.events for r in got):
+        return None
+    return pd.concat([r.lanes for r in got], ignore_index=True)
+
+
 def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | None = None) -> pd.DataFrame:
     """Per (job, rank, traced step) overlap of every traced job: the frame of
     :func:`dpcore.read.analysis.timeline.trace_step_metrics` (the same rows), from the cache.

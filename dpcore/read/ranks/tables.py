@@ -3,8 +3,11 @@
 Why: a rank of 20k-250k events is 1-45 MB of JSON and ~45 bytes per event once parsed, but what
 the analysis keeps of it is small: one overlap row per traced step
 (:func:`~dpcore.read.analysis.comm_overlap.overlap_from_trace`) and one row per comm event
-(:func:`~dpcore.read.analysis.trace_arrivals.trace_comm_rows`, what stragglers match across ranks).
-Both are computed per rank (each groups by rank), so reducing rank by rank and concatenating
+(:func:`~dpcore.read.analysis.trace_arrivals.trace_comm_rows`, what stragglers match across ranks),
+and what the Timeline draws of the rank in each traced step
+(:func:`~dpcore.read.analysis.timeline.trace_lanes`: merged compute, comm events, clock-sync
+markers, on the trace's own clock: a view of a few of 1,024 ranks then parses none).
+All are computed per rank (each groups by rank), so reducing rank by rank and concatenating
 gives the same rows as reducing all ranks' events at once: which is what lets a worker hold one
 rank at a time, and the cache keep a rank's tables instead of its events.
 """
@@ -17,16 +20,19 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, overlap_from_trace
+from dpcore.read.analysis.timeline import trace_lanes
 from dpcore.read.analysis.trace_arrivals import TRACE_COMM_COLUMNS, trace_comm_rows
 from dpcore.read.traces.reader import _rank_of, read_trace_meta, trace_notes
 
 #: The columns of a rank's comm table: trace_comm_rows' without job_id (the caller's to set).
 COMM_COLUMNS = [c for c in TRACE_COMM_COLUMNS if c != "job_id"]
-#: dtype of every column of the two tables, so that a table read from the cache and one just
+#: dtype of every column of the tables, so that a table read from the cache and one just
 #: computed are the same frame (Parquet keeps dtypes, but an empty table has none to keep).
 DTYPES = {"overlap": {c: (np.int64 if c in ("rank", "step") else np.float64) for c in TRACE_COLUMNS},
           "comm": {"rank": np.int64, "step": np.int64, "op": object, "t_launch_ns": np.float64,
-                   "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool}}
+                   "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool},
+          "lanes": {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "start_us": np.float64,
+                    "end_us": np.float64}}
 
 
 def typed(name: str, df: pd.DataFrame) -> pd.DataFrame:
@@ -56,6 +62,7 @@ class RankTables:
     notes: list[str] = field(default_factory=list)
     overlap: pd.DataFrame = field(default_factory=lambda: typed("overlap", pd.DataFrame()))
     comm: pd.DataFrame = field(default_factory=lambda: typed("comm", pd.DataFrame()))
+    lanes: pd.DataFrame = field(default_factory=lambda: typed("lanes", pd.DataFrame()))
 
 
 def _world_size(meta: dict) -> int | None:
@@ -69,7 +76,8 @@ def reduce_events(events: pd.DataFrame, rank: int, world_size: int | None = None
     """The tables of one rank's events frame (:func:`read_trace`'s): pure."""
     return RankTables(rank=rank, world_size=world_size, events=len(events), notes=trace_notes(events),
                       overlap=typed("overlap", overlap_from_trace(events)),
-                      comm=typed("comm", trace_comm_rows(events).drop(columns="job_id")))
+                      comm=typed("comm", trace_comm_rows(events).drop(columns="job_id")),
+                      lanes=typed("lanes", trace_lanes(events)))
 
 
 def reduce_trace(path: str | Path, only: bool = False) -> RankTables:

@@ -59,7 +59,7 @@ def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
             notes[str(j)] = ([partial] if partial else []) + wait_notes(w)
         return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}, world, notes
     try:
-        tables = folder_tables(p, scale)
+        tables = folder_tables(p, scale, need=("comm",))  # a hit reads only the comm rows
     except TraceFormatError as exc:
         raise ValueError(f"expected a run directory (run.json) or a folder of torch.profiler traces: {exc}") from None
     ranks = sorted({t.rank for t in tables if t.events})

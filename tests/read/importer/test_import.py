@@ -22,6 +22,7 @@ from dpcore.cli import main
 from dpcore.contract import runformat as rf
 from dpcore.read.analysis import job_summary, timeline, trace_step_metrics
 from dpcore.read.importer.write_run import import_traces
+from dpcore.read.ranks import job_lanes
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.rundir import load_run, step_trace_events, traced_job_events
@@ -134,6 +135,9 @@ def test_timeline_and_numbers(runs: dict[str, Path], layout: str) -> None:
     step = run.traced_steps("imported-ws2")[0]
     tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
     assert set(tl["rank"]) == {0, 1} and set(tl["lane"]) == {"compute", "comm"}
+    # the Timeline page's path: the lanes from the rank cache (clock_shift_us places them), the same frame
+    pd.testing.assert_frame_equal(timeline(run, "imported-ws2", step, lanes=job_lanes(run, "imported-ws2")), tl,
+                                  check_exact=True)
     s = job_summary(run, trace_step_metrics(traced_job_events(run))).iloc[0]
     assert s["comm_source"] == "trace" and s["comm_ms"] > 0 and pd.isna(s["throughput"])
     assert pd.isna(s["overlap_pct_intervals"])  # phases not placed in the step: not guessed
@@ -152,6 +156,8 @@ def test_gpu_trace_without_phases(runs: dict[str, Path]) -> None:
     step = run.traced_steps("imported-ws2")[0]
     tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
     assert set(tl["rank"]) == {0, 1} and (tl["lane"] == "comm").any()
+    pd.testing.assert_frame_equal(timeline(run, "imported-ws2", step, lanes=job_lanes(run, "imported-ws2")), tl,
+                                  check_exact=True)
 
 
 def test_analyze_and_stragglers_read_the_same_folders(traces: Path) -> None:

@@ -21,6 +21,8 @@ from tests.fixtures_run import make_run
 from tests.synthetic import write_gpu_trace_dir
 
 DATA = Path(__file__).resolve().parents[2] / "data"
+#: The cache's files: one per table, and ranks.parquet.
+FILES = sorted(f"{t}.parquet" for t in ("ranks", *cache.TABLES))
 
 
 @pytest.fixture
@@ -49,7 +51,7 @@ def test_miss_then_hit_then_invalidation(traces: Path, reads: list[str], monkeyp
     one = Scale(workers=1)
     first = folder_tables(traces, one)
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
-    assert sorted(p.name for p in (traces / "cache").iterdir()) == ["comm.parquet", "overlap.parquet", "ranks.parquet"]
+    assert sorted(p.name for p in (traces / "cache").iterdir()) == FILES
     reads.clear()
     second = folder_tables(traces, one)
     assert reads == []  # a hit reads no trace
@@ -57,6 +59,7 @@ def test_miss_then_hit_then_invalidation(traces: Path, reads: list[str], monkeyp
         assert (a.rank, a.world_size, a.events, a.notes) == (b.rank, b.world_size, b.events, b.notes)
         pd.testing.assert_frame_equal(a.overlap, b.overlap)
         pd.testing.assert_frame_equal(a.comm, b.comm)
+        pd.testing.assert_frame_equal(a.lanes, b.lanes)
     # a rewritten trace (new mtime) misses, the others still hit
     st = (traces / "rank2.json.gz").stat()
     os.utime(traces / "rank2.json.gz", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
@@ -93,8 +96,7 @@ def test_unwritable_folder_caches_in_the_user_cache_dir(traces: Path, tmp_path: 
     monkeypatch.setattr(cache.os, "access", lambda p, mode: False if Path(p) == traces else real(p, mode))
     out = analyze(str(traces), csv=True, scale=Scale(workers=1))
     assert not (traces / "cache").exists()
-    assert sorted(p.name for p in cache.user_cache_dir(traces).iterdir()) == [
-        "comm.parquet", "overlap.parquet", "ranks.parquet"]
+    assert sorted(p.name for p in cache.user_cache_dir(traces).iterdir()) == FILES
     reads.clear()
     assert analyze(str(traces), csv=True, scale=Scale(workers=1)) == out and reads == []
 
@@ -133,7 +135,7 @@ def test_cache_dir_env_keeps_the_folder_untouched(traces: Path, tmp_path: Path,
     monkeypatch.setenv("DPCORE_CACHE_DIR", str(tmp_path / "elsewhere"))
     analyze(str(traces), csv=True, scale=Scale(workers=1))
     assert not (traces / "cache").exists()
-    assert len(list((tmp_path / "elsewhere").rglob("*.parquet"))) == 3
+    assert len(list((tmp_path / "elsewhere").rglob("*.parquet"))) == len(FILES)
 
 
 def test_the_tables_give_the_rows_of_the_event_based_path(tmp_path: Path) -> None:

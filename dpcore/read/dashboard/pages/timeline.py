@@ -4,7 +4,8 @@ Why a job and a step picker with the step's own numbers beside the picture: a ti
 *where* a step's time goes; the cards say how far that step is from the job's median, so an
 outlier step is not mistaken for the job. Lanes come from `dpcore.read.analysis.timeline` (the
 trace of a profiled step, else steps.csv and collectives.csv), the figure from
-`dpcore.read.plots.timeline`.
+`dpcore.read.plots.timeline`. The traces reach it as the drawn ranks' lanes tables from the rank
+cache (`dpcore.read.ranks.job_lanes`): a cache hit parses no trace.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY
 from dpcore.read import analysis as A
-from dpcore.read import rundir as R
+from dpcore.read import ranks as K
 from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, default_ranks, rank_step_matrix
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG
@@ -35,19 +36,19 @@ def step_metrics(_run: Run, run_key: tuple) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
-def job_events(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> pd.DataFrame | None:
-    """The drawn ranks' traces of one job as one events frame, read once per job and rank set
-    (not once per step). The frame pickles cheaply (names, kinds and threads are categoricals:
-    a 250,000-event job takes about 10 ms), so it is cached like every other result."""
-    return R.job_trace_events(_run, job_id, ranks=ranks)
+def job_lanes(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> pd.DataFrame | None:
+    """The drawn ranks' lanes tables of one job (every traced step), read once per job and rank
+    set (not once per step), from the rank cache (`dpcore.read.ranks.job_lanes`): a few hundred
+    rows per rank and step instead of the ranks' events."""
+    return K.job_lanes(_run, job_id, ranks=ranks)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def lanes(_run: Run, run_key: tuple, job_id: str, step: int, ranks: tuple[int, ...]) -> pd.DataFrame:
-    """The step's compute and comm lanes of the drawn ranks (`timeline`); their traces are read
-    only for a traced step."""
-    events = job_events(_run, run_key, job_id, ranks) if step in _run.traced_steps(job_id) else None
-    df = A.timeline(_run, job_id, step, events=events)
+    """The step's compute and comm lanes of the drawn ranks (`timeline`); their lanes tables are
+    read only for a traced step."""
+    trace = job_lanes(_run, run_key, job_id, ranks) if step in _run.traced_steps(job_id) else None
+    df = A.timeline(_run, job_id, step, lanes=trace)
     return df[df["rank"].isin(ranks)].reset_index(drop=True)
 
 
