@@ -9,11 +9,12 @@ Never authoritative: deleting ``cache/`` changes no number (tests compare the tw
 cache file that cannot be read is a miss, and one that cannot be written is skipped (the read
 goes on). Where the folder is not writable (someone else's traces) the cache lives in the user's
 cache directory (``$XDG_CACHE_HOME/dpcore``, else ``~/.cache/dpcore``), one folder per traces
-folder. Nothing is pickled: three Parquet files per folder (``ranks``: rank, world size, events and
-notes of each trace; ``overlap`` and ``comm``: every trace's rows, a ``_trace`` column naming
-it), each listing the traces it holds and their keys in its schema metadata (JSON). One file
-per table, not per rank: reading 1,024 small files costs more than the rows in them. Without
-pyarrow there is no cache (the same numbers, read every time).
+folder. Nothing is pickled: one Parquet file per table per folder (``ranks``: rank, world size,
+events and notes of each trace; one per table of :data:`TABLES` (``overlap``, ``comm``, the
+``import_*`` tables): every trace's rows, a ``_trace`` column naming it), each listing the
+traces it holds and their keys in its schema metadata (JSON). One file per table, not per
+rank: reading 1,024 small files costs more than the rows in them. Without pyarrow there is no
+cache (the same numbers, read every time).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ TABLES = tuple(DTYPES)
 
 #: Bump when the reader or the reduction changes what a rank's tables hold: every cache entry
 #: written by an older version is then a miss.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the import_* tables (dpcore import reads through the cache)
 CACHE_DIR = "cache"
 _META = b"dpcore"
 

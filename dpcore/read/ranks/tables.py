@@ -7,6 +7,11 @@ the analysis keeps of it is small: one overlap row per traced step
 Both are computed per rank (each groups by rank), so reducing rank by rank and concatenating
 gives the same rows as reducing all ranks' events at once: which is what lets a worker hold one
 rank at a time, and the cache keep a rank's tables instead of its events.
+
+``import_steps``, ``import_comm`` and ``import_facts`` are what ``dpcore import`` needs of a
+trace (:func:`dpcore.read.importer.rows.rank_rows`: its steps and phases, its comm events, the
+file's host, time span and metadata), so an import too reads each rank once, in a worker, and
+never holds more than one rank's events.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import pandas as pd
 
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, overlap_from_trace
 from dpcore.read.analysis.trace_arrivals import TRACE_COMM_COLUMNS, trace_comm_rows
+from dpcore.read.importer.rows import rank_rows
 from dpcore.read.traces.reader import _rank_of, read_trace_meta, trace_notes
 
 #: The columns of a rank's comm table: trace_comm_rows' without job_id (the caller's to set).
@@ -26,7 +32,15 @@ COMM_COLUMNS = [c for c in TRACE_COMM_COLUMNS if c != "job_id"]
 #: computed are the same frame (Parquet keeps dtypes, but an empty table has none to keep).
 DTYPES = {"overlap": {c: (np.int64 if c in ("rank", "step") else np.float64) for c in TRACE_COLUMNS},
           "comm": {"rank": np.int64, "step": np.int64, "op": object, "t_launch_ns": np.float64,
-                   "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool}}
+                   "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool},
+          # dpcore import (dpcore.read.importer.rows: STEP_COLUMNS, COMM_COLUMNS, FACT_COLUMNS)
+          "import_steps": {"rank": np.int64, "step": np.int64, "ts": np.float64, "dur": np.float64,
+                           "fwd_ms": np.float64, "bwd_ms": np.float64, "opt_ms": np.float64},
+          "import_comm": {"rank": np.int64, "step": np.int64, "seq": np.int64, "ts": np.float64,
+                          "dur": np.float64, "op": object, "algo": object, "bytes": np.float64,
+                          "arrival_ns": np.int64},
+          "import_facts": {"host": object, "ts_min": np.float64, "end_max": np.float64, "ranks": object,
+                           "dist_info": object, "props": np.int64, "device_names": object, "gpu": bool}}
 
 
 def typed(name: str, df: pd.DataFrame) -> pd.DataFrame:
@@ -56,6 +70,9 @@ class RankTables:
     notes: list[str] = field(default_factory=list)
     overlap: pd.DataFrame = field(default_factory=lambda: typed("overlap", pd.DataFrame()))
     comm: pd.DataFrame = field(default_factory=lambda: typed("comm", pd.DataFrame()))
+    import_steps: pd.DataFrame = field(default_factory=lambda: typed("import_steps", pd.DataFrame()))
+    import_comm: pd.DataFrame = field(default_factory=lambda: typed("import_comm", pd.DataFrame()))
+    import_facts: pd.DataFrame = field(default_factory=lambda: typed("import_facts", pd.DataFrame()))
 
 
 def _world_size(meta: dict) -> int | None:
@@ -65,11 +82,15 @@ def _world_size(meta: dict) -> int | None:
     return int(ws) if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0 else None
 
 
-def reduce_events(events: pd.DataFrame, rank: int, world_size: int | None = None) -> RankTables:
-    """The tables of one rank's events frame (:func:`read_trace`'s): pure."""
+def reduce_events(events: pd.DataFrame, rank: int, world_size: int | None = None,
+                  meta: dict | None = None) -> RankTables:
+    """The tables of one rank's events frame (:func:`read_trace_meta`'s, ``meta`` its top-level
+    metadata): pure."""
+    imp = rank_rows(events, meta)
     return RankTables(rank=rank, world_size=world_size, events=len(events), notes=trace_notes(events),
                       overlap=typed("overlap", overlap_from_trace(events)),
-                      comm=typed("comm", trace_comm_rows(events).drop(columns="job_id")))
+                      comm=typed("comm", trace_comm_rows(events).drop(columns="job_id")),
+                      **{k: typed(k, v) for k, v in imp.items()})
 
 
 def reduce_trace(path: str | Path, only: bool = False) -> RankTables:
@@ -77,4 +98,4 @@ def reduce_trace(path: str | Path, only: bool = False) -> RankTables:
     ``only``: see :func:`dpcore.read.traces.reader.read_trace`. Raises TraceFormatError."""
     meta, events = read_trace_meta(path, only)
     rank = int(events["rank"].iloc[0]) if len(events) else (_rank_of(meta, Path(path)) or 0)
-    return reduce_events(events, rank, _world_size(meta))
+    return reduce_events(events, rank, _world_size(meta), meta)
