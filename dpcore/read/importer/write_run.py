@@ -89,7 +89,12 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
     metadata-only file, a JSON list of numbers), a rank beyond its world size or
     :data:`MAX_RANK`, two traces of one rank, and traces that cannot be one job (different world
     sizes, or times that never overlap). ``root``: the folder the cache belongs to."""
-    got = rank_tables(files, root, scale, only=len(files) == 1, need=IMPORT_TABLES)
+    try:
+        got = rank_tables(files, root, scale, only=len(files) == 1, need=IMPORT_TABLES)
+    except ValueError as exc:  # --scheduler: no Dask installed, or no scheduler at that address
+        if scale is None or not scale.scheduler:
+            raise
+        raise UsageError(str(exc).splitlines()[0]) from None
     traces, by_rank = [], {}
     sizes: dict[int, Path] = {}
     for f, t in zip(files, got):
@@ -229,8 +234,6 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         traces, by_rank = _read(files, src if src.is_dir() else src.parent, scale)
     except TraceFormatError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
-    except ValueError as exc:  # --scheduler: no Dask, or no scheduler there
-        raise UsageError(str(exc)) from None
     run_id, tmp = _staging(Path(out), name)
     try:
         job = f"{VARIANT}-ws{len(by_rank)}"
@@ -271,8 +274,6 @@ def index_run(run_dir: str | Path, *, name: str | None = None, kind: str = "trac
         traces, by_rank = _read(trace_files(jobs[0]), run_dir, scale)
     except TraceFormatError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
-    except ValueError as exc:  # --scheduler: no Dask, or no scheduler there
-        raise UsageError(str(exc)) from None
     return _write_tables(run_dir, run_dir.name, name, kind, traces, by_rank, "auto",
                          config or {}, command or [], {}, job=jobs[0].name)
 

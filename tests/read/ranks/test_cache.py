@@ -21,6 +21,8 @@ from tests.fixtures_run import make_run
 from tests.synthetic import write_gpu_trace_dir
 
 DATA = Path(__file__).resolve().parents[2] / "data"
+#: The cache's files: the ranks' list and one per table.
+_FILES = sorted(f"{t}.parquet" for t in ("ranks", *cache.TABLES))
 
 
 @pytest.fixture
@@ -49,7 +51,7 @@ def test_miss_then_hit_then_invalidation(traces: Path, reads: list[str], monkeyp
     one = Scale(workers=1)
     first = folder_tables(traces, one)
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
-    assert sorted(p.name for p in (traces / "cache").iterdir()) == ["comm.parquet", "overlap.parquet", "ranks.parquet"]
+    assert sorted(p.name for p in (traces / "cache").iterdir()) == _FILES
     reads.clear()
     second = folder_tables(traces, one)
     assert reads == []  # a hit reads no trace
@@ -93,8 +95,7 @@ def test_unwritable_folder_caches_in_the_user_cache_dir(traces: Path, tmp_path: 
     monkeypatch.setattr(cache.os, "access", lambda p, mode: False if Path(p) == traces else real(p, mode))
     out = analyze(str(traces), csv=True, scale=Scale(workers=1))
     assert not (traces / "cache").exists()
-    assert sorted(p.name for p in cache.user_cache_dir(traces).iterdir()) == [
-        "comm.parquet", "overlap.parquet", "ranks.parquet"]
+    assert sorted(p.name for p in cache.user_cache_dir(traces).iterdir()) == _FILES
     reads.clear()
     assert analyze(str(traces), csv=True, scale=Scale(workers=1)) == out and reads == []
 
@@ -133,7 +134,7 @@ def test_cache_dir_env_keeps_the_folder_untouched(traces: Path, tmp_path: Path,
     monkeypatch.setenv("DPCORE_CACHE_DIR", str(tmp_path / "elsewhere"))
     analyze(str(traces), csv=True, scale=Scale(workers=1))
     assert not (traces / "cache").exists()
-    assert len(list((tmp_path / "elsewhere").rglob("*.parquet"))) == 3
+    assert len(list((tmp_path / "elsewhere").rglob("*.parquet"))) == 1 + len(cache.TABLES)
 
 
 def test_the_tables_give_the_rows_of_the_event_based_path(tmp_path: Path) -> None:
