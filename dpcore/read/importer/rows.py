@@ -124,15 +124,24 @@ def _phase_ms(ts: np.ndarray, end: np.ndarray, own: np.ndarray, foreign: np.ndar
     return float(end[nodes].max() - ts[nodes].min()) / 1e3
 
 
+def _by_name(col: pd.Series, test) -> np.ndarray:
+    """``test(str(value))`` of every value of a column, evaluated once per distinct value (a
+    rank's 20k events carry a few hundred names): the categories, then taken by the codes."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = [str(c) for c in col.cat.categories] + ["nan"]  # code -1 (missing) reads as "nan"
+        return np.fromiter((bool(test(c)) for c in cats), bool, len(cats))[col.cat.codes.to_numpy()]
+    return np.fromiter((bool(test(str(v))) for v in col), bool, len(col))
+
+
 def _step_table(events: pd.DataFrame) -> pd.DataFrame:
     """``import_steps`` of one trace's events: :func:`profiler_steps` and each step's phases."""
     steps = profiler_steps(events)
     cpu = _cpu(events)
-    names = cpu["name"].astype(str)
-    is_phase_cat = (cpu["category"].astype(str) == PHASE_CATEGORY).to_numpy()
-    masks = {ph: ((names == ph).to_numpy() & is_phase_cat, names.str.match(FOREIGN_PHASES[ph]).to_numpy())
+    is_phase_cat = _by_name(cpu["category"], lambda c: c == PHASE_CATEGORY)
+    masks = {ph: (_by_name(cpu["name"], lambda n, ph=ph: n == ph) & is_phase_cat,
+                  _by_name(cpu["name"], re.compile(FOREIGN_PHASES[ph]).match))
              for ph in ("forward", "backward", "optimizer")}
-    nodes = names.str.match(AUTOGRAD_NODE).to_numpy()
+    nodes = _by_name(cpu["name"], re.compile(AUTOGRAD_NODE).match)
     ts = cpu["ts"].to_numpy(np.float64)
     end = ts + cpu["dur"].to_numpy(np.float64)
     at = {k: np.asarray(v) for k, v in pd.Series(np.arange(len(cpu))).groupby(
@@ -147,25 +156,30 @@ def _step_table(events: pd.DataFrame) -> pd.DataFrame:
     return steps.assign(**{k: np.asarray(v, np.float64) for k, v in phases.items()})[STEP_COLUMNS]
 
 
-def _comm_table(events: pd.DataFrame) -> pd.DataFrame:
+def _comm_table(events: pd.DataFrame, linked: pd.DataFrame | None = None) -> pd.DataFrame:
     """``import_comm`` of one trace's events: every comm event by (rank, step, ts), its op, the
-    NCCL algorithm its name carries, bytes and arrival (see :func:`collective_rows`)."""
+    NCCL algorithm its name carries, bytes and arrival (see :func:`collective_rows`).
+    ``linked``: :func:`trace_comm_rows` of the events, where the caller has it already."""
     comm = events[events["kind"] == "comm"].sort_values(["rank", "step", "ts"], kind="stable")
     if comm.empty:
         return pd.DataFrame(columns=COMM_COLUMNS)
-    linked = trace_comm_rows(events)
+    linked = trace_comm_rows(events) if linked is None else linked
     linked = linked[linked["enqueued"].astype(bool)]
     arrival_of = dict(zip(zip(linked["rank"].astype(int), linked["t_start_ns"].round().astype(np.int64)),
                           linked["t_launch_ns"].round().astype(np.int64), strict=True))
     meta = comm["collective"] if "collective" in comm else pd.Series("", index=comm.index)
     nbytes = comm["bytes"] if "bytes" in comm else pd.Series(np.nan, index=comm.index)
     ops, algos, arrivals = [], [], []
+    named: dict[tuple, tuple[str, str]] = {}  # (name, collective) -> (op, algo): a few per rank
     for rank, ts, name, coll in zip(comm["rank"], comm["ts"], comm["name"], meta):
         start_raw = int(round(ts * 1e3))
         arrivals.append(int(arrival_of.get((int(rank), start_raw), start_raw)))
-        op = op_of(str(coll)) if coll else "unknown"
-        ops.append(op if op != "unknown" else op_of(str(name)))
-        algos.append(algo_of(str(name), ""))
+        key = (name, coll if coll == coll else None)  # NaN != NaN: one key for a missing one
+        if key not in named:
+            op = op_of(str(coll)) if coll else "unknown"
+            named[key] = (op if op != "unknown" else op_of(str(name)), algo_of(str(name), ""))
+        ops.append(named[key][0])
+        algos.append(named[key][1])
     return pd.DataFrame({"rank": comm["rank"].to_numpy(np.int64), "step": comm["step"].to_numpy(np.int64),
                          "seq": comm.groupby(["rank", "step"]).cumcount().to_numpy(np.int64),
                          "ts": comm["ts"].to_numpy(np.float64), "dur": comm["dur"].to_numpy(np.float64),
@@ -191,10 +205,12 @@ def _facts(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
         "gpu": [bool((events["stream"] >= 0).any())]})
 
 
-def rank_rows(events: pd.DataFrame, meta: dict | None = None) -> dict[str, pd.DataFrame]:
+def rank_rows(events: pd.DataFrame, meta: dict | None = None,
+              linked: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """One trace's compact import tables ``import_steps``, ``import_comm``, ``import_facts``, on
-    its own clock (pure; see the module docstring). ``meta``: the trace's top-level metadata."""
-    return {"import_steps": _step_table(events), "import_comm": _comm_table(events),
+    its own clock (pure; see the module docstring). ``meta``: the trace's top-level metadata;
+    ``linked``: :func:`trace_comm_rows` of the events, where the caller has it already."""
+    return {"import_steps": _step_table(events), "import_comm": _comm_table(events, linked),
             "import_facts": _facts(events, meta or {})}
 
 

@@ -86,10 +86,11 @@ def reduce_events(events: pd.DataFrame, rank: int, world_size: int | None = None
                   meta: dict | None = None) -> RankTables:
     """The tables of one rank's events frame (:func:`read_trace_meta`'s, ``meta`` its top-level
     metadata): pure."""
-    imp = rank_rows(events, meta)
+    comm = trace_comm_rows(events)
+    imp = rank_rows(events, meta, comm)
     return RankTables(rank=rank, world_size=world_size, events=len(events), notes=trace_notes(events),
                       overlap=typed("overlap", overlap_from_trace(events)),
-                      comm=typed("comm", trace_comm_rows(events).drop(columns="job_id")),
+                      comm=typed("comm", comm.drop(columns="job_id")),
                       **{k: typed(k, v) for k, v in imp.items()})
 
 
