@@ -22,7 +22,7 @@ import pytest
 
 from dpcore.read.ranks import cache, pool
 from dpcore.read.traces.reader import read_trace_files, step_ranges, trace_files
-from tests.synthetic import gpu_trace
+from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data"
@@ -150,3 +150,48 @@ def test_bad_workers_is_one_line_exit_2(sets: dict[str, Path], tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith("error: --workers must be a whole number of processes >= 1") and err.count("\n") == 1
     assert not (tmp_path / "p").exists()
+
+
+_LIMITED = r"""
+import resource, sys, tempfile
+from pathlib import Path
+from dpcore.read.importer.write_run import import_traces
+from dpcore.read.ranks import Scale
+warm, many, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+import_traces(warm, tempfile.mkdtemp(), "w", scale=Scale(workers=1, cache=False))  # libraries loaded, warm
+if mode == "events":  # the old import's first step: every rank's events in one frame, in this process
+    import dpcore.read.traces.reader as reader  # (a worker pool's threads would abort, not raise)
+    reader.PARALLEL_MIN_BYTES = 1 << 62
+    reader.read_trace_dir(warm)
+def vm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+limit = vm() + int(sys.argv[4]) * (1 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+try:
+    if mode == "events":
+        print(len(reader.read_trace_dir(many)))
+    else:
+        print(import_traces(many, tempfile.mkdtemp(), "m", scale=Scale(workers=1, cache=False)).steps)
+except MemoryError:
+    print("MemoryError")
+"""
+
+
+def test_256_ranks_import_under_a_memory_limit(tmp_path: Path) -> None:
+    """256 ranks imported under an address-space limit of 68 MiB above the warm process: one
+    rank's events at a time plus every rank's compact rows fit; all ranks' events in one frame
+    (what the import read before, kept as the control that the limit binds) do not. Measured
+    here: the import needs 50-55 MiB (most of it the 45k collectives.csv rows it writes), the
+    events 80-85 MiB, and the import before this change more than 120 MiB."""
+    warm, many = tmp_path / "warm", tmp_path / "many"
+    write_gpu_trace_dir(warm, world_size=2, steps=3, kernels_per_step=300, seed=1)
+    write_gpu_trace_dir(many, world_size=256, steps=3, kernels_per_step=300, seed=1)
+
+    def run(mode: str) -> str:
+        p = subprocess.run([sys.executable, "-c", _LIMITED, str(warm), str(many), mode, "68"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+        return (p.stdout.strip().splitlines() or [p.stderr.strip().splitlines()[-1]])[-1]
+    assert run("import") == "1024"  # 256 ranks x 4 steps
+    assert run("events") == "MemoryError"
