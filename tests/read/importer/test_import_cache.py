@@ -1,6 +1,7 @@
 """``dpcore import`` reads each rank through the rank cache (issue 23): the run it writes is the
 same with and without the cache, from a cache hit, and with 1 and 2 worker processes; a second
-import parses no trace; and its rows are those of the reader on all ranks' events at once.
+import parses no trace; its rows are those of the reader on all ranks' events at once; and 256
+ranks import in less memory than their events take in one frame.
 
 Why these traces: two hosts whose clocks differ by 5 s (the import aligns them from the ranks'
 compact comm rows) and a real 2-rank gloo DDP job (arrivals linked to the enqueue on the
