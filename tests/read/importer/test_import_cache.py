@@ -196,3 +196,27 @@ def test_256_ranks_import_under_a_memory_limit(tmp_path: Path) -> None:
         return (p.stdout.strip().splitlines() or [p.stderr.strip().splitlines()[-1]])[-1]
     assert run("import") == "1024"  # 256 ranks x 4 steps
     assert run("events") == "MemoryError"
+
+
+def test_a_local_dask_cluster_imports_the_same_run(sets: dict[str, Path], tmp_path: Path) -> None:
+    from dpcore.read.importer.write_run import import_traces
+    from dpcore.read.ranks import Scale
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster:
+        remote = import_traces(sets["gloo"], tmp_path / "dask", "p",
+                               scale=Scale(scheduler=cluster.scheduler_address, cache=False))
+    local = import_traces(sets["gloo"], tmp_path / "local", "p", scale=Scale(workers=1, cache=False))
+    assert _written(remote.run_dir) == _written(local.run_dir)
+
+
+def test_scheduler_without_dask_is_one_line(sets: dict[str, Path], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpcore.cli import main
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    assert main(["import", str(sets["gloo"]), "--out", str(tmp_path / "p"), "--no-cache",
+                 "--scheduler", "tcp://127.0.0.1:8786"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --scheduler needs Dask distributed: pip install") and err.count("\n") == 1
+    assert not (tmp_path / "p").exists()
