@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--align-clocks", default="auto", choices=("auto", "always", "never"),
                    help="shift ranks onto rank 0's clock by matched collective ends (auto: only when "
                         "the traces come from several hosts)")
+    _scale_args(i)
     return ap
 
 
@@ -434,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             from dpcore.read.importer.write_run import import_traces
             from dpcore.read.report.importer import import_text
             print(import_text(import_traces(args.traces, args.out, args.name, iteration=args.iteration,
-                                            align=args.align_clocks, command=["python", "-m", "dpcore", *argv])))
+                                            align=args.align_clocks, command=["python", "-m", "dpcore", *argv],
+                                            scale=_scale(args))))
             return 0
         from dpcore.read.report.analyze import analyze
         from dpcore.read.report.summarize import summarize

@@ -27,9 +27,21 @@ a number the views show must be one the trace measured. So
 Clock: ``ts`` is µs on each rank's host clock. Ranks of one host share that clock; across hosts
 :func:`clock_offsets_ns` estimates each rank's offset to rank 0 from the ends of matched
 collectives (every rank leaves a blocking collective at nearly the same moment).
+
+Two halves, so that an import never holds more than one rank's events: :func:`rank_rows` turns
+one trace's events into compact tables on the trace's own clock (its steps with their phases,
+its comm events with op, bytes and arrival, and the facts of the file the checks need); it is
+part of the rank reduction (:mod:`dpcore.read.ranks.tables`), so it runs in a worker, one rank at
+a time, and its tables are cached. Everything that needs several ranks at once (the clock
+offsets, then every ``*_ns`` shifted by them, and ``comm_ms``, a union taken on the shifted
+clock) runs on those compact tables: :func:`clock_offsets_ns`, :func:`collective_rows`,
+:func:`step_rows`. The per-rank half is exact per rank: every rule above groups by rank (steps,
+phases, the order within a step, the gloo enqueue links), so the rows are the ones a reading of
+all ranks' events at once gave.
 """
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -66,6 +78,21 @@ def algo_of(name: str, backend: str) -> str:
     return m.group(1).lower() if m else backend
 
 
+#: Columns of a rank's compact tables (dtypes in :data:`dpcore.read.ranks.tables.DTYPES`).
+#: ``import_steps``: one row per step, times in µs on the trace's clock, phases in ms (NaN: none).
+STEP_COLUMNS = ["rank", "step", "ts", "dur", "fwd_ms", "bwd_ms", "opt_ms"]
+#: ``import_comm``: one row per comm event (also those in no step: the clock alignment matches
+#: them too), ``seq`` its order in (rank, step), ``algo`` "" where the name carries none (the
+#: backend then, known only once every trace is read), ``bytes`` NaN where unknown,
+#: ``arrival_ns`` the linked enqueue (else the start) in ns on the trace's clock.
+COMM_COLUMNS = ["rank", "step", "seq", "ts", "dur", "op", "algo", "bytes", "arrival_ns"]
+#: ``import_facts``: one row per trace file: ``host`` (host_name, "" when none), first and last
+#: µs of its events, ``ranks`` (JSON list of the ranks in it), ``dist_info`` (distributedInfo as
+#: JSON, "" when not an object), ``props`` (len(deviceProperties), -1 when not a list),
+#: ``device_names`` (JSON list of its devices' names) and ``gpu`` (an event on a stream).
+FACT_COLUMNS = ["host", "ts_min", "end_max", "ranks", "dist_info", "props", "device_names", "gpu"]
+
+
 def _cpu(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[on_host(ev)]
 
@@ -75,33 +102,122 @@ def profiler_steps(events: pd.DataFrame) -> pd.DataFrame:
     return step_ranges(events)
 
 
-def _union_ms(ev: pd.DataFrame, sel: np.ndarray) -> float:
+def _union_ms(ts: np.ndarray, end: np.ndarray, sel: np.ndarray) -> float:
     """Union length (ms) of the selected ranges; NaN when none is selected."""
     if not sel.any():
         return float("nan")
-    ts = ev["ts"].to_numpy(np.float64)[sel]
-    return union_length(ts, ts + ev["dur"].to_numpy(np.float64)[sel]) / 1e3
+    return union_length(ts[sel], end[sel]) / 1e3
 
 
-def _phase_ms(ev: pd.DataFrame, names: pd.Series, phase: str) -> float:
-    """dpcore's own range of the phase (a ``user_annotation`` named ``phase``), else the foreign
-    names of FOREIGN_PHASES, else for backward the first to last autograd node; NaN without any."""
-    own = (names == phase).to_numpy() & (ev["category"].astype(str) == PHASE_CATEGORY).to_numpy()
+def _phase_ms(ts: np.ndarray, end: np.ndarray, own: np.ndarray, foreign: np.ndarray,
+              nodes: np.ndarray | None) -> float:
+    """dpcore's own range of the phase (``own``: a ``user_annotation`` named like the phase), else
+    the foreign names of FOREIGN_PHASES, else for backward (``nodes``) the first to last autograd
+    node; NaN without any. The masks select among one step's host events."""
     if own.any():
-        return _union_ms(ev, own)
-    ms = _union_ms(ev, names.str.match(FOREIGN_PHASES[phase]).to_numpy())
-    if not np.isnan(ms) or phase != "backward":
+        return _union_ms(ts, end, own)
+    ms = _union_ms(ts, end, foreign)
+    if not np.isnan(ms) or nodes is None:
         return ms
-    sel = names.str.match(AUTOGRAD_NODE).to_numpy()
-    if not sel.any():
+    if not nodes.any():
         return float("nan")
-    ts = ev["ts"].to_numpy(np.float64)[sel]
-    return float((ts + ev["dur"].to_numpy(np.float64)[sel]).max() - ts.min()) / 1e3
+    return float(end[nodes].max() - ts[nodes].min()) / 1e3
 
 
-def collective_rows(events: pd.DataFrame, job_id: str, backend: str,
+def _by_name(col: pd.Series, test) -> np.ndarray:
+    """``test(str(value))`` of every value of a column, evaluated once per distinct value (a
+    rank's 20k events carry a few hundred names): the categories, then taken by the codes."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = [str(c) for c in col.cat.categories] + ["nan"]  # code -1 (missing) reads as "nan"
+        return np.fromiter((bool(test(c)) for c in cats), bool, len(cats))[col.cat.codes.to_numpy()]
+    return np.fromiter((bool(test(str(v))) for v in col), bool, len(col))
+
+
+def _step_table(events: pd.DataFrame) -> pd.DataFrame:
+    """``import_steps`` of one trace's events: :func:`profiler_steps` and each step's phases."""
+    steps = profiler_steps(events)
+    cpu = _cpu(events)
+    is_phase_cat = _by_name(cpu["category"], lambda c: c == PHASE_CATEGORY)
+    masks = {ph: (_by_name(cpu["name"], lambda n, ph=ph: n == ph) & is_phase_cat,
+                  _by_name(cpu["name"], re.compile(FOREIGN_PHASES[ph]).match))
+             for ph in ("forward", "backward", "optimizer")}
+    nodes = _by_name(cpu["name"], re.compile(AUTOGRAD_NODE).match)
+    ts = cpu["ts"].to_numpy(np.float64)
+    end = ts + cpu["dur"].to_numpy(np.float64)
+    at = {k: np.asarray(v) for k, v in pd.Series(np.arange(len(cpu))).groupby(
+        [cpu["rank"].to_numpy(), cpu["step"].to_numpy()]).groups.items()} if len(cpu) else {}
+    phases: dict[str, list[float]] = {"fwd_ms": [], "bwd_ms": [], "opt_ms": []}
+    for rank, step in zip(steps["rank"], steps["step"]):
+        i = at.get((rank, step), np.zeros(0, np.int64))
+        t, e = ts[i], end[i]
+        for col, ph in (("fwd_ms", "forward"), ("bwd_ms", "backward"), ("opt_ms", "optimizer")):
+            own, foreign = masks[ph]
+            phases[col].append(_phase_ms(t, e, own[i], foreign[i], nodes[i] if ph == "backward" else None))
+    return steps.assign(**{k: np.asarray(v, np.float64) for k, v in phases.items()})[STEP_COLUMNS]
+
+
+def _comm_table(events: pd.DataFrame, linked: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``import_comm`` of one trace's events: every comm event by (rank, step, ts), its op, the
+    NCCL algorithm its name carries, bytes and arrival (see :func:`collective_rows`).
+    ``linked``: :func:`trace_comm_rows` of the events, where the caller has it already."""
+    comm = events[events["kind"] == "comm"].sort_values(["rank", "step", "ts"], kind="stable")
+    if comm.empty:
+        return pd.DataFrame(columns=COMM_COLUMNS)
+    linked = trace_comm_rows(events) if linked is None else linked
+    linked = linked[linked["enqueued"].astype(bool)]
+    arrival_of = dict(zip(zip(linked["rank"].astype(int), linked["t_start_ns"].round().astype(np.int64)),
+                          linked["t_launch_ns"].round().astype(np.int64), strict=True))
+    meta = comm["collective"] if "collective" in comm else pd.Series("", index=comm.index)
+    nbytes = comm["bytes"] if "bytes" in comm else pd.Series(np.nan, index=comm.index)
+    ops, algos, arrivals = [], [], []
+    named: dict[tuple, tuple[str, str]] = {}  # (name, collective) -> (op, algo): a few per rank
+    for rank, ts, name, coll in zip(comm["rank"], comm["ts"], comm["name"], meta):
+        start_raw = int(round(ts * 1e3))
+        arrivals.append(int(arrival_of.get((int(rank), start_raw), start_raw)))
+        key = (name, coll if coll == coll else None)  # NaN != NaN: one key for a missing one
+        if key not in named:
+            op = op_of(str(coll)) if coll else "unknown"
+            named[key] = (op if op != "unknown" else op_of(str(name)), algo_of(str(name), ""))
+        ops.append(named[key][0])
+        algos.append(named[key][1])
+    return pd.DataFrame({"rank": comm["rank"].to_numpy(np.int64), "step": comm["step"].to_numpy(np.int64),
+                         "seq": comm.groupby(["rank", "step"]).cumcount().to_numpy(np.int64),
+                         "ts": comm["ts"].to_numpy(np.float64), "dur": comm["dur"].to_numpy(np.float64),
+                         "op": ops, "algo": algos, "bytes": nbytes.to_numpy(np.float64),
+                         "arrival_ns": np.asarray(arrivals, np.int64)})
+
+
+def _facts(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """``import_facts`` of one trace file (see :data:`FACT_COLUMNS`)."""
+    info = meta.get("distributedInfo")
+    props = meta.get("deviceProperties")
+    names = [str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")] \
+        if isinstance(props, list) else []
+    empty = not len(events)
+    return pd.DataFrame({
+        "host": [str(meta.get("host_name") or "")],
+        "ts_min": [float("nan") if empty else float(events["ts"].min())],
+        "end_max": [float("nan") if empty else float((events["ts"] + events["dur"].fillna(0).clip(lower=0)).max())],
+        "ranks": [json.dumps(sorted(int(r) for r in events["rank"].unique()))],
+        "dist_info": [json.dumps(info, default=str) if isinstance(info, dict) else ""],
+        "props": [len(props) if isinstance(props, list) else -1],
+        "device_names": [json.dumps(names)],
+        "gpu": [bool((events["stream"] >= 0).any())]})
+
+
+def rank_rows(events: pd.DataFrame, meta: dict | None = None,
+              linked: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """One trace's compact import tables ``import_steps``, ``import_comm``, ``import_facts``, on
+    its own clock (pure; see the module docstring). ``meta``: the trace's top-level metadata;
+    ``linked``: :func:`trace_comm_rows` of the events, where the caller has it already."""
+    return {"import_steps": _step_table(events), "import_comm": _comm_table(events, linked),
+            "import_facts": _facts(events, meta or {})}
+
+
+def collective_rows(comm: pd.DataFrame, job_id: str, backend: str,
                     offsets_ns: dict[int, int] | None = None) -> list[dict]:
-    """collectives.csv rows of the comm events, ``*_ns`` on the shared clock (ts·1000 − offset).
+    """collectives.csv rows of the comm events in traced steps, from the ranks' ``import_comm``
+    tables; ``*_ns`` on the shared clock (ts·1000 − offset).
 
     Arrival (``t_launch_ns``) is the rank's enqueue where the trace links it (gloo: the
     ``c10d::*`` / ``record_param_comms`` op on the calling thread, paired with its gloo span by
@@ -111,62 +227,41 @@ def collective_rows(events: pd.DataFrame, job_id: str, backend: str,
     So ``stragglers`` on an imported run and on its traces agree, and the interval method's comm
     (which takes ``t_start_ns`` where known) is the trace's span, as ``analyze`` measures it.
     """
-    comm = events[(events["kind"] == "comm") & (events["step"] >= 0)]
-    comm = comm.sort_values(["rank", "step", "ts"], kind="stable")
-    if comm.empty:
-        return []
-    seq = comm.groupby(["rank", "step"]).cumcount().to_numpy()
+    comm = comm[comm["step"] >= 0].sort_values(["rank", "step", "ts"], kind="stable")
     off = offsets_ns or {}
-    linked = trace_comm_rows(events)
-    linked = linked[linked["enqueued"].astype(bool)]
-    arrival_of = dict(zip(zip(linked["rank"].astype(int), linked["t_start_ns"].round().astype(np.int64)),
-                          linked["t_launch_ns"].round().astype(np.int64), strict=True))
     rows = []
-    meta = comm["collective"] if "collective" in comm else pd.Series("", index=comm.index)
-    nbytes = comm["bytes"] if "bytes" in comm else pd.Series(np.nan, index=comm.index)
-    for (rank, step, ts, dur, name, coll, nb), q in zip(zip(
-            comm["rank"], comm["step"], comm["ts"], comm["dur"], comm["name"], meta, nbytes), seq):
+    for rank, step, q, ts, dur, op, algo, nb, arrival in zip(*(comm[c].tolist() for c in COMM_COLUMNS)):
         o = off.get(int(rank), 0)
-        start_raw = int(round(ts * 1e3))
-        start = start_raw - o
-        arrival = int(arrival_of.get((int(rank), start_raw), start_raw)) - o
-        op = op_of(str(coll)) if coll else "unknown"
         rows.append({"job_id": job_id, "rank": int(rank), "step": int(step), "seq": int(q),
-                     "op": op if op != "unknown" else op_of(str(name)), "algo": algo_of(str(name), backend),
-                     "bytes": int(nb) if nb == nb else "",
-                     "t_launch_ns": arrival, "t_start_ns": start,
+                     "op": op, "algo": algo or backend, "bytes": int(nb) if nb == nb else "",
+                     "t_launch_ns": int(arrival) - o, "t_start_ns": int(round(ts * 1e3)) - o,
                      "t_end_ns": int(round((ts + dur) * 1e3)) - o, "bucket": ""})
     return rows
 
 
-def step_rows(events: pd.DataFrame, collectives: list[dict], job_id: str, world_size: int,
+def step_rows(steps: pd.DataFrame, collectives: list[dict], job_id: str, world_size: int,
               offsets_ns: dict[int, int] | None = None) -> list[dict]:
-    """steps.csv rows, one per (rank, ProfilerStep#N); phases only from clear markers (else NaN)."""
+    """steps.csv rows, one per (rank, ProfilerStep#N), from the ranks' ``import_steps`` tables
+    and the collectives' rows; phases only from clear markers (else empty)."""
     off = offsets_ns or {}
-    steps = profiler_steps(events)
+    steps = steps.sort_values(["rank", "step"], kind="stable")
     by_key: dict[tuple[int, int], list[dict]] = {}
     for c in collectives:
         by_key.setdefault((c["rank"], c["step"]), []).append(c)
-    cpu = _cpu(events)
-    cpu_names = cpu["name"].astype(str)
-    groups = {k: idx for k, idx in cpu.groupby(["rank", "step"]).groups.items()}
     rows = []
-    for rank, step, ts, dur in steps.itertuples(index=False, name=None):
-        idx = groups.get((rank, step))
-        ev = cpu.loc[idx] if idx is not None else cpu.iloc[0:0]
-        names = cpu_names.loc[ev.index]
+    for rank, step, ts, dur, fwd, bwd, opt in zip(*(steps[c].tolist() for c in STEP_COLUMNS)):
         t0 = int(round(ts * 1e3)) - off.get(int(rank), 0)
         colls = by_key.get((int(rank), int(step)), [])
         # comm_ms as `analyze` measures it: the union of the comm events that belong to the step
         # (a kernel to the step that launched it), not clipped to the CPU range: a GPU step's
-        # kernels run after the CPU has moved on, and they are still that step's communication
+        # kernels run after the CPU has moved on, and they are still that step's communication.
+        # Taken here, on the shifted clock, not per rank: the union is a float sum of ns times
         comm_ms = union_length(comm_start([c["t_launch_ns"] for c in colls], [c["t_start_ns"] for c in colls]),
                                [c["t_end_ns"] for c in colls]) / 1e6
         rows.append({"job_id": job_id, "variant": VARIANT, "world_size": world_size, "bucket_mb": "",
                      "rank": int(rank), "step": int(step), "profiled": True, "t_start_ns": t0,
-                     "step_ms": dur / 1e3, "fwd_ms": _phase_ms(ev, names, "forward"),
-                     "bwd_ms": _phase_ms(ev, names, "backward"), "sync_ms": float("nan"),
-                     "opt_ms": _phase_ms(ev, names, "optimizer"), "comm_ms": comm_ms,
+                     "step_ms": dur / 1e3, "fwd_ms": fwd, "bwd_ms": bwd, "sync_ms": float("nan"),
+                     "opt_ms": opt, "comm_ms": comm_ms,
                      "comm_ops": len(colls), "comm_bytes": _bytes_sum(colls), "samples": ""})
     for r in rows:  # CSV: an unknown number is an empty cell
         for k in ("fwd_ms", "bwd_ms", "sync_ms", "opt_ms"):
@@ -182,28 +277,29 @@ def _bytes_sum(colls: list[dict]) -> int | str:
     return sum(int(c["bytes"]) for c in colls)
 
 
-def matched_ends(events: pd.DataFrame) -> pd.DataFrame:
-    """End (µs) of every comm event matched across all ranks by (step, order in step): one
-    column per rank, one row per matched collective (steps whose counts differ are dropped)."""
-    comm = events[events["kind"] == "comm"].sort_values(["rank", "step", "ts"], kind="stable")
+def matched_ends(comm: pd.DataFrame) -> pd.DataFrame:
+    """End (µs) of every comm event (the ranks' ``import_comm`` rows) matched across all ranks by
+    (step, order in step): one column per rank, one row per matched collective (steps whose
+    counts differ are dropped)."""
     if comm.empty:
         return pd.DataFrame()
-    comm = comm.assign(seq=comm.groupby(["rank", "step"]).cumcount(), end=comm["ts"] + comm["dur"])
+    comm = comm.assign(end=comm["ts"] + comm["dur"])
     wide = comm.pivot_table(index=["step", "seq"], columns="rank", values="end", aggfunc="first")
     return wide.dropna()
 
 
-def clock_offsets_ns(events: pd.DataFrame) -> tuple[dict[int, int], int]:
+def clock_offsets_ns(comm: pd.DataFrame, ranks: list[int]) -> tuple[dict[int, int], int]:
     """({rank: offset to rank 0 in ns}, collectives used): the median over matched collectives of
-    (rank's end − rank 0's end). Subtract it from a rank's times to put it on rank 0's clock.
+    (rank's end − rank 0's end), from the ranks' ``import_comm`` rows; ``ranks``: every rank read.
+    Subtract it from a rank's times to put it on rank 0's clock.
 
     Why ends: a blocking collective (all-reduce, all-gather) returns on every rank once the last
     data arrived, so the ends coincide up to the transfer of the last piece, while the starts
     differ by whatever each rank computed before. The median ignores the occasional collective
     a rank left late (descheduled). Ranks with no matched collective get 0.
     """
-    ranks = sorted(int(r) for r in events["rank"].unique())
-    wide = matched_ends(events)
+    ranks = sorted(ranks)
+    wide = matched_ends(comm)
     if wide.empty or ranks[0] not in wide:
         return {r: 0 for r in ranks}, 0
     base = wide[ranks[0]]

@@ -3,7 +3,10 @@
 Why: most people already have traces (``tensorboard_trace_handler``, torchtitan's profiler,
 their own ``export_chrome_trace``) and want dpcore's views on them without re-running anything.
 The importer reads them with the read wing's trace reader (:mod:`dpcore.read.traces.reader`,
-the same rules ``analyze`` and ``stragglers`` use), turns them into the run format's tables
+the same rules ``analyze`` and ``stragglers`` use) through the rank cache
+(:mod:`dpcore.read.ranks`: each rank reduced once, in a worker, to compact tables, so an import
+of a thousand ranks holds one rank's events per worker, and a second import of the same traces
+parses nothing), turns those into the run format's tables
 (:mod:`dpcore.read.importer.rows`: only what the traces say; the rest left empty) and writes
 them with the contract's atomic writes. The run appears whole or not at all: it is assembled in
 a hidden folder (``.importing-*``, which run listings skip) and renamed into place. What the
@@ -25,7 +28,8 @@ from dpcore.contract.errors import UsageError
 from dpcore.contract.files import atomic_write_text, csv_text, new_run_id, now_iso
 from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.importer.rows import VARIANT, clock_offsets_ns, collective_rows, step_rows
-from dpcore.read.traces.reader import concat_events, iteration_dirs, read_trace_meta, trace_files, trace_notes
+from dpcore.read.ranks import RankTables, Scale, rank_tables
+from dpcore.read.traces.reader import iteration_dirs, trace_files
 
 ALIGN = ("auto", "always", "never")
 #: steps.csv / collectives.csv columns a torch.profiler trace never carries.
@@ -51,6 +55,8 @@ class Imported:
 #: Highest rank number an import accepts: far above any real job (the largest ones run tens
 #: of thousands of ranks), and a rank of 10**12 is a damaged or crafted trace, not a job.
 MAX_RANK = 2**20 - 1
+#: The rank tables an import reads (a cache hit loads only these).
+IMPORT_TABLES = ("import_steps", "import_comm", "import_facts")
 
 
 def _world_size_of(meta: dict) -> int | None:
@@ -59,20 +65,47 @@ def _world_size_of(meta: dict) -> int | None:
     return ws if isinstance(ws, int) and not isinstance(ws, bool) else None
 
 
-def _read(files: list[Path]) -> tuple[list[dict], pd.DataFrame, dict[int, Path]]:
-    """Every trace's metadata and events, and which file is which rank. Refused by name (a
-    TraceFormatError): a trace without events (an empty or metadata-only file, a JSON list of
-    numbers), a rank beyond its world size or :data:`MAX_RANK`, two traces of one rank, and
-    traces that cannot be one job (different world sizes, or times that never overlap)."""
-    metas, frames, by_rank = [], [], {}
+@dataclass(frozen=True)
+class _Trace:
+    """What the import keeps of one trace file: its first rank, its ``import_facts`` row (host,
+    time span, metadata) and the ranks' compact rows (:func:`dpcore.read.importer.rows.rank_rows`)."""
+
+    path: Path
+    rank: int
+    facts: dict
+    tables: RankTables
+
+    @property
+    def meta(self) -> dict:
+        """The part of the trace's metadata the import reads (distributedInfo)."""
+        info = self.facts["dist_info"]
+        return {"distributedInfo": json.loads(info)} if info else {}
+
+
+def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Trace], dict[int, Path]]:
+    """Every trace's compact import tables (through the rank cache: one rank per worker, see
+    :mod:`dpcore.read.ranks`), and which file is which rank. Refused by name (a
+    TraceFormatError), in file order as they are found: a trace without events (an empty or
+    metadata-only file, a JSON list of numbers), a rank beyond its world size or
+    :data:`MAX_RANK`, two traces of one rank, and traces that cannot be one job (different world
+    sizes, or times that never overlap). ``root``: the folder the cache belongs to."""
+    try:
+        got = rank_tables(files, root, scale, only=len(files) == 1, need=IMPORT_TABLES)
+    except ValueError as exc:  # --scheduler: no Dask installed, or no scheduler at that address
+        if scale is None or not scale.scheduler:
+            raise
+        raise UsageError(str(exc).splitlines()[0]) from None
+    traces, by_rank = [], {}
     sizes: dict[int, Path] = {}
-    for f in files:
-        meta, ev = read_trace_meta(f, only=len(files) == 1)
-        if not len(ev):
+    for f, t in zip(files, got):
+        if isinstance(t, TraceFormatError):
+            raise t
+        if not t.events:
             raise TraceFormatError(f"{f}: no trace events (an empty or metadata-only trace); a "
                                    "torch.profiler trace lists its events in traceEvents")
-        rank = int(ev["rank"].iloc[0])
-        ws = _world_size_of(meta)
+        tr = _Trace(f, t.rank, t.import_facts.iloc[0].to_dict(), t)
+        rank = tr.rank
+        ws = _world_size_of(tr.meta)
         if rank < 0 or rank > MAX_RANK or (ws is not None and rank >= ws):
             raise TraceFormatError(f"{f}: rank {rank} cannot be a rank of "
                                    + (f"its world of {ws}" if ws is not None else "a job")
@@ -87,21 +120,18 @@ def _read(files: list[Path]) -> tuple[list[dict], pd.DataFrame, dict[int, Path]]
                 raise TraceFormatError(f"traces of different world sizes: {fa} says {a}, {fb} says {b}; "
                                        "import one job's traces at a time")
         by_rank[rank] = f
-        metas.append(meta)
-        frames.append(ev)
-    _check_one_job(metas, frames, by_rank)
-    return metas, concat_events(frames), by_rank
+        traces.append(tr)
+    _check_one_job(traces, by_rank)
+    return traces, by_rank
 
 
-def _check_one_job(metas: list[dict], frames: list[pd.DataFrame], by_rank: dict[int, Path]) -> None:
+def _check_one_job(traces: list[_Trace], by_rank: dict[int, Path]) -> None:
     """Ranks of one job run at the same time: two ranks of one host (one clock) whose traces
     never overlap in time come from different runs, and averaging them as one job would make
     up numbers. Across hosts clocks differ, so only ranks of the same host are compared."""
     spans: dict[str, list[tuple[float, float, int]]] = {}
-    for meta, ev in zip(metas, frames):
-        host = str(meta.get("host_name") or "")
-        end = (ev["ts"] + ev["dur"].fillna(0).clip(lower=0)).max()
-        spans.setdefault(host, []).append((float(ev["ts"].min()), float(end), int(ev["rank"].iloc[0])))
+    for t in traces:
+        spans.setdefault(t.facts["host"], []).append((float(t.facts["ts_min"]), float(t.facts["end_max"]), t.rank))
     for items in spans.values():
         items.sort()
         reach, owner = items[0][1], items[0][2]
@@ -114,18 +144,19 @@ def _check_one_job(metas: list[dict], frames: list[pd.DataFrame], by_rank: dict[
                 reach, owner = end, rank
 
 
-def _environment(metas: list[dict], events: pd.DataFrame) -> dict:
-    """What the traces say about where they ran; keys they do not have are left out."""
-    info = next((m["distributedInfo"] for m in metas if isinstance(m.get("distributedInfo"), dict)), {})
-    props = next((m["deviceProperties"] for m in metas if isinstance(m.get("deviceProperties"), list)), [])
-    hosts = sorted({str(m["host_name"]) for m in metas if m.get("host_name")})
-    gpu = bool((events["stream"] >= 0).any()) or bool(props)
+def _environment(traces: list[_Trace]) -> dict:
+    """What the traces say about where they ran; keys they do not have are left out. The first
+    trace (in file order) with a distributedInfo object, or a deviceProperties list, speaks."""
+    info = next((t.meta["distributedInfo"] for t in traces if t.facts["dist_info"]), {})
+    props = next((t.facts for t in traces if t.facts["props"] >= 0), None)
+    hosts = sorted({t.facts["host"] for t in traces if t.facts["host"]})
+    gpu = any(bool(t.facts["gpu"]) for t in traces) or bool(props and props["props"] > 0)
     env: dict = {"backend": info.get("backend") or ("nccl" if gpu else "gloo"), "device": "cuda" if gpu else "cpu",
                  "source": "torch.profiler traces (imported)"}
     if hosts:
         env["host"] = ",".join(hosts)
         env["hosts"] = hosts
-    names = [str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")]
+    names = json.loads(props["device_names"]) if props else []
     if names:
         env["devices"], env["gpus"] = names, len(names)
     if isinstance(info.get("world_size"), int):
@@ -133,12 +164,16 @@ def _environment(metas: list[dict], events: pd.DataFrame) -> dict:
     return env
 
 
-def _offsets(events: pd.DataFrame, hosts: list[str], align: str) -> tuple[dict[int, int], str]:
-    ranks = sorted(int(r) for r in events["rank"].unique())
+def _ranks(traces: list[_Trace]) -> list[int]:
+    """Every rank the traces hold (a merged trace holds several)."""
+    return sorted({int(r) for t in traces for r in json.loads(t.facts["ranks"])})
+
+
+def _offsets(comm: pd.DataFrame, ranks: list[int], hosts: list[str], align: str) -> tuple[dict[int, int], str]:
     if align == "never" or (align == "auto" and len(hosts) <= 1):
         why = "never asked" if align == "never" else "one host: its clock is shared by every rank"
         return {r: 0 for r in ranks}, f"trace clocks used as they are ({why})"
-    offsets, n = clock_offsets_ns(events)
+    offsets, n = clock_offsets_ns(comm, ranks)
     if n == 0:
         return offsets, "no collective matched across ranks: trace clocks used as they are"
     return offsets, f"aligned to rank 0 by the median end of {n} matched collectives"
@@ -176,11 +211,12 @@ def _staging(out: Path, name: str | None) -> tuple[str, Path]:
 
 def import_traces(src: str | Path, out: str | Path = "profiles", name: str | None = None, *,
                   iteration: int | None = None, align: str = "auto", command: list[str] | None = None,
-                  within: Path | None = None) -> Imported:
+                  within: Path | None = None, scale: Scale | None = None) -> Imported:
     """Import the traces at ``src`` (a folder searched recursively, or one file) as a new run
     under ``out``; returns what was written. UsageError (one line) for bad input. ``within``:
     every trace file read must really lie under this folder (symbolic links resolved), as the
-    dashboard requires of what it imports for a browser."""
+    dashboard requires of what it imports for a browser. ``scale``: how the ranks are read
+    (workers, a Dask scheduler, the cache beside the traces: :class:`~dpcore.read.ranks.Scale`)."""
     if align not in ALIGN:
         raise UsageError(f"bad clock alignment {align!r}; valid: {', '.join(ALIGN)}")
     if not str(out).strip():  # Path("") is the current folder: never write there unasked
@@ -195,7 +231,7 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
             if outside:
                 raise UsageError(f"{outside[0]} leads outside {within.resolve()} (a symbolic link?); "
                                  "only traces under it can be imported here")
-        metas, events, by_rank = _read(files)
+        traces, by_rank = _read(files, src if src.is_dir() else src.parent, scale)
     except TraceFormatError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     run_id, tmp = _staging(Path(out), name)
@@ -209,7 +245,7 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         iters = iteration_dirs(src) if src.is_dir() else {}
         config = {"source": str(src.resolve()),
                   "iteration": iteration if iteration is not None else max(iters) if iters else None}
-        result = _write_tables(tmp, run_id, name, "import", metas, events, by_rank, align, config,
+        result = _write_tables(tmp, run_id, name, "import", traces, by_rank, align, config,
                                command or [], {"trace_sources": names})
         os.rename(tmp, Path(out) / run_id)
     except BaseException:
@@ -219,39 +255,43 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
 
 
 def index_run(run_dir: str | Path, *, name: str | None = None, kind: str = "trace_handler",
-              config: dict | None = None, command: list[str] | None = None) -> Imported:
+              config: dict | None = None, command: list[str] | None = None,
+              scale: Scale | None = None) -> Imported:
     """Write steps.csv, collectives.csv and run.json of a run whose per-rank traces already lie
     in it (``traces/<job>/rank<r>.json[.gz]``, one job), by the same rules as ``import``.
 
     Why: ``dpcore.trace_handler`` writes each rank's trace straight into its run as the
     profiler hands it over; rank 0 then calls this after every cycle, so the run on disk always
     holds every cycle written so far. Each file is replaced atomically (a reader sees the
-    previous cycle's tables or this one's, never half of one)."""
+    previous cycle's tables or this one's, never half of one). The ranks are read through the
+    run's rank cache (``scale``), so a later ``analyze`` of the run reads them from there."""
     run_dir = Path(run_dir)
     jobs = [d for d in sorted((run_dir / rf.TRACES_DIR).iterdir()) if d.is_dir()] \
         if (run_dir / rf.TRACES_DIR).is_dir() else []
     if len(jobs) != 1:
         raise UsageError(f"{run_dir}: expected the traces of one job under {rf.TRACES_DIR}/, found {len(jobs)}")
     try:
-        metas, events, by_rank = _read(trace_files(jobs[0]))
+        traces, by_rank = _read(trace_files(jobs[0]), run_dir, scale)
     except TraceFormatError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
-    return _write_tables(run_dir, run_dir.name, name, kind, metas, events, by_rank, "auto",
+    return _write_tables(run_dir, run_dir.name, name, kind, traces, by_rank, "auto",
                          config or {}, command or [], {}, job=jobs[0].name)
 
 
-def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, metas: list[dict],
-                  events: pd.DataFrame, by_rank: dict[int, Path], align: str, config: dict,
+def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, traces: list[_Trace],
+                  by_rank: dict[int, Path], align: str, config: dict,
                   command: list[str], job_extra: dict, job: str | None = None) -> Imported:
-    """The tables and run.json of one imported job, from its events (import and trace_handler)."""
-    notes = trace_notes(events)
+    """The tables and run.json of one imported job, from its traces' compact tables (import and
+    trace_handler): only these, all ranks' rows at once, are ever concatenated."""
+    notes = [n for t in traces for n in t.tables.notes]
     ranks = sorted(by_rank)
     ws = len(ranks)
     job = job or f"{VARIANT}-ws{ws}"
-    env = _environment(metas, events)
-    offsets, how = _offsets(events, env.get("hosts", []), align)
-    colls = collective_rows(events, job, env["backend"], offsets)
-    steps = step_rows(events, colls, job, ws, offsets)
+    env = _environment(traces)
+    comm = pd.concat([t.tables.import_comm for t in traces], ignore_index=True)
+    offsets, how = _offsets(comm, _ranks(traces), env.get("hosts", []), align)
+    colls = collective_rows(comm, job, env["backend"], offsets)
+    steps = step_rows(pd.concat([t.tables.import_steps for t in traces], ignore_index=True), colls, job, ws, offsets)
     missing = _missing(steps, colls)
     tables = {"steps": steps, "collectives": colls}
     for table, cols in rf.TABLES.items():

@@ -9,11 +9,12 @@ Never authoritative: deleting ``cache/`` changes no number (tests compare the tw
 cache file that cannot be read is a miss, and one that cannot be written is skipped (the read
 goes on). Where the folder is not writable (someone else's traces) the cache lives in the user's
 cache directory (``$XDG_CACHE_HOME/dpcore``, else ``~/.cache/dpcore``), one folder per traces
-folder. Nothing is pickled: one Parquet file per table (``ranks``: rank, world size, events and
-notes of each trace; ``overlap``, ``comm`` and ``lanes``: every trace's rows, a ``_trace`` column
-naming it), each listing the traces it holds and their keys in its schema metadata (JSON). One file
-per table, not per rank: reading 1,024 small files costs more than the rows in them. Without
-pyarrow there is no cache (the same numbers, read every time).
+folder. Nothing is pickled: one Parquet file per table per folder (``ranks``: rank, world size,
+events and notes of each trace; one per table of :data:`TABLES` (``overlap``, ``comm``, the
+``import_*`` tables): every trace's rows, a ``_trace`` column naming it), each listing the
+traces it holds and their keys in its schema metadata (JSON). One file per table, not per
+rank: reading 1,024 small files costs more than the rows in them. Without pyarrow there is no
+cache (the same numbers, read every time).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from dpcore.read.ranks.tables import DTYPES, RankTables, typed
 TABLES = tuple(DTYPES)
 
 #: Bump when the reader or the reduction changes what a rank's tables hold: every cache entry
-#: written by an older version is then a miss. 2: the ``lanes`` table (the Timeline's rows).
+#: written by an older version is then a miss. 2: the ``lanes`` and ``import_*`` tables.
 CACHE_VERSION = 2
 CACHE_DIR = "cache"
 _META = b"dpcore"
@@ -133,11 +134,12 @@ def load(root: Path, traces: list[Path], only: bool, need: tuple[str, ...] = TAB
              for table, df in frames.items()}
     out = {}
     empty = {k: typed(k, pd.DataFrame()) for k in TABLES}  # one shared empty frame per table: not read
+    held = tuple(t for t in TABLES if t in frames)
     for name, rank, ws, events, notes in zip(ranks["_trace"], ranks["rank"], ranks["world_size"],
                                              ranks["events"], ranks["notes"]):
         tables = {table: parts[table].get(name, empty[table]) if table in parts else empty[table] for table in TABLES}
         out[want[name][0]] = RankTables(rank=int(rank), world_size=None if ws < 0 else int(ws), events=int(events),
-                                        notes=json.loads(notes), **tables)
+                                        notes=json.loads(notes), built=held, **tables)
     return out
 
 
@@ -160,14 +162,19 @@ def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]]) -> boo
         d = cache_dir(root)
         d.mkdir(parents=True, exist_ok=True)
         for table in ("ranks", *TABLES):
+            # a table this read did not build (tables.LAZY) keeps its entries of the same key
+            mine = new if table == "ranks" else {n: v for n, v in new.items() if table in v[1].built}
             old, t = _read(pq, root, table)
-            keep = {n: k for n, k in old.items() if n not in new}
+            keep = {n: k for n, k in old.items() if n not in mine and (n not in new or new[n][0] == k)}
+            if not mine and (len(keep) == len(old)):
+                continue  # nothing to add, nothing stale to drop
             df = rows if table == "ranks" else pd.concat(
-                [getattr(tb, table).assign(_trace=n) for n, (_, tb) in new.items()], ignore_index=True)
+                [getattr(tb, table).assign(_trace=n) for n, (_, tb) in mine.items()]
+                or [typed(table, pd.DataFrame()).assign(_trace=pd.Series(dtype=object))], ignore_index=True)
             if t is not None and keep:
                 prev = t.to_pandas()
                 df = pd.concat([prev[prev["_trace"].isin(keep)], df], ignore_index=True)
-            meta = json.dumps({**keep, **{n: k for n, (k, _) in new.items()}}).encode()
+            meta = json.dumps({**keep, **{n: k for n, (k, _) in mine.items()}}).encode()
             at = pa.Table.from_pandas(df, preserve_index=False)
             at = at.replace_schema_metadata({**(at.schema.metadata or {}), _META: meta})
             f = _path(root, table)

@@ -21,7 +21,7 @@ import pandas as pd
 from dpcore.contract import runformat as rf
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
 from dpcore.read.ranks import cache
-from dpcore.read.ranks.tables import RankTables, reduce_trace
+from dpcore.read.ranks.tables import EAGER, RankTables, built, reduce_trace
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, _can_fork, _json_bytes, trace_files
@@ -50,29 +50,29 @@ class Scale:
             raise ValueError(f"--workers must be a whole number of processes >= 1, not {self.workers!r}")
 
 
-def _reduce(path: str, only: bool) -> Result:
+def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:
     """:func:`reduce_trace`, its TraceFormatError returned (so one bad rank fails no other task)."""
     try:
-        return reduce_trace(path, only)
+        return reduce_trace(path, only, tables)
     except TraceFormatError as exc:
         return exc
 
 
-def _local(files: list[Path], only: bool, workers: int | None) -> list[Result]:
+def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[str, ...]) -> list[Result]:
     n = min(len(files), workers or cores())
     if workers is None and sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
         n = 1
     if n < 2 or not _can_fork():  # see reader._can_fork: the app's threads read serially
-        return [_reduce(str(f), only) for f in files]
+        return [_reduce(str(f), only, tables) for f in files]
     try:
         ex = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))
     except (OSError, NotImplementedError):  # no usable worker processes here
-        return [_reduce(str(f), only) for f in files]
+        return [_reduce(str(f), only, tables) for f in files]
     with ex:
-        return list(ex.map(_reduce, [str(f) for f in files], [only] * len(files)))
+        return list(ex.map(_reduce, [str(f) for f in files], [only] * len(files), [tables] * len(files)))
 
 
-def _dask(files: list[Path], only: bool, address: str) -> list[Result]:
+def _dask(files: list[Path], only: bool, address: str, tables: tuple[str, ...]) -> list[Result]:
     """The misses reduced by a Dask distributed cluster (its workers must see the same paths)."""
     try:
         from distributed import Client
@@ -84,14 +84,15 @@ def _dask(files: list[Path], only: bool, address: str) -> list[Result]:
     except (OSError, TimeoutError, ValueError) as exc:
         raise ValueError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     try:
-        futures = client.map(_reduce, [str(f) for f in files], [only] * len(files), pure=False)
+        futures = client.map(_reduce, [str(f) for f in files], [only] * len(files), [tables] * len(files),
+                             pure=False)
         return client.gather(futures)
     finally:
         client.close()
 
 
 def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
-                only: bool | None = None, need: tuple[str, ...] = cache.TABLES) -> list[Result]:
+                only: bool | None = None, need: tuple[str, ...] = EAGER) -> list[Result]:
     """The tables of every rank trace in ``files`` (in this order): from ``root``'s cache where
     it matches, else read (see :class:`Scale`) and stored. ``root``: the run directory or the
     traces folder the files belong to. ``only``: a lone trace without a rank reads as rank 0
@@ -112,7 +113,9 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
             except OSError:  # the read reports the file by name
                 pass
         todo = [files[i] for i in miss]
-        got = _dask(todo, only, scale.scheduler) if scale.scheduler else _local(todo, only, scale.workers)
+        tables = built(need)
+        got = (_dask(todo, only, scale.scheduler, tables) if scale.scheduler
+               else _local(todo, only, scale.workers, tables))
         for i, r in zip(miss, got):
             out[i] = r
         if scale.cache:
@@ -122,7 +125,7 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
 
 
 def folder_tables(p: Path, scale: Scale | None = None,
-                  need: tuple[str, ...] = cache.TABLES) -> list[RankTables]:
+                  need: tuple[str, ...] = EAGER) -> list[RankTables]:
     """The reduced tables of every rank trace at ``p`` (a folder, searched recursively, or one
     file), sorted by rank, from the cache beside them where it matches (:mod:`dpcore.read.ranks`).
     TraceFormatError naming the file for a bad trace, or for two traces of one rank."""
@@ -138,7 +141,7 @@ def folder_tables(p: Path, scale: Scale | None = None,
     return sorted(tables, key=lambda t: t.rank)
 
 
-def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] = cache.TABLES,
+def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] = EAGER,
                     problems: list[str] | None = None) -> Iterable[tuple[str, list[RankTables]]]:
     """(job_id, its ranks' tables) of every job with traced steps and readable, non-empty rank
     traces of all its ranks, in run.json's job order (as

@@ -179,7 +179,13 @@ def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
     ``ProfilerStep#N`` range on the host (the longest, if a rank has several of one number),
     and for a trace without any, its whole span (of its host events, all in one step)."""
     host = events[on_host(events)]
-    num = host["name"].astype(str).str.extract("^" + STEP_RE.pattern, expand=False)  # re.match, as kinds
+    names = host["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):  # once per distinct name, then by the codes
+        per = pd.Series([str(c) for c in names.cat.categories] + ["nan"], dtype=object)  # -1: "nan"
+        per = per.str.extract("^" + STEP_RE.pattern, expand=False).to_numpy(dtype=object)
+        num = pd.Series(per[names.cat.codes.to_numpy()], index=host.index, dtype=object)
+    else:
+        num = names.astype(str).str.extract("^" + STEP_RE.pattern, expand=False)  # re.match, as kinds
     marked = host.loc[num.notna(), ["rank", "ts", "dur"]].assign(step=num.dropna().astype(np.int64))
     marked = marked.sort_values("dur", ascending=False).drop_duplicates(["rank", "step"])
     rows = [marked]

@@ -13,6 +13,7 @@ import pytest
 
 from dpcore.read.analysis.timeline import trace_step_metrics
 from dpcore.read.ranks import Scale, cache, folder_tables, pool, run_trace_steps
+from dpcore.read.ranks.tables import EAGER, LAZY
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.report.summarize import summarize
@@ -21,8 +22,8 @@ from tests.fixtures_run import make_run
 from tests.synthetic import write_gpu_trace_dir
 
 DATA = Path(__file__).resolve().parents[2] / "data"
-#: The cache's files: one per table, and ranks.parquet.
-FILES = sorted(f"{t}.parquet" for t in ("ranks", *cache.TABLES))
+#: The cache's files after a read that needs no lazy table: ranks.parquet and one per eager table.
+FILES = sorted(f"{t}.parquet" for t in ("ranks", *EAGER))
 
 
 @pytest.fixture
@@ -40,9 +41,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = pool._reduce
 
-    def counting(path: str, only: bool):
+    def counting(path: str, only: bool, tables: tuple[str, ...]):
         seen.append(Path(path).name)
-        return real(path, only)
+        return real(path, only, tables)
     monkeypatch.setattr(pool, "_reduce", counting)
     return seen
 
@@ -78,6 +79,34 @@ def test_miss_then_hit_then_invalidation(traces: Path, reads: list[str], monkeyp
     monkeypatch.setattr(cache, "CACHE_VERSION", cache.CACHE_VERSION + 1)
     folder_tables(traces, one)
     assert sorted(reads) == ["rank0.json.gz", "rank1.json.gz", "rank2.json.gz", "rank9.json.gz"]
+
+
+def test_lazy_tables_are_built_when_asked_and_kept(traces: Path, reads: list[str]) -> None:
+    """A read that needs only the eager tables builds no lane or import rows (they cost a first
+    read 15-25 % each); the first read that needs them reads the traces once more and adds
+    them, keeping the eager entries; from then on both kinds hit."""
+    one = Scale(workers=1)
+    first = folder_tables(traces, one, need=("overlap",))
+    assert all(t.built == EAGER and t.lanes.empty and t.import_steps.empty for t in first)
+    assert sorted(p.name for p in (traces / "cache").iterdir()) == FILES
+    reads.clear()
+    lanes = folder_tables(traces, one, need=("lanes",))
+    assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]  # the lanes were not there
+    assert all(len(t.lanes) and t.import_steps.empty and "import_steps" not in t.built for t in lanes)
+    assert "lanes.parquet" in {p.name for p in (traces / "cache").iterdir()}
+    reads.clear()
+    again = folder_tables(traces, one, need=("overlap", "comm", "lanes"))
+    assert reads == []  # overlap, comm and lanes all hit now
+    for a, b in zip(first, again):
+        pd.testing.assert_frame_equal(a.overlap, b.overlap)
+    for a, b in zip(lanes, again):
+        pd.testing.assert_frame_equal(a.lanes, b.lanes)
+    imp = folder_tables(traces, one, need=("import_facts",))  # import's three come together
+    assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
+    assert all(set(LAZY) - {"lanes"} <= set(t.built) and len(t.import_facts) == 1 for t in imp)
+    reads.clear()
+    folder_tables(traces, one, need=("lanes", "import_steps", "import_comm", "comm"))
+    assert reads == []
 
 
 def test_a_broken_cache_file_is_a_miss(traces: Path, reads: list[str]) -> None:

@@ -116,7 +116,8 @@ def test_a_cache_hit_parses_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyP
     run = load_run(make_run(tmp_path / "profiles"))
     step = run.traced_steps("bucketed-ws2-b1")[0]
     want = timeline(run, "bucketed-ws2-b1", step, job_trace_events(run, "bucketed-ws2-b1"))
-    run_trace_steps(run)  # what the dashboard's first page reads: every rank's tables cached
+    run_trace_steps(run)  # the dashboard's first page: the eager tables only (lanes are lazy)
+    job_lanes(run, "bucketed-ws2-b1")  # the Timeline's first open of the job: its lanes cached
     _no_parsing(monkeypatch)
     got = timeline(run, "bucketed-ws2-b1", step, lanes=job_lanes(run, "bucketed-ws2-b1"))
     pd.testing.assert_frame_equal(got, want, check_exact=True)
@@ -131,6 +132,8 @@ def test_timeline_page_on_a_cached_run_parses_no_trace(tmp_path: Path, monkeypat
     root = tmp_path / "profiles"
     run = load_run(make_run(root))
     run_trace_steps(run)
+    for job in run.jobs["job_id"]:  # a first Timeline open of each job: its lanes cached
+        job_lanes(run, str(job))
     _no_parsing(monkeypatch)
     monkeypatch.setenv("DPCORE_PROFILES", str(root))
     at = AppTest.from_file(APP, default_timeout=120).run()
