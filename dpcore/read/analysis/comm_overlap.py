@@ -80,23 +80,28 @@ def compute_intervals_ns(row: pd.Series | dict) -> tuple[np.ndarray, np.ndarray]
     return starts, starts + np.array([fwd, bwd, opt])
 
 
-def _groups(df: pd.DataFrame | None) -> dict[tuple, list[int]]:
-    """{(job_id, rank, step): row positions} of a collectives / comm_calls frame."""
-    groups: dict[tuple, list[int]] = {}
+def _groups(df: pd.DataFrame | None) -> dict[tuple, np.ndarray]:
+    """{(job_id, rank, step): row positions, ascending} of a collectives / comm_calls frame (one
+    groupby: a 1,024-rank run's collectives.csv has millions of rows)."""
     if df is None or df.empty:
-        return groups
-    keys = zip(df["job_id"], pd.to_numeric(df["rank"]).astype(int), pd.to_numeric(df["step"]).astype(int))
-    for i, k in enumerate(keys):
-        groups.setdefault(k, []).append(i)
-    return groups
+        return {}
+    keys = pd.DataFrame({"j": df["job_id"].to_numpy(object), "r": pd.to_numeric(df["rank"]).astype(int).to_numpy(),
+                         "s": pd.to_numeric(df["step"]).astype(int).to_numpy()})
+    return {(j, int(r), int(s)): idx
+            for (j, r, s), idx in keys.groupby(["j", "r", "s"], sort=False, dropna=False).indices.items()}
+
+
+_NONE = np.empty(0, np.int64)
 
 
 def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
-                   profiled: bool = False, calls: pd.DataFrame | None = None) -> pd.DataFrame:
+                   profiled: bool | None = False, calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per timed (profiled == False) step and rank; see ANALYSIS_API.md for the columns.
 
     ``profiled=True`` selects the profiled steps instead: the ones with a trace, so the same
-    steps can be measured both ways (this interval method vs :func:`overlap_from_trace`).
+    steps can be measured both ways (this interval method vs :func:`overlap_from_trace`);
+    ``profiled=None`` every step, in steps.csv's order (one pass over collectives.csv, which
+    at 1,024 ranks has millions of rows).
 
     The window is [t_start, t_start + step_ms]. Comm intervals are the rank's collectives of that
     step clipped to it (none at world size 1: no peer). Compute is fwd + bwd + opt (the main
@@ -107,7 +112,9 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
     """
     if steps is None or steps.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
-    if "profiled" in steps:
+    if profiled is None:
+        st = steps
+    elif "profiled" in steps:
         is_prof = np.asarray(parse_bools(steps["profiled"].tolist()), dtype=bool)
         st = steps[is_prof if profiled else ~is_prof]
     else:
@@ -125,13 +132,13 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
     for rec in st.to_dict("records"):
         t0, step_ms = float(rec["t_start_ns"]), float(rec["step_ms"])
         key = (rec["job_id"], int(rec["rank"]), int(rec["step"]))
-        idx = groups.get(key, [])
-        comm = (step_comm(c_start[idx], c_end[idx], t0, step_ms, peers_of(rec)) if idx
+        idx = groups.get(key, _NONE)
+        comm = (step_comm(c_start[idx], c_end[idx], t0, step_ms, peers_of(rec)) if len(idx)
                 else (np.empty(0), np.empty(0)))
         compute = compute_intervals_ns(rec)
         known = not (np.isnan(compute[0]).any() or np.isnan(compute[1]).any())
-        held = call_groups.get(key, [])
-        if held and known:
+        held = call_groups.get(key, _NONE)
+        if len(held) and known:
             compute = subtract(compute[0], compute[1], k_start[held], k_end[held])
         if known:
             compute = clip(compute[0], compute[1], t0, t0 + step_ms * MS_NS)

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.intervals import has_peers
+from dpcore.contract.runformat import parse_bools
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, peers_of, step_breakdown
 
 KEY = ["job_id", "rank", "step"]
@@ -60,8 +61,13 @@ def step_metrics(steps: pd.DataFrame, collectives: pd.DataFrame,
     ``calls``: the run's comm_calls.csv (``Run.comm_calls``), cut out of the phases' compute.
     At world size 1 the trace's collectives are no communication either (no peer).
     """
-    timed = step_breakdown(steps, collectives, profiled=False, calls=calls).assign(traced=False)
-    prof = step_breakdown(steps, collectives, profiled=True, calls=calls).assign(traced=True)
+    every = step_breakdown(steps, collectives, profiled=None, calls=calls)
+    if steps is not None and "profiled" in steps and len(every):
+        traced = np.asarray(parse_bools(steps["profiled"].tolist()), dtype=bool)
+    else:
+        traced = np.zeros(len(every), dtype=bool)
+    # the timed steps' rows first, then the traced ones', each in steps.csv's order
+    timed, prof = every[~traced].assign(traced=False), every[traced].assign(traced=True)
     rows = pd.concat([f for f in (timed, prof) if not f.empty] or [timed], ignore_index=True)
     for c in TRACE_PARTS + ["trace_overlap_pct"]:
         rows[c] = np.nan
@@ -90,18 +96,6 @@ def trace_rows(trace_steps: pd.DataFrame) -> pd.DataFrame:
     return t[(t["step"] >= 0) | ~has_steps].assign(traced=True)
 
 
-def _ratio_of_sums(g: pd.DataFrame, prefix: str) -> dict:
-    comm = g[f"{prefix}comm_ms"].sum()
-    ov = g[f"{prefix}overlapped_ms"].sum(min_count=1)  # all missing (unknown phases): missing, not 0
-    exposed = g[f"{prefix}exposed_ms"].sum(min_count=1)
-    t = g[f"{prefix}step_ms"].sum(min_count=1)
-    n = len(g)
-    return {"steps": n, "overlap_pct": 100.0 * ov / comm if comm > 0 else np.nan,
-            "comm_ms": comm / n, "exposed_comm_ms": exposed / n,
-            "compute_ms": g[f"{prefix}compute_ms"].sum(min_count=1) / n, "overlapped_ms": ov / n,
-            "step_ms": t / n, "comm_fraction": exposed / t if t > 0 else np.nan}
-
-
 def rank_metrics(rows: pd.DataFrame, source: str = "trace") -> pd.DataFrame:
     """Per (job, rank) over the traced steps: overlap % as Σ overlapped / Σ comm (HTA's per-rank
     definition), comm fraction as Σ exposed / Σ T, ms columns per step (mean; ``step_ms`` is the
@@ -120,9 +114,20 @@ def rank_metrics(rows: pd.DataFrame, source: str = "trace") -> pd.DataFrame:
         prefix = ""
     else:
         raise ValueError(f"unknown source {source!r}; valid choices: trace, intervals")
-    out = [{"job_id": j, "rank": int(r), **_ratio_of_sums(g, prefix)}
-           for (j, r), g in sel.groupby(["job_id", "rank"], sort=False)]
-    return pd.DataFrame(out, columns=RANK_COLUMNS)
+    g = sel.groupby(["job_id", "rank"], sort=False)
+    comm = g[f"{prefix}comm_ms"].sum()
+    ov = g[f"{prefix}overlapped_ms"].sum(min_count=1)  # all missing (unknown phases): missing, not 0
+    exposed = g[f"{prefix}exposed_ms"].sum(min_count=1)
+    t = g[f"{prefix}step_ms"].sum(min_count=1)
+    n = g.size()
+    out = pd.DataFrame({"job_id": comm.index.get_level_values(0),
+                        "rank": comm.index.get_level_values(1).astype(int), "steps": n.to_numpy(),
+                        "overlap_pct": (100.0 * ov / comm).where(comm > 0).to_numpy(),
+                        "comm_ms": (comm / n).to_numpy(), "exposed_comm_ms": (exposed / n).to_numpy(),
+                        "compute_ms": (g[f"{prefix}compute_ms"].sum(min_count=1) / n).to_numpy(),
+                        "overlapped_ms": (ov / n).to_numpy(), "step_ms": (t / n).to_numpy(),
+                        "comm_fraction": (exposed / t).where(t > 0).to_numpy()})
+    return out[RANK_COLUMNS] if len(out) else pd.DataFrame(columns=RANK_COLUMNS)
 
 
 def _mean_over_ranks(per_rank: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dpcore.contract import runformat as rf
@@ -207,9 +208,14 @@ def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | 
     """Per (job, rank, traced step) overlap of every traced job: the frame of
     :func:`dpcore.read.analysis.timeline.trace_step_metrics` (the same rows), from the cache.
     ``problems``: one line per job left out, naming the file (:func:`job_rank_tables`)."""
-    frames = [t.overlap.assign(job_id=job_id)
-              for job_id, tables in job_rank_tables(run, scale, ("overlap",), problems)
-              for t in sorted(tables, key=lambda t: t.rank) if len(t.overlap)]  # by rank, as a groupby
+    frames, jobs = [], []
+    for job_id, tables in job_rank_tables(run, scale, ("overlap",), problems):
+        for t in sorted(tables, key=lambda t: t.rank):  # by rank, as a groupby
+            if len(t.overlap):
+                frames.append(t.overlap)
+                jobs.append((job_id, len(t.overlap)))
     if not frames:
         return pd.DataFrame(columns=["job_id", *TRACE_COLUMNS])
-    return pd.concat(frames, ignore_index=True)[[*TRACE_COLUMNS, "job_id"]]
+    out = pd.concat(frames, ignore_index=True)  # one job_id column for all (1,024 assigns cost 0.5 s)
+    out["job_id"] = np.repeat(np.array([j for j, _ in jobs], dtype=object), [n for _, n in jobs])
+    return out[[*TRACE_COLUMNS, "job_id"]]

@@ -15,10 +15,11 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY
 from dpcore.read.analysis import live as L
+from dpcore.read.analysis.rank_pick import rank_step_matrix
 from dpcore.read.dashboard import frame
 from dpcore.read.dashboard.pages import spec
 from dpcore.read.dashboard.text import md
-from dpcore.read.plots.live import live_strip_figure
+from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.rundir.live import read_live, run_status
 from dpcore.read.rundir.load import Run
 
@@ -48,7 +49,10 @@ def body(run: Run, was_running: bool) -> None:
             else f"run {status}")
     st.markdown(f"**{md(job)}** · {'running' if status == 'running' else 'ended'} · "
                 f"{rows['step'].nunique()} step(s) seen · {when}")
-    st.plotly_chart(live_strip_figure(rows.tail(400 * max(1, rows['rank'].nunique()))),
+    # the last 400 steps of every rank, one row per rank: the same heat strip as Overview and
+    # Stragglers (at most ~600 px tall, so a 1,024-rank job stays one screen)
+    recent_steps = rows[rows["step"] > rows["step"].max() - 400]
+    st.plotly_chart(rank_step_heat_figure(rank_step_matrix(recent_steps), f"{job}: step time of every rank"),
                     key=f"live-strip-{run.path.name}")
     left, right = st.columns(2)
     with left:
