@@ -13,6 +13,7 @@ import io
 import os
 import secrets
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 _UMASK = os.umask(0o022)
@@ -21,13 +22,20 @@ os.umask(_UMASK)  # read the process umask once (os.umask can only be read by se
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync, then rename over ``path``."""
+    atomic_write_chunks(path, [data])
+
+
+def atomic_write_chunks(path: Path | str, chunks: Iterable[bytes]) -> None:
+    """:func:`atomic_write_bytes` of the concatenated ``chunks``, written as they come: a file
+    of millions of rows (collectives.csv of a 1,024-rank import) never exists whole in memory."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a run is for everyone to read
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for data in chunks:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -43,11 +51,13 @@ def atomic_write_text(path: Path | str, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def csv_text(rows: list[dict], columns: list[str]) -> str:
-    """Rows -> CSV text with a fixed column order (missing keys become empty cells)."""
+def csv_text(rows: list[dict], columns: list[str], header: bool = True) -> str:
+    """Rows -> CSV text with a fixed column order (missing keys become empty cells); without
+    the header line for a chunk that follows another."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
+    if header:
+        w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
 

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import pandas as pd
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.errors import UsageError
-from dpcore.contract.files import atomic_write_text, csv_text, new_run_id, now_iso
+from dpcore.contract.files import atomic_write_chunks, atomic_write_text, csv_text, new_run_id, now_iso
 from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.importer.rows import VARIANT, clock_offsets_ns, collective_rows, step_rows
 from dpcore.read.ranks import RankTables, Scale, rank_tables
@@ -179,15 +180,30 @@ def _offsets(comm: pd.DataFrame, ranks: list[int], hosts: list[str], align: str)
     return offsets, f"aligned to rank 0 by the median end of {n} matched collectives"
 
 
-def _missing(steps: list[dict], colls: list[dict]) -> list[str]:
-    """Columns the traces could not fill (shown as missing in the views, never guessed)."""
-    out = [c for c in ("fwd_ms", "bwd_ms", "opt_ms") if not steps or all(r[c] == "" for r in steps)]
-    if not steps:
-        out.insert(0, "steps (no events)")
-    if not colls:
-        out.append("collectives (no NCCL kernels or gloo spans)")
-    unknown = BYTES_COLUMNS if not colls or any(c["bytes"] == "" for c in colls) else []
-    return out + NEVER_IN_TRACES + unknown
+class _Seen:
+    """What the rows written so far say, for run.json and :meth:`missing` (the rows themselves
+    are written rank by rank and not kept)."""
+
+    def __init__(self) -> None:
+        self.steps = self.colls = 0
+        self.step_ids: set[int] = set()
+        self.unknown_bytes = False
+        self.phases_seen: set[str] = set()  # the phases some step has a value for
+
+    def add_steps(self, steps: list[dict]) -> None:
+        self.steps += len(steps)
+        self.step_ids |= {r["step"] for r in steps}
+        self.phases_seen |= {c for c in ("fwd_ms", "bwd_ms", "opt_ms") if any(r[c] != "" for r in steps)}
+
+    def missing(self) -> list[str]:
+        """Columns the traces could not fill (shown as missing in the views, never guessed)."""
+        out = [c for c in ("fwd_ms", "bwd_ms", "opt_ms") if c not in self.phases_seen]
+        if not self.steps:
+            out.insert(0, "steps (no events)")
+        if not self.colls:
+            out.append("collectives (no NCCL kernels or gloo spans)")
+        unknown = BYTES_COLUMNS if not self.colls or self.unknown_bytes else []
+        return out + NEVER_IN_TRACES + unknown
 
 
 def _staging(out: Path, name: str | None) -> tuple[str, Path]:
@@ -290,17 +306,38 @@ def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, trace
     env = _environment(traces)
     comm = pd.concat([t.tables.import_comm for t in traces], ignore_index=True)
     offsets, how = _offsets(comm, _ranks(traces), env.get("hosts", []), align)
-    colls = collective_rows(comm, job, env["backend"], offsets)
-    steps = step_rows(pd.concat([t.tables.import_steps for t in traces], ignore_index=True), colls, job, ws, offsets)
-    missing = _missing(steps, colls)
-    tables = {"steps": steps, "collectives": colls}
+    all_steps = pd.concat([t.tables.import_steps for t in traces], ignore_index=True)
+    # rank by rank: the rows of one rank at a time are dicts (a 1,024-rank job has millions of
+    # collectives: all of them as dicts took 2 GB); the files are the same as written at once
+    seen = _Seen()
+    comm_of = {int(r): g for r, g in comm.groupby("rank", sort=True)}
+    steps_of = {int(r): g for r, g in all_steps.groupby("rank", sort=True)}
+
+    def chunks(table: str) -> Iterator[bytes]:
+        cols = rf.TABLES[table]
+        yield csv_text([], cols).encode()
+        for rank in sorted(set(comm_of) | set(steps_of)):
+            colls = collective_rows(comm_of.get(rank, comm.iloc[0:0]), job, env["backend"], offsets)
+            if table == "collectives":
+                seen.colls += len(colls)
+                seen.unknown_bytes |= any(c["bytes"] == "" for c in colls)
+                yield csv_text(colls, cols, header=False).encode()
+                continue
+            steps = step_rows(steps_of.get(rank, all_steps.iloc[0:0]), colls, job, ws, offsets)
+            seen.add_steps(steps)
+            yield csv_text(steps, cols, header=False).encode()
+
     for table, cols in rf.TABLES.items():
-        atomic_write_text(run_dir / rf.table_file(table), csv_text(tables.get(table, []), cols))
+        if table in ("steps", "collectives"):
+            atomic_write_chunks(run_dir / rf.table_file(table), chunks(table))
+        else:
+            atomic_write_text(run_dir / rf.table_file(table), csv_text([], cols))
+    missing = seen.missing()
     created = now_iso()
     meta = {
         "run_id": run_id, "name": name or "", "kind": kind, "created": created, "finished": created,
         "status": "complete", "command": command, "environment": env,
-        "config": {**config, "steps": len({r["step"] for r in steps}), "model": config.get("model")},
+        "config": {**config, "steps": len(seen.step_ids), "model": config.get("model")},
         "jobs": [{"id": job, "kind": "train", "variant": VARIANT, "algo": None, "world_size": ws,
                   "bucket_mb": None, "status": "complete", "error": None, "ranks": ranks,
                   "clock_offsets_ns": {str(r): int(o) for r, o in offsets.items()},
@@ -308,5 +345,5 @@ def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, trace
                   "clock_alignment": how, **job_extra, "missing": missing, "notes": notes}],
     }
     atomic_write_text(run_dir / rf.RUN_JSON, json.dumps(meta, indent=1, default=str))
-    return Imported(run_dir, job, ranks, len(steps), len(colls), missing, how, tuple(notes))
+    return Imported(run_dir, job, ranks, seen.steps, seen.colls, missing, how, tuple(notes))
 
