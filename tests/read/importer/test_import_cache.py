@@ -154,7 +154,7 @@ def test_bad_workers_is_one_line_exit_2(sets: dict[str, Path], tmp_path: Path,
 
 
 _LIMITED = r"""
-import resource, sys, tempfile
+import sys, tempfile
 from pathlib import Path
 from dpcore.read.importer.write_run import import_traces
 from dpcore.read.ranks import Scale
@@ -164,12 +164,8 @@ if mode == "events":  # the old import's first step: every rank's events in one 
     import dpcore.read.traces.reader as reader  # (a worker pool's threads would abort, not raise)
     reader.PARALLEL_MIN_BYTES = 1 << 62
     reader.read_trace_dir(warm)
-def vm():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-limit = vm() + int(sys.argv[4]) * (1 << 20)
-resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from tests.memlimit import limit_address_space
+limit_address_space(int(sys.argv[4]))
 try:
     if mode == "events":
         print(len(reader.read_trace_dir(many)))

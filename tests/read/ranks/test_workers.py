@@ -78,7 +78,7 @@ def test_a_local_dask_cluster_gives_the_same_tables(traces: Path) -> None:
 
 
 _LIMITED = r"""
-import resource, sys
+import sys
 from pathlib import Path
 from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.analyze import analyze
@@ -89,12 +89,8 @@ if mode == "events":  # the old way: every rank's events in one frame, read in t
     reader.PARALLEL_MIN_BYTES = 1 << 62
     from dpcore.read.traces.reader import read_trace_dir
     read_trace_dir(warm)
-def vm():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-limit = vm() + int(sys.argv[4]) * (1 << 20)
-resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from tests.memlimit import limit_address_space
+limit_address_space(int(sys.argv[4]))
 try:
     if mode == "events":
         print(len(read_trace_dir(many)))
