@@ -27,13 +27,17 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_trace_load import _median, ensure_traces, run_child  # noqa: E402
 
-_OURS = r"""
+#: What every measured child starts with: its imports and its peak RSS (VmHWM) in MB.
+_PRELUDE = r"""
 import json, os, resource, sys, time
-d, workers = sys.argv[2], sys.argv[3]
 def rss():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
+"""
+
+_OURS = _PRELUDE + r"""
+d, workers = sys.argv[2], sys.argv[3]
 from dpcore.read.ranks import Scale
 from dpcore.read.report.analyze import analyze
 base = rss(); t = time.perf_counter(); c0 = os.times()
@@ -46,13 +50,8 @@ print(json.dumps({"tool": sys.argv[1], "seconds": secs, "cpu_s": sum(c1[i] - c0[
 """
 
 
-_SUMMARIZE = r"""
-import json, os, resource, sys, time
+_SUMMARIZE = _PRELUDE + r"""
 run = sys.argv[2]
-def rss():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
 t = time.perf_counter(); c0 = os.times()
 from dpcore.read.report.summarize import summarize
 out = summarize(run)
@@ -62,12 +61,7 @@ print(json.dumps({"tool": sys.argv[1], "seconds": secs, "cpu_s": sum(c1[i] - c0[
                   "rows": out.count("\n")}))
 """
 
-_IMPORT = r"""
-import json, os, resource, sys, time
-def rss():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+_IMPORT = _PRELUDE + r"""
 t = time.perf_counter(); c0 = os.times()
 from dpcore.read.importer.write_run import import_traces
 res = import_traces(sys.argv[1], sys.argv[2], name="bench")

@@ -13,8 +13,10 @@ import io
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read the process umask once (os.umask can only be read by setting it)
@@ -22,20 +24,23 @@ os.umask(_UMASK)  # read the process umask once (os.umask can only be read by se
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync, then rename over ``path``."""
-    atomic_write_chunks(path, [data])
+    with atomic_file(path) as f:
+        f.write(data)
 
 
-def atomic_write_chunks(path: Path | str, chunks: Iterable[bytes]) -> None:
-    """:func:`atomic_write_bytes` of the concatenated ``chunks``, written as they come: a file
-    of millions of rows (collectives.csv of a 1,024-rank import) never exists whole in memory."""
+@contextmanager
+def atomic_file(path: Path | str) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s content into as it comes: a temporary file beside it,
+    fsync-ed and renamed over ``path`` when the block ends, removed if it raises. So a file of
+    millions of rows (collectives.csv of a 1,024-rank import) never exists whole in memory, and
+    a reader still sees either the old file or the whole new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a run is for everyone to read
         with os.fdopen(fd, "wb") as f:
-            for data in chunks:
-                f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

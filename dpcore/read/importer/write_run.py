@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pandas as pd
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.errors import UsageError
-from dpcore.contract.files import atomic_write_chunks, atomic_write_text, csv_text, new_run_id, now_iso
+from dpcore.contract.files import atomic_file, atomic_write_text, csv_text, new_run_id, now_iso
 from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.importer.rows import VARIANT, clock_offsets_ns, collective_rows, step_rows
 from dpcore.read.ranks import RankTables, Scale, rank_tables
@@ -313,24 +312,20 @@ def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, trace
     comm_of = {int(r): g for r, g in comm.groupby("rank", sort=True)}
     steps_of = {int(r): g for r, g in all_steps.groupby("rank", sort=True)}
 
-    def chunks(table: str) -> Iterator[bytes]:
-        cols = rf.TABLES[table]
-        yield csv_text([], cols).encode()
+    with (atomic_file(run_dir / rf.table_file("steps")) as steps_f,
+          atomic_file(run_dir / rf.table_file("collectives")) as colls_f):
+        steps_f.write(csv_text([], rf.TABLES["steps"]).encode())
+        colls_f.write(csv_text([], rf.TABLES["collectives"]).encode())
         for rank in sorted(set(comm_of) | set(steps_of)):
             colls = collective_rows(comm_of.get(rank, comm.iloc[0:0]), job, env["backend"], offsets)
-            if table == "collectives":
-                seen.colls += len(colls)
-                seen.unknown_bytes |= any(c["bytes"] == "" for c in colls)
-                yield csv_text(colls, cols, header=False).encode()
-                continue
+            seen.colls += len(colls)
+            seen.unknown_bytes |= any(c["bytes"] == "" for c in colls)
+            colls_f.write(csv_text(colls, rf.TABLES["collectives"], header=False).encode())
             steps = step_rows(steps_of.get(rank, all_steps.iloc[0:0]), colls, job, ws, offsets)
             seen.add_steps(steps)
-            yield csv_text(steps, cols, header=False).encode()
-
+            steps_f.write(csv_text(steps, rf.TABLES["steps"], header=False).encode())
     for table, cols in rf.TABLES.items():
-        if table in ("steps", "collectives"):
-            atomic_write_chunks(run_dir / rf.table_file(table), chunks(table))
-        else:
+        if table not in ("steps", "collectives"):
             atomic_write_text(run_dir / rf.table_file(table), csv_text([], cols))
     missing = seen.missing()
     created = now_iso()

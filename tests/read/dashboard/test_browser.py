@@ -12,17 +12,15 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from dpcore.read.dashboard.pages import PAGES
 from tests.fixtures_run import make_run
-from tests.read.dashboard.browser_checks import overlapping_labels
+from tests.read.dashboard.browser_checks import overlapping_labels, start_server
 from tests.read.dashboard.test_live_hang_pages import add_live_and_hang
 
 CHROMIUM = "/usr/bin/chromium"
@@ -46,24 +44,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("profiles")
     add_live_and_hang(make_run(root, "20250101-120000-mlp", big_trace_events=250_000))
     port = free_port()
-    env = {**os.environ, "DPCORE_PROFILES": str(root)}
     log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                             "--server.address", "127.0.0.1", "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = start_server(root, log, port)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline:
-        try:
-            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.terminate()
-        log.seek(0)
-        pytest.fail("streamlit did not start within 40 s:\n" + log.read())
     yield url
     proc.terminate()
     try:

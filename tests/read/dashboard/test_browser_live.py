@@ -10,16 +10,14 @@ import json
 import os
 import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from dpcore.contract import runformat as rf
 from tests.fixtures_run import make_run
-from tests.read.dashboard.test_browser import CHROMIUM, REPO, free_port
+from tests.read.dashboard.browser_checks import start_server
+from tests.read.dashboard.test_browser import CHROMIUM, free_port
 from tests.read.dashboard.test_live_hang_pages import add_live_and_hang
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not found")
@@ -34,20 +32,10 @@ def test_live_page_follows_a_running_run_in_chromium(tmp_path: Path) -> None:
     meta.update(status="running", pid=os.getpid(), host=socket.gethostname())
     (run / rf.RUN_JSON).write_text(json.dumps(meta))
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port",
-                             str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"], cwd=REPO,
-                            env={**os.environ, "DPCORE_PROFILES": str(tmp_path)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = open(tmp_path / "streamlit.log", "w+")
+    proc = start_server(tmp_path, log, port)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.3)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                         args=["--no-sandbox", "--disable-gpu"])
@@ -72,3 +60,4 @@ def test_live_page_follows_a_running_run_in_chromium(tmp_path: Path) -> None:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
