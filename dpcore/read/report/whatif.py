@@ -15,7 +15,7 @@ from dpcore.read.report.resolve import load_run_reporting
 from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import load_run
-from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, whatif_report
+from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, scale_factors, whatif_report
 
 
 def parse_buckets(text: str | None) -> list[float] | None:
@@ -50,15 +50,13 @@ def parse_world_sizes(text: str | None) -> list[int] | None:
 
 def _header(model: Model) -> list[str]:
     src = model.src
-    return [f"what-if from {src.job_id} ({src.variant}, {ranks_text(src.world_size)}, "
-            f"{mib_size(src.bucket_mb)} buckets, {len(src.timelines)} timed rank-steps; "
-            f"gradients from {src.grads_source})",
-            f"  comm slows compute by kappa = {model.kappa:.2f}: {model.kappa_source}",
-            f"  alpha = {model.alpha_us:.1f} µs: {model.alpha_source}",
-            f"  B = {model.bandwidth_gbps:.3f} GB/s: {model.bandwidth_source}",
-            f"  compute slows comm, calibrated on the source job: {model.calibration_source}",
-            f"  algorithm {model.algo}, {model.streams} collective(s) at once; bookkeeping after the last "
-            f"bucket {model.tail_ms:.2f} ms"]
+    lines = [f"what-if from {src.job_id} ({src.variant}, {ranks_text(src.world_size)}, "
+             f"{mib_size(src.bucket_mb)} buckets, {len(src.timelines)} timed rank-steps; "
+             f"gradients from {src.grads_source})",
+             f"  algorithm {model.algo}, {model.streams} collective(s) at once; every factor the model applies "
+             "[what it rests on]:"]
+    lines += [f"  {name} = {value} [{kind}]: {why}" for name, value, kind, why in scale_factors(model)]
+    return lines
 
 
 def whatif_text(path: str, job: str, bucket_mb: str | None = None, world_sizes: str | None = None,

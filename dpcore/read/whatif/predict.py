@@ -23,7 +23,9 @@ from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.advice import add_bands, recommend, recommend_variant, source_spread, zero1_rivals
 from dpcore.read.whatif.fit import (
+    BANDWIDTH_RANGE_GBPS,
     JOB_FIT,
+    PER_MESSAGE_RANGE_MS,
     Source,
     calibration_of,
     fit_kappa,
@@ -90,6 +92,21 @@ def _baseline_bwd(run: Run, variant: str) -> float:
     return float(base["bwd_ms"].median()) if not base.empty else float("nan")
 
 
+#: The network values whatif accepts: beyond them a prediction is a number without meaning
+#: (1e-30 GB/s gave a 28-digit step). 1 MB/s is a slow Ethernet link; 10 TB/s is ten times
+#: NVLink 4's 900 GB/s; 100 ms per message is a congested WAN hop.
+BANDWIDTH_GBPS_RANGE = BANDWIDTH_RANGE_GBPS
+LATENCY_US_RANGE = (0.0, PER_MESSAGE_RANGE_MS[1] * 1e3)
+
+
+def check_network(latency_us: float | None, bandwidth_gbps: float | None) -> None:
+    """UsageError naming the valid range for a latency or bandwidth outside it (None: not given)."""
+    for name, v, (lo, hi), unit in (("--latency-us", latency_us, LATENCY_US_RANGE, "µs"),
+                                    ("--bandwidth-gbps", bandwidth_gbps, BANDWIDTH_GBPS_RANGE, "GB/s")):
+        if v is not None and not (math.isfinite(v) and lo <= v <= hi and (v > 0 or name == "--latency-us")):
+            raise UsageError(f"{name} {v:g} is outside what whatif models: give {lo:g} to {hi:g} {unit}")
+
+
 def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: float | None = None,
                 bandwidth_gbps: float | None = None, allreduce: pd.DataFrame | None = None) -> Model:
     """Measure the source job. ``allreduce``: allreduce.csv rows to fit α and B from (default:
@@ -106,9 +123,7 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     algo = "ring" if algo is None else algo  # "" is a typo to refuse, not the default
     if algo not in ALGOS:
         raise choices_error("algorithm", algo, ALGOS)
-    for name, v in (("--latency-us", latency_us), ("--bandwidth-gbps", bandwidth_gbps)):
-        if v is not None and not (math.isfinite(v) and (v > 0 if name == "--bandwidth-gbps" else v >= 0)):
-            raise UsageError(f"{name} must be a finite number {'> 0' if 'band' in name else '>= 0'}, got {v:g}")
+    check_network(latency_us, bandwidth_gbps)
     cal = calibration_of(run.meta, job_id)
     try:
         src = job_timelines(run.steps, run.collectives, run.grads, job_id)
@@ -138,6 +153,13 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     if latency_us is not None and bandwidth_gbps is not None:
         model.calibration_source = "none (alpha and B given: used as they are)"
         return model
+    if latency_us is not None or bandwidth_gbps is not None:
+        # a network the user names is a different network: the source job's comm says nothing
+        # about how far off it is, and a factor fitted to the measured one (x50 at the bound)
+        # applied to a faster one made more bandwidth predict a slower step
+        model.calibration_source = ("none (network given: --bandwidth-gbps or --latency-us used as given, "
+                                    "the other value as stated above; no factor from the source job's comm)")
+        return model
     if net["bandwidth_source"].startswith("in-job"):
         # measured during backward, with many small and a few large buckets: compute's slowdown
         # of comm is in them already, and one source job's comm end (a disturbed step or two
@@ -145,6 +167,45 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
         model.calibration_source = "none (alpha and B measured during training by the in-job calibration)"
         return model
     return calibrate_comm(model)
+
+
+#: What a factor's value rests on, as ``scale_factors`` names it.
+KINDS = ("measured", "fitted", "calibration", "given", "fabric", "assumed")
+
+
+def _kind(source: str) -> str:
+    """The kind (:data:`KINDS`) of a value from the sentence saying where it came from."""
+    s = source.lower()
+    if s.startswith(("unknown", "assumed", "unmeasured", "not fitted")) or "default" in s.split(":")[0]:
+        return "assumed"
+    if s.startswith("given"):
+        return "given"
+    if s.startswith("fabric"):
+        return "fabric"
+    if s.startswith("in-job"):
+        return "measured"
+    return "fitted"
+
+
+def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
+    """Every factor the replay applies: (name, value, kind from :data:`KINDS`, where it came
+    from). The CLI prints them and the page lists them, so no factor acts unseen."""
+    rows = [("kappa (compute slowed by comm in flight)", f"{model.kappa:.2f}", _kind(model.kappa_source),
+             model.kappa_source),
+            ("alpha", f"{model.alpha_us:.1f} µs", _kind(model.alpha_source),
+             model.alpha_source),
+            ("B", f"{model.bandwidth_gbps:.3f} GB/s", _kind(model.bandwidth_source),
+             model.bandwidth_source)]
+    cal = model.calibration_source
+    kind = "calibration" if cal.startswith("kappa_comm") else "assumed"
+    rows.append(("kappa_comm (comm slowed by backward)", f"{model.kappa_comm:.2f}", kind, cal))
+    rows.append(("all-reduce transfer time x", f"{model.comm_scale:.2f}", kind, cal))
+    if model.strong:
+        rows.append(("forward/backward x N_source/N", f"{model.src.world_size}/N", "assumed",
+                     "strong scaling (fixed global batch): per-rank compute divides by the ranks"))
+    rows.append(("bookkeeping after the last bucket", f"{model.tail_ms:.2f} ms", "measured",
+                 "median over the source job's timed rank-steps"))
+    return rows
 
 
 def _self_comm_end(model: Model) -> float:
@@ -176,31 +237,35 @@ def calibrate_comm(model: Model) -> Model:
     at = lambda **kw: _self_comm_end(replace(model, **kw))  # noqa: E731
     if at(kappa_comm=0.0) >= target:
         model.comm_scale = _bisect(lambda s: at(comm_scale=s), 0.02, 1.0, target)
-        how = (f"kappa_comm 0, all-reduces x {model.comm_scale:.2f}: the network fit is slower than the job's "
-               "own all-reduces")
+        how = (f"kappa_comm 0, all-reduces' transfer time x {model.comm_scale:.2f}: the network fit is slower "
+               "than the job's own all-reduces")
     elif at(kappa_comm=KAPPA_COMM_MAX) >= target:
         model.kappa_comm = _bisect(lambda k: at(kappa_comm=k), 0.0, KAPPA_COMM_MAX, target)
         how = f"kappa_comm {model.kappa_comm:.2f}"
     else:
         model.kappa_comm = KAPPA_COMM_MAX
         model.comm_scale = _bisect(lambda s: at(kappa_comm=KAPPA_COMM_MAX, comm_scale=s), 1.0, 50.0, target)
-        how = f"kappa_comm {KAPPA_COMM_MAX:g} (bound), all-reduces x {model.comm_scale:.2f}"
+        how = f"kappa_comm {KAPPA_COMM_MAX:g} (bound), all-reduces' transfer time x {model.comm_scale:.2f}"
     model.calibration_source = (f"{how}: replaying the source's own buckets ends the last all-reduce at "
                                 f"{target:.1f} ms from the step's start, as measured (median of {len(ends)})")
     return model
 
 
 def _rank_steps(model: Model, n: int) -> dict[int, list[RankStep]]:
-    """Per source step: ``n`` ranks in model units (source ranks reused cyclically)."""
+    """Per source step: up to ``n`` ranks in model units (source ranks reused cyclically)."""
     scale = model.src.world_size / n if model.strong else 1.0
-    by_step: dict[int, list] = {}
+    by_step: dict[int, list[RankStep]] = {}
     for tl in model.src.timelines:
         work = undilate(np.r_[tl.ready_ms, tl.fwd_ms + tl.bwd_ms], tl.comm_start, tl.comm_end,
                         model.kappa) - tl.fwd_ms
         by_step.setdefault(tl.step, []).append(
             RankStep(tl.fwd_ms * scale, np.maximum(work[:-1], 0) * scale, max(work[-1], 0) * scale, tl.opt_ms,
                      tl.start_ms))
-    return {s: [rs[i % len(rs)] for i in range(n)] for s, rs in by_step.items()}
+    # ranks beyond the source's world size are copies of its ranks: the replay takes the max over
+    # ranks of when each bucket is ready, which copies do not change, so at most the source's
+    # ranks are replayed (1,024 ranks cost what the source's do; 65,536 took > 300 s)
+    m = max(min(n, model.src.world_size), 1)
+    return {s: [rs[i % len(rs)] for i in range(m)] for s, rs in by_step.items()}
 
 
 def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps: float | None = None,
@@ -211,7 +276,8 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     lat = model.alpha_us if latency_us is None else latency_us
     buckets = pack_reverse(model.src.sizes.tolist(), bucket_mb, rule_for(model.src.variant))
     parts = np.array([allreduce_parts(model.algo, world_size, model.src.sizes[b].sum(), lat, bw)
-                      for b in buckets]).reshape(-1, 2) * model.comm_scale
+                      for b in buckets]).reshape(-1, 2)
+    parts[:, 1] *= model.comm_scale  # the calibrated factor scales bytes' time, never the per-message α
     reps = {s: replay(r, buckets, parts[:, 0], parts[:, 1], model.kappa, model.streams, model.tail_ms,
                       model.kappa_comm)
             for s, r in _rank_steps(model, world_size).items()}
@@ -277,6 +343,15 @@ def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame) -> tuple[pd
     # the job's measured step stands in for its own cell only at the job's own world size
     own_ms = float(own.iloc[0]) if not own.empty and ws == src.world_size else None
     table, line = recommend(table, ws, src.bucket_mb, own_ms)
+    at = table[table["world_size"] == ws]
+    if _kind(model.alpha_source) == "assumed" and at["buckets"].nunique() > 1:
+        # bucket sizes differ by how many messages they send: with α assumed, which one is
+        # faster is the assumption's answer, not the run's (the sample's 0.25 MiB job spends
+        # ~1.8 ms per message in training where the default says 0.1 ms)
+        table = table.assign(recommended=False)
+        line = (f"recommendation: none: the per-message latency alpha is assumed ({model.alpha_us:g} µs, no "
+                "measurement in this job), and bucket sizes differ in how many messages they send; give "
+                "--latency-us, --fabric or --allreduce-run, or profile two bucket sizes, to decide")
     table, line = recommend_variant(table, line, zero1_rivals(summary, ws), ws, src.variant, src.bucket_mb,
                                     own_ms)
     return table[WHATIF_COLUMNS], line

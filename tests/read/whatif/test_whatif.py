@@ -204,7 +204,7 @@ def test_cli_on_a_real_run(real_run: Path, capsys: pytest.CaptureFixture) -> Non
 
 @pytest.mark.parametrize("args, needle", [
     (["--job", "nope"], "unknown job 'nope'; valid choices: bucketed-ws1-b0.25"),
-    (["--job", "bucketed-ws2-b4", "--bandwidth-gbps", "-1"], "--bandwidth-gbps must be"),
+    (["--job", "bucketed-ws2-b4", "--bandwidth-gbps", "-1"], "--bandwidth-gbps -1 is outside"),
     (["--job", "bucketed-ws2-b4", "--bucket-mb", "1,x"], "bad --bucket-mb value 'x'"),
     (["--job", "bucketed-ws2-b4", "--world-sizes", "2,zero"], "--world-sizes"),
     (["--job", "bucketed-ws2-b4", "--algo", "tree"], "valid choices: ring, native, central, naive"),
