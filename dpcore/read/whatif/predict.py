@@ -22,6 +22,7 @@ from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.advice import add_bands, recommend, recommend_variant, source_spread, zero1_rivals
+from dpcore.read.whatif.fabrics import Network, ring_parts
 from dpcore.read.whatif.fit import (
     BANDWIDTH_RANGE_GBPS,
     JOB_FIT,
@@ -70,6 +71,12 @@ class Model:
     kappa_comm: float = 0.0
     comm_scale: float = 1.0
     calibration_source: str = "none"
+    #: messages from a fabric preset (``whatif --fabric``) instead of alpha-beta at alpha_us, B
+    fabric: Network | None = None
+    #: (lo, hi) of an assumed kappa: each predicted step's band spans the steps at both ends
+    kappa_band: tuple[float, float] | None = None
+    #: the user's (latency_us, bandwidth_gbps) over a fabric's, None where not given
+    network_given: tuple[float | None, float | None] = (None, None)
 
 
 #: Variants whose step the model describes: gradient buckets all-reduced during backward, then a
@@ -107,10 +114,8 @@ def check_network(latency_us: float | None, bandwidth_gbps: float | None) -> Non
             raise UsageError(f"{name} {v:g} is outside what whatif models: give {lo:g} to {hi:g} {unit}")
 
 
-def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: float | None = None,
-                bandwidth_gbps: float | None = None, allreduce: pd.DataFrame | None = None) -> Model:
-    """Measure the source job. ``allreduce``: allreduce.csv rows to fit α and B from (default:
-    the run's own). UsageError naming the valid choices for an unusable job or algorithm."""
+def _check_job(run: Run, job_id: str, algo: str | None) -> str:
+    """The algorithm to use; UsageError naming the valid choices for an unusable job or algorithm."""
     valid = whatif_jobs(run)
     if job_id not in valid and job_id in set(run.jobs["job_id"].astype(str)):
         row = run.jobs[run.jobs["job_id"].astype(str) == job_id].iloc[0]
@@ -123,14 +128,75 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     algo = "ring" if algo is None else algo  # "" is a typo to refuse, not the default
     if algo not in ALGOS:
         raise choices_error("algorithm", algo, ALGOS)
+    return algo
+
+
+def _kappa(run: Run, src: Source, cal: dict | None) -> tuple[float, str]:
+    """kappa and its source: the in-job calibration, else the fits of :func:`fit_kappa`."""
+    kappa, ksrc = kappa_from_calibration(cal)
+    if not np.isfinite(kappa):
+        kappa, ksrc2 = fit_kappa(src, _baseline_bwd(run, src.variant))
+        ksrc = f"{ksrc2} ({ksrc})" if ksrc else ksrc2
+    return kappa, ksrc
+
+
+def _tail(src: Source) -> float:
+    """Median bookkeeping after the last bucket (ms) over the source's timed rank-steps."""
+    tails = [tl.sync_end_ms - max(tl.fwd_ms + tl.bwd_ms, float(np.max(tl.comm_end, initial=0.0)))
+             for tl in src.timelines]
+    return max(float(np.median(tails)), 0.0)
+
+
+#: kappa for a source without comm (world size 1) projected onto a fabric: nothing measures it, so
+#: it is an assumption with a band, and the band of every predicted step spans both ends. On GPU
+#: an NCCL all-reduce in flight takes a few of the SMs and some memory bandwidth from backward;
+#: 0.1 is the middle, 0 (comm free) and 0.3 the ends.
+ASSUMED_KAPPA, ASSUMED_KAPPA_BAND = 0.1, (0.0, 0.3)
+
+
+def _fabric_model(run: Run, job_id: str, net: Network, latency_us: float | None,
+                  bandwidth_gbps: float | None) -> Model:
+    """A model whose messages come from a fabric preset (:mod:`dpcore.read.whatif.fabrics`);
+    from a world-size-1 source, kappa is :data:`ASSUMED_KAPPA` and its band."""
+    try:
+        src = job_timelines(run.steps, run.collectives, run.grads, job_id)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if src.world_size >= 2:
+        kappa, ksrc = _kappa(run, src, calibration_of(run.meta, job_id))
+        band = None
+    else:
+        kappa, band = ASSUMED_KAPPA, ASSUMED_KAPPA_BAND
+        ksrc = (f"assumed {ASSUMED_KAPPA:g}, band {band[0]:g}-{band[1]:g} (a world-size-1 job has no comm to "
+                "measure it from; an all-reduce in flight takes some SMs and memory bandwidth from backward)")
+    strong = (run.meta.get("config") or {}).get("scaling") == "strong"
+    given = "given (overrides the fabric)"
+    model = Model(src, kappa, ksrc, _tail(src), "ring",
+                  net.intra.alpha_us if latency_us is None else latency_us,
+                  net.intra.busbw_gbps if bandwidth_gbps is None else bandwidth_gbps,
+                  f"fabric {net.label}: {net.intra.source}" if latency_us is None else given,
+                  f"fabric {net.label}: {net.intra.source}" if bandwidth_gbps is None else given,
+                  strong, 1, fabric=net, kappa_band=band, network_given=(latency_us, bandwidth_gbps))
+    model.calibration_source = ("none (messages from a fabric preset, one NCCL stream; the source job's comm "
+                                "does not describe that fabric)")
+    return model
+
+
+def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: float | None = None,
+                bandwidth_gbps: float | None = None, allreduce: pd.DataFrame | None = None,
+                fabric: Network | None = None) -> Model:
+    """Measure the source job. ``allreduce``: allreduce.csv rows to fit α and B from (default:
+    the run's own); ``fabric``: take the messages from a fabric preset instead (then
+    ``latency_us`` / ``bandwidth_gbps`` override the preset's). UsageError naming the valid
+    choices for an unusable job or algorithm."""
+    algo = _check_job(run, job_id, algo)
     check_network(latency_us, bandwidth_gbps)
+    if fabric is not None:
+        return _fabric_model(run, job_id, fabric, latency_us, bandwidth_gbps)
     cal = calibration_of(run.meta, job_id)
     try:
         src = job_timelines(run.steps, run.collectives, run.grads, job_id)
-        kappa, ksrc = kappa_from_calibration(cal)
-        if not np.isfinite(kappa):
-            kappa, ksrc2 = fit_kappa(src, _baseline_bwd(run, src.variant))
-            ksrc = f"{ksrc2} ({ksrc})" if ksrc else ksrc2
+        kappa, ksrc = _kappa(run, src, cal)
         net, why = network_from_calibration(cal, algo, src.world_size)
         if net is None or latency_us is not None or bandwidth_gbps is not None or allreduce is not None:
             # the user's values, or an allreduce run named for this call, come first
@@ -139,16 +205,17 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
             if why:
                 net["alpha_source"] += f" ({why})"
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    tails = [tl.sync_end_ms - max(tl.fwd_ms + tl.bwd_ms, float(np.max(tl.comm_end, initial=0.0)))
-             for tl in src.timelines]
+        msg = str(exc)
+        if "no timed all-reduces" in msg:
+            msg += " or --fabric NAME (--fabric list)"
+        raise UsageError(msg) from None
     strong = (run.meta.get("config") or {}).get("scaling") == "strong"
     # alpha and B of one collective alone (allreduce rows, the user) replay with the backend's
     # concurrency; a fit to the job's serial-equivalent service times already contains it
     backend = str((run.meta.get("environment") or {}).get("backend") or "gloo")
     # (the in-job calibration's line is fitted to serial-equivalent service times too)
     streams = 1 if net["bandwidth_source"].startswith((JOB_FIT, "in-job")) else STREAMS.get(backend, 1)
-    model = Model(src, kappa, ksrc, max(float(np.median(tails)), 0.0), algo, float(net["alpha_us"]),
+    model = Model(src, kappa, ksrc, _tail(src), algo, float(net["alpha_us"]),
                   float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
     if latency_us is not None and bandwidth_gbps is not None:
         model.calibration_source = "none (alpha and B given: used as they are)"
@@ -170,7 +237,7 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
 
 
 #: What a factor's value rests on, as ``scale_factors`` names it.
-KINDS = ("measured", "fitted", "calibration", "given", "fabric", "assumed")
+KINDS = ("measured", "fitted", "calibration", "given", "fabric", "assumed", "none")
 
 
 def _kind(source: str) -> str:
@@ -196,8 +263,16 @@ def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
              model.alpha_source),
             ("B", f"{model.bandwidth_gbps:.3f} GB/s", _kind(model.bandwidth_source),
              model.bandwidth_source)]
+    if model.fabric is not None and model.network_given[0] is None:
+        inter = model.fabric.inter
+        rows.append((f"alpha between nodes ({inter.name})", f"{inter.alpha_us:g} µs",
+                     "assumed" if model.fabric.inter_assumed else "fabric", inter.source))
+        rows.append((f"B between nodes ({inter.name}; the ring takes the slower link)", f"{inter.busbw_gbps:g} GB/s",
+                     "assumed" if model.fabric.inter_assumed else "fabric", inter.source))
+    rows.append(("gradient ready times", f"{len(model.src.sizes)} gradients", "measured",
+                 f"the source job's own backward ({model.src.grads_source})"))
     cal = model.calibration_source
-    kind = "calibration" if cal.startswith("kappa_comm") else "assumed"
+    kind = "calibration" if cal.startswith("kappa_comm") else "none" if cal.startswith("none") else "assumed"
     rows.append(("kappa_comm (comm slowed by backward)", f"{model.kappa_comm:.2f}", kind, cal))
     rows.append(("all-reduce transfer time x", f"{model.comm_scale:.2f}", kind, cal))
     if model.strong:
@@ -275,8 +350,17 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     bw = model.bandwidth_gbps if bandwidth_gbps is None else bandwidth_gbps
     lat = model.alpha_us if latency_us is None else latency_us
     buckets = pack_reverse(model.src.sizes.tolist(), bucket_mb, rule_for(model.src.variant))
-    parts = np.array([allreduce_parts(model.algo, world_size, model.src.sizes[b].sum(), lat, bw)
-                      for b in buckets]).reshape(-1, 2)
+    if model.fabric is not None:
+        lat_o = latency_us if latency_us is not None else model.network_given[0]
+        bw_o = bandwidth_gbps if bandwidth_gbps is not None else model.network_given[1]
+        rings = [ring_parts(model.fabric, world_size, model.src.sizes[b].sum(), lat_o, bw_o) for b in buckets]
+        parts = np.array([r[:2] for r in rings], float).reshape(-1, 2)
+        # the row reports the bottleneck B and the mean alpha per ring step this world size gets
+        bw = rings[0][2] if rings else bw
+        lat = rings[0][3] if rings and world_size > 1 else lat
+    else:
+        parts = np.array([allreduce_parts(model.algo, world_size, model.src.sizes[b].sum(), lat, bw)
+                          for b in buckets]).reshape(-1, 2)
     parts[:, 1] *= model.comm_scale  # the calibrated factor scales bytes' time, never the per-message α
     reps = {s: replay(r, buckets, parts[:, 0], parts[:, 1], model.kappa, model.streams, model.tail_ms,
                       model.kappa_comm)
@@ -322,12 +406,23 @@ def with_measured(pred: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     return out[_MEASURED_COLUMNS]
 
 
+#: The bucket sizes (MiB) swept by default when the run itself has only one: PyTorch DDP's
+#: 25 MiB default, and a decade around it each way.
+DEFAULT_SWEEP_MB = (1.0, 4.0, 25.0, 100.0)
+
+
 def default_cells(run: Run, src: Source) -> tuple[list[float], list[int]]:
-    """Bucket sizes and world sizes the run measured for the source's variant (plus the source's)."""
+    """Bucket sizes: every size the run used (any variant, and the config's sweep), or
+    :data:`DEFAULT_SWEEP_MB` with the source's when that is one size only; world sizes: those
+    the run measured for the source's variant (plus the source's)."""
+    cfg = (run.meta.get("config") or {}).get("bucket_sweep") or []
+    sizes_mb = {float(b) for b in pd.to_numeric(run.jobs["bucket_mb"], errors="coerce").dropna()}
+    buckets = {b for b in sizes_mb | {float(b) for b in cfg if isinstance(b, (int, float))} if b > 0} | {src.bucket_mb}
+    if len(buckets) < 2:
+        buckets |= set(DEFAULT_SWEEP_MB)
     j = run.jobs[run.jobs["variant"] == src.variant]
-    buckets = sorted({float(b) for b in j["bucket_mb"].dropna()} | {src.bucket_mb})
     sizes = sorted({int(n) for n in j["world_size"].dropna()} | {src.world_size})
-    return buckets, sizes
+    return sorted(buckets), sizes
 
 
 def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -358,9 +453,11 @@ def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame) -> tuple[pd
 
 
 def target_world_size(table: pd.DataFrame, own: int) -> int:
-    """The world size the recommendation is for: the source job's when the table predicts it,
-    else the largest one asked for (``whatif --world-sizes 8`` asks about 8 ranks)."""
+    """The world size the recommendation is for: the source job's when the table predicts it
+    (unless that is 1 rank), else the largest one asked for (``--world-sizes 8`` asks about 8)."""
     sizes = set(table["world_size"].astype(int))
+    if own == 1 and sizes - {1}:  # one GPU projected to many: the question is the many
+        return max(sizes)
     return own if own in sizes or not sizes else max(sizes)
 
 
@@ -371,8 +468,25 @@ def whatif_report(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: lis
     source's variant), the measured step time where the run has the same cell (``summary``: the
     run's ``job_summary`` rows), each cell's band."""
     b_def, n_def = default_cells(run, model.src)
+    if model.fabric is not None:  # a fabric is asked about for its own node at least
+        n_def = sorted(set(n_def) | {model.fabric.intra.devices})
     pred = predict(model, bucket_mbs or b_def, world_sizes or n_def)
-    return banded(model, with_measured(pred, measured_cells(summary, model.src.variant)), summary)
+    table, line = banded(model, with_measured(pred, measured_cells(summary, model.src.variant)), summary)
+    return widen_by_kappa(model, table, bucket_mbs or b_def, world_sizes or n_def), line
+
+
+def widen_by_kappa(model: Model, table: pd.DataFrame, bucket_mbs: list[float], world_sizes: list[int]) -> pd.DataFrame:
+    """``table`` with each band spanning the steps predicted at both ends of an assumed kappa's
+    band (:data:`ASSUMED_KAPPA_BAND`); unchanged where kappa was measured."""
+    if model.kappa_band is None:
+        return table
+    ends = [predict(replace(model, kappa=k), bucket_mbs, world_sizes)[["world_size", "bucket_mb", "step_ms"]]
+            .rename(columns={"step_ms": f"k{i}"}) for i, k in enumerate(model.kappa_band)]
+    t = table.merge(ends[0], on=["world_size", "bucket_mb"], how="left").merge(ends[1], on=["world_size", "bucket_mb"],
+                                                                                how="left")
+    t["step_ms_lo"] = np.fmin(t["step_ms_lo"], t["k0"])
+    t["step_ms_hi"] = np.fmax(t["step_ms_hi"], t["k1"])
+    return t.drop(columns=["k0", "k1"])[table.columns]
 
 
 def whatif_table(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: list[float] | None = None,
