@@ -328,15 +328,16 @@ def fit_kappa(src: Source, baseline_bwd_ms: float = float("nan")) -> tuple[float
 
 
 def service_times(src: Source) -> pd.DataFrame:
-    """Per collective: bytes and serial-equivalent service time (ms), see the module docstring."""
+    """Per collective: bytes, serial-equivalent service time (ms, see the module docstring) and
+    ``k``, its position among the step's all-reduces (the bucket, in launch order)."""
     rows = []
     for tl in src.timelines:
         prev = -np.inf
-        for s, e, b in zip(tl.comm_start, tl.comm_end, tl.comm_bytes):
+        for k, (s, e, b) in enumerate(zip(tl.comm_start, tl.comm_end, tl.comm_bytes)):
             if np.isfinite(e) and e > s:
-                rows.append((b, e - max(s, prev)))
+                rows.append((b, e - max(s, prev), k))
                 prev = max(prev, e)
-    return pd.DataFrame(rows, columns=["bytes", "ms"])
+    return pd.DataFrame(rows, columns=["bytes", "ms", "k"])
 
 
 def line_from_allreduce(allreduce: pd.DataFrame, algo: str, n: int) -> tuple[float, float, int] | None:

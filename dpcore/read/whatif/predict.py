@@ -344,9 +344,12 @@ def _rank_steps(model: Model, n: int) -> dict[int, list[RankStep]]:
 
 
 def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps: float | None = None,
-                latency_us: float | None = None) -> tuple[dict, Replay, list[list[int]]]:
+                latency_us: float | None = None,
+                bucket_ms: np.ndarray | None = None) -> tuple[dict, Replay, list[list[int]]]:
     """Replay every source step in one cell: the cell's medians over (rank, step), the replay of
-    the step closest to the median, and the buckets (registration indices, launch order)."""
+    the step closest to the median, and the buckets (registration indices, launch order).
+    ``bucket_ms``: each bucket's all-reduce time given outright (a measured job's own, for the
+    benchmark's ablation) instead of the network model's."""
     bw = model.bandwidth_gbps if bandwidth_gbps is None else bandwidth_gbps
     lat = model.alpha_us if latency_us is None else latency_us
     buckets = pack_reverse(model.src.sizes.tolist(), bucket_mb, rule_for(model.src.variant))
@@ -362,6 +365,10 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
         parts = np.array([allreduce_parts(model.algo, world_size, model.src.sizes[b].sum(), lat, bw)
                           for b in buckets]).reshape(-1, 2)
     parts[:, 1] *= model.comm_scale  # the calibrated factor scales bytes' time, never the per-message α
+    if bucket_ms is not None:
+        if len(bucket_ms) != len(buckets):
+            raise ValueError(f"{len(bucket_ms)} bucket times for {len(buckets)} buckets")
+        parts = np.c_[np.zeros(len(buckets)), np.asarray(bucket_ms, float)]
     reps = {s: replay(r, buckets, parts[:, 0], parts[:, 1], model.kappa, model.streams, model.tail_ms,
                       model.kappa_comm)
             for s, r in _rank_steps(model, world_size).items()}

@@ -130,3 +130,27 @@ def test_one_gpu_to_many_on_a_fabric(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "kappa (compute slowed by comm in flight) = 0.10 [assumed]: assumed 0.1, band 0-0.3" in text
     assert "B = 350.000 GB/s [fabric]" in text and "[measured]: the source job's own backward (grads.csv)" in text
     assert "B between nodes (ib-ndr400; the ring takes the slower link) = 384 GB/s [assumed]" in text
+
+
+def test_page_offers_a_one_rank_job_every_input(tmp_path: Path) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    def page(path: str) -> None:
+        from dpcore.read.dashboard.pages.whatif import render
+        from dpcore.read.rundir import load_run
+        render(load_run(path))
+
+    at = AppTest.from_function(page, args=(str(_ws1_run(tmp_path)),), default_timeout=90).run()
+    assert not at.exception, [e.value for e in at.exception]
+    labels = {w.label: w for w in at.selectbox}
+    # no all-reduce to fit from: the fabric presets are the choices, the link between nodes too
+    assert labels["Network inside a node"].options[0] == "nvlink-h100"
+    assert "fitted from this run" not in labels["Network inside a node"].options
+    assert labels["Between nodes (beyond one node)"].options == ["ib-ndr400", "ib-hdr200", "eth-100g"]
+    ms = {w.label: w for w in at.multiselect}
+    assert ms["World sizes to predict"].value == [1, 8]
+    assert ms["Bucket sizes to predict (MiB)"].value == [1.0, 4.0, 25.0, 64.0, 100.0]
+    assert len(at.get("plotly_chart")) == 3 and at.metric[0].value.endswith("ms")
+    factors = at.dataframe[0].value
+    assert "assumed" in set(factors["rests on"]) and "fabric" in set(factors["rests on"])
+    assert at.info[0].value.startswith("recommendation\\: ") and "8 ranks" in at.info[0].value
