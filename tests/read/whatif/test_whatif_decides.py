@@ -93,3 +93,41 @@ def test_many_ranks_and_tiny_buckets_cost_what_the_source_ranks_do(capsys: pytes
     # 32 gradients; each a ring of 2·65535 messages of alpha, so comm >= 16 x 13.1 s
     assert row["buckets"] == 16 and row["comm_ms"] >= 16 * 2 * 65535 * row["latency_us"] / 1e3 - 1e-6
     assert np.isfinite(row["step_ms"]) and time.perf_counter() - t0 < 120   # was > 300 s
+
+
+def test_bench_find_the_term_and_family_bands_on_known_errors(sample) -> None:
+    from benchmarks.bench_whatif import TERMS, ablate, ablation_table, family_bands
+
+    # ablation on the sample: the predicted job's own messages replace the model's, exactly its own
+    model = build_model(sample, "torch_ddp-ws2-b25")
+    steps = ablate(sample, model, "torch_ddp-ws2-b1", 1.0)
+    assert set(steps) == set(TERMS) and all(np.isfinite(v) and v > 0 for v in steps.values())
+    df = pd.DataFrame({"model": "m", "variant": "v", "source": ["a", "a", "b", "b", "c", "c", "d"],
+                       "source_bucket_mb": [1.0, 1.0, 4.0, 4.0, 16.0, 16.0, 1.0],
+                       "bucket_mb": [4.0, 16.0, 16.0, 1.0, 1.0, 4.0, 16.0],
+                       "error_pct": [10.0, 20.0, 30.0, -5.0, -15.0, -25.0, 5.0], "measured_step_ms": 100.0,
+                       "step_ready": 100.0, "step_messages": [110.0, 120.0, 130.0, 95.0, 85.0, 75.0, 105.0],
+                       "step_kappa": np.nan})
+    text = ablation_table(df)
+    assert "| none (the model) | 7 | 15.7 % | — |" in text
+    assert "| ready | 7 | 0.0 % | +15.7 points |" in text          # measured ready times: no error left
+    assert "| messages | 7 | 15.7 % | +0.0 points |" in text and "| kappa | 0 |" in text
+    fam = family_bands(df, q=1.0).set_index("family")
+    # to larger buckets: a (10, 20), b (30), d (5); a cell's half-width is the max |error| of the
+    # family's cells from other sources: a 30, 30; b 20; d 30; inside: all but b's 30 > 20
+    up = fam.loc["m, v, to larger buckets"]
+    assert up["cells"] == 4 and up["half_width_pct"] == pytest.approx((30 + 30 + 20 + 30) / 4)
+    assert up["inside_pct"] == pytest.approx(75.0)
+
+
+def test_one_rank_to_two_on_cpu_from_an_allreduce_run(capsys: pytest.CaptureFixture) -> None:
+    # validation on what this machine can run: the sample's 1-rank bucketed job, alpha and B of the
+    # committed stand-alone allreduce run, against the 2-rank jobs the sample measured (70.0, 29.7,
+    # 25.0, 21.4 ms): predicted 70.3, 27.4, 24.9, 24.9 ms
+    code, out, err = _cli("whatif", str(SAMPLE), "--job", "bucketed-ws1-b25", "--allreduce-run",
+                          str(ROOT / "profiles" / "sample-allreduce"), "--world-sizes", "2", "--csv", capsys=capsys)
+    assert code == 0, err
+    df = pd.read_csv(io.StringIO(out)).set_index("bucket_mb")
+    assert list(df.index) == [0.25, 1.0, 2.0, 25.0]
+    assert (df["error_pct"].abs() < 20).all() and df["error_pct"].abs().mean() < 10, df["error_pct"].tolist()
+    assert df["in_band"].astype(bool).all()
