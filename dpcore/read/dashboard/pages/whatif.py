@@ -141,7 +141,7 @@ def render(run: Run) -> None:
     st.caption(f"Fitted from **{md(job)}**, {fitted.streams} collective(s) in flight at once, gradients from "
                f"{md(src.grads_source)}. Every factor the model applies, and what it rests on:")
     st.dataframe(pd.DataFrame(scale_factors(fitted), columns=["factor", "value", "rests on", "source"]),
-                 hide_index=True, use_container_width=True)
+                 hide_index=True, width="stretch")
     row, rep, buckets = replay_cell(fitted, ws, mb, bw_arg, lat_arg)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Predicted step", f"{row['step_ms']:.1f} ms")
