@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ import pandas as pd
 from dpcore.read.analysis.summary import job_summary
 from dpcore.read.ranks import run_trace_steps
 from dpcore.read.rundir.load import load_run
+from dpcore.read.whatif.fit import Source, service_times
 from dpcore.read.whatif.predict import build_model, measured_cells, predict, with_measured
 
 SWEEP = (1.0, 4.0, 32.0)
@@ -148,6 +150,75 @@ def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path
     return runs
 
 
+#: The modelled terms the ablation replaces by the predicted job's measured value, one at a time.
+TERMS = ("ready", "messages", "kappa")
+
+
+def measured_bucket_ms(src: Source) -> np.ndarray:
+    """Per bucket (launch order) of a measured job: the median over its timed rank-steps of the
+    serial-equivalent service time, the quantity alpha and B are fitted to."""
+    return service_times(src).groupby("k")["ms"].median().to_numpy(float)
+
+
+def ablate(run, model, target: str, bucket_mb: float) -> dict[str, float]:
+    """The predicted step of one held-out cell with one modelled term at a time replaced by the
+    target job's measured value: ``ready`` (its own backward: gradient ready times from grads.csv,
+    forward and optimizer), ``messages`` (its own all-reduce times per bucket, from
+    collectives.csv), ``kappa`` (compute slowed by comm, fitted on its own phases). NaN where the
+    target lacks what the term needs."""
+    from dpcore.read.whatif.fit import fit_kappa, job_timelines
+    from dpcore.read.whatif.predict import replay_cell
+
+    tgt = job_timelines(run.steps, run.collectives, run.grads, target)
+    out = {}
+    own = replace(model, src=replace(model.src, timelines=tgt.timelines))
+    out["ready"] = replay_cell(own, 2, bucket_mb)[0]["step_ms"]
+    try:
+        out["messages"] = replay_cell(model, 2, bucket_mb, bucket_ms=measured_bucket_ms(tgt))[0]["step_ms"]
+    except ValueError:
+        out["messages"] = float("nan")
+    base = run.steps[(run.steps["variant"] == tgt.variant) & (run.steps["world_size"] == 1)]["bwd_ms"].median()
+    k, _ = fit_kappa(tgt, float(base) if np.isfinite(base) else float("nan"))
+    out["kappa"] = replay_cell(replace(model, kappa=k), 2, bucket_mb)[0]["step_ms"]
+    return out
+
+
+def ablation_table(df: pd.DataFrame) -> str:
+    """Per term: mean |error| with that term measured, and how much of the model's error it carries
+    (mean |error| of the model minus that)."""
+    base = df["error_pct"].abs().mean()
+    lines = ["| term replaced by the measured value | cells | MAE with it measured | error it carries |",
+             "|---|---:|---:|---:|", f"| none (the model) | {len(df)} | {base:.1f} % | — |"]
+    for t in TERMS:
+        ok = df[np.isfinite(df[f"step_{t}"])]
+        err = (100 * (ok[f"step_{t}"] - ok["measured_step_ms"]) / ok["measured_step_ms"]).abs().mean()
+        lines.append(f"| {t} | {len(ok)} | {err:.1f} % | {ok['error_pct'].abs().mean() - err:+.1f} points |")
+    return "\n".join(lines)
+
+
+def direction(src_mb: float, mb: float) -> str:
+    """Which way a cell extrapolates in bucket size from its source."""
+    return "to larger buckets" if mb > src_mb else "to smaller buckets"
+
+
+def family_bands(df: pd.DataFrame, q: float = 0.9) -> pd.DataFrame:
+    """Bands per family (model, variant, direction of extrapolation): a cell's half-width is the
+    ``q`` quantile of |error| of its family's cells predicted from OTHER sources (leave one
+    source out, so no cell sets its own band); the table: per family, cells, mean half-width
+    (% of the prediction) and the share of measured cells inside."""
+    df = df.assign(family=[f"{m}, {v}, {direction(s, b)}" for m, v, s, b in
+                           zip(df["model"], df["variant"], df["source_bucket_mb"], df["bucket_mb"])])
+    half = []
+    for r in df.itertuples():
+        others = df[(df["family"] == r.family) & (df["source"] != r.source)]["error_pct"].abs()
+        half.append(float(np.quantile(others, q)) if len(others) >= 2 else float("nan"))
+    df = df.assign(half_pct=half)
+    df["inside"] = (df["error_pct"].abs() <= df["half_pct"]).where(np.isfinite(df["half_pct"]))
+    return df.groupby("family").agg(cells=("half_pct", "size"), half_width_pct=("half_pct", "mean"),
+                                    inside_pct=("inside", lambda x: 100 * x.dropna().astype(float).mean())
+                                    ).reset_index()
+
+
 def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
     """Every measured 2-rank cell predicted from every OTHER job of the same model and variant
     (the source's in-job calibration never ran the predicted cell's plan, except where its
@@ -168,6 +239,9 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
                 pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
                 table, _ = banded(model, with_measured(pred, cells), summary)
                 table = table.dropna(subset=["measured_step_ms"])
+                abl = [ablate(run, model, str(j), float(b)) for j, b in zip(table["measured_job"], table["bucket_mb"])]
+                for t in TERMS:
+                    table[f"step_{t}"] = [a[t] for a in abl]
                 rows.append(table.assign(model=name, variant=variant, source=src.job_id,
                                          source_bucket_mb=src.bucket_mb, kappa_src=model.kappa_source[:40],
                                          cal_saw=np.isclose(table["bucket_mb"], second_plan_mb(src.bucket_mb))))
@@ -217,7 +291,18 @@ def main(argv: list[str] | None = None) -> None:
         else:
             out = Path(a.keep or tempfile.mkdtemp())
             runs = measure_held_out(out, a.steps, models)
-        print(markdown_held_out(evaluate_held_out(runs)))
+        df = evaluate_held_out(runs)
+        print(markdown_held_out(df))
+        print("\n**Find the term**: each held-out cell predicted again with one modelled term replaced by the "
+              "predicted job's measured value.\n")
+        print(ablation_table(df))
+        fam = family_bands(df)
+        print("\n**Bands per family** (model, variant, direction of extrapolation; 90th percentile of the |error| "
+              "of the family's cells from other sources):\n")
+        print("| family | cells | mean half-width | inside |\n|---|---:|---:|---:|")
+        for r in fam.itertuples():
+            print(f"| {r.family} | {r.cells} | {r.half_width_pct:.1f} % | {r.inside_pct:.0f} % |")
+        print(f"\n_load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores_")
         print(f"\n_{a.steps} timed steps per job, one run per model, alpha/B/kappa from each source job's in-job "
               f"calibration where it has one; {time.perf_counter() - t0:.0f} s. Reproduce: "
               "`python -m benchmarks.bench_whatif --held-out`._")

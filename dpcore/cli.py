@@ -200,8 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("whatif", help="predict a bucketed/torch_ddp job's step time at other buckets, "
                                       "world sizes and networks (trace-driven replay)")
-    w.add_argument("run", help="a run directory with a bucketed or torch_ddp job")
-    w.add_argument("--job", required=True, help="the measured job to start from, e.g. bucketed-ws2-b25")
+    w.add_argument("run", nargs="?", default=None,
+                   help="a run directory with a bucketed or torch_ddp job (not needed for --fabric list)")
+    w.add_argument("--job", default=None, help="the measured job to start from, e.g. bucketed-ws2-b25 "
+                                                "(a world-size-1 job too, with --fabric)")
     w.add_argument("--bucket-mb", default=None, help="bucket sizes in MB, e.g. 1,4,25 (default: the run's)")
     w.add_argument("--world-sizes", default=None, help="e.g. 1,2,8 (default: the run's)")
     w.add_argument("--bandwidth-gbps", type=float, default=None,
@@ -213,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--allreduce-run", default=None,
                    help="fit alpha and B from this `allreduce` run (default: the run's own allreduce rows, "
                         "else the job's collectives)")
+    w.add_argument("--fabric", default=None,
+                   help="messages from an interconnect preset: NAME (inside a node) or INTRA,INTER (between "
+                        "nodes too), e.g. nvlink-h100,ib-ndr400; 'list' prints the presets and their sources; "
+                        "--bandwidth-gbps/--latency-us override it")
     w.add_argument("--csv", action="store_true")
 
     i = sub.add_parser("import", help="turn a folder of torch.profiler traces into a run directory")
@@ -452,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text
                 out = whatif_text(args.run, args.job, args.bucket_mb, args.world_sizes, args.bandwidth_gbps,
-                                  args.latency_us, args.algo, args.csv, args.allreduce_run)
+                                  args.latency_us, args.algo, args.csv, args.allreduce_run, args.fabric)
                 out = out if args.csv else out.rstrip("\n")
             else:
                 out = (analyze(args.path, csv=args.csv, scale=_scale(args)) if args.command == "analyze"

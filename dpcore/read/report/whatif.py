@@ -15,7 +15,8 @@ from dpcore.read.report.resolve import load_run_reporting
 from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import load_run
-from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, whatif_report
+from dpcore.read.whatif.fabrics import fabrics_text, parse_fabric
+from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, scale_factors, whatif_report
 
 
 def parse_buckets(text: str | None) -> list[float] | None:
@@ -50,29 +51,38 @@ def parse_world_sizes(text: str | None) -> list[int] | None:
 
 def _header(model: Model) -> list[str]:
     src = model.src
-    return [f"what-if from {src.job_id} ({src.variant}, {ranks_text(src.world_size)}, "
-            f"{mib_size(src.bucket_mb)} buckets, {len(src.timelines)} timed rank-steps; "
-            f"gradients from {src.grads_source})",
-            f"  comm slows compute by kappa = {model.kappa:.2f}: {model.kappa_source}",
-            f"  alpha = {model.alpha_us:.1f} µs: {model.alpha_source}",
-            f"  B = {model.bandwidth_gbps:.3f} GB/s: {model.bandwidth_source}",
-            f"  compute slows comm, calibrated on the source job: {model.calibration_source}",
-            f"  algorithm {model.algo}, {model.streams} collective(s) at once; bookkeeping after the last "
-            f"bucket {model.tail_ms:.2f} ms"]
+    lines = [f"what-if from {src.job_id} ({src.variant}, {ranks_text(src.world_size)}, "
+             f"{mib_size(src.bucket_mb)} buckets, {len(src.timelines)} timed rank-steps; "
+             f"gradients from {src.grads_source})",
+             f"  algorithm {model.algo}, {model.streams} collective(s) at once; every factor the model applies "
+             "[what it rests on]:"]
+    lines += [f"  {name} = {value} [{kind}]: {why}" for name, value, kind, why in scale_factors(model)]
+    return lines
 
 
-def whatif_text(path: str, job: str, bucket_mb: str | None = None, world_sizes: str | None = None,
+def whatif_text(path: str | None, job: str | None, bucket_mb: str | None = None, world_sizes: str | None = None,
                 bandwidth_gbps: float | None = None, latency_us: float | None = None,
-                algo: str | None = None, csv: bool = False, allreduce_run: str | None = None) -> str:
+                algo: str | None = None, csv: bool = False, allreduce_run: str | None = None,
+                fabric: str | None = None) -> str:
     """The `whatif` command's output: CSV rows (WHATIF_COLUMNS, docs/DESIGN.md's columns first) or a table
-    with the fitted model's parameters and where each came from."""
+    with the fitted model's parameters and where each came from; ``fabric`` "list": the presets."""
+    if fabric is not None and fabric.strip() == "list":
+        return fabrics_text()
+    if not path:
+        raise UsageError("whatif needs a run directory, e.g. python -m dpcore whatif profiles/<run> --job <job>")
+    if not job:
+        raise UsageError("whatif needs --job (a completed bucketed or torch_ddp job of the run)")
     buckets, sizes = parse_buckets(bucket_mb), parse_world_sizes(world_sizes)
+    net = parse_fabric(fabric) if fabric is not None else None
+    if net is not None and (allreduce_run or (algo not in (None, "ring"))):
+        raise UsageError("--fabric sets the messages (NCCL's ring with the preset's alpha and busbw): "
+                         "drop --allreduce-run and --algo, or drop --fabric")
     run = load_run_reporting(path)
     ar = load_run(Path(allreduce_run)).allreduce if allreduce_run else None
     if ar is not None and ar.empty:
         raise UsageError(f"--allreduce-run {allreduce_run}: no allreduce.csv rows; run "
                          "`python -m dpcore allreduce` first")
-    model = build_model(run, job, algo, latency_us, bandwidth_gbps, ar)  # validates the job first
+    model = build_model(run, job, algo, latency_us, bandwidth_gbps, ar, net)  # validates the job first
     table, advice = whatif_report(model, run, run_job_summary(run), buckets, sizes)
     if csv:
         return csv_table(table[WHATIF_COLUMNS])

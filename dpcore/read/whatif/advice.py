@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.units import ranks_text
+
 #: The model's error on held-out cells (%, both ways): the mean absolute error of the held-out
 #: benchmark (`python -m benchmarks.bench_whatif --held-out`, 120 cells of mlp 256/1024 and
 #: transformer tiny, bucketed and torch_ddp, 0.25-64 MiB at 2 ranks) on a heavily loaded shared
@@ -76,13 +78,13 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
     out = table.assign(recommended=False)
     at = out[out["world_size"] == world_size]
     if at.empty:
-        return out, f"recommendation: none (no predicted cell at the job's {world_size} ranks)"
+        return out, f"recommendation: none (no predicted cell at the job's {ranks_text(world_size)})"
     own = at[np.isclose(at["bucket_mb"], own_mb)]
     own_ms = float(own["step_ms"].iloc[0]) if not own.empty else own_measured_ms
     best = at.loc[at["step_ms"].idxmin()]
     if own_ms is None or not np.isfinite(own_ms) or own_ms <= 0:
         out.loc[best.name, "recommended"] = True
-        return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {world_size} ranks (predicted "
+        return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {ranks_text(world_size)} (predicted "
                      f"{best['step_ms']:.1f} ms, band {best['step_ms_lo']:.1f}-{best['step_ms_hi']:.1f}): "
                      + knob_text(best["bucket_mb"]))
     e = model_error_pct / 100.0
@@ -92,16 +94,16 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
     if np.isclose(best["bucket_mb"], own_mb):
         out.loc[best.name, "recommended"] = True
         return out, (f"recommendation: keep bucket_cap_mb={own_mb:g}: the job's own {own_mb:g} MiB buckets are "
-                     f"predicted fastest of the {len(at)} bucket sizes at {world_size} ranks ({own_ms:.1f} ms)")
+                     f"predicted fastest of the {len(at)} bucket sizes at {ranks_text(world_size)} ({own_ms:.1f} ms)")
     if best["step_ms"] * (1 + e) >= own_ms:
         keep = own.index[0] if not own.empty else best.name
         out.loc[keep, "recommended"] = True
-        return out, (f"recommendation: the bucket size does not matter for this job at {world_size} ranks: the "
+        return out, (f"recommendation: the bucket size does not matter for this job at {ranks_text(world_size)}: the "
                      f"fastest predicted, {best['bucket_mb']:g} MiB ({best['step_ms']:.1f} ms), is within the "
                      f"model's {model_error_pct:g} % error of the job's own {own_mb:g} MiB ({own_ms:.1f} ms); "
                      f"keep bucket_cap_mb={own_mb:g}")
     out.loc[best.name, "recommended"] = True
-    return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {world_size} ranks: predicted "
+    return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {ranks_text(world_size)}: predicted "
                  f"{best['step_ms']:.1f} ms against {own_ms:.1f} ms at the job's {own_mb:g} MiB, {gain:.0f} % "
                  f"faster (band {lo:.0f} to {hi:.0f} %); set " + knob_text(best["bucket_mb"]))
 
@@ -155,7 +157,7 @@ def recommend_variant(table: pd.DataFrame, line: str, rivals: pd.DataFrame, worl
     if zms > d["step_ms_hi"]:
         return table, f"{line}; {variant} over ZeRO-1: {zname} measured {zms:.1f} ms is above {ddp} ({why})"
     if zms >= d["step_ms_lo"]:
-        return table, (f"{line}; DDP or ZeRO-1 does not matter at {world_size} ranks: {zname} measured "
+        return table, (f"{line}; DDP or ZeRO-1 does not matter at {ranks_text(world_size)}: {zname} measured "
                        f"{zms:.1f} ms is inside the band of {ddp} ({why})")
     own = at[np.isclose(at["bucket_mb"], own_mb)]
     if not own.empty:
@@ -169,6 +171,6 @@ def recommend_variant(table: pd.DataFrame, line: str, rivals: pd.DataFrame, worl
     gain = (f", {100 * (own_ms - zms) / own_ms:.0f} % faster than the job's own {own_mb:g} MiB "
             f"({how} {own_ms:.1f} ms; band {100 * (1 - zms / own_lo):.0f} to {100 * (1 - zms / own_hi):.0f} %)"
             if np.isfinite(own_ms) and own_ms > 0 else "")
-    return out, (f"recommendation: ZeRO-1 at {world_size} ranks: {zname} measured {zms:.1f} ms "
+    return out, (f"recommendation: ZeRO-1 at {ranks_text(world_size)}: {zname} measured {zms:.1f} ms "
                  f"(p10-p90 {float(z['step_ms_p10']):.1f}-{float(z['step_ms_p90']):.1f}), below the band of "
                  f"the fastest DDP cell, {ddp}{gain} ({why}); set " + zero1_knob_text(zmb))

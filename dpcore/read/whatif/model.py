@@ -38,7 +38,9 @@ The model, and every assumption it makes:
    did. Assumption: the slowdown is a property of the machine and the model's compute, not of
    the bucket size, so it carries over to other buckets. When the network measurement is slower
    than the job's comm even with ``kappa_comm = 0`` (a disturbed ``allreduce`` run), every
-   all-reduce is scaled by a ``comm_scale < 1`` instead; at the bound, ``comm_scale > 1`` on top.
+   all-reduce's transfer time (never its per-message α, which one bucket size cannot tell) is
+   scaled by a ``comm_scale < 1`` instead; at the bound, ``comm_scale > 1`` on top. A network the
+   user names (or a fabric preset) is not calibrated: the source's comm says nothing about it.
    (Before this term the replay of a 32 MB job predicted its own step 18 % short: its 28 MiB
    buckets took 30-40 ms in the job against ~13 ms stand-alone.)
 4. **Step** = forward + max(backward end, last all-reduce end) + ``tail_ms`` (measured

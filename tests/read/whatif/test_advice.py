@@ -112,7 +112,7 @@ def _banded_for(zero1_ms: float | None, world_sizes: tuple[int, ...] = (2,)) -> 
         rows.append(("torch_zero1-n2-b8", "torch_zero1", 2, 8.0, zero1_ms, zero1_ms * 0.9, zero1_ms * 1.2,
                      "complete"))
     src = SimpleNamespace(job_id="torch_ddp-n2-b4", variant="torch_ddp", world_size=2, bucket_mb=4.0)
-    return banded(SimpleNamespace(src=src), cells, _summary(rows))
+    return banded(SimpleNamespace(src=src, alpha_source="given", alpha_us=5.0), cells, _summary(rows))
 
 
 def test_recommendation_weighs_measured_zero1_against_the_predicted_ddp_band() -> None:
