@@ -86,3 +86,31 @@ def test_the_real_gloo_cuda_trace(tmp_path):
     text = stragglers_text(str(src))
     assert "24 collectives matched on 2 ranks (gloo:all_reduce)" in text
     assert "no enqueue" not in text
+
+
+def test_the_timeline_draws_gloo_comm_of_both_ranks(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from dpcore.read import analysis as A
+    from dpcore.read import ranks as K
+    from dpcore.read.rundir import traced_job_events
+    from tests.app_pages import ROOT, open_page, problems
+
+    got = import_traces(SHAPE, tmp_path / "profiles", "gloo-cuda")
+    run = load_run(got.run_dir)
+    job = "imported-ws2"
+    assert run.traced_steps(job) == [1, 2, 3]
+    t = A.timeline(run, job, 2, lanes=K.job_lanes(run, job, ranks=(0, 1)))
+    comm = t[t["lane"] == "comm"]
+    assert set(comm["name"]) == {"gloo:all_reduce"} and set(comm["op"]) == {"all_reduce"}
+    # ms from the step's start (its ProfilerStep): the worker spans of the docstring
+    assert comm[["rank", "start_ms", "end_ms"]].round(3).values.tolist() == [
+        [0, 11.2, 37.2], [0, 21.2, 47.2], [1, 17.2, 37.2], [1, 27.2, 47.2]]
+    rows = A.step_metrics(run.steps, run.collectives, A.trace_step_metrics(traced_job_events(run)), run.comm_calls)
+    assert A.step_ranks(rows, job, 2)["comm_ms"].tolist() == pytest.approx([36.0, 30.0])
+    monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path / "profiles"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    open_page(at, "Timeline")
+    assert not problems(at), problems(at)
+    assert {str(s).split(" ")[0] for s in at.dataframe[0].value["source"]} == {"trace"}
+    assert at.dataframe[0].value["comm_ms"].iloc[:2].round(3).tolist() == [36.0, 30.0]
