@@ -110,6 +110,9 @@ def test_stragglers_and_hang_refuse_in_one_line(runs, capsys, name):
 
 
 def test_whatif_projects_a_world_size_1_job(runs, capsys):
+    # a trace_handler run holds one imported job: not a job whatif replays, said in plain words
+    code, _, err = _cli(capsys, "whatif", str(runs / "h200_th-gpu"), "--job", "imported-ws1")
+    assert code == 2 and "job 'imported-ws1' is an imported job; whatif replays" in err
     run = runs / "h200_variants_ws1"
     # no all-reduce was timed at world size >= 2 (one GPU): alpha and B must be given
     code, _, err = _cli(capsys, "whatif", str(run), "--job", "torch_ddp-ws1-b25")
