@@ -86,6 +86,9 @@ def test_the_real_gloo_cuda_trace(tmp_path):
     text = stragglers_text(str(src))
     assert "24 collectives matched on 2 ranks (gloo:all_reduce)" in text
     assert "no enqueue" not in text
+    coll = load_run(import_traces(src, tmp_path / "profiles", "h200").run_dir).collectives
+    assert coll.groupby("rank").size().to_dict() == {0: 24, 1: 24}
+    assert (coll["t_launch_ns"] <= coll["t_start_ns"]).all()  # arrival: the enqueue, before gloo's worker starts
 
 
 def test_the_timeline_draws_gloo_comm_of_both_ranks(tmp_path, monkeypatch):
