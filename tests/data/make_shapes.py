@@ -168,9 +168,58 @@ def coll_meta() -> dict:
             "traceEvents": ev}
 
 
+def gloo_cuda(rank: int) -> dict:
+    """One rank of a 2-rank DDP over gloo with CUDA tensors (h200_ddp_gloo_cuda_2r's shape): no NCCL
+    kernel; gloo runs each all-reduce as a ``gloo:all_reduce`` span on one of two worker threads,
+    copying the gradients to the host and back (memcpys on a side stream, launched by the worker),
+    and the profiler copies each span onto that stream as a ``gpu_user_annotation``.
+
+    3 steps of 100 ms (offset T = 100000·(s-1) µs). Rank 1's forward kernel runs 6 ms longer
+    (d = 6000 µs on rank 1, 0 on rank 0), so it enqueues both all-reduces 6 ms late. Per step:
+    compute kernels [1000, 11000+d], [11000+d, 21000+d], [47200, 52200]; enqueues
+    (``c10d::allreduce_`` on the main thread) at 11000+d and 21000+d; spans on the workers:
+    rank 0 [11200, 37200] and [21200, 47200], rank 1 [17200, 37200] and [27200, 47200] (a span
+    starts when its worker picks the work up and ends when the slower peer's data is in).
+    Step window: the GPU events, [1000, 52200] = 51.2 ms.
+
+    Rank 0: compute 25 ms; comm [11200, 47200] = 36 ms; overlapped [11200, 21000] = 9.8 ms ->
+    27.222 %; exposed 26.2 ms. Rank 1: compute 31 ms; comm [17200, 47200] = 30 ms; overlapped
+    [17200, 27000] = 9.8 ms -> 32.667 %; exposed 20.2 ms. Stragglers: 6 all-reduces matched,
+    rank 1 arrives last in all of them and rank 0 waits 6 ms for each.
+    """
+    d = 6000 if rank else 0
+    workers = (GLOO_TID, GLOO_TID + 1)
+    spans = ((11200 + d, 37200), (21200 + d, 47200))
+    ev: list[Event] = []
+    for s in (1, 2, 3):
+        t, c = 100000.0 * (s - 1), 100 * s
+        ev += [step(s, t, t + 100000),
+               x("aten::mm", "cpu_op", t + 100, t + 400), launch(t + 100, c + 1), launch(t + 200, c + 2),
+               launch(t + 300, c + 3),
+               kernel("sm90_xmma_gemm_f32f32", t + 1000, t + 11000 + d, c + 1),
+               kernel("sm90_xmma_gemm_f32f32", t + 11000 + d, t + 21000 + d, c + 2),
+               kernel("void at::native::vectorized_elementwise_kernel", t + 47200, t + 52200, c + 3)]
+        for i, ((a, b), worker) in enumerate(zip(spans, workers)):
+            enq = t + 11000 + d + 10000 * i
+            corr = c + 10 + 2 * i
+            ev += [x("c10d::allreduce_", "cpu_op", enq, enq + 100),
+                   x("gloo:all_reduce", "user_annotation", t + a, t + b, tid=worker),
+                   x("cudaMemcpyAsync", "cuda_runtime", t + a + 10, t + a + 20, tid=worker, correlation=corr),
+                   x("cudaMemcpyAsync", "cuda_runtime", t + b - 510, t + b - 500, tid=worker, correlation=corr + 1),
+                   kernel("Memcpy DtoH (Device -> Pinned)", t + a + 50, t + a + 550, corr, stream=COMM_STREAM,
+                          cat="gpu_memcpy"),
+                   kernel("Memcpy HtoD (Pinned -> Device)", t + b - 500, t + b, corr + 1, stream=COMM_STREAM,
+                          cat="gpu_memcpy"),
+                   x("gloo:all_reduce", "gpu_user_annotation", t + b - 500, t + b, tid=COMM_STREAM, pid=DEVICE_PID)]
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+            "traceEvents": ev}
+
+
 SHAPES = {"shape_foreign_forward.json.gz": foreign_forward, "shape_queued_kernels.json.gz": queued_kernels,
           "shape_legacy_norank.pt.trace.json.gz": legacy_norank, "shape_no_steps.json.gz": no_steps,
-          "shape_coll_meta.json.gz": coll_meta}
+          "shape_coll_meta.json.gz": coll_meta,
+          "shape_gloo_cuda_2r/rank0.json.gz": lambda: gloo_cuda(0),
+          "shape_gloo_cuda_2r/rank1.json.gz": lambda: gloo_cuda(1)}
 
 
 def main() -> None:
@@ -178,6 +227,7 @@ def main() -> None:
         doc = make()
         doc["traceEvents"].sort(key=lambda e: e["ts"])
         text = json.dumps(doc)
+        (DATA / name).parent.mkdir(exist_ok=True)
         (DATA / name).write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
         print(f"{name}: {len(doc['traceEvents'])} events")
 

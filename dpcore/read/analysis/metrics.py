@@ -177,11 +177,7 @@ def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
     df["noisy"] = ((p10 > 0) & (p90 / p10 > NOISY_SPREAD)).fillna(False).astype(bool)
     trace = _mean_over_ranks(rank_metrics(rows, "trace"))
     ivals = _mean_over_ranks(rank_metrics(rows, "intervals"))
-    # the trace unless it misses communication the recorded intervals saw (gloo runs the
-    # from-scratch algorithms' point-to-point transfers off any traced thread)
-    seen = ivals["any_comm"].reindex(trace.index).fillna(0) > 0
-    trace_ok = (trace["any_comm"] > 0) | ~seen
-    trace = trace[trace_ok]
+    trace = trace[trace_is_source(trace["any_comm"], ivals["any_comm"].reindex(trace.index))]
     chosen = pd.concat([trace.assign(comm_source="trace"),
                         ivals[~ivals.index.isin(trace.index)].assign(comm_source="intervals")])
     df = df.merge(chosen.drop(columns="any_comm"), left_on="job_id", right_index=True, how="left")
@@ -201,15 +197,28 @@ def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
                    ).reset_index(drop=True)
 
 
+def trace_is_source(trace_comm: pd.Series | float, interval_comm: pd.Series | float) -> pd.Series | bool:
+    """Whether C, E and overlap come from the trace, given the most comm (ms) each method saw in
+    the steps a trace covers: the trace unless it misses communication the recorded intervals saw
+    (gloo runs the from-scratch algorithms' point-to-point transfers off any traced thread). Where
+    neither saw any (world size 1: no peer), the trace, which measured the same steps.
+
+    Why one function: the job's ``comm_source`` and each drawn step's "measured from" must name
+    the same method for the same data (the Timeline shows both side by side)."""
+    return np.logical_or(np.greater(trace_comm, 0), np.logical_not(np.greater(interval_comm, 0)))
+
+
 def step_ranks(rows: pd.DataFrame, job_id: str, step: int, source: str | None = None) -> pd.DataFrame:
     """Per rank, the numbers of ONE step (what the Timeline draws): T, C, E and overlap, from the
-    trace when the step is traced and the trace shows comm (or ``source`` says so), else from
-    the intervals. Columns: rank, step_ms, comm_ms, exposed_ms, overlap_pct, source."""
+    trace when the step is traced and :func:`trace_is_source` says so (and ``source``, the job's,
+    does not say intervals), else from the intervals.
+    Columns: rank, step_ms, comm_ms, exposed_ms, overlap_pct, source."""
     cols = ["rank", "step_ms", "comm_ms", "exposed_ms", "overlap_pct", "source"]
     g = rows[(rows["job_id"] == job_id) & (rows["step"] == step)].sort_values("rank")
     if g.empty:
         return pd.DataFrame(columns=cols)
-    has_trace = bool(g["traced"].all() and g["trace_comm_ms"].notna().all() and g["trace_comm_ms"].sum() > 0)
+    covered = bool(g["traced"].all() and g["trace_comm_ms"].notna().all())
+    has_trace = covered and bool(trace_is_source(g["trace_comm_ms"].max(), g["comm_ms"].max()))
     use_trace = has_trace if source is None else (source == "trace" and has_trace)
     p = "trace_" if use_trace else ""
     return pd.DataFrame({"rank": g["rank"].astype(int), "step_ms": g["step_ms"], "comm_ms": g[f"{p}comm_ms"],

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.traces.kinds import comm_op
+from dpcore.read.traces.reader import on_host
 
 TRACE_COMM_COLUMNS = ["job_id", "rank", "step", "op", "t_launch_ns", "t_start_ns", "t_end_ns", "p2p", "enqueued"]
 #: Ranges that the calling thread opens around a collective call (the enqueue).
@@ -104,6 +105,8 @@ def _gloo_links(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     ``ts`` in µs, the enqueue's step)."""
     names = events["name"]
     gloo = _name_mask(names, lambda n: n.startswith("gloo:"))
+    if "stream" in events and "category" in events:  # gloo's ranges copied onto the device timeline
+        gloo &= on_host(events)                         # (CUDA tensors) are no work of its queue
     enq = _name_mask(names, ENQUEUE_RE.match)
     at = np.flatnonzero(gloo | enq)
     empty = (np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64))

@@ -18,6 +18,10 @@ Classification (what the overlap numbers count):
   of compute. Collective launches (``c10d::*``, ``record_param_comms``) are kind other (what the
   analysis counts as compute on dpcore's own traces, its phases minus its ``comm_call#`` ranges,
   is :func:`dpcore.read.analysis.comm_overlap._trace_sets`'s).
+* GPU traces without NCCL (gloo over CUDA tensors): when no kernel is comm by the GPU rules, the
+  ``gloo:<op>`` spans on the host's worker threads are, by the CPU rule (barriers and spans on the
+  main thread: sync); kernels keep their GPU kinds, so compute is the compute kernels. The
+  ``gpu_user_annotation`` copies of the spans on the device timeline stay other.
 
 Phases: only dpcore's own ranges are read as phases here: the ``record_function`` annotations
 ``forward``/``backward``/``optimizer`` that ``write/training/trainer.py`` opens, which the
@@ -125,6 +129,9 @@ def classify(cols: Columns) -> tuple[np.ndarray, np.ndarray, list[str]]:
                 notes.append(f"{int(unlaunched.sum())} GPU event(s) ({queued} of them collectives) were "
                              "launched before the trace began (their launch is not in it): they count in no "
                              "traced step")
+        if not (kind == KINDS.index("comm")).any():  # gloo over CUDA tensors: its spans are the comm
+            thread = _thread_ids(cols.codes["pid"], cols.codes["tid"])
+            _gloo_kinds(kind, names, name_c, host, thread == _main_thread(names, cats, name_c, cat_c, thread))
     else:
         kind = _cpu_kinds(ts, dur, names, cats, name_c, cat_c, cols.codes["tid"], cols.codes["pid"])
     return kind, step, notes
@@ -255,30 +262,60 @@ def _launch_steps(step: np.ndarray, stream: np.ndarray, corr: np.ndarray) -> np.
     return out
 
 
+def _thread_ids(pid_c: np.ndarray, tid_c: np.ndarray) -> np.ndarray:
+    """One integer per (pid, tid) of every event."""
+    return pid_c.astype(np.int64) * (int(tid_c.max(initial=0)) + 1) + tid_c
+
+
+def _markers(names: list[str], cats: list[str], name_c: np.ndarray, cat_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dpcore's phase ranges, every marker of the main thread: those phases, ``grad_sync`` and the
+    ``ProfilerStep#N`` ranges) of every event."""
+    phase_cat = np.asarray([c == PHASE_CATEGORY for c in cats] + [False], dtype=bool)[cat_c]
+    phase_ev = np.asarray([n in DPCORE_PHASES for n in names], dtype=bool)[name_c] & phase_cat  # dpcore's only
+    marker = np.asarray([n == "grad_sync" or bool(STEP_RE.match(n)) for n in names], dtype=bool)[name_c]
+    return phase_ev, marker | phase_ev
+
+
+def _main_thread(names: list[str], cats: list[str], name_c: np.ndarray, cat_c: np.ndarray,
+                 thread: np.ndarray) -> int:
+    """The thread that runs the training loop: the one with the phase / ProfilerStep ranges,
+    else the busiest cpu_op thread (-1: none)."""
+    marker = _markers(names, cats, name_c, cat_c)[1]
+    op_cat = np.asarray([c == "cpu_op" for c in cats] + [False], dtype=bool)[cat_c]
+    if marker.any():
+        return int(np.bincount(thread[marker]).argmax())
+    if op_cat.any():
+        return int(np.bincount(thread[op_cat]).argmax())
+    return -1
+
+
+def _gloo_kinds(kind: np.ndarray, names: list[str], name_c: np.ndarray, host: np.ndarray,
+                on_main: np.ndarray) -> None:
+    """gloo's host spans, in place: a ``gloo:<op>`` span on a worker thread is comm (gloo at
+    work); on the main thread, or a barrier anywhere, it is sync (waiting, moving no data).
+
+    Why one rule for CPU and GPU traces: gloo runs every collective on its ``pt_gloo_runloop``
+    threads whatever the tensors' device; with CUDA tensors the span also covers its copies to
+    and from the host. Its ``gpu_user_annotation`` copies on the device timeline (``host`` is
+    False there) are not counted: they mark the copies' streams, not gloo's work.
+    """
+    is_gloo = np.asarray([n.startswith("gloo:") for n in names] + [False], dtype=bool)[name_c] & host
+    is_barrier = np.asarray(["barrier" in n for n in names] + [False], dtype=bool)[name_c]
+    kind[is_gloo & ~on_main & ~is_barrier] = KINDS.index("comm")
+    kind[is_gloo & (on_main | is_barrier)] = KINDS.index("sync")
+
+
 def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str], name_c: np.ndarray,
                cat_c: np.ndarray, tid_c: np.ndarray, pid_c: np.ndarray) -> np.ndarray:
     """Kinds for a CPU (gloo) trace; see the module docstring."""
     kind = np.full(ts.size, KINDS.index("other"), dtype=np.int8)
     is_gloo = np.asarray([n.startswith("gloo:") for n in names], dtype=bool)
-    phase_cat = np.asarray([c == PHASE_CATEGORY for c in cats] + [False], dtype=bool)[cat_c]
-    phase_ev = np.asarray([n in DPCORE_PHASES for n in names], dtype=bool)[name_c] & phase_cat  # dpcore's only
+    phase_ev = _markers(names, cats, name_c, cat_c)[0]
     hole = np.asarray([bool(_CPU_WAIT_RE.search(n)) for n in names], dtype=bool)
     launch = np.asarray([bool(_CPU_LAUNCH_RE.match(n)) for n in names], dtype=bool)
-    marker = np.asarray([n == "grad_sync" or bool(STEP_RE.match(n)) for n in names], dtype=bool)[name_c]
-    marker |= phase_ev
-    thread = pid_c.astype(np.int64) * (int(tid_c.max(initial=0)) + 1) + tid_c
-    # main thread: the one with the phase / ProfilerStep ranges, else the busiest cpu_op thread
+    thread = _thread_ids(pid_c, tid_c)
+    on_main = thread == _main_thread(names, cats, name_c, cat_c, thread)
     op_cat = np.asarray([c == "cpu_op" for c in cats], dtype=bool)
-    if marker.any():
-        main = np.bincount(thread[marker]).argmax()
-    elif op_cat[cat_c].any():
-        main = np.bincount(thread[op_cat[cat_c]]).argmax()
-    else:
-        main = -1
-    on_main = thread == main
-    # barriers move no data: dpcore aligns step starts with one, and a user's barrier is waiting
-    is_barrier = np.asarray(["barrier" in n for n in names], dtype=bool)[name_c]
-    kind[is_gloo[name_c] & ~on_main & ~is_barrier] = KINDS.index("comm")
     ops = on_main & op_cat[cat_c]
     ph = on_main & phase_ev
     if ph.any():
@@ -292,7 +329,7 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     kind[ops & ~launch[name_c]] = KINDS.index("compute")
     kind[on_main & hole[name_c] & ~is_gloo[name_c]] = KINDS.index("sync")
     kind[on_main & (np.asarray([n == "grad_sync" for n in names], dtype=bool)[name_c])] = KINDS.index("sync")
-    kind[is_gloo[name_c] & (on_main | is_barrier)] = KINDS.index("sync")
+    _gloo_kinds(kind, names, name_c, np.ones(ts.size, dtype=bool), on_main)
     return kind
 
 

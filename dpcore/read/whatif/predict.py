@@ -119,7 +119,8 @@ def _check_job(run: Run, job_id: str, algo: str | None) -> str:
     valid = whatif_jobs(run)
     if job_id not in valid and job_id in set(run.jobs["job_id"].astype(str)):
         row = run.jobs[run.jobs["job_id"].astype(str) == job_id].iloc[0]
-        why = (f"is a {row['variant']} job" if row["variant"] not in WHATIF_VARIANTS
+        article = "an" if str(row["variant"])[:1].lower() in "aeiou" else "a"
+        why = (f"is {article} {row['variant']} job" if row["variant"] not in WHATIF_VARIANTS
                else f"did not complete ({row['status']})")
         raise UsageError(f"job {job_id!r} {why}; whatif replays completed "
                          f"{' or '.join(WHATIF_VARIANTS)} jobs: {', '.join(valid) or 'none in this run'}")

@@ -184,3 +184,35 @@ def test_scaling_flags_noisy_and_superlinear_cells():
     assert s.loc[("flat", 2), "suspect"] == "T(1) noisy, above 100%" and s.loc[("flat", 1), "suspect"] == ""
     assert s.loc[("ring", 2), "suspect"] == ""
     assert not s.loc[("ring", 2), "noisy"] and s.loc[("ring", 2), "efficiency"] == pytest.approx(0.5)
+
+
+def test_trace_is_source_is_the_trace_unless_it_misses_comm():
+    from dpcore.read.analysis.metrics import trace_is_source
+    trace = pd.Series([2.0, 0.0, 0.0, 0.0, 3.0])
+    ivals = pd.Series([1.0, 4.0, 0.0, np.nan, 0.0])
+    # misses what the intervals saw (row 1) -> intervals; neither saw comm (world size 1) -> trace
+    assert trace_is_source(trace, ivals).tolist() == [True, False, True, True, True]
+    assert bool(trace_is_source(0.0, 0.0)) and not bool(trace_is_source(0.0, 1.5))
+
+
+def test_step_rows_and_job_row_name_the_same_source_on_the_sample():
+    """The Timeline's rank rows (step_ranks) and its job row (job_metrics' comm_source) say where
+    the numbers came from by one rule: at world size 1 neither method sees comm, and both say trace."""
+    from pathlib import Path
+
+    from dpcore.read.analysis import job_metrics, step_metrics, step_ranks, trace_step_metrics
+    from dpcore.read.rundir import load_run, traced_job_events
+    sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
+    if not (sample / "run.json").exists():
+        pytest.skip("sample runs not present (bash scripts/make_sample.sh)")
+    run = load_run(sample)
+    rows = step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run)), run.comm_calls)
+    jobs = job_metrics(rows).set_index("job_id")
+    seen = set()
+    for job in (j for j in jobs.index if run.traced_steps(j)):
+        want = jobs.loc[job, "comm_source"]
+        step = run.traced_steps(job)[0]
+        assert set(step_ranks(rows, job, step)["source"]) == {want}, job
+        assert set(step_ranks(rows, job, step, want)["source"]) == {want}, job
+        seen.add((int(run.jobs.set_index("job_id").loc[job, "world_size"]), want))
+    assert {(1, "trace"), (2, "trace"), (2, "intervals")} <= seen  # ring-ws2: its p2p is off the trace
