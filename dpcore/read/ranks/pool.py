@@ -208,8 +208,22 @@ def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | 
     """Per (job, rank, traced step) overlap of every traced job: the frame of
     :func:`dpcore.read.analysis.timeline.trace_step_metrics` (the same rows), from the cache.
     ``problems``: one line per job left out, naming the file (:func:`job_rank_tables`)."""
+    return _trace_steps(job_rank_tables(run, scale, ("overlap",), problems))
+
+
+def run_steps_gpu(run: Run, scale: Scale | None = None,
+                  problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(:func:`run_trace_steps`, the ledger of :func:`run_gpu`) of a run from ONE read of its rank
+    tables: what ``summarize`` needs (a trace read is its cost; reading twice would pay it twice)."""
+    pairs = list(job_rank_tables(run, scale, ("overlap", "gpu"), problems))
+    return _trace_steps(pairs), _with_job([(j, t.gpu) for j, tables in pairs
+                                           for t in sorted(tables, key=lambda t: t.rank)])
+
+
+def _trace_steps(pairs: Iterable[tuple[str, list[RankTables]]]) -> pd.DataFrame:
+    """The overlap tables of (job_id, ranks' tables) pairs as one frame with job_id (see run_trace_steps)."""
     frames, jobs = [], []
-    for job_id, tables in job_rank_tables(run, scale, ("overlap",), problems):
+    for job_id, tables in pairs:
         for t in sorted(tables, key=lambda t: t.rank):  # by rank, as a groupby
             if len(t.overlap):
                 frames.append(t.overlap)
