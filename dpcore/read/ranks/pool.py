@@ -22,7 +22,7 @@ import pandas as pd
 from dpcore.contract import runformat as rf
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
 from dpcore.read.ranks import cache
-from dpcore.read.ranks.tables import EAGER, RankTables, built, reduce_trace
+from dpcore.read.ranks.tables import DTYPES, EAGER, RankTables, built, reduce_trace, typed
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, _can_fork, _json_bytes, trace_files
@@ -217,7 +217,7 @@ def run_steps_gpu(run: Run, scale: Scale | None = None,
     tables: what ``summarize`` needs (a trace read is its cost; reading twice would pay it twice)."""
     pairs = list(job_rank_tables(run, scale, ("overlap", "gpu"), problems))
     return _trace_steps(pairs), _with_job([(j, t.gpu) for j, tables in pairs
-                                           for t in sorted(tables, key=lambda t: t.rank)])
+                                           for t in sorted(tables, key=lambda t: t.rank)], "gpu")
 
 
 def _trace_steps(pairs: Iterable[tuple[str, list[RankTables]]]) -> pd.DataFrame:
@@ -235,11 +235,11 @@ def _trace_steps(pairs: Iterable[tuple[str, list[RankTables]]]) -> pd.DataFrame:
     return out[[*TRACE_COLUMNS, "job_id"]]
 
 
-def _with_job(frames: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
-    """The frames as one, each row led by its job_id."""
+def _with_job(frames: list[tuple[str, pd.DataFrame]], table: str) -> pd.DataFrame:
+    """The frames (of rank table ``table``) as one, each row led by its job_id."""
     parts = [df.assign(job_id=job) for job, df in frames if len(df)]
     if not parts:
-        return pd.DataFrame(columns=["job_id", *(frames[0][1].columns if frames else [])])
+        return typed(table, pd.DataFrame()).assign(job_id=pd.Series(dtype=object))[["job_id", *DTYPES[table]]]
     out = pd.concat(parts, ignore_index=True)
     return out[["job_id", *[c for c in out.columns if c != "job_id"]]]
 
@@ -255,7 +255,7 @@ def run_gpu(run: Run, scale: Scale | None = None,
         for t in sorted(tables, key=lambda t: t.rank):
             led.append((job_id, t.gpu))
             cau.append((job_id, t.gpu_causes))
-    return _with_job(led), _with_job(cau)
+    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes")
 
 
 def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -285,4 +285,4 @@ def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.Da
             led.append((job, t.gpu))
             cau.append((job, t.gpu_causes))
             notes += t.notes
-    return _with_job(led), _with_job(cau), notes
+    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes"), notes
