@@ -121,13 +121,17 @@ def inflation_lines(summary: pd.DataFrame) -> list[str]:
     """One line per job the profiler inflated (trace_inflation > INFLATION_LIMIT): its traced
     steps' shares do not describe its timed steps, so its T is split by the timed phases."""
     bad = summary[summary["trace_inflation"] > INFLATION_LIMIT]
-    gpu = " on the GPU: its traced shares do not describe the timed steps, so compute/comm/exposed are split " \
-          "by the timed steps' recorded phases and calls. Trust the timed step time."
-    cpu = "; on CPU the profiler slows the operators it measures, so compute/comm/exposed keep the traced shares."
-    return [f"note: {r.job_id}: its traced steps take {r.trace_inflation * r.step_ms:.1f} ms (median) against "
-            f"{r.step_ms:.1f} ms timed (inflation {r.trace_inflation:.2f} > {INFLATION_LIMIT:g})"
-            + (": the profiler made the step host-bound" + gpu if pd.notna(r.gpu_idle_pct) else cpu)
-            for r in bad.itertuples()]
+    gpu = bad[bad["gpu_idle_pct"].notna()]
+    out = [f"note: {r.job_id}: its traced steps take {r.trace_inflation * r.step_ms:.1f} ms (median) against "
+           f"{r.step_ms:.1f} ms timed (inflation {r.trace_inflation:.2f} > {INFLATION_LIMIT:g}): the profiler made "
+           "the step host-bound on the GPU, so its traced shares do not describe the timed steps; compute/comm/"
+           "exposed are split by the timed steps' recorded phases and calls. Trust the timed step time."
+           for r in gpu.itertuples()]
+    if len(bad) > len(gpu):
+        out.append(f"note: {len(bad) - len(gpu)} CPU job(s) traced over {INFLATION_LIMIT:g}x their timed steps "
+                   "(inflation column): on CPU the profiler slows the operators it measures, so their "
+                   "compute/comm/exposed keep the traced shares.")
+    return out
 
 
 def compression_lines(run: Run, summary: pd.DataFrame) -> list[str]:
