@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     gp.add_argument("path", help="a run directory, a job's traces folder, any folder of GPU traces or one trace")
     gp.add_argument("--csv", action="store_true")
     gp.add_argument("--per-step", action="store_true", help="also one row per traced step (ProfilerStep#k)")
+    gp.add_argument("--kernels", action="store_true",
+                    help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
+                         "instead, with the GEMMs' data type and a line where fp32 GEMMs leave tensor cores unused")
     _scale_args(gp)
 
     s = sub.add_parser("summarize", help="per-job table of a run")
@@ -460,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                 out = stragglers_text(args.path, csv=args.csv, scale=_scale(args)).rstrip("\n")
             elif args.command == "gpu":
                 from dpcore.read.report.gpu import gpu_text
-                out = gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args))
+                out = gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args),
+                               kernels=args.kernels)
                 out = out if args.csv else out.rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text

@@ -245,21 +245,24 @@ def _with_job(frames: list[tuple[str, pd.DataFrame]], table: str) -> pd.DataFram
 
 
 def run_gpu(run: Run, scale: Scale | None = None,
-            problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ledger, causes) of the GPU time ledger (:func:`dpcore.read.analysis.gpu_time.gpu_ledger`)
-    of every traced job of a run, a leading job_id column, from the cache (the lazy ``gpu`` and
-    ``gpu_causes`` tables). Jobs without GPU events have no rows; ``problems``: as
+            problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes, kernels) of the GPU time ledger (:func:`dpcore.read.analysis.gpu_time.gpu_ledger`)
+    and the kernel classes (:func:`dpcore.read.analysis.gpu_kernels.kernel_classes`) of every traced
+    job of a run, a leading job_id column, from the cache (the lazy ``gpu``, ``gpu_causes`` and
+    ``gpu_kernels`` tables). Jobs without GPU events have no rows; ``problems``: as
     :func:`job_rank_tables`."""
-    led, cau = [], []
-    for job_id, tables in job_rank_tables(run, scale, ("gpu", "gpu_causes"), problems):
+    led, cau, ker = [], [], []
+    for job_id, tables in job_rank_tables(run, scale, ("gpu", "gpu_causes", "gpu_kernels"), problems):
         for t in sorted(tables, key=lambda t: t.rank):
             led.append((job_id, t.gpu))
             cau.append((job_id, t.gpu_causes))
-    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes")
+            ker.append((job_id, t.gpu_kernels))
+    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes"), _with_job(ker, "gpu_kernels")
 
 
-def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """(ledger, causes, reader notes) of every trace at ``p`` (a folder, searched recursively, or
+def folder_gpu(p: Path, scale: Scale | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """(ledger, causes, kernels, reader notes) of every trace at ``p`` (a folder, searched recursively, or
     one file). Each folder that holds traces is a job, named by its path under ``p`` (``p``'s own
     name for the traces directly in it): a job's traces folder is one job, a run's ``traces/``
     folder one job per sub-folder. TraceFormatError naming the file for a bad trace, or for two
@@ -270,8 +273,8 @@ def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.Da
     for i, f in enumerate(files):
         groups.setdefault(f.parent, []).append(i)
     only = all(len(ix) == 1 for ix in groups.values())
-    got = rank_tables(files, root, scale, only=only, need=("gpu", "gpu_causes"))
-    led, cau, notes = [], [], []
+    got = rank_tables(files, root, scale, only=only, need=("gpu", "gpu_causes", "gpu_kernels"))
+    led, cau, ker, notes = [], [], [], []
     for parent, ix in groups.items():
         job = root.name if parent == root else parent.relative_to(root).as_posix()
         seen: dict[int, Path] = {}
@@ -284,5 +287,6 @@ def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.Da
             seen[t.rank] = files[i]
             led.append((job, t.gpu))
             cau.append((job, t.gpu_causes))
+            ker.append((job, t.gpu_kernels))
             notes += t.notes
-    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes"), notes
+    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes"), _with_job(ker, "gpu_kernels"), notes
