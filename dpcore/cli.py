@@ -2,7 +2,7 @@
 
 Commands that run jobs and write a run: ``profile``, ``allreduce``; ``verify`` checks that every
 variant trains like ``single``. Commands that read runs and traces: ``analyze``, ``summarize``,
-``stragglers``, ``whatif``; ``import`` turns foreign torch.profiler traces into a run.
+``stragglers``, ``whatif``, ``gpu``; ``import`` turns foreign torch.profiler traces into a run.
 
 Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one line>`` and
 exit status 2. The CLI computes nothing itself; it parses text into values and calls the
@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "timestamps): span, compute, non-compute, communication, memory and idle time, "
                                     "idle split into host (the CPU launched late: what it was doing) and device.")
     gp.add_argument("path", help="a run directory, a job's traces folder, any folder of GPU traces or one trace")
-    gp.add_argument("--csv", action="store_true")
+    gp.add_argument("--csv", action="store_true", help="CSV rows (job_id first) instead of the text tables")
     gp.add_argument("--per-step", action="store_true", help="also one row per traced step (ProfilerStep#k)")
     gp.add_argument("--kernels", action="store_true",
                     help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
