@@ -21,7 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from dpcore.read.analysis.gpu_time import GPU_CATS
+from dpcore.read.analysis.gpu_time import GPU_CATS, codes
 
 KERNEL_CLASSES = ("gemm", "attention", "elementwise", "reduction", "communication", "memory", "other")
 #: Per (rank, class, dtype): what the lazy ``gpu_kernels`` rank table holds (device: the GPU's name).
@@ -72,13 +72,14 @@ def kernel_classes(events: pd.DataFrame, device: str = "") -> pd.DataFrame:
     g = events[dev]
     if g.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    pairs = g[["name", "kind"]].astype(str).drop_duplicates()
-    cls = {(n, k): kernel_class(n, k) for n, k in zip(pairs["name"], pairs["kind"])}
-    names, kinds = g["name"].astype(str).to_numpy(), g["kind"].astype(str).to_numpy()
-    c = np.asarray([cls[(n, k)] for n, k in zip(names, kinds)], dtype=object)
-    dt = np.asarray([gemm_dtype(n) if k in ("gemm", "attention") else "" for n, k in zip(names, c)], dtype=object)
-    df = pd.DataFrame({"rank": g["rank"].to_numpy(), "kernel_class": c, "dtype": dt,
-                       "dur": g["dur"].to_numpy(np.float64) / 1e3})
+    name, names = codes(g["name"])
+    kind, kinds = codes(g["kind"])
+    pair = name * (len(kinds) + 1) + kind  # each distinct (name, kind) classified once
+    uniq, inv = np.unique(pair, return_inverse=True)
+    c = [kernel_class(str(names[u // (len(kinds) + 1)]), str(kinds[u % (len(kinds) + 1)])) for u in uniq]
+    dt = [gemm_dtype(str(names[u // (len(kinds) + 1)])) if k in ("gemm", "attention") else "" for u, k in zip(uniq, c)]
+    df = pd.DataFrame({"rank": g["rank"].to_numpy(), "kernel_class": np.asarray(c, dtype=object)[inv],
+                       "dtype": np.asarray(dt, dtype=object)[inv], "dur": g["dur"].to_numpy(np.float64) / 1e3})
     out = df.groupby(["rank", "kernel_class", "dtype"], as_index=False).agg(calls=("dur", "size"),
                                                                            total_ms=("dur", "sum"))
     out["share_pct"] = 100 * out["total_ms"] / out.groupby("rank")["total_ms"].transform("sum")

@@ -69,21 +69,35 @@ def gpu_ledger(events: pd.DataFrame, per_step: bool = True) -> tuple[pd.DataFram
     return ledger, pd.DataFrame(causes, columns=CAUSE_COLUMNS)
 
 
+def codes(col: pd.Series) -> tuple[np.ndarray, list]:
+    """(codes, categories) of a column (the events frame's text columns are categoricals: reading
+    the codes is what keeps a 250k-event rank from building 250k Python strings)."""
+    c = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+    return c.cat.codes.to_numpy(np.int64), list(c.cat.categories)
+
+
+def _threads(ev: pd.DataFrame) -> np.ndarray:
+    """One integer per (pid, tid) of each event: the key of its thread."""
+    pid, _ = codes(ev["pid"])
+    tid, tids = codes(ev["tid"])
+    return pid * (len(tids) + 1) + tid
+
+
 def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], causes: list[dict]) -> None:
     """Append the ledger rows and cause rows of one rank's events (see :func:`gpu_ledger`)."""
     dev = (ev["stream"].to_numpy() >= 0) & ev["category"].isin(GPU_CATS).to_numpy()
     if not dev.any():  # a CPU trace: nothing more to look at
         return
-    pid = ev["pid"].astype(str).to_numpy()
-    busiest = pd.Series(pid[dev]).value_counts().index[0]  # one device: the one with most GPU events
-    dev &= pid == busiest
+    pid, _ = codes(ev["pid"])
+    dev &= pid == np.bincount(pid[dev] + 1).argmax() - 1  # one device: the one with most GPU events
     g = ev[dev]
     start = g["ts"].to_numpy(np.float64)
     end = start + g["dur"].to_numpy(np.float64)
-    kind = g["kind"].astype(str).to_numpy()
-    cls = np.asarray([_CLASS.get(k, "compute") for k in kind], dtype=object)
-    launch_ts, launch_thread = _launches(ev, g["corr"].to_numpy(np.int64))
-    ops = _top_ops(ev)
+    kind, kinds = codes(g["kind"])
+    cls = np.asarray([_CLASS.get(str(k), "compute") for k in kinds] + ["compute"], dtype=object)[kind]
+    threads = _threads(ev)
+    launch_ts, launch_thread = _launches(ev, threads, g["corr"].to_numpy(np.int64))
+    ops = _top_ops(ev, threads)
     windows = [("trace", TRACE_STEP, np.ones(len(g), bool))]
     if per_step:
         step = g["step"].to_numpy(np.int64)
@@ -94,18 +108,17 @@ def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], 
         causes += [{"rank": rank, "window": window, "step": k, "cause": c, "idle_ms": ms} for c, ms in by_cause]
 
 
-def _launches(ev: pd.DataFrame, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(start µs, thread key "pid/tid") of the launch call of each GPU event, by correlation id
-    (the first launch of an id); NaN and "" where the trace has none (queued before it began)."""
+def _launches(ev: pd.DataFrame, threads: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start µs, thread key) of the launch call of each GPU event, by correlation id (the first
+    launch of an id); NaN and -1 where the trace has none (queued before it began)."""
     host = (ev["stream"].to_numpy() < 0) & (ev["corr"].to_numpy() > 0) & ev["category"].isin(LAUNCH_CATS).to_numpy()
-    h = ev[host]
-    keys = h["corr"].to_numpy(np.int64)
+    keys = ev["corr"].to_numpy(np.int64)[host]
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
-    ts = h["ts"].to_numpy(np.float64)[order]
-    thread = (h["pid"].astype(str) + "/" + h["tid"].astype(str)).to_numpy(dtype=object)[order]
+    ts = ev["ts"].to_numpy(np.float64)[host][order]
+    thread = threads[host][order]
     out_ts = np.full(corr.size, np.nan)
-    out_th = np.full(corr.size, "", dtype=object)
+    out_th = np.full(corr.size, -1, dtype=np.int64)
     if keys.size:
         pos = np.clip(np.searchsorted(keys, corr), 0, keys.size - 1)
         found = (keys[pos] == corr) & (corr > 0)
@@ -114,30 +127,29 @@ def _launches(ev: pd.DataFrame, corr: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return out_ts, out_th
 
 
-def _top_ops(ev: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _top_ops(ev: pd.DataFrame, threads: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """{thread key: (starts, ends, names)} of the outermost CPU ops of each host thread (those
     no earlier op of the thread contains; step markers left out: they cover everything)."""
-    cat = ev["category"].astype(str)
-    name = ev["name"].astype(str)
-    ok = (ev["stream"] < 0) & cat.isin(CAUSE_CATS) & ~name.str.match(STEP_RE.pattern)
-    h = ev[ok.to_numpy()]
-    if h.empty:
+    name, names = codes(ev["name"])
+    is_step = np.asarray([bool(STEP_RE.match(str(n))) for n in names] + [False], dtype=bool)  # code -1: last
+    ok = (ev["stream"].to_numpy() < 0) & ev["category"].isin(CAUSE_CATS).to_numpy() & ~is_step[name]
+    if not ok.any():
         return {}
-    thread = (h["pid"].astype(str) + "/" + h["tid"].astype(str)).to_numpy(dtype=object)
+    ts, dur, th_all, name = ev["ts"].to_numpy(np.float64)[ok], ev["dur"].to_numpy(np.float64)[ok], threads[ok], name[ok]
+    labels = np.asarray([str(n) for n in names] + [""], dtype=object)
     out = {}
-    for th in pd.unique(thread):
-        on = h[thread == th]
-        s = on["ts"].to_numpy(np.float64)
-        e = s + on["dur"].to_numpy(np.float64)
+    for th in np.unique(th_all):
+        on = th_all == th
+        s, e = ts[on], ts[on] + dur[on]
         order = np.lexsort((-e, s))  # by start, the longest first among equal starts
-        s, e, n = s[order], e[order], on["name"].astype(str).to_numpy(dtype=object)[order]
+        s, e, n = s[order], e[order], name[on][order]
         reach = np.concatenate([[-np.inf], np.maximum.accumulate(e)[:-1]])
         top = s >= reach
-        out[th] = (s[top], e[top], n[top])
+        out[int(th)] = (s[top], e[top], labels[n[top]])
     return out
 
 
-def _cause(ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thread: str, t: float) -> str:
+def _cause(ops: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]], thread: int, t: float) -> str:
     """The outermost CPU op on ``thread`` that covers time ``t`` (PYTHON where none does)."""
     if thread not in ops:
         return PYTHON
@@ -147,7 +159,7 @@ def _cause(ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thread: st
 
 
 def window_ledger(start: np.ndarray, end: np.ndarray, cls: np.ndarray, launch_ts: np.ndarray,
-                  launch_thread: np.ndarray, ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+                  launch_thread: np.ndarray, ops: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
                   ) -> tuple[dict, list[tuple[str, float]]]:
     """(ledger values of LEDGER_COLUMNS after ``step``, [(cause, host idle ms)] largest first) of
     one window's GPU events: µs starts and ends, class ("compute", "comm", "memory"), launch start
@@ -171,7 +183,7 @@ def window_ledger(start: np.ndarray, end: np.ndarray, cls: np.ndarray, launch_ts
     host = lt[gap] > g0  # NaN (launch not in the trace) compares False: device
     by_cause: dict[str, float] = {}
     for i in np.flatnonzero(host):
-        c = _cause(ops, th[gap[i]], g0[i])
+        c = _cause(ops, int(th[gap[i]]), g0[i])
         by_cause[c] = by_cause.get(c, 0.0) + (g1[i] - g0[i]) / 1e3
     idle = span - busy
     idle_host = float((g1[host] - g0[host]).sum())

@@ -5,8 +5,6 @@ T(1)/T(N); strong scaling (fixed global batch) S(N) = T(1)/T(N), efficiency S(N)
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import pandas as pd
 
@@ -23,18 +21,20 @@ SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10
                    "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "suspect", "mode"]
 
 
-def job_summary(run: Run, trace_steps: pd.DataFrame | None, gpu_jobs: Iterable[str] = ()) -> pd.DataFrame:
+def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
     """One row per train job of the run (failed/skipped jobs too, with NaN metrics); the numbers
     are :func:`dpcore.read.analysis.metrics.job_metrics` of :func:`step_metrics` rows.
 
     ``trace_steps``: the run's per-step trace metrics, ``run_trace_steps(run)`` (from the rank
     cache, :mod:`dpcore.read.ranks`: what every command and the dashboard pass) or, the same
     rows from the events, ``trace_step_metrics(traced_job_events(run))``; None for a run without
-    traces (intervals only). ``gpu_jobs``: the jobs with GPU events, whose T is split by the timed
-    steps when the profiler inflated their traced ones (:func:`job_metrics`' ``timed_split``).
+    traces (intervals only). A run recorded on a GPU (run.json ``environment.device`` "cuda") has
+    its jobs' T split by their timed steps where the profiler inflated the traced ones
+    (:func:`job_metrics`' ``timed_split``).
     """
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
-    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls), gpu_jobs)
+    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls),
+                      jobs["job_id"] if recorded_on_gpu(run) else ())
     base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]
     out = base.merge(per, on="job_id", how="left") if len(per.columns) > 1 else base.copy()
     for c in SUMMARY_COLUMNS:
@@ -43,6 +43,12 @@ def job_summary(run: Run, trace_steps: pd.DataFrame | None, gpu_jobs: Iterable[s
     for c in ("oversubscribed", "noisy", "sources_disagree", "inflated"):
         out[c] = out[c].astype("boolean").fillna(False).astype(bool)
     return out[SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def recorded_on_gpu(run: Run) -> bool:
+    """Whether the run's jobs ran on a GPU, as run.json's ``environment.device`` says ("cuda")."""
+    env = run.meta.get("environment") if isinstance(run.meta, dict) else None
+    return isinstance(env, dict) and str(env.get("device", "")).lower().startswith("cuda")
 
 
 def _pick_bucket(g: pd.DataFrame, default: float | None) -> pd.Series:

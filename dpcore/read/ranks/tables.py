@@ -15,6 +15,11 @@ rank at a time, and the cache keep a rank's tables instead of its events.
 trace (:func:`dpcore.read.importer.rows.rank_rows`: its steps and phases, its comm events, the
 file's host, time span and metadata), so an import too reads each rank once, in a worker, and
 never holds more than one rank's events.
+
+``gpu``, ``gpu_causes`` and ``gpu_kernels`` are the GPU time ledger of the rank, its host idle by
+cause (:func:`~dpcore.read.analysis.gpu_time.gpu_ledger`) and its GPU time by kernel class
+(:func:`~dpcore.read.analysis.gpu_kernels.kernel_classes`): what ``gpu`` and summarize's GPU
+columns read, empty for a CPU trace.
 """
 from __future__ import annotations
 
@@ -72,7 +77,7 @@ EAGER = tuple(t for t in DTYPES if t not in LAZY)
 
 def built(need: tuple[str, ...]) -> tuple[str, ...]:
     """The tables a reduction for a reader of ``need`` builds: every eager table and the lazy
-    ones in ``need`` (import's three together, the GPU ledger's two together: one pass makes them)."""
+    ones in ``need`` (import's three together, the GPU tables' three together: one pass makes each group)."""
     together = [g for g in (_IMPORT_TABLES, _GPU_TABLES) if any(t in need for t in g)]
     return tuple(t for t in DTYPES if t not in LAZY or t in need or any(t in g for g in together))
 

@@ -17,7 +17,7 @@ from dpcore.read.analysis.comm_hooks import compression
 from dpcore.read.analysis.gpu_time import job_gpu
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import INFLATION_LIMIT, NOISY_SPREAD, SOURCE_GAP_POINTS
-from dpcore.read.analysis.summary import job_summary
+from dpcore.read.analysis.summary import job_summary, recorded_on_gpu
 from dpcore.read.ranks import Scale, run_steps_gpu
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
@@ -59,7 +59,7 @@ def summary_table(run: Run, scale: Scale | None = None) -> pd.DataFrame:
     steps, ledger = run_steps_gpu(run, scale, problems)  # one read of the traces for both
     warn(problems)
     gpu = job_gpu(ledger)
-    full = job_summary(run, steps, gpu["job_id"])
+    full = job_summary(run, steps)
     s = full.rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
     for extra in (summary_memory_columns(run.memory),
                   summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads),
@@ -113,15 +113,17 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
              + (" gpu_idle_%: the GPU's idle share over its traces (mean over ranks; `gpu` has the ledger); "
                 "host_bound: the GPU waited for the CPU over half of it." if "gpu_idle_%" in view else "")
              + (f" inflation: median traced step / median timed step (> {INFLATION_LIMIT:g}: flagged)."
-                if "inflation" in view else "")] + inflation_lines(s) + compression_lines(run, s) + notes
+                if "inflation" in view else "")] \
+        + inflation_lines(s, recorded_on_gpu(run)) + compression_lines(run, s) + notes
     return "\n".join(lines) + "\n"
 
 
-def inflation_lines(summary: pd.DataFrame) -> list[str]:
-    """One line per job the profiler inflated (trace_inflation > INFLATION_LIMIT): its traced
-    steps' shares do not describe its timed steps, so its T is split by the timed phases."""
+def inflation_lines(summary: pd.DataFrame, on_gpu: bool) -> list[str]:
+    """One line per job the profiler inflated (trace_inflation > INFLATION_LIMIT) of a run recorded
+    on a GPU (``on_gpu``): its traced steps' shares do not describe its timed steps, so its T is
+    split by the timed phases; one line for all such jobs of a CPU run (they keep the traced shares)."""
     bad = summary[summary["trace_inflation"] > INFLATION_LIMIT]
-    gpu = bad[bad["gpu_idle_pct"].notna()]
+    gpu = bad if on_gpu else bad.iloc[:0]
     out = [f"note: {r.job_id}: its traced steps take {r.trace_inflation * r.step_ms:.1f} ms (median) against "
            f"{r.step_ms:.1f} ms timed (inflation {r.trace_inflation:.2f} > {INFLATION_LIMIT:g}): the profiler made "
            "the step host-bound on the GPU, so its traced shares do not describe the timed steps; compute/comm/"

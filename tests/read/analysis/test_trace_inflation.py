@@ -31,14 +31,14 @@ def test_inflated_job_is_flagged_and_split_by_its_timed_steps() -> None:
                          + [_step("slow", k, 40.0, True) for k in (4, 5)]
                          + [_step("even", k, 24.0, True) for k in (4, 5)])
     rows = step_metrics(steps, pd.DataFrame())
-    out = job_metrics(rows, timed_split=["slow", "even"]).set_index("job_id")  # both GPU jobs
+    out = job_metrics(rows, timed_split=["slow", "even"]).set_index("job_id")  # both jobs of a GPU run
     assert out.loc["slow", "trace_inflation"] == pytest.approx(1.5)
     assert out.loc["even", "trace_inflation"] == pytest.approx(1.1)
     assert out["inflated"].to_dict() == {"slow": True, "even": False}
     assert out.loc["slow", "compute_ms"] == pytest.approx(35.0)
     assert out.loc["even", "compute_ms"] == pytest.approx(40 * 39 / 44)
     assert (out["step_ms"] == 40).all() and INFLATION_LIMIT == 1.2
-    # a CPU job (not in timed_split) is flagged too, but keeps the traced shares
+    # a CPU run's job (not in timed_split) is flagged too, but keeps the traced shares
     cpu = job_metrics(rows).set_index("job_id")
     assert cpu["inflated"].to_dict() == {"slow": True, "even": False}
     assert cpu.loc["slow", "compute_ms"] == pytest.approx(40 * 55 / 60)
