@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     gp.add_argument("--kernels", action="store_true",
                     help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
                          "instead, with the GEMMs' data type and a line where fp32 GEMMs leave tensor cores unused")
+    gp.add_argument("--collectives", action="store_true",
+                    help="every collective call instead: bytes (from the trace's collective metadata), time, "
+                         "algbw and busbw (nccl-tests' definitions)")
     _scale_args(gp)
 
     s = sub.add_parser("summarize", help="per-job table of a run")
@@ -462,9 +465,10 @@ def main(argv: list[str] | None = None) -> int:
                 from dpcore.read.report.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv, scale=_scale(args)).rstrip("\n")
             elif args.command == "gpu":
-                from dpcore.read.report.gpu import gpu_text
-                out = gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args),
-                               kernels=args.kernels)
+                from dpcore.read.report.gpu import collectives_text, gpu_text
+                out = (collectives_text(args.path, csv=args.csv, scale=_scale(args)) if args.collectives
+                       else gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args),
+                                     kernels=args.kernels))
                 out = out if args.csv else out.rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text

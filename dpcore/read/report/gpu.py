@@ -12,9 +12,10 @@ import sys
 import pandas as pd
 
 from dpcore.contract.units import percent_number
+from dpcore.read.analysis.comm import CALL_COLUMNS, call_bandwidth
 from dpcore.read.analysis.gpu_kernels import KERNEL_CSV_COLUMNS, fp32_matmul_note
 from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
-from dpcore.read.ranks import Scale, folder_gpu, run_gpu
+from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
 from dpcore.read.report.resolve import load_run_reporting, resolve, warn
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.traces.reader import TraceFormatError
@@ -23,6 +24,8 @@ from dpcore.read.traces.reader import TraceFormatError
 GPU_COLUMNS = ["job_id", *LEDGER_COLUMNS]
 #: docs/DESIGN.md's columns of `gpu --kernels --csv` (tflops and mfu_pct empty: shapes are not read).
 KERNEL_COLUMNS = ["job_id", *KERNEL_CSV_COLUMNS]
+#: `gpu --collectives --csv`'s columns: one row per collective call.
+COLLECTIVE_COLUMNS = ["job_id", *CALL_COLUMNS]
 #: How many host causes the text lists per rank.
 TOP_CAUSES = 5
 _TEXT_COLUMNS = {"step": "step", "span_ms": "span_ms", "compute_ms": "compute", "non_compute_ms": "non_compute",
@@ -109,3 +112,33 @@ def _kernels_text(classes: pd.DataFrame, csv: bool) -> str:
                                   "the span); share_%: of all GPU event time of the rank; dtype: as the GEMM's name "
                                   "states it. Achieved TFLOP/s and MFU need the matrix products' shapes "
                                   "(record_shapes), which dpcore does not read yet.\n")
+
+
+def collectives_text(path: str, csv: bool = False, scale: Scale | None = None) -> str:
+    """`gpu --collectives`: every collective call of every rank at PATH (a run, or one job's
+    traces folder or trace) with its bytes, time, algbw and busbw (COLLECTIVE_COLUMNS); the text
+    sums them per (job, rank, op). ValueError (one line) where PATH holds no collective call."""
+    p, kind = resolve(path)
+    if kind == "run":
+        problems: list[str] = []
+        pairs = list(job_rank_tables(load_run_reporting(p), scale, ("import_comm",), problems))
+        warn(problems)
+    else:
+        try:
+            pairs = [(p.name, folder_tables(p, scale, need=("import_comm",)))]
+        except TraceFormatError as exc:
+            raise ValueError(str(exc)) from None
+    frames = [call_bandwidth(t.import_comm, t.world_size).assign(job_id=job) for job, tables in pairs for t in tables
+              if len(t.import_comm)]
+    if not frames:
+        raise ValueError(f"no collective calls in the traces at {p}")
+    calls = pd.concat(frames, ignore_index=True)[COLLECTIVE_COLUMNS]
+    if csv:
+        return csv_table(calls)
+    g = calls.groupby(["job_id", "rank", "op"], sort=False)
+    per = g.agg(calls=("seq", "size"), bytes=("bytes", lambda b: b.sum(min_count=1)), time_ms=("time_ms", "sum"),
+                algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median")).reset_index()
+    return (text_table(per) + "\n\nper (job, rank, collective): calls, Σ bytes (where the trace's collective "
+            "metadata gives them), Σ kernel time, median algbw = bytes / time and busbw = algbw x nccl-tests' "
+            "factor (all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N, broadcast 1) per call, GB/s. "
+            "--csv: one row per call.\n")

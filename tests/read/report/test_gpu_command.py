@@ -171,3 +171,14 @@ def test_the_before_stop_command_in_a_subprocess() -> None:
     row = df[df["window"] == "trace"].iloc[0]
     assert (row["job_id"], row["rank"]) == ("torch_ddp-ws1-b1", 0)
     assert [row[c] for c in SHARES] == pytest.approx([89.16, 8.06, 2.78], abs=0.01)
+
+
+def test_collectives_bytes_algbw_busbw_per_call() -> None:
+    """tests/data/shape_coll_meta.json.gz (make_shapes.coll_meta, world size 8): a broadcast of 80
+    bytes in 50 µs, an all-reduce of 2,000 bytes in 200 µs, an all-gather of unknown bytes."""
+    df = gpu_csv(DATA / "shape_coll_meta.json.gz", "--collectives")
+    assert list(df.columns) == ["job_id", "rank", "step", "seq", "op", "bytes", "time_ms", "algbw_gbps", "busbw_gbps"]
+    assert df["op"].tolist() == ["broadcast", "all_reduce", "all_gather"]
+    assert df["algbw_gbps"].iloc[:2].astype(float).tolist() == pytest.approx([80 / 50e3, 2000 / 200e3])
+    assert df["busbw_gbps"].iloc[:2].astype(float).tolist() == pytest.approx([80 / 50e3, 2000 / 200e3 * 2 * 7 / 8])
+    assert df["bytes"].iloc[2] == "" and df["busbw_gbps"].iloc[2] == ""  # no metadata: unknown, not 0
