@@ -2,7 +2,7 @@
 
 Commands that run jobs and write a run: ``profile``, ``allreduce``; ``verify`` checks that every
 variant trains like ``single``. Commands that read runs and traces: ``analyze``, ``summarize``,
-``stragglers``, ``whatif``; ``import`` turns foreign torch.profiler traces into a run.
+``stragglers``, ``whatif``, ``gpu``; ``import`` turns foreign torch.profiler traces into a run.
 
 Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one line>`` and
 exit status 2. The CLI computes nothing itself; it parses text into values and calls the
@@ -181,6 +181,21 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("path")
     z.add_argument("--csv", action="store_true")
     _scale_args(z)
+
+    gp = sub.add_parser("gpu", help="GPU time ledger per rank: compute, non-compute, idle and why the GPU idled",
+                        description="The GPU time ledger of every rank (HTA's temporal breakdown on exact "
+                                    "timestamps): span, compute, non-compute, communication, memory and idle time, "
+                                    "idle split into host (the CPU launched late: what it was doing) and device.")
+    gp.add_argument("path", help="a run directory, a job's traces folder, any folder of GPU traces or one trace")
+    gp.add_argument("--csv", action="store_true", help="CSV rows (job_id first) instead of the text tables")
+    gp.add_argument("--per-step", action="store_true", help="also one row per traced step (ProfilerStep#k)")
+    gp.add_argument("--kernels", action="store_true",
+                    help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
+                         "instead, with the GEMMs' data type and a line where fp32 GEMMs leave tensor cores unused")
+    gp.add_argument("--collectives", action="store_true",
+                    help="every collective call instead: bytes (from the trace's collective metadata), time, "
+                         "algbw and busbw (nccl-tests' definitions)")
+    _scale_args(gp)
 
     s = sub.add_parser("summarize", help="per-job table of a run")
     s.add_argument("run")
@@ -455,6 +470,12 @@ def main(argv: list[str] | None = None) -> int:
             elif args.command == "stragglers":
                 from dpcore.read.report.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv, scale=_scale(args)).rstrip("\n")
+            elif args.command == "gpu":
+                from dpcore.read.report.gpu import collectives_text, gpu_text
+                out = (collectives_text(args.path, csv=args.csv, scale=_scale(args)) if args.collectives
+                       else gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args),
+                                     kernels=args.kernels))
+                out = out if args.csv else out.rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text
                 out = whatif_text(args.run, args.job, args.bucket_mb, args.world_sizes, args.bandwidth_gbps,

@@ -146,3 +146,24 @@ def message_counts(messages: pd.DataFrame) -> pd.DataFrame:
     out["calls"] = calls.reindex(pd.MultiIndex.from_frame(out[["job_id", "algo"]])).to_numpy()
     out["messages_per_call"] = out["messages"] / out["calls"]
     return out[cols]
+
+
+#: Per collective call of a trace: `gpu --collectives`' columns after job_id.
+CALL_COLUMNS = ["rank", "step", "seq", "op", "bytes", "time_ms", "algbw_gbps", "busbw_gbps"]
+
+
+def call_bandwidth(calls: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
+    """algbw and busbw of every collective call of one rank's trace (nccl-tests' definitions, as
+    :func:`allreduce_bandwidth`): ``calls`` are the rank's comm events with the bytes the trace's
+    collective metadata gives (the ``import_comm`` rank table: rank, step, seq, op, dur µs, bytes;
+    NaN where the trace does not say), ``world_size`` the group's ranks (busbw NaN when unknown).
+    algbw = bytes / time in GB/s (1e9 bytes/s)."""
+    if calls.empty:
+        return pd.DataFrame(columns=CALL_COLUMNS)
+    dur = calls["dur"].to_numpy(np.float64)
+    algbw = calls["bytes"].to_numpy(np.float64) / np.where(dur > 0, dur * 1e3, np.nan)  # bytes/ns = GB/s
+    factor = np.asarray([bus_factor(str(op), int(world_size)) if world_size else np.nan for op in calls["op"]])
+    return pd.DataFrame({"rank": calls["rank"].to_numpy(), "step": calls["step"].to_numpy(),
+                         "seq": calls["seq"].to_numpy(), "op": calls["op"].astype(str).to_numpy(),
+                         "bytes": calls["bytes"].to_numpy(np.float64), "time_ms": dur / 1e3,
+                         "algbw_gbps": algbw, "busbw_gbps": algbw * factor}, columns=CALL_COLUMNS)

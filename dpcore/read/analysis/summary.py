@@ -16,7 +16,7 @@ SUMMARY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "status", "st
                    "overlapped_ms", "exposed_ms", "other_ms", "comm_ms", "comm_fraction", "overlap_pct",
                    "comm_source", "comm_steps", "overlap_pct_trace", "overlap_pct_intervals", "overlap_gap",
                    "sources_disagree", "comm_ops", "comm_bytes", "throughput", "oversubscribed", "n_steps",
-                   "step_ms_std"]
+                   "step_ms_std", "trace_inflation", "inflated"]
 SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90", "throughput",
                    "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "suspect", "mode"]
 
@@ -28,18 +28,27 @@ def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
     ``trace_steps``: the run's per-step trace metrics, ``run_trace_steps(run)`` (from the rank
     cache, :mod:`dpcore.read.ranks`: what every command and the dashboard pass) or, the same
     rows from the events, ``trace_step_metrics(traced_job_events(run))``; None for a run without
-    traces (intervals only).
+    traces (intervals only). A run recorded on a GPU (run.json ``environment.device`` "cuda") has
+    its jobs' T split by their timed steps where the profiler inflated the traced ones
+    (:func:`job_metrics`' ``timed_split``).
     """
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
-    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls))
+    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls),
+                      jobs["job_id"] if recorded_on_gpu(run) else ())
     base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]
     out = base.merge(per, on="job_id", how="left") if len(per.columns) > 1 else base.copy()
     for c in SUMMARY_COLUMNS:
         if c not in out:
             out[c] = np.nan
-    for c in ("oversubscribed", "noisy", "sources_disagree"):
+    for c in ("oversubscribed", "noisy", "sources_disagree", "inflated"):
         out[c] = out[c].astype("boolean").fillna(False).astype(bool)
     return out[SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def recorded_on_gpu(run: Run) -> bool:
+    """Whether the run's jobs ran on a GPU, as run.json's ``environment.device`` says ("cuda")."""
+    env = run.meta.get("environment") if isinstance(run.meta, dict) else None
+    return isinstance(env, dict) and str(env.get("device", "")).lower().startswith("cuda")
 
 
 def _pick_bucket(g: pd.DataFrame, default: float | None) -> pd.Series:

@@ -1,0 +1,144 @@
+"""What ``python -m dpcore gpu PATH [--csv] [--per-step] [--kernels]`` prints: the GPU time ledger
+per rank, or (``--kernels``) its GPU time by kernel class.
+
+The numbers are :func:`dpcore.read.analysis.gpu_time.gpu_ledger`'s, read through the rank cache
+(the lazy ``gpu`` tables), and :func:`dpcore.read.analysis.gpu_kernels.kernel_classes`'; this
+module only loads PATH and lays the rows out.
+"""
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+
+from dpcore.contract.units import percent_number
+from dpcore.read.analysis.comm import CALL_COLUMNS, call_bandwidth
+from dpcore.read.analysis.gpu_kernels import KERNEL_CSV_COLUMNS, fp32_matmul_note
+from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
+from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
+from dpcore.read.report.resolve import load_run_reporting, resolve, warn
+from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.traces.reader import TraceFormatError
+
+#: docs/DESIGN.md's columns of `gpu --csv`.
+GPU_COLUMNS = ["job_id", *LEDGER_COLUMNS]
+#: docs/DESIGN.md's columns of `gpu --kernels --csv` (tflops and mfu_pct empty: shapes are not read).
+KERNEL_COLUMNS = ["job_id", *KERNEL_CSV_COLUMNS]
+#: `gpu --collectives --csv`'s columns: one row per collective call.
+COLLECTIVE_COLUMNS = ["job_id", *CALL_COLUMNS]
+#: How many host causes the text lists per rank.
+TOP_CAUSES = 5
+_TEXT_COLUMNS = {"step": "step", "span_ms": "span_ms", "compute_ms": "compute", "non_compute_ms": "non_compute",
+                 "comm_ms": "comm", "exposed_comm_ms": "exposed_comm", "memory_ms": "memory", "idle_ms": "idle",
+                 "idle_host_ms": "idle_host", "idle_device_ms": "idle_device", "idle_pct": "idle_%",
+                 "compute_pct": "compute_%", "non_compute_pct": "non_compute_%", "host_bound": "host_bound"}
+_NOTE = ("ms of the window; span = compute + non_compute + idle. compute = time any compute kernel runs; "
+         "non_compute = the rest of the busy time (communication, memory copies and sets not under compute); "
+         "exposed_comm = communication not under compute. idle = no GPU event on any stream: host = the next "
+         "event was launched after the gap began (the CPU was late), device = it was queued in time. "
+         "host_bound: host idle over half the span. Window `trace`: first GPU event start to last end; "
+         "a step (--per-step): the GPU events launched inside ProfilerStep#k.")
+
+
+def load_gpu(path: str, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes, kernel classes) with job_id of PATH: a run directory (every traced job), a job's traces
+    folder, any folder of traces or one trace. Reader notes and run problems go to stderr.
+    ValueError (one line) where PATH holds no GPU events."""
+    p, kind = resolve(path)
+    if kind == "run":
+        problems: list[str] = []
+        ledger, causes, kernels = run_gpu(load_run_reporting(p), scale, problems)
+        warn(problems)
+    else:
+        try:
+            ledger, causes, kernels, notes = folder_gpu(p, scale)
+        except TraceFormatError as exc:
+            raise ValueError(str(exc)) from None
+        for n in notes:
+            print(f"note: {n}", file=sys.stderr)
+    if ledger.empty:
+        raise ValueError(f"no GPU events (kernels, memory copies or sets) in the traces at {p}: the gpu command "
+                         "reads traces recorded on a GPU; for a CPU run use analyze or summarize")
+    return ledger, causes, kernels
+
+
+def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale | None = None,
+             kernels: bool = False) -> str:
+    """The GPU time ledger of every rank at PATH: the ``trace`` window, and each traced step with
+    ``per_step``; CSV rows are GPU_COLUMNS (one per job, rank and window). ``kernels``: the GPU
+    time by kernel class instead (KERNEL_COLUMNS). Raises ValueError (RunLoadError for a broken
+    run) with a one-line message."""
+    ledger, causes, classes = load_gpu(path, scale)
+    if kernels:
+        return _kernels_text(classes, csv)
+    if not per_step:
+        ledger = ledger[ledger["step"] == TRACE_STEP]
+    if csv:
+        return csv_table(ledger[GPU_COLUMNS])
+    parts = []
+    for (job_id, rank), df in ledger.groupby(["job_id", "rank"], sort=False):
+        view = df[list(_TEXT_COLUMNS)].rename(columns=_TEXT_COLUMNS)
+        view["step"] = ["trace" if s == TRACE_STEP else str(s) for s in df["step"]]
+        pct = {c: percent_number for c in ("idle_%", "compute_%", "non_compute_%")}
+        lines = [f"{job_id} rank {rank}  (ms)", text_table(view, formatters=pct)]
+        mine = causes[(causes["job_id"] == job_id) & (causes["rank"] == rank) & (causes["step"] == TRACE_STEP)]
+        if len(mine):
+            top = ", ".join(f"{c} {ms:.2f} ms" for c, ms in zip(mine["cause"].head(TOP_CAUSES),
+                                                               mine["idle_ms"].head(TOP_CAUSES)))
+            lines.append(f"host idle by cause (what the CPU was in while the GPU waited): {top}")
+        tip = advice(df[df["step"] == TRACE_STEP].iloc[0])
+        if tip:
+            lines.append(f"recommendation: {tip}")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + f"\n\n{_NOTE}\n"
+
+
+def _kernels_text(classes: pd.DataFrame, csv: bool) -> str:
+    """`gpu --kernels`: per rank the GPU time by kernel class, and the fp32-GEMM line where it applies."""
+    table = classes.assign(tflops=float("nan"), mfu_pct=float("nan"))
+    if csv:
+        return csv_table(table[KERNEL_COLUMNS])
+    parts = []
+    for (job_id, rank), df in table.groupby(["job_id", "rank"], sort=False):
+        device = str(df["device"].iloc[0]) or "device not named in the trace"
+        lines = [f"{job_id} rank {rank}  ({device})",
+                 text_table(df[["kernel_class", "dtype", "calls", "total_ms", "share_pct"]].rename(
+                     columns={"share_pct": "share_%"}), formatters={"share_%": percent_number})]
+        note = fp32_matmul_note(df)
+        if note:
+            lines.append(f"note: {note}")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + ("\n\ntotal_ms: sum of the kernels' durations (streams overlap, so it can exceed "
+                                  "the span); share_%: of all GPU event time of the rank; dtype: as the GEMM's name "
+                                  "states it. Achieved TFLOP/s and MFU need the matrix products' shapes "
+                                  "(record_shapes), which dpcore does not read yet.\n")
+
+
+def collectives_text(path: str, csv: bool = False, scale: Scale | None = None) -> str:
+    """`gpu --collectives`: every collective call of every rank at PATH (a run, or one job's
+    traces folder or trace) with its bytes, time, algbw and busbw (COLLECTIVE_COLUMNS); the text
+    sums them per (job, rank, op). ValueError (one line) where PATH holds no collective call."""
+    p, kind = resolve(path)
+    if kind == "run":
+        problems: list[str] = []
+        pairs = list(job_rank_tables(load_run_reporting(p), scale, ("import_comm",), problems))
+        warn(problems)
+    else:
+        try:
+            pairs = [(p.name, folder_tables(p, scale, need=("import_comm",)))]
+        except TraceFormatError as exc:
+            raise ValueError(str(exc)) from None
+    frames = [call_bandwidth(t.import_comm, t.world_size).assign(job_id=job) for job, tables in pairs for t in tables
+              if len(t.import_comm)]
+    if not frames:
+        raise ValueError(f"no collective calls in the traces at {p}")
+    calls = pd.concat(frames, ignore_index=True)[COLLECTIVE_COLUMNS]
+    if csv:
+        return csv_table(calls)
+    g = calls.groupby(["job_id", "rank", "op"], sort=False)
+    per = g.agg(calls=("seq", "size"), bytes=("bytes", lambda b: b.sum(min_count=1)), time_ms=("time_ms", "sum"),
+                algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median")).reset_index()
+    return (text_table(per) + "\n\nper (job, rank, collective): calls, Σ bytes (where the trace's collective "
+            "metadata gives them), Σ kernel time, median algbw = bytes / time and busbw = algbw x nccl-tests' "
+            "factor (all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N, broadcast 1) per call, GB/s. "
+            "--csv: one row per call.\n")
