@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 
 import torch
 import torch._dynamo  # noqa: F401  (see below)
@@ -32,6 +33,7 @@ from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.training.models import build_model, loss_fn, make_batch
+from dpcore.write.training.precision import autocast, grad_scaler, resolve_dtype, set_tf32
 from dpcore.write.training.workload import Inputs, TupleInputs, Workload, load_workload, shard_batch, workload_batch
 
 # ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
@@ -45,7 +47,12 @@ class Trainer:
                  recorder: Recorder = NULL_RECORDER, replicas: int | None = None) -> None:
         if variant not in REGISTRY:
             raise choices_error("variant", variant, VARIANTS)
+        cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, ctx.device.type))
         self.ctx, self.cfg = ctx, cfg
+        if ctx.device.type == "cuda":
+            set_tf32(cfg.tf32)
+        #: fp16's gradient scaler (None for fp32 and bf16)
+        self.scaler = grad_scaler(ctx.device, cfg.dtype)
         self.single_process = REGISTRY[variant].processes == 1
         if self.single_process and ctx.world_size != 1:
             raise UsageError(f"variant {variant!r} runs in one process: launch it with world "
@@ -142,12 +149,14 @@ class Trainer:
         with record_function("forward"), (probe.forward() if probe else contextlib.nullcontext()):
             if self._delay_s:
                 time.sleep(self._delay_s)  # --inject-delay: a straggler, on purpose
-            loss = m.forward_loss(x, y, self.loss_fn)
+            with autocast(self.ctx.device, self.cfg.dtype):
+                loss = m.forward_loss(x, y, self.loss_fn)
         timer.mark("fwd")
         if probe:
             probe.sample("forward")
+        scaler = self.scaler
         with record_function("backward"):
-            loss.backward()
+            (scaler.scale(loss) if scaler is not None else loss).backward()
         timer.mark("bwd", at_ns=self._last_grad_ns if self._split_backward else None)
         if probe:
             probe.sample("backward")
@@ -157,7 +166,11 @@ class Trainer:
         if probe:
             probe.sample("grad_sync")
         with record_function("optimizer"):
-            self.opt.step()
+            if scaler is not None:  # unscale, skip the step on inf/nan, adapt the scale
+                scaler.step(self.opt)
+                scaler.update()
+            else:
+                self.opt.step()
             if probe:
                 probe.sample("optimizer")  # grads and optimizer state both alive
             self.opt.zero_grad(set_to_none=True)
