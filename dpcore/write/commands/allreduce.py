@@ -20,6 +20,7 @@ size), rank 0 writing. Options are validated when built (:class:`AllreduceOption
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -153,8 +154,11 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | 
     on the process that wrote it, the run directory (None on torchrun's other ranks). The CLI
     prints its table through the read wing, as `summarize` does."""
     # one threads-per-rank value for every cell (cores // largest world size), as in `profile`
-    world = open_world(opts.backend, opts.world_sizes, timeout_s=opts.timeout_s, preload=PRELOAD)
+    world = open_world(opts.backend, opts.world_sizes, timeout_s=opts.timeout_s, preload=PRELOAD,
+                       device=opts.device)
     opts = replace(opts, world_sizes=world.world_sizes)
+    if world.writes:  # before the first job: where each world size runs, and why
+        print(f"dpcore: {world.placement.describe(opts.world_sizes)}", file=sys.stderr, flush=True)
     config = {"algos": list(opts.algos), "world_sizes": list(opts.world_sizes),
               "sizes": list(opts.sizes), "warmup": opts.warmup, "repeats": opts.repeats,
               "dtype": "float32"}
@@ -168,7 +172,8 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | 
         for algo, n in cells:
             life.add_job({"id": allreduce_job_id(algo, n), "kind": "allreduce", "algo": algo,
                           "variant": algo, "world_size": n, "bucket_mb": None,
-                          "status": "pending", "oversubscribed": world.oversubscribed(n)})
+                          "status": "pending", "oversubscribed": world.oversubscribed(n),
+                          **world.placement.job_fields(n)})
         for algo, n in cells:
             jid = allreduce_job_id(algo, n)
             life.run_job(jid, len(opts.sizes), lambda jid=jid, algo=algo, n=n:
