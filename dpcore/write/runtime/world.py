@@ -297,20 +297,32 @@ def world_context() -> DistContext:
 
 class UserWorld:
     """The world of a user's own loop: whatever process group the user made (or none). Rank 0
-    writes; dpcore runs no job in it and leaves the group as it found it."""
+    writes; dpcore runs no job in it and leaves the group as it found it.
+
+    What run.json says it ran on is what it really ran on: the default group's backend (also
+    at world size 1; ``none`` without a group) and ``device``, the model's device when the
+    caller knows it (a gloo group, or no group, may train on a GPU), else the group's."""
 
     spawns = False
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | None = None) -> None:
         self.ctx = world_context()
         self.writes = self.ctx.rank == 0
         self.world_sizes = (self.ctx.world_size,)
         self.local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", self.ctx.world_size))
+        #: "cuda" or "cpu": where the job computes
+        self.device = (device or self.ctx.device).type
+
+    def job_fields(self) -> dict[str, Any]:
+        """run.json's per-job ``backend``, ``device`` and ``gpus_shared`` (more local ranks
+        than GPUs on cuda)."""
+        return {"backend": self.ctx.backend, "device": self.device,
+                "gpus_shared": self.device == "cuda" and self.local_ws > gpu_count()}
 
     def environment(self) -> dict:
         ctx = self.ctx
-        return environment(ctx.backend if ctx.world_size > 1 else "none", [ctx.world_size],
-                           ranks_per_host=self.local_ws, threads=ctx.threads)
+        return environment(ctx.backend, [ctx.world_size], ranks_per_host=self.local_ws,
+                           threads=ctx.threads, device=self.device)
 
     def oversubscribed(self, processes: int) -> bool:
         return is_oversubscribed(self.local_ws)
