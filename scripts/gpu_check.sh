@@ -24,7 +24,9 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run it, log it, one summary line
   local t0=$(date +%s) rc=0
   timeout "$limit" "$@" >"$OUT/logs/$name.log" 2>&1 || rc=$?
   local status=ok; (( rc != 0 )) && status="FAILED rc=$rc"; (( rc == 124 )) && status="TIMED OUT after ${limit}s"
-  SUMMARY+=("$(printf '%-26s %-22s %4ss  %s' "$name" "$status" "$(( $(date +%s) - t0 ))" "$(grep -m1 '^dpcore: ' "$OUT/logs/$name.log" | cut -c9-150)")")
+  local info; info=$(grep -m1 '^dpcore: ' "$OUT/logs/$name.log" | cut -c9-150)
+  (( rc != 0 )) && info="$(grep -v '^\s*$' "$OUT/logs/$name.log" | tail -n 1 | cut -c1-150)"
+  SUMMARY+=("$(printf '%-26s %-22s %4ss  %s' "$name" "$status" "$(( $(date +%s) - t0 ))" "$info")")
 }
 
 python - <<'PY' 2>&1 | tee "$OUT/logs/host.log"

@@ -63,6 +63,24 @@ DEVICES = ("auto", "cpu", "cuda")
 #: (fp16 with a gradient scaler, as mixed-precision training does); ``auto``: bf16 on a GPU
 #: that supports it, fp32 otherwise (the CPU included), resolved before the first job.
 DTYPES = ("auto", "fp32", "bf16", "fp16")
+#: What gloo cannot do with CUDA tensors (torch.distributed's backend table: on GPU, gloo has
+#: broadcast and all_reduce, but no send/recv, all_gather or reduce_scatter; a call passes
+#: device memory to its CPU transport and can crash the rank). Variants and all-reduce
+#: algorithms that need them are skipped with the reason when ranks share GPUs over gloo.
+GLOO_CUDA_MISSING = {"naive": "send/recv", "central": "send/recv", "ring": "send/recv",
+                     "fsdp": "all_gather_into_tensor", "torch_fsdp": "all_gather_into_tensor and "
+                     "reduce_scatter_tensor"}
+
+
+def gloo_cuda_refusal(name: str, backend: str, device_type: str) -> str | None:
+    """Why variant or algorithm ``name`` cannot run on ``backend`` with tensors on
+    ``device_type`` (:data:`GLOO_CUDA_MISSING`), or None."""
+    if backend != "gloo" or device_type != "cuda" or name not in GLOO_CUDA_MISSING:
+        return None
+    return (f"{name} needs {GLOO_CUDA_MISSING[name]}, which gloo does not do on CUDA tensors; "
+            "run it with --device cpu, or on nccl with a GPU per rank")
+
+
 #: the resolved precisions (what run.json's config says a job ran in)
 PRECISIONS = ("fp32", "bf16", "fp16")
 #: a precision's torch dtype name (autocast's type; fsdp's matching compute_dtype)

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from dpcore.contract.bandwidth import bus_factor
+from dpcore.contract.config import gloo_cuda_refusal
 from dpcore.contract.options import AllreduceOptions
 from dpcore.contract.runformat import EXIT_CODES, allreduce_job_id
 from dpcore.write.capture.comm_log import Recorder
@@ -174,8 +175,12 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | 
                           "variant": algo, "world_size": n, "bucket_mb": None,
                           "status": "pending", "oversubscribed": world.oversubscribed(n),
                           **world.placement.job_fields(n)})
+        refused = {a: gloo_cuda_refusal(a, world.backend, world.device) for a in opts.algos}
         for algo, n in cells:
             jid = allreduce_job_id(algo, n)
+            if refused[algo]:  # ranks sharing GPUs over gloo: no send/recv on CUDA tensors
+                life.add_job({"id": jid, "status": "skipped", "skip_reason": refused[algo]})
+                continue
             life.run_job(jid, len(opts.sizes), lambda jid=jid, algo=algo, n=n:
                          run_cell(world, life.writer, jid, algo, n, opts, progress))
     return EXIT_CODES[life.status], (life.run_dir if life.writer else None)

@@ -56,12 +56,16 @@ def tensors_device(tensors: Iterable[torch.Tensor]) -> torch.device:
 def has_native_reduce_scatter(group: Any, device: torch.device | str = "cpu") -> bool:
     """Does ``group``'s backend implement the flat reduce-scatter for tensors on ``device``?
 
-    NCCL (and XCCL) do: asked, not probed. Any other backend is probed with a one-element
-    reduce-scatter on ``device`` on every rank (so every rank must call this at the same
-    point, like any collective)."""
+    NCCL (and XCCL) do: asked, not probed. gloo does not on CUDA tensors (its GPU side has
+    broadcast and all_reduce only): answered no, never probed, since the probe itself could
+    crash the rank. Any other case is probed with a one-element reduce-scatter on ``device``
+    on every rank (so every rank must call this at the same point, like any collective)."""
     device = torch.device(device)
-    if group_backend(group, device) in NATIVE_REDUCE_SCATTER:
+    backend = group_backend(group, device)
+    if backend in NATIVE_REDUCE_SCATTER:
         return True
+    if backend == "gloo" and device.type == "cuda":
+        return False
     n = dist.get_world_size(group)
     try:
         out = torch.zeros(1, device=device)

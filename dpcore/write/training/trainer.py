@@ -27,7 +27,7 @@ import torch._dynamo  # noqa: F401  (see below)
 import torch.nn as nn
 from torch.profiler import record_function
 
-from dpcore.contract.config import TrainConfig, is_model_spec
+from dpcore.contract.config import TrainConfig, gloo_cuda_refusal, is_model_spec
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
@@ -59,6 +59,11 @@ class Trainer:
                              f"size 1 and pass the replica count as replicas=N "
                              f"(got a {ctx.world_size}-process job)")
         self.replicas = int(replicas or ctx.world_size)
+        # ranks sharing GPUs over gloo: a variant needing what gloo lacks on CUDA tensors is
+        # skipped before it is built (its first collective could crash the rank)
+        self.skip_reason: str | None = gloo_cuda_refusal(variant, ctx.backend, ctx.device.type)
+        if self.skip_reason:
+            return
         # A user's MODULE:FUNCTION is loaded here, in this rank, with torch seeded from
         # cfg.seed: same initial weights everywhere, and nothing of the user's pickled.
         self.workload: Workload | None = (load_workload(cfg.model, cfg.seed)
@@ -72,7 +77,7 @@ class Trainer:
                                     if variant == "fsdp" else None,
                                     comm_hook=cfg.comm_hook if variant == "torch_ddp" else "none",
                                     powersgd_rank=cfg.powersgd_rank))
-        self.skip_reason: str | None = self.model.skip_reason
+        self.skip_reason = self.model.skip_reason
         self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
         self.opt = self.model.make_optimizer(optimizer_class(cfg.optimizer), lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process

@@ -116,3 +116,9 @@ def test_powersgd_cpu_job_runs_where_cuda_is_reported(results: list[dict[str, An
         assert all(torch.isfinite(torch.tensor(r["powersgd_losses"])))
     # the replicas stayed in step through the compressed all-reduces
     assert results[0]["powersgd_params"] == results[1]["powersgd_params"]
+
+
+def test_gloo_on_cuda_is_answered_no_without_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No process group exists here: a probe would raise, so False means it was not run."""
+    monkeypatch.setattr(sharding.dist, "get_backend", lambda group=None: "gloo")
+    assert has_native_reduce_scatter(None, "cuda:0") is False

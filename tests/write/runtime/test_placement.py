@@ -83,3 +83,21 @@ def test_device_cuda_without_gpu_is_one_line_exit_2(command: str, monkeypatch: p
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("error: --device cuda needs a GPU but torch sees none")
     assert not list(tmp_path.iterdir())
+
+
+def test_ranks_sharing_gpus_over_gloo_skip_what_gloo_lacks_on_cuda() -> None:
+    """gloo has no send/recv, all_gather or reduce_scatter for CUDA tensors: those variants are
+    skipped with the reason before they are built (no collective runs), the others build."""
+    from dpcore.contract.config import TrainConfig, gloo_cuda_refusal
+    from dpcore.write.runtime.context import DistContext
+    from dpcore.write.training.trainer import make_trainer
+
+    ctx = DistContext(0, 2, 0, "gloo", torch.device("cuda", 0), 1)
+    cfg = TrainConfig(model="toy", batch_size=4, steps=1, warmup=0, profile_steps=0)
+    for variant, needs in (("ring", "send/recv"), ("naive", "send/recv"), ("central", "send/recv"),
+                           ("fsdp", "all_gather_into_tensor"), ("torch_fsdp", "reduce_scatter_tensor")):
+        reason = make_trainer(variant, ctx, cfg).skip_reason
+        assert reason is not None and needs in reason and "--device cpu" in reason
+    assert gloo_cuda_refusal("bucketed", "gloo", "cuda") is None
+    assert gloo_cuda_refusal("ring", "nccl", "cuda") is None
+    assert gloo_cuda_refusal("ring", "gloo", "cpu") is None
