@@ -67,12 +67,16 @@ def test_trainer_computes_in_the_dtype_with_float32_master_weights(dtype: str,
         assert tr.scaler.get_scale() > 0
 
 
-def test_profile_records_dtype_tf32_and_each_jobs_placement(tmp_path: Path) -> None:
+def test_profile_records_dtype_tf32_and_each_jobs_placement(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     opts = ProfileOptions(variants=("single", "bucketed"), world_sizes=(1, 2), trace=False,
                           train=replace(CFG, dtype="bf16", calibration_steps=0, warmup=1),
                           out=str(tmp_path), progress="none", device="cpu")
     code, run_dir = run_profile(opts, ["profile"])
     assert code == 0 and run_dir is not None
+    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("dpcore: world size")]
+    assert line == ["dpcore: world size 1: cpu/gloo (1 rank(s) on the CPU); world size 2: cpu/gloo "
+                    "(2 rank(s) on the CPU). Why: --device cpu"]
     meta = json.loads((run_dir / "run.json").read_text())
     assert (meta["config"]["dtype"], meta["config"]["tf32"]) == ("bf16", False)
     assert meta["environment"]["device"] == "cpu"
