@@ -25,6 +25,8 @@ from dpcore.contract.config import (
     ALGOS,
     BACKENDS,
     COMM_HOOKS,
+    DEVICES,
+    DTYPES,
     MODELS,
     OPTIMIZERS,
     PROGRESS_MODES,
@@ -83,12 +85,25 @@ def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: float | 
     p.add_argument("--seed", type=int, default=train("seed"))
 
 
-def _world_args(p: argparse.ArgumentParser, backend: str, timeout_s: float) -> None:
-    """Which backend the ranks use and how long a job may take."""
+def _world_args(p: argparse.ArgumentParser, backend: str, timeout_s: float, device: str) -> None:
+    """Where the ranks compute, which backend they use and how long a job may take."""
+    p.add_argument("--device", default=device,
+                   help=f"{', '.join(DEVICES)}: auto = cuda where a GPU is present, else cpu; with "
+                        "more ranks than GPUs, rank r computes on GPU r mod G and the ranks share "
+                        "the GPUs over gloo (default %(default)s)")
     p.add_argument("--backend", default=backend,
-                   help=f"{', '.join(BACKENDS)}: auto = nccl if enough GPUs, else gloo (default %(default)s)")
+                   help=f"{', '.join(BACKENDS)}: auto = nccl on cuda when every rank has its own GPU, "
+                        "else gloo (default %(default)s)")
     p.add_argument("--timeout", type=float, default=timeout_s,
                    help="seconds before a hung job is killed and reported (default %(default)g)")
+
+
+def _dtype_arg(p: argparse.ArgumentParser, default: str) -> None:
+    """The precision every job trains in."""
+    p.add_argument("--dtype", default=default,
+                   help=f"{', '.join(DTYPES)}: fp32, or bf16 / fp16 autocast with float32 master "
+                        "weights (fp16 with a gradient scaler); auto = bf16 on a GPU that supports "
+                        "it, fp32 on the CPU (default %(default)s)")
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -110,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify = lambda name: default_of(VerifyOptions, name)  # noqa: E731
     v = sub.add_parser("verify", help="prove every variant trains exactly like single-process")
     _train_args(v, verify("model"), verify("steps"), None)  # None: the model's verify defaults
-    _world_args(v, verify("backend"), verify("timeout_s"))
+    _world_args(v, verify("backend"), verify("timeout_s"), verify("device"))
+    _dtype_arg(v, verify("dtype"))
     v.add_argument("--world-size", type=int, default=verify("world_size"))
     v.add_argument("--variants", default=_list_text(verify("variants"), VARIANTS))
     v.add_argument("--comm-hook", default="",
@@ -121,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     prof = lambda name: default_of(ProfileOptions, name)  # noqa: E731
     p = sub.add_parser("profile", help="profile variants x world sizes into a run directory")
     _train_args(p, train("model"), train("steps"), train("lr"))
-    _world_args(p, prof("backend"), prof("timeout_s"))
+    _world_args(p, prof("backend"), prof("timeout_s"), prof("device"))
+    _dtype_arg(p, train("dtype"))
     p.add_argument("--variants", default=_list_text(prof("variants"), VARIANTS))
     p.add_argument("--world-sizes", default=_list_text(prof("world_sizes")))
     p.add_argument("--warmup", type=int, default=train("warmup"))
@@ -174,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--repeats", type=int, default=ar("repeats"),
                    help="timed calls per size; the table shows their median (default %(default)s = adaptive: "
                         "50 up to 64 KiB, 20 up to 4 MiB, 10 above)")
-    _world_args(a, ar("backend"), ar("timeout_s"))
+    _world_args(a, ar("backend"), ar("timeout_s"), ar("device"))
     _run_args(a)
 
     z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
@@ -293,6 +310,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     opts = VerifyOptions(model=args.model, world_size=args.world_size, steps=args.steps,
                          variants=tuple(parse_choices(args.variants, "variant", VARIANTS)),
                          backend=args.backend, timeout_s=args.timeout,
+                         device=args.device, dtype=args.dtype,
                          comm_hooks=tuple(parse_choices(args.comm_hook, "comm hook", COMM_HOOKS[1:], all_ok=False))
                          if args.comm_hook else ())
     workload = _load_workload(args.model, args.seed, (opts.world_size,), opts.timeout_s)
@@ -305,7 +323,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                         optimizer=args.optimizer, **given)
     rows, ok = run_verify(opts.world_size, model=opts.model, steps=opts.steps,
                           variants=list(opts.variants), backend=opts.backend,
-                          timeout_s=opts.timeout_s, cfg=cfg, comm_hooks=list(opts.comm_hooks))
+                          timeout_s=opts.timeout_s, cfg=cfg, comm_hooks=list(opts.comm_hooks),
+                          device=opts.device, dtype=opts.dtype)
     print(format_table(rows))
     return 0 if ok else 1
 
@@ -329,12 +348,13 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
                         warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
                         bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed,
                         optimizer=args.optimizer, calibration_steps=args.calibration_steps,
-                        powersgd_rank=args.powersgd_rank)
+                        powersgd_rank=args.powersgd_rank, dtype=args.dtype)
     opts = ProfileOptions(
         comm_hooks=tuple(parse_choices(args.comm_hook, "comm hook", COMM_HOOKS, all_ok=False)),
         variants=tuple(parse_choices(args.variants, "variant", VARIANTS)), world_sizes=world_sizes,
         bucket_sweep=parse_bucket_sweep(args.bucket_sweep), trace=not args.no_trace, train=train,
         out=args.out, name=args.name, backend=args.backend, timeout_s=args.timeout,
+        device=args.device,
         progress=args.progress, run_id=args.run_id, threads_per_rank=args.threads_per_rank,
         pin=not args.no_pin,
         inject_hang=parse_hang(args.inject_hang) if args.inject_hang is not None else None,
@@ -375,6 +395,7 @@ def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
         world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")),
         sizes=parse_size_list(args.sizes), warmup=args.warmup, repeats=args.repeats,
         out=args.out, name=args.name, backend=args.backend, timeout_s=args.timeout,
+        device=args.device,
         progress=args.progress, run_id=args.run_id)
     from dpcore.write.commands.allreduce import run_allreduce
 

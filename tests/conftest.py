@@ -30,6 +30,21 @@ def _cache_out_of_the_data(tmp_path_factory: pytest.TempPathFactory):
         os.environ["DPCORE_CACHE_DIR"] = old
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` skip, with the reason, where torch sees no CUDA GPU (torch is
+    imported only when such a test was collected)."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in gpu:
+        item.add_marker(skip)
+
+
 #: The real ``__main__`` (pytest's), taken when the suite starts: a module-scoped fixture that runs
 #: AppTest does so before any function-scoped fixture of its first test could take it.
 _REAL_MAIN = sys.modules.get("__main__")

@@ -37,6 +37,12 @@ CASES = [
     (["profile", "--hang-timeout", "0"], "--hang-timeout must be a number of seconds > 0"),
     (["profile", "--hang-timeout", "50", "--timeout", "40"], "--hang-timeout (50 s) must be below --timeout (40 s)"),
     (["hang", "/nonexistent/dpcore-dumps"], "no such file or directory"),
+    (["profile", "--device", "tpu"], "unknown device tpu; valid choices: auto, cpu, cuda"),
+    (["allreduce", "--device", "gpu"], "unknown device gpu; valid choices: auto, cpu, cuda"),
+    (["verify", "--device", "xpu"], "unknown device xpu; valid choices: auto, cpu, cuda"),
+    (["profile", "--dtype", "bf8"], "unknown dtype bf8; valid choices: auto, fp32, bf16, fp16"),
+    (["verify", "--dtype", "int8"], "unknown dtype int8; valid choices: auto, fp32, bf16, fp16"),
+    (["profile", "--device", "cpu", "--backend", "nccl", "--variants", "flat"], "backend nccl needs GPUs"),
 ]
 
 

@@ -54,6 +54,37 @@ SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
 SCALING = ("weak", "strong")
 #: ``--backend``: ``auto`` = nccl when every local rank can have its own GPU, else gloo.
 BACKENDS = ("auto", "gloo", "nccl")
+#: ``--device``: where the ranks compute. ``auto`` = cuda where a GPU is present, else cpu;
+#: with more local ranks than GPUs, rank r computes on GPU r mod G and the ranks talk over
+#: gloo (which carries CUDA tensors; NCCL refuses two ranks on one GPU).
+DEVICES = ("auto", "cpu", "cuda")
+#: ``--dtype``: the precision a job trains in. ``fp32``: float32 throughout; ``bf16`` /
+#: ``fp16``: float32 master weights, forward and loss under ``torch.autocast`` in that type
+#: (fp16 with a gradient scaler, as mixed-precision training does); ``auto``: bf16 on a GPU
+#: that supports it, fp32 otherwise (the CPU included), resolved before the first job.
+DTYPES = ("auto", "fp32", "bf16", "fp16")
+#: What gloo cannot do with CUDA tensors (torch.distributed's backend table: on GPU, gloo has
+#: broadcast and all_reduce, but no send/recv, all_gather or reduce_scatter; a call passes
+#: device memory to its CPU transport and can crash the rank). Variants and all-reduce
+#: algorithms that need them are skipped with the reason when ranks share GPUs over gloo.
+GLOO_CUDA_MISSING = {"naive": "send/recv", "central": "send/recv", "ring": "send/recv",
+                     "fsdp": "all_gather_into_tensor", "torch_fsdp": "all_gather_into_tensor and "
+                     "reduce_scatter_tensor"}
+
+
+def gloo_cuda_refusal(name: str, backend: str, device_type: str) -> str | None:
+    """Why variant or algorithm ``name`` cannot run on ``backend`` with tensors on
+    ``device_type`` (:data:`GLOO_CUDA_MISSING`), or None."""
+    if backend != "gloo" or device_type != "cuda" or name not in GLOO_CUDA_MISSING:
+        return None
+    return (f"{name} needs {GLOO_CUDA_MISSING[name]}, which gloo does not do on CUDA tensors; "
+            "run it with --device cpu, or on nccl with a GPU per rank")
+
+
+#: the resolved precisions (what run.json's config says a job ran in)
+PRECISIONS = ("fp32", "bf16", "fp16")
+#: a precision's torch dtype name (autocast's type; fsdp's matching compute_dtype)
+PRECISION_TORCH = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: ``--progress``: a terminal bar per job, JSON lines (what the dashboard follows), or nothing.
 PROGRESS_MODES = ("bar", "json", "none")
 #: ``--model MODULE:FUNCTION``: a user's own model (a function returning a ``dpcore.Workload``).
@@ -117,7 +148,12 @@ class TrainConfig:
     bucket_mb: float = 25.0
     lr: float = 0.01
     seed: int = 0
-    dtype: str = "float32"
+    #: ``--dtype``: one of DTYPES (``auto`` is resolved where the device is known: by the
+    #: command before run.json is written, else by the trainer)
+    dtype: str = "auto"
+    #: whether float32 matmuls and convolutions on a GPU may use TF32 (torch's own switches,
+    #: set on every rank; no effect on CPU): recorded because it changes fp32 speed and results
+    tf32: bool = False
     #: ``--inject-delay RANK:MS``: rank RANK sleeps MS ms in its forward every step, to show
     #: what a straggler looks like (-1: nobody).
     delay_rank: int = -1
@@ -158,8 +194,13 @@ class TrainConfig:
         if not (math.isfinite(self.lr) and self.lr >= 0):
             raise UsageError(f"--lr must be a finite number >= 0, got {self.lr:g}")
         check_choices((self.optimizer,), "optimizer", OPTIMIZERS)
+        check_choices((self.dtype,), "dtype", DTYPES)
         if self.compute_dtype:
             check_choices((self.compute_dtype,), "compute dtype", COMPUTE_DTYPES)
+            if self.dtype in ("bf16", "fp16") and PRECISION_TORCH[self.dtype] != self.compute_dtype:
+                raise UsageError(f"fsdp's compute dtype {self.compute_dtype} contradicts --dtype "
+                                 f"{self.dtype}; under autocast fsdp computes in "
+                                 f"{PRECISION_TORCH[self.dtype]}: give that, or --dtype fp32")
         check_choices((self.comm_hook,), "comm hook", COMM_HOOKS)
         check_int("--powersgd-rank", self.powersgd_rank, 1)
         if self.delay_rank < -1:

@@ -15,6 +15,8 @@ from dpcore.contract.config import (
     ALGOS,
     COMM_HOOKS,
     DEFAULT_TIMEOUT_S,
+    DEVICES,
+    DTYPES,
     PROGRESS_MODES,
     VARIANTS,
     VERIFY_MODELS,
@@ -47,12 +49,15 @@ class RunOptions:
     out: str = "profiles"
     name: str | None = None
     backend: str = "auto"
+    #: ``--device``: one of DEVICES (auto: cuda where a GPU is present)
+    device: str = "auto"
     timeout_s: float = DEFAULT_TIMEOUT_S
     progress: str = "bar"
     run_id: str | None = None
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s)
+        check_choices((self.device,), "device", DEVICES)
         check_choices((self.progress,), "progress mode", PROGRESS_MODES)
         check_backend(self.backend)
         check_run_id(self.run_id)
@@ -168,8 +173,13 @@ class VerifyOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     #: extra ``torch_ddp[<hook>]`` rows: DDP with that comm hook, reported as lossy
     comm_hooks: tuple[str, ...] = ()
+    #: ``--device`` (DEVICES) and ``--dtype`` (DTYPES): every variant and ``single`` alike
+    device: str = "auto"
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        check_choices((self.device,), "device", DEVICES)
+        check_choices((self.dtype,), "dtype", DTYPES)
         check_model_name(self.model, VERIFY_MODELS)
         if self.comm_hooks:
             check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)

@@ -18,7 +18,7 @@ Lightning's bookkeeping, counts as sync/other). The model recorded is the strate
 hook on that model is kept (:class:`~dpcore.write.commands.record_hooks.CollectiveTap`): one
 registered through ``DDPStrategy(ddp_comm_hook=...)`` (Lightning does so on CUDA only) or, on
 CPU, by the user in ``LightningModule.on_fit_start`` (``self.trainer.strategy.model``).
-run.json's config says which framework, its version and the strategy.
+run.json's config says which framework, its version, the strategy and its precision setting.
 """
 from __future__ import annotations
 
@@ -47,7 +47,10 @@ class LightningCallback(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.driver.start(trainer.strategy.model,  # DistributedDataParallel under DDPStrategy
                           {"framework": "lightning", "framework_version": lightning.__version__,
-                           "strategy": type(trainer.strategy).__name__, "model": type(pl_module).__name__})
+                           "strategy": type(trainer.strategy).__name__, "model": type(pl_module).__name__,
+                           # the framework's own setting ("bf16-mixed"); config dtype says what
+                           # the forward really ran in (autocast, read by the recording)
+                           "precision": str(trainer.precision)})
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.driver.finish()

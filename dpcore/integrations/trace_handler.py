@@ -36,6 +36,7 @@ import torch.distributed as dist
 from dpcore.contract import runformat as rf
 from dpcore.contract.files import atomic_write_bytes, new_run_id
 from dpcore.contract.tracefile import load_trace
+from dpcore.write.runtime.world import device_names
 
 #: the one job of a handler's run: what the traces show, named as ``import`` names it
 JOB_PREFIX = "imported"
@@ -60,20 +61,26 @@ class TraceHandler:
         self.out, self.name = out, name
         self.run_dir: Path | None = None
         self.cycles = 0
+        #: where the job ran, as this process saw it (run.json's config; the importer's
+        #: environment reads the traces themselves)
+        self.where: dict[str, Any] = {}
 
     def __call__(self, prof: Any) -> None:
         rank, ws = _world()
         if self.run_dir is None:
             self.run_dir = self._open(rank, ws)
         tdir = rf.trace_dir(self.run_dir, f"{JOB_PREFIX}-ws{ws}")
-        self._append(prof, tdir / f"rank{rank}.json.gz")
+        meta = self._append(prof, tdir / f"rank{rank}.json.gz")
+        if not self.where:
+            self.where = ran_on(meta)
         self.cycles += 1
         if ws > 1:
             dist.barrier()  # every rank's file of this cycle is in place
         if rank == 0:
             from dpcore.read.importer.write_run import index_run  # pandas: on rank 0 only
             index_run(self.run_dir, name=self.name, kind="trace_handler", command=list(sys.argv),
-                      config={"cycles": self.cycles, "source": "dpcore.trace_handler"})
+                      config={"cycles": self.cycles, "source": "dpcore.trace_handler",
+                              **self.where})
 
     def _open(self, rank: int, ws: int) -> Path:
         """Rank 0 makes the run folder; every rank learns its name."""
@@ -93,8 +100,9 @@ class TraceHandler:
         return self.out / str(box[0])
 
     @staticmethod
-    def _append(prof: Any, dest: Path) -> None:
-        """This cycle's events appended to the rank's trace (the first cycle's metadata kept)."""
+    def _append(prof: Any, dest: Path) -> dict:
+        """This cycle's events appended to the rank's trace (the first cycle's metadata kept);
+        returns this cycle's trace metadata."""
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".json", dir=dest.parent, prefix=".cycle-")
         os.close(fd)
@@ -103,8 +111,21 @@ class TraceHandler:
             meta, events = load_trace(tmp)
         finally:
             os.unlink(tmp)
+        mine = meta
         if dest.exists():
             meta, old = load_trace(dest)
             events = old + events
         doc = {**meta, "traceEvents": events}
         atomic_write_bytes(dest, gzip.compress(json.dumps(doc).encode(), compresslevel=3))
+        return mine
+
+
+def ran_on(meta: dict) -> dict[str, Any]:
+    """The backend, device and device names a profiled job really ran on: the default process
+    group's backend (``none`` without one) and the GPUs the trace's ``deviceProperties`` list
+    (torch.profiler writes them when CUDA activity was profiled), else the CPU."""
+    backend = str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else "none"
+    gpus = [str(d.get("name", "")) for d in meta.get("deviceProperties") or [] if isinstance(d, dict)]
+    if gpus:
+        return {"backend": backend, "device": "cuda", "devices": gpus}
+    return {"backend": backend, "device": "cpu", "devices": device_names("cpu")}

@@ -54,6 +54,11 @@ def find_ddp(model: Any) -> Any:
     return model
 
 
+def hf_precision(args: Any) -> str:
+    """The Trainer's precision setting: ``bf16=True`` -> bf16, ``fp16=True`` -> fp16, else fp32."""
+    return "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
+
+
 class TransformersCallback(TrainerCallback):
     """Record ``trainer.train()``'s optimizer steps into a run under ``out`` (see the module
     docstring); ``warmup`` and ``profile_steps`` mean what they mean for ``dpcore.record``."""
@@ -72,7 +77,8 @@ class TransformersCallback(TrainerCallback):
         if d.rec is None and d.run_dir is None and model is not None:
             d.start(find_ddp(model), {"framework": "transformers", "framework_version": transformers.__version__,
                                       "model": type(model).__name__,
-                                      "gradient_accumulation_steps": args.gradient_accumulation_steps})
+                                      "gradient_accumulation_steps": args.gradient_accumulation_steps,
+                                      "precision": hf_precision(args)})
             self._hook = model.register_forward_hook(self._forward_done)
         d.begin_step(args.per_device_train_batch_size * args.gradient_accumulation_steps)
         d.phase("forward")

@@ -20,6 +20,7 @@ size), rank 0 writing. Options are validated when built (:class:`AllreduceOption
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from dpcore.contract.bandwidth import bus_factor
+from dpcore.contract.config import gloo_cuda_refusal
 from dpcore.contract.options import AllreduceOptions
 from dpcore.contract.runformat import EXIT_CODES, allreduce_job_id
 from dpcore.write.capture.comm_log import Recorder
@@ -153,8 +155,11 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | 
     on the process that wrote it, the run directory (None on torchrun's other ranks). The CLI
     prints its table through the read wing, as `summarize` does."""
     # one threads-per-rank value for every cell (cores // largest world size), as in `profile`
-    world = open_world(opts.backend, opts.world_sizes, timeout_s=opts.timeout_s, preload=PRELOAD)
+    world = open_world(opts.backend, opts.world_sizes, timeout_s=opts.timeout_s, preload=PRELOAD,
+                       device=opts.device)
     opts = replace(opts, world_sizes=world.world_sizes)
+    if world.writes:  # before the first job: where each world size runs, and why
+        print(f"dpcore: {world.placement.describe(opts.world_sizes)}", file=sys.stderr, flush=True)
     config = {"algos": list(opts.algos), "world_sizes": list(opts.world_sizes),
               "sizes": list(opts.sizes), "warmup": opts.warmup, "repeats": opts.repeats,
               "dtype": "float32"}
@@ -168,9 +173,14 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | 
         for algo, n in cells:
             life.add_job({"id": allreduce_job_id(algo, n), "kind": "allreduce", "algo": algo,
                           "variant": algo, "world_size": n, "bucket_mb": None,
-                          "status": "pending", "oversubscribed": world.oversubscribed(n)})
+                          "status": "pending", "oversubscribed": world.oversubscribed(n),
+                          **world.placement.job_fields(n)})
+        refused = {a: gloo_cuda_refusal(a, world.backend, world.device) for a in opts.algos}
         for algo, n in cells:
             jid = allreduce_job_id(algo, n)
+            if refused[algo]:  # ranks sharing GPUs over gloo: no send/recv on CUDA tensors
+                life.add_job({"id": jid, "status": "skipped", "skip_reason": refused[algo]})
+                continue
             life.run_job(jid, len(opts.sizes), lambda jid=jid, algo=algo, n=n:
                          run_cell(world, life.writer, jid, algo, n, opts, progress))
     return EXIT_CODES[life.status], (life.run_dir if life.writer else None)

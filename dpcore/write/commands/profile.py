@@ -14,6 +14,7 @@ the read side; this module never imports pandas or the analysis.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from dpcore.write.capture.run_writer import RunWriter
 from dpcore.write.commands.profile_rank import profile_job
 from dpcore.write.runtime.progress import Progress
 from dpcore.write.runtime.world import LocalWorld, TorchrunWorld, open_world
+from dpcore.write.training.precision import resolve_dtype
 
 #: What the spawned ranks of a profile job run: the forkserver imports these once.
 PRELOAD = ("dpcore.write.training.trainer", "dpcore.write.commands.profile_rank",
@@ -132,9 +134,13 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
     on the process that wrote it, the run directory (None on torchrun's other ranks)."""
     world = open_world(opts.backend, opts.world_sizes, ranks_on_host=ranks_on_host(opts),
                        timeout_s=opts.timeout_s, threads=opts.threads_per_rank, pin=opts.pin,
-                       preload=PRELOAD)
-    opts = replace(opts, world_sizes=world.world_sizes)
+                       preload=PRELOAD, device=opts.device)
+    # one precision for every job, resolved where the device is known (run.json says which)
+    opts = replace(opts, world_sizes=world.world_sizes,
+                   train=replace(opts.train, dtype=resolve_dtype(opts.train.dtype, world.device)))
     cfg = opts.train
+    if world.writes:  # before the first job: where each world size runs, and why
+        print(f"dpcore: {world.placement.describe(opts.world_sizes)}", file=sys.stderr, flush=True)
     config = {**cfg.to_dict(), "variants": list(opts.variants),
               "world_sizes": list(opts.world_sizes), "bucket_sweep": list(opts.bucket_sweep),
               "trace": opts.trace}
@@ -151,10 +157,11 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
         life.start(progress)
         for v in skipped:
             life.add_job({"id": rf.job_id(v, 1, cfg.bucket_mb), "kind": "train", "variant": v,
-                          "world_size": 1, "status": "skipped",
+                          "world_size": 1, "status": "skipped", **world.placement.job_fields(1),
                           "skip_reason": "single-process variant: run it without torchrun"})
         for spec in jobs:
-            life.add_job(train_job_entry(spec, "pending", world.oversubscribed(spec.processes)))
+            life.add_job({**train_job_entry(spec, "pending", world.oversubscribed(spec.processes)),
+                          **world.placement.job_fields(spec.processes)})
         for spec in jobs:
             life.run_job(spec.job_id, steps_total,
                          lambda spec=spec: run_job(world, life.writer, spec, opts, progress), steps_note)

@@ -78,6 +78,7 @@ from dpcore.write.commands.record_hooks import (
 from dpcore.write.dp.variants.base import Wrapper
 from dpcore.write.runtime.clock import measure_offset
 from dpcore.write.runtime.world import MonitorThread, UserWorld, job_store
+from dpcore.write.training.precision import autocast_precision, tf32_enabled
 
 #: The optional phase marks, and the steps.csv column each one fills.
 PHASES = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -186,6 +187,8 @@ class Recording:
         self.comm_hook: str | None = None  # the user's own DDP comm hook, kept, if any
         self.calibrate, self.calibration_steps = calibrate, calibration_steps
         self._hooked = False  # the recording's comm hook logs the DDP model's buckets
+        #: the precision the user's forward ran in (fp32, bf16, fp16); None before a forward
+        self.precision: str | None = None
 
     # -- the user's calls -------------------------------------------------------------
     def step(self, samples: int | None = None) -> _Step:
@@ -201,7 +204,11 @@ class Recording:
 
     # -- setup --------------------------------------------------------------------------
     def __enter__(self) -> Recording:
-        world = UserWorld()
+        # the device the job really runs on is the model's (a process without a group, or
+        # with a gloo group, may still train on a GPU)
+        model_dev = next((p.device for p in self.model.parameters()), None) \
+            if self.model is not None else None
+        world = self._world = UserWorld(device=model_dev)
         ctx = self.ctx = world.ctx
         offset, self.rtt_ns = measure_offset(ctx)  # collective: every rank is here
         ws = ctx.world_size
@@ -212,7 +219,8 @@ class Recording:
         tdir = rf.trace_dir(self.run_dir, self.job_id) if self.profile_steps else None
         self.spec = JobSpec(self.job_id, self.variant, ws, ws, self.bucket_mb,
                             str(tdir) if tdir else None)
-        self._life.add_job(train_job_entry(self.spec, "running", world.oversubscribed(ws)))
+        self._life.add_job({**train_job_entry(self.spec, "running", world.oversubscribed(ws)),
+                            **world.job_fields()})
         self.rec = Recorder(self.job_id, ctx.rank, offset)
         # live.csv: every rank sends its rows over the job's store; rank 0 appends them
         store = job_store(ctx)
@@ -224,6 +232,9 @@ class Recording:
                                       store) if self._life.writer is not None else None)
         self._mark = 0
         self._attach(self.model)
+        if self.model is not None:  # the precision the loop computes in, seen at its forward
+            hook = self.model.register_forward_pre_hook(self._saw_forward)
+            self._undo.append(hook.remove)
         dev = next((p.device for p in self.model.parameters()), ctx.device) if self.model \
             is not None else ctx.device
         self._timer = PhaseTimer(dev, offset)
@@ -274,6 +285,14 @@ class Recording:
                 if p.requires_grad:
                     h = p.register_post_accumulate_grad_hook(self._grad_ready)
                     self._undo.append(h.remove)
+
+    def _saw_forward(self, _module: nn.Module, _args: Any) -> None:
+        """Read the autocast state as the user's forward runs (inside their ``torch.autocast``,
+        Lightning's ``bf16-mixed`` or the HF Trainer's ``bf16=True``): a half type once seen
+        is the run's precision."""
+        seen = autocast_precision(self._world.device)
+        if seen != "fp32" or self.precision is None:
+            self.precision = seen
 
     def _grad_ready(self, _param: torch.Tensor) -> None:
         self._last_grad_ns = time.perf_counter_ns()
@@ -407,6 +426,9 @@ class Recording:
             fields["note"] = self._note
         if self.comm_hook:
             fields["comm_hook"] = self.comm_hook
-        life.writer.meta["config"]["steps"] = len({r["step"] for r in results[0]["steps"]})
+        config = life.writer.meta["config"]
+        config["steps"] = len({r["step"] for r in results[0]["steps"]})
+        # what the loop ran in: autocast's type at its forward (fp32 without autocast)
+        config["dtype"], config["tf32"] = self.precision or "fp32", tf32_enabled()
         life.end_job(self.job_id, fields)
         life.close(status)

@@ -31,13 +31,21 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import COMPUTE_DTYPES, VERIFY_MODELS, TrainConfig, check_model_name, is_model_spec
+from dpcore.contract.config import (
+    COMPUTE_DTYPES,
+    PRECISION_TORCH,
+    VERIFY_MODELS,
+    TrainConfig,
+    check_model_name,
+    is_model_spec,
+)
 from dpcore.contract.errors import JobFailed
 from dpcore.contract.options import VerifyOptions
 from dpcore.write.capture.comm_log import PhaseTimer
 from dpcore.write.dp.variants import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 from dpcore.write.runtime.context import DistContext
-from dpcore.write.runtime.launch import in_torchrun, launch
+from dpcore.write.runtime.launch import in_torchrun, launch, place
+from dpcore.write.training.precision import resolve_dtype
 from dpcore.write.training.trainer import local_context, make_trainer
 from dpcore.write.training.workload import load_workload, param_bytes
 
@@ -92,10 +100,16 @@ def tolerance(cfg: TrainConfig) -> float:
     a lost bucket), which moves parameters by about lr * |grad| per step. Adam / AdamW get
     10x more: they divide each element's step by its own gradient scale, so the summation-order
     noise of a near-zero gradient becomes a visible fraction of lr (measured on the tiny
-    transformer: ~2.5e-5 after 3 steps for every DP variant, torch's included)."""
-    per_step = 1e-6 if cfg.dtype == "float32" else 1e-2
-    wide = cfg.model in ("transformer", "einsum") or is_model_spec(cfg.model)
+    transformer: ~2.5e-5 after 3 steps for every DP variant, torch's included).
+
+    Under bf16 / fp16 autocast (``--dtype``; ``single`` runs at the same dtype) the variants
+    differ from ``single`` by the half type's rounding of differently split matmuls and sums,
+    so the allowance is :func:`compute_tolerance`'s for that type, per step."""
     adaptive = cfg.optimizer in ("adam", "adamw")
+    if cfg.dtype in ("bf16", "fp16"):
+        return compute_tolerance(cfg, PRECISION_TORCH[cfg.dtype]) * (10 if adaptive else 1)
+    per_step = 1e-6
+    wide = cfg.model in ("transformer", "einsum") or is_model_spec(cfg.model)
     return per_step * max(1, cfg.steps) * (10 if wide else 1) * (10 if adaptive else 1)
 
 
@@ -112,20 +126,23 @@ def compute_tolerance(cfg: TrainConfig, compute_dtype: str) -> float:
     return unit / 2 * max(1, cfg.steps) * (10 if wide else 1)
 
 
-def verify_rows(wanted: list[str], optimizer: str = "sgd", comm_hooks: tuple[str, ...] = ()) -> list[str]:
+def verify_rows(wanted: list[str], optimizer: str = "sgd", comm_hooks: tuple[str, ...] = (),
+                dtype: str = "fp32") -> list[str]:
     """Row names in table order: the variants, plus ``fsdp[<dtype>]`` after ``fsdp``.
 
     The half-compute rows always train with SGD (named ``fsdp[float16,sgd]`` when the run's
     optimizer is another): Adam's step is about lr x sign(g) for tiny gradients, so rounding a
     near-zero gradient can flip a whole step and no tolerance would separate noise from bugs;
     the optimizer itself runs on float32 master shards either way (checked by the float32
-    ``fsdp`` row with the run's optimizer)."""
+    ``fsdp`` row with the run's optimizer). Under bf16 / fp16 autocast (``dtype``) only the
+    matching compute dtype is coherent, so only its row is added."""
     rows: list[str] = []
     suffix = "" if optimizer == "sgd" else ",sgd"
+    halves = COMPUTE_DTYPES if dtype == "fp32" else (PRECISION_TORCH[dtype],)
     for v in [v for v in VARIANTS if v in wanted]:
         rows.append(v)
         if v == "fsdp":
-            rows += [f"fsdp[{dt}{suffix}]" for dt in COMPUTE_DTYPES]
+            rows += [f"fsdp[{dt}{suffix}]" for dt in halves]
         if v == "torch_ddp":
             rows += [f"torch_ddp[{h}]" for h in comm_hooks if h != "none"]
     return rows
@@ -206,18 +223,25 @@ def _row(variant: str, ws: int, diff: float | None, tol: float, verdict: str) ->
 def run_verify(world_size: int, model: str = "toy", steps: int = 5,
                variants: list[str] | None = None, backend: str = "auto",
                timeout_s: float = 300, cfg: TrainConfig | None = None,
-               comm_hooks: list[str] | None = None) -> tuple[list[dict[str, Any]], bool]:
+               comm_hooks: list[str] | None = None, device: str = "auto",
+               dtype: str | None = None) -> tuple[list[dict[str, Any]], bool]:
     """Train each variant ``steps`` steps at ``world_size`` and compare with ``single``.
 
-    Returns one row per variant (``COLUMNS``) and ``ok`` (no row DIFFERS or errored; skipped
-    rows are fine). Under torchrun only rank 0 gets rows; other ranks get ``([], True)``.
+    ``device`` / ``dtype``: ``--device`` and ``--dtype`` (None: ``cfg``'s dtype), resolved
+    once here, so ``single`` and every variant train on the same device type in the same
+    precision. Returns one row per variant (``COLUMNS``) and ``ok`` (no row DIFFERS or
+    errored; skipped rows are fine). Under torchrun only rank 0 gets rows; other ranks get
+    ``([], True)``.
     """
     wanted = list(VARIANTS) if not variants else list(variants)
     VerifyOptions(model=model, world_size=world_size, variants=tuple(wanted), steps=steps,
-                  backend=backend, timeout_s=timeout_s)  # UsageError naming what is wrong
+                  backend=backend, timeout_s=timeout_s, device=device,
+                  dtype=dtype or "auto")  # UsageError naming what is wrong
+    placement = place(device, backend, world_size)
     cfg = cfg or verify_config(model, steps)
-    cfg = replace(cfg, steps=steps)
-    local = local_context()
+    cfg = replace(cfg, steps=steps,
+                  dtype=resolve_dtype(dtype or cfg.dtype, placement.device))
+    local = local_context(placement.device)
     ref, _ = _train(local, "single", cfg, world_size)
     assert ref is not None
     results: dict[str, tuple[dict | None, float, str | None]] = {"single": (ref, 0.0, None)}
@@ -231,17 +255,18 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
         sgd_ref, _ = _train(local, "single", replace(cfg, optimizer="sgd"), world_size)
         assert sgd_ref is not None
     hooks = tuple(comm_hooks or ())
-    multi = [v for v in verify_rows(wanted, cfg.optimizer, hooks) if _split_row(v)[0] in MULTIPROCESS]
+    multi = [v for v in verify_rows(wanted, cfg.optimizer, hooks, cfg.dtype) if _split_row(v)[0] in MULTIPROCESS]
     if multi:
         try:
             got = [launch(_verify_worker, world_size, backend=backend, args=(multi, cfg),
-                          timeout_s=timeout_s, preload=PRELOAD)]
+                          timeout_s=timeout_s, preload=PRELOAD, device=device)]
         except JobFailed:
             got = []
             for v in multi:  # isolate the failing variant(s)
                 try:
                     got.append(launch(_verify_worker, world_size, backend=backend,
-                                      args=([v], cfg), timeout_s=timeout_s, preload=PRELOAD))
+                                      args=([v], cfg), timeout_s=timeout_s, preload=PRELOAD,
+                                      device=device))
                 except JobFailed as exc:
                     results[v] = (None, 0.0, "error: " + exc.message.strip().splitlines()[0])
         if in_torchrun() and got and got[0][0] is None:
@@ -254,7 +279,7 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
                 spread = max(r[v][1] for r in per_rank if r is not None)
                 results[v] = ({k: torch.from_numpy(a) for k, a in params.items()}, spread, None)
     rows, ok = [], True
-    for v in verify_rows(wanted, cfg.optimizer, hooks):
+    for v in verify_rows(wanted, cfg.optimizer, hooks, cfg.dtype):
         params, spread, note = results[v]
         if v == "single":  # the reference: one process with the whole batch, at any world size
             rows.append(_row(v, 1, None, tolerance(cfg), REFERENCE))

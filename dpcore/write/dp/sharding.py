@@ -9,17 +9,20 @@ broadcasts through the :class:`~dpcore.write.capture.comm_log.Recorder` (op name
 convention, so busbw = algbw x (N-1)/N for the first two) inside ``record_function`` ranges
 named after the caller (``fsdp_all_gather``...), so collectives.csv and the traces show them.
 
-Backend gaps: torch >= 2.x gloo implements ``all_gather_into_tensor`` and
-``reduce_scatter_tensor`` on CPU (probed at 2.13: both work, float16/bfloat16 too), but older
-gloo builds raise "does not support reduce_scatter". :class:`Collectives` probes the backend
-once, with a one-element collective on every rank, and where reduce-scatter is missing runs an
-all-reduce of the whole buffer and keeps this rank's slice. That moves 2(N-1)/N of the buffer
-instead of (N-1)/N, and it is logged as what it is (``all_reduce``), so the measured volume
-stays honest.
+Backend gaps: NCCL implements the flat reduce-scatter natively (``ncclReduceScatter``) and
+only accepts tensors on the rank's GPU, so a NCCL group is never probed: asked, the backend says
+yes. torch >= 2.x gloo implements ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` on
+CPU (probed at 2.13: both work, float16/bfloat16 too), but older gloo builds raise "does not
+support reduce_scatter". For any other backend :class:`Collectives` probes once, with a
+one-element collective on every rank ON THE GROUP'S OWN DEVICE (the device the caller's tensors
+live on: a probe on CPU tensors would ask a GPU backend a question it must refuse), and where
+reduce-scatter is missing runs an all-reduce of the whole buffer and keeps this rank's slice.
+That moves 2(N-1)/N of the buffer instead of (N-1)/N, and it is logged as what it is
+(``all_reduce``), so the measured volume stays honest.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -31,6 +34,45 @@ from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 # torch 2.13 renamed the flat collectives (the old names warn); older torch has only the old
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+#: backends whose flat reduce-scatter is a native operation of their library: never probed
+NATIVE_REDUCE_SCATTER = ("nccl", "xccl")
+
+
+def group_backend(group: Any, device: torch.device) -> str:
+    """The backend that carries ``device``'s tensors in ``group``: a group made with a
+    per-device backend string ("cpu:gloo,cuda:nccl") answers with the pair for
+    ``device.type``; a plain one ("gloo") with its name."""
+    name = str(dist.get_backend(group))
+    pairs = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
+    return pairs.get(torch.device(device).type, name)
+
+
+def tensors_device(tensors: Iterable[torch.Tensor]) -> torch.device:
+    """The device of the first of ``tensors`` (a model's parameters), CPU when there is none."""
+    first = next(iter(tensors), None)
+    return first.device if first is not None else torch.device("cpu")
+
+
+def has_native_reduce_scatter(group: Any, device: torch.device | str = "cpu") -> bool:
+    """Does ``group``'s backend implement the flat reduce-scatter for tensors on ``device``?
+
+    NCCL (and XCCL) do: asked, not probed. gloo does not on CUDA tensors (its GPU side has
+    broadcast and all_reduce only): answered no, never probed, since the probe itself could
+    crash the rank. Any other case is probed with a one-element reduce-scatter on ``device``
+    on every rank (so every rank must call this at the same point, like any collective)."""
+    device = torch.device(device)
+    backend = group_backend(group, device)
+    if backend in NATIVE_REDUCE_SCATTER:
+        return True
+    if backend == "gloo" and device.type == "cuda":
+        return False
+    n = dist.get_world_size(group)
+    try:
+        out = torch.zeros(1, device=device)
+        _REDUCE_SCATTER(out, torch.ones(n, device=device), group=group)
+        return bool(out.item() == n)
+    except (RuntimeError, NotImplementedError, ValueError):
+        return False
 
 
 def shard_size(numel: int, world_size: int) -> int:
@@ -73,34 +115,29 @@ class _SliceWork:
 class Collectives:
     """Recorded flat collectives of one process group (see module docstring).
 
-    ``prefix`` names the trace ranges (``<prefix>_all_gather``...). ``native_reduce_scatter``
-    None probes the backend at the first reduce-scatter (every rank reaches it at the same
-    point, so the probe is one more collective in the same order); False forces the
-    all-reduce fallback (tests).
+    ``prefix`` names the trace ranges (``<prefix>_all_gather``...). ``device``: where the
+    caller's tensors live (the model's device), which is where the backend is asked about
+    reduce-scatter. ``native_reduce_scatter`` None asks the backend at the first
+    reduce-scatter (a probe, where one is needed, reaches every rank at the same point, so it
+    is one more collective in the same order); False forces the all-reduce fallback (tests).
     """
 
     def __init__(self, group: Any = None, recorder: Recorder = NULL_RECORDER,
-                 prefix: str = "sharded", native_reduce_scatter: bool | None = None) -> None:
+                 prefix: str = "sharded", native_reduce_scatter: bool | None = None,
+                 device: torch.device | str = "cpu") -> None:
         self.group, self.recorder, self.prefix = group, recorder, prefix
+        self.device = torch.device(device)
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self._native_rs = native_reduce_scatter
 
     @property
     def native_reduce_scatter(self) -> bool:
-        """Does the backend implement the flat reduce-scatter? (probed once, on first use)"""
+        """Does the backend implement the flat reduce-scatter on this group's device?
+        (asked once, on first use: :func:`has_native_reduce_scatter`)"""
         if self._native_rs is None:
-            self._native_rs = self._probe_reduce_scatter()
+            self._native_rs = has_native_reduce_scatter(self.group, self.device)
         return self._native_rs
-
-    def _probe_reduce_scatter(self) -> bool:
-        """Does this backend implement the flat reduce-scatter? (gloo before torch 2.x not)"""
-        try:
-            out = torch.zeros(1)
-            _REDUCE_SCATTER(out, torch.ones(self.world_size), group=self.group)
-            return bool(out.item() == self.world_size)
-        except (RuntimeError, NotImplementedError, ValueError):
-            return False
 
     def _run(self, op: str, nbytes: int, bucket: int, async_op: bool, fn: Any) -> Any:
         rec = self.recorder

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from dpcore.contract.errors import UsageError
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
-from dpcore.write.dp.sharding import Collectives, assign_owners
+from dpcore.write.dp.sharding import Collectives, assign_owners, tensors_device
 
 
 def _as_groups(params: Iterable[Any]) -> list[dict[str, Any]]:
@@ -66,7 +66,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         # a throwaway 0-element parameter validates kwargs and yields the class's defaults
         probe = optimizer_cls([torch.nn.Parameter(torch.zeros(0))], **kwargs)
         super().__init__(groups, dict(probe.defaults))
-        self.coll = Collectives(group, recorder, prefix="zero1")
+        self.coll = Collectives(group, recorder, prefix="zero1",
+                                device=tensors_device(p for g in groups for p in g["params"]))
         self.rank, self.world_size = self.coll.rank, self.coll.world_size
         flat = [p for g in self.param_groups for p in g["params"]]
         owners = assign_owners([p.numel() for p in flat], self.world_size)

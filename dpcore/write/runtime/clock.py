@@ -22,7 +22,9 @@ def measure_offset(ctx: DistContext, rounds: int = 20) -> tuple[int, int]:
     rank of the job must call it. Rank 0 returns (0, 0)."""
     if ctx.world_size == 1:
         return 0, 0
-    dev = ctx.device
+    # the ranks' own device on nccl; the CPU on gloo, whose send/recv take CPU tensors only
+    # (ranks sharing a GPU over gloo compute on CUDA but exchange this on the host)
+    dev = ctx.device if ctx.backend == "nccl" else torch.device("cpu")
     buf = torch.zeros(1, dtype=torch.int64, device=dev)
     best_rtt, best_off = None, 0
     for peer in range(1, ctx.world_size):

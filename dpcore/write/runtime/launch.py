@@ -30,13 +30,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import check_backend, check_timeout
-from dpcore.contract.errors import JobFailed, UsageError
+from dpcore.contract.config import DEVICES, check_backend, check_timeout
+from dpcore.contract.errors import JobFailed, UsageError, choices_error
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.resources import _pin, threads_per_rank
 
@@ -76,11 +77,105 @@ def in_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
+def gpu_count() -> int:
+    """GPUs this process can use (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a run's ranks compute and how they talk: one device type and one backend for
+    every job of the run (sized for the most ranks any job puts on this host), so T(1) and
+    T(N) measure the same machine. ``why`` says how ``auto`` decided, for the line printed
+    before the first job."""
+
+    device: str   #: "cpu" or "cuda"
+    backend: str  #: "gloo" or "nccl"
+    gpus: int     #: GPUs on this host
+    why: str = ""
+
+    def rank_device(self, local_rank: int) -> torch.device:
+        """Local rank r computes on GPU r mod G (ranks share GPUs when there are more ranks),
+        or on the CPU."""
+        if self.device != "cuda":
+            return torch.device("cpu")
+        index = local_rank % max(1, self.gpus)
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+
+    def gpus_shared(self, ranks: int) -> bool:
+        """Do ``ranks`` local ranks share GPUs (more ranks than GPUs, on cuda)?"""
+        return self.device == "cuda" and ranks > self.gpus
+
+    def job_fields(self, ranks: int) -> dict[str, Any]:
+        """run.json's per-job ``backend``, ``device`` and ``gpus_shared``."""
+        return {"backend": self.backend, "device": self.device,
+                "gpus_shared": self.gpus_shared(ranks)}
+
+    def describe(self, world_sizes: Sequence[int]) -> str:
+        """One line: the device and backend each world size runs on, and why."""
+        cells = []
+        for ws in world_sizes:
+            if self.device == "cuda":
+                where = (f"{ws} rank(s) share {self.gpus} GPU(s), rank r on GPU r mod {self.gpus}"
+                         if self.gpus_shared(ws) else f"{ws} rank(s), one GPU each")
+            else:
+                where = f"{ws} rank(s) on the CPU"
+            cells.append(f"world size {ws}: {self.device}/{self.backend} ({where})")
+        return "; ".join(cells) + (f". Why: {self.why}" if self.why else "")
+
+
+def place(device: str | None, backend: str, ranks_on_host: int) -> Placement:
+    """Resolve ``--device`` and ``--backend`` for a run whose jobs put at most
+    ``ranks_on_host`` ranks on this host.
+
+    ``device`` ``auto``: cuda where a GPU is present, else cpu. On cuda, backend ``auto`` is
+    nccl when every local rank has its own GPU, else gloo (which carries CUDA tensors; NCCL
+    refuses two ranks on one GPU), so ranks share the GPUs. ``device`` None: the device
+    follows the backend (cuda for nccl, cpu for gloo), the library default for callers that
+    name only a backend. Impossible pairs (cuda without a GPU, nccl on the CPU or with fewer
+    GPUs than ranks) raise :class:`UsageError` naming the choices."""
+    check_backend(backend)
+    if device is not None and device not in DEVICES:
+        raise choices_error("device", device, DEVICES)
+    gpus = gpu_count()
+    local = max(1, int(ranks_on_host))
+    if device is None:
+        backend = resolve_backend(backend, local, local)
+        return Placement("cuda" if backend == "nccl" else "cpu", backend, gpus,
+                         "the device follows the backend")
+    if device == "auto":
+        dev = "cuda" if gpus else "cpu"
+        why = (f"--device auto found {gpus} GPU(s)" if gpus else "--device auto found no GPU")
+    else:
+        dev, why = device, f"--device {device}"
+    if dev == "cuda" and not gpus:
+        raise UsageError("--device cuda needs a GPU but torch sees none (torch.cuda.is_available() "
+                         "is False); valid choices here: --device cpu or auto")
+    if dev == "cpu":
+        if backend == "nccl":
+            raise UsageError("backend nccl needs GPUs but " + ("none were found; use --backend gloo"
+                             if not gpus else "--device cpu was asked; use --device cuda or --backend gloo"))
+        return Placement("cpu", "gloo", gpus, why)
+    nccl_fits = gpus >= local and dist.is_nccl_available()
+    if backend == "auto":
+        if nccl_fits:
+            return Placement("cuda", "nccl", gpus, f"{why}, one per rank: nccl")
+        return Placement("cuda", "gloo", gpus,
+                         f"{why} for up to {local} rank(s) on this host: the ranks share them over "
+                         f"gloo (NCCL needs its own GPU per rank); --world-sizes within {gpus} "
+                         "give nccl" if dist.is_nccl_available() else f"{why}; this torch has no nccl")
+    if backend == "nccl":
+        resolve_backend("nccl", local, local)  # fewer GPUs than ranks: the one-line refusal
+    return Placement("cuda", backend, gpus, f"{why}, --backend {backend}")
+
+
 def resolve_backend(backend: str, world_size: int, ranks_on_host: int | None = None) -> str:
-    """Pick gloo/nccl. ``auto`` -> nccl when every local rank can have its own GPU."""
+    """Pick gloo/nccl for ranks whose device follows the backend. ``auto`` -> nccl when every
+    local rank can have its own GPU."""
     check_backend(backend)
     local = world_size if ranks_on_host is None else ranks_on_host
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count()
     if backend == "auto":
         return "nccl" if gpus >= local and gpus > 0 and dist.is_nccl_available() else "gloo"
     if backend == "nccl" and gpus < local:
@@ -90,15 +185,9 @@ def resolve_backend(backend: str, world_size: int, ranks_on_host: int | None = N
     return backend
 
 
-def _device_for(backend: str, local_rank: int) -> torch.device:
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
-def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, timeout_s: float,
-            fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int, pin: bool) -> None:
+def _worker(rank: int, world_size: int, placement: Placement, port: int, threads: int,
+            timeout_s: float, fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int,
+            pin: bool) -> None:
     """Body of a spawned rank: pin, join the group, run ``fn``, report result or error."""
     _die_with_launcher(launcher_pid)
     try:
@@ -107,9 +196,10 @@ def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, t
         flight_recorder_on()
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
                               timeout=_dt.timedelta(seconds=timeout_s))
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+        device = placement.rank_device(rank)  # before the group: NCCL binds the current GPU
+        dist.init_process_group(placement.backend, store=store, rank=rank, world_size=world_size,
                                 timeout=_dt.timedelta(seconds=timeout_s))
-        ctx = DistContext(rank, world_size, rank, backend, _device_for(backend, rank), threads,
+        ctx = DistContext(rank, world_size, rank, placement.backend, device, threads,
                           cpus=cpus, progress=lambda ev: results.put((rank, "progress", ev)),
                           store_addr=("127.0.0.1", port))
         value = fn(ctx, *args)
@@ -175,21 +265,23 @@ def torchrun_store() -> tuple[str, int] | None:
 
 def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, timeout_s: float,
                      args: tuple, on_progress: Callable[[dict], None] | None,
-                     threads: int | None = None, pin: bool = False) -> list[Any]:
+                     threads: int | None = None, pin: bool = False,
+                     device: str | None = None) -> list[Any]:
     env_ws = int(os.environ["WORLD_SIZE"])
     if world_size not in (env_ws, 0):
         raise UsageError(f"world size {world_size} requested but torchrun started {env_ws} ranks; "
                          f"under torchrun the world size is torchrun's ({env_ws})")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", env_ws))
-    backend = resolve_backend(backend, env_ws, local_ws)
+    placement = place(device, backend, local_ws)
     threads = threads or threads_per_rank(local_ws)
     cpus = _pin(local_rank, local_ws, threads) if pin else ()
     torch.set_num_threads(threads)
+    rank_device = placement.rank_device(local_rank)
     if not dist.is_initialized():
         flight_recorder_on()
-        dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
-    ctx = DistContext(rank, env_ws, local_rank, backend, _device_for(backend, local_rank),
+        dist.init_process_group(placement.backend, timeout=_dt.timedelta(seconds=timeout_s))
+    ctx = DistContext(rank, env_ws, local_rank, placement.backend, rank_device,
                       threads, cpus=cpus, progress=on_progress, store_addr=torchrun_store())
     out: list[Any] = [None] * env_ws
     out[rank] = fn(ctx, *args)
@@ -199,7 +291,7 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
 def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", args: tuple = (),
            timeout_s: float = 300.0, on_progress: Callable[[dict], None] | None = None,
            threads: int | None = None, pin: bool = False, preload: Sequence[str] = (),
-           monitor: Monitor | None = None) -> list[Any]:
+           monitor: Monitor | None = None, device: str | None = None) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``world_size`` ranks and return their results by rank.
 
     Spawns the ranks on this host, or, under ``torchrun``, runs ``fn`` in the world torchrun
@@ -216,19 +308,22 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     ``monitor``: polled every :data:`MONITOR_PERIOD_S` with the job's store (spawned ranks
     only): live rows, and the hang watchdog, whose :class:`JobFailed` ends the job like a
     rank's error (every rank is then reaped).
+    ``device``: ``--device`` (auto, cpu, cuda; :func:`place`), or None for the device that
+    follows the backend (cuda for nccl, cpu for gloo).
     """
     if world_size < 1:
         raise UsageError(f"world size must be >= 1, got {world_size}")
     check_timeout(timeout_s)
     if in_torchrun():
-        return _torchrun_launch(fn, world_size, backend, timeout_s, args, on_progress, threads, pin)
-    backend = resolve_backend(backend, world_size)
+        return _torchrun_launch(fn, world_size, backend, timeout_s, args, on_progress, threads, pin,
+                                device)
+    placement = place(device, backend, world_size)
     threads = threads or threads_per_rank(world_size)
     ctx = _mp_context(preload)
     store = loopback_store(world_size + 1, timeout_s)
     results = ctx.Queue()
     procs = [ctx.Process(target=_worker, daemon=True, name=f"dpcore-rank{r}",
-                         args=(r, world_size, backend, store.port, threads, timeout_s, fn, args,
+                         args=(r, world_size, placement, store.port, threads, timeout_s, fn, args,
                                results, os.getpid(), pin))
              for r in range(world_size)]
     out: list[Any] = [None] * world_size

@@ -38,9 +38,11 @@ from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.launch import (
     MONITOR_PERIOD_S,
     Monitor,
+    Placement,
+    gpu_count,
     in_torchrun,
     launch,
-    resolve_backend,
+    place,
     torchrun_store,
 )
 from dpcore.write.runtime.resources import (
@@ -52,22 +54,30 @@ from dpcore.write.runtime.resources import (
 )
 
 
+def device_names(device: str, gpus: int | None = None) -> list[str]:
+    """What ``device`` is, by name: every GPU's (torch.cuda) for cuda, the processor for cpu."""
+    if device == "cuda":
+        count = gpu_count() if gpus is None else gpus
+        return [torch.cuda.get_device_name(i) for i in range(count)]
+    return [platform.processor() or platform.machine() or "cpu"]
+
+
 def environment(backend: str, world_sizes: list[int], ranks_per_host: int | None = None,
-                threads: int | None = None, pin: bool = False) -> dict:
+                threads: int | None = None, pin: bool = False, device: str | None = None) -> dict:
     """What the numbers were measured on. ``oversubscribed`` when any job has more ranks on
-    this host than physical cores (its timings then mean little)."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    this host than physical cores (its timings then mean little). ``device`` None: the one the
+    backend implies (cuda for nccl)."""
+    gpus = gpu_count()
     local = ranks_per_host or max(world_sizes or [1])
-    devices = ([torch.cuda.get_device_name(i) for i in range(gpus)] if backend == "nccl"
-               else [platform.processor() or platform.machine() or "cpu"])
+    device = device or ("cuda" if backend == "nccl" else "cpu")
     return {
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "backend": backend,
-        "device": "cuda" if backend == "nccl" else "cpu",
-        "devices": devices,
+        "device": device,
+        "devices": device_names(device, gpus),
         "cpu_cores": physical_cores(),
         "logical_cpus": os.cpu_count(),
         # one value for every job (cores // largest world size unless --threads-per-rank)
@@ -148,8 +158,10 @@ class LocalWorld:
 
     def __init__(self, backend: str, world_sizes: Sequence[int], *, ranks_on_host: int,
                  timeout_s: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
-                 pin: bool = True, preload: Sequence[str] = ()) -> None:
-        self.backend = resolve_backend(backend, ranks_on_host)
+                 pin: bool = True, preload: Sequence[str] = (), device: str | None = None) -> None:
+        #: one device and backend for every job of the run, sized for its largest job
+        self.placement: Placement = place(device, backend, ranks_on_host)
+        self.backend, self.device = self.placement.backend, self.placement.device
         self.world_sizes = tuple(world_sizes)
         self.timeout_s, self.preload = timeout_s, tuple(preload)
         self.threads, self.pin = _resources(threads, pin, ranks_on_host)
@@ -161,7 +173,8 @@ class LocalWorld:
         self._claim = cpu_claims.claim(cpus) if cpus else None
 
     def environment(self) -> dict:
-        env = environment(self.backend, list(self.world_sizes), threads=self.threads, pin=self.pin)
+        env = environment(self.backend, list(self.world_sizes), threads=self.threads, pin=self.pin,
+                          device=self.device)
         if self.shared:
             env["cpus_shared_with"] = {str(pid): cpus for pid, cpus in self.shared.items()}
             env["oversubscribed"] = True
@@ -181,7 +194,7 @@ class LocalWorld:
         (``monitor``'s watchdog)."""
         return launch(fn, processes, backend=self.backend, args=args, timeout_s=self.timeout_s,
                       on_progress=on_progress, threads=self.threads, pin=self.pin,
-                      preload=self.preload, monitor=monitor)
+                      preload=self.preload, monitor=monitor, device=self.device)
 
     def finish(self, status: str) -> None:
         """launch() reaped every rank of every job: only the CPU claim is given back (also at
@@ -196,10 +209,11 @@ class TorchrunWorld:
     spawns = False
 
     def __init__(self, backend: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 threads: int | None = None, pin: bool = True) -> None:
+                 threads: int | None = None, pin: bool = True, device: str | None = None) -> None:
         self.ws, self.rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         self.local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", self.ws))
-        self.backend = resolve_backend(backend, self.ws, self.local_ws)
+        self.placement: Placement = place(device, backend, self.local_ws)
+        self.backend, self.device = self.placement.backend, self.placement.device
         self.writes, self.world_sizes, self.timeout_s = self.rank == 0, (self.ws,), timeout_s
         self.threads, self.pin = _resources(threads, pin, self.local_ws)
         if not dist.is_initialized():
@@ -207,7 +221,7 @@ class TorchrunWorld:
 
     def environment(self) -> dict:
         return {**environment(self.backend, [self.ws], ranks_per_host=self.local_ws,
-                              threads=self.threads, pin=self.pin),
+                              threads=self.threads, pin=self.pin, device=self.device),
                 "torchrun": True, "nnodes": self.ws // max(self.local_ws, 1)}
 
     def oversubscribed(self, processes: int) -> bool:
@@ -229,7 +243,7 @@ class TorchrunWorld:
         try:
             mine: Any = launch(fn, self.ws, backend=self.backend, args=args,
                                timeout_s=self.timeout_s, on_progress=on_progress,
-                               threads=self.threads, pin=self.pin)[self.rank]
+                               threads=self.threads, pin=self.pin, device=self.device)[self.rank]
         except Exception as exc:  # noqa: BLE001 - reported through rank 0
             mine = {"error": f"rank {self.rank}: {type(exc).__name__}: {exc}\n"
                              f"{traceback.format_exc(limit=6)}"}
@@ -254,14 +268,16 @@ class TorchrunWorld:
 
 def open_world(backend: str, world_sizes: Sequence[int], *, ranks_on_host: int | None = None,
                timeout_s: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
-               pin: bool = True, preload: Sequence[str] = ()) -> LocalWorld | TorchrunWorld:
+               pin: bool = True, preload: Sequence[str] = (),
+               device: str | None = None) -> LocalWorld | TorchrunWorld:
     """The world this process runs jobs in: torchrun's when torchrun started it, else ranks
     spawned here for each job (``ranks_on_host``: the most any job puts on this host, default
-    the largest world size). ``preload``: modules the spawned ranks run (the command's)."""
+    the largest world size). ``preload``: modules the spawned ranks run (the command's).
+    ``device``: ``--device`` (:func:`~dpcore.write.runtime.launch.place`)."""
     if in_torchrun():
-        return TorchrunWorld(backend, timeout_s=timeout_s, threads=threads, pin=pin)
+        return TorchrunWorld(backend, timeout_s=timeout_s, threads=threads, pin=pin, device=device)
     return LocalWorld(backend, world_sizes, ranks_on_host=ranks_on_host or max(world_sizes),
-                      timeout_s=timeout_s, threads=threads, pin=pin, preload=preload)
+                      timeout_s=timeout_s, threads=threads, pin=pin, preload=preload, device=device)
 
 
 def world_context() -> DistContext:
@@ -281,20 +297,32 @@ def world_context() -> DistContext:
 
 class UserWorld:
     """The world of a user's own loop: whatever process group the user made (or none). Rank 0
-    writes; dpcore runs no job in it and leaves the group as it found it."""
+    writes; dpcore runs no job in it and leaves the group as it found it.
+
+    What run.json says it ran on is what it really ran on: the default group's backend (also
+    at world size 1; ``none`` without a group) and ``device``, the model's device when the
+    caller knows it (a gloo group, or no group, may train on a GPU), else the group's."""
 
     spawns = False
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | None = None) -> None:
         self.ctx = world_context()
         self.writes = self.ctx.rank == 0
         self.world_sizes = (self.ctx.world_size,)
         self.local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", self.ctx.world_size))
+        #: "cuda" or "cpu": where the job computes
+        self.device = (device or self.ctx.device).type
+
+    def job_fields(self) -> dict[str, Any]:
+        """run.json's per-job ``backend``, ``device`` and ``gpus_shared`` (more local ranks
+        than GPUs on cuda)."""
+        return {"backend": self.ctx.backend, "device": self.device,
+                "gpus_shared": self.device == "cuda" and self.local_ws > gpu_count()}
 
     def environment(self) -> dict:
         ctx = self.ctx
-        return environment(ctx.backend if ctx.world_size > 1 else "none", [ctx.world_size],
-                           ranks_per_host=self.local_ws, threads=ctx.threads)
+        return environment(ctx.backend, [ctx.world_size], ranks_per_host=self.local_ws,
+                           threads=ctx.threads, device=self.device)
 
     def oversubscribed(self, processes: int) -> bool:
         return is_oversubscribed(self.local_ws)

@@ -172,16 +172,15 @@ def build_model(cfg: TrainConfig, device: torch.device | str | None = None,
     """Build ``cfg.model`` with weights fixed by the seed (``cfg.seed`` unless given).
 
     Same seed -> identical weights in every process: parameters are drawn on CPU from a forked
-    RNG (the caller's RNG state is untouched), then moved to ``device`` and ``cfg.dtype``.
+    RNG (the caller's RNG state is untouched), then moved to ``device``. Parameters are
+    float32 at every ``cfg.dtype``: bf16 and fp16 train under autocast with float32 master
+    weights (the trainer's :func:`~dpcore.write.training.precision.autocast`).
     """
     _check_model(cfg.model)
-    dtype = getattr(torch, cfg.dtype, None)
-    if not isinstance(dtype, torch.dtype):
-        raise UsageError(f"unknown dtype {cfg.dtype!r}; valid choices: float32, float16, bfloat16")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed if seed is None else seed)
         model = _construct(cfg)
-    return model.to(device=device or "cpu", dtype=dtype)
+    return model.to(device=device or "cpu", dtype=torch.float32)
 
 
 def default_batch_size(model: str) -> int | None:
@@ -204,7 +203,7 @@ def make_batch(cfg: TrainConfig, model_name: str, step: int, global_batch: int,
     """
     _check_model(model_name)
     g = batch_generator(cfg.seed if seed is None else seed, step)
-    dtype = getattr(torch, cfg.dtype)
+    dtype = torch.float32  # inputs as the float32 master weights; autocast casts per op
     b = global_batch
     if model_name == "mlp":
         x = torch.randn(b, MLP_IN_DIM, generator=g).to(dtype)

@@ -20,18 +20,20 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 
 import torch
 import torch._dynamo  # noqa: F401  (see below)
 import torch.nn as nn
 from torch.profiler import record_function
 
-from dpcore.contract.config import TrainConfig, is_model_spec
+from dpcore.contract.config import TrainConfig, gloo_cuda_refusal, is_model_spec
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.training.models import build_model, loss_fn, make_batch
+from dpcore.write.training.precision import autocast, grad_scaler, resolve_dtype, set_tf32
 from dpcore.write.training.workload import Inputs, TupleInputs, Workload, load_workload, shard_batch, workload_batch
 
 # ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
@@ -45,13 +47,23 @@ class Trainer:
                  recorder: Recorder = NULL_RECORDER, replicas: int | None = None) -> None:
         if variant not in REGISTRY:
             raise choices_error("variant", variant, VARIANTS)
+        cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, ctx.device.type))
         self.ctx, self.cfg = ctx, cfg
+        if ctx.device.type == "cuda":
+            set_tf32(cfg.tf32)
+        #: fp16's gradient scaler (None for fp32 and bf16)
+        self.scaler = grad_scaler(ctx.device, cfg.dtype)
         self.single_process = REGISTRY[variant].processes == 1
         if self.single_process and ctx.world_size != 1:
             raise UsageError(f"variant {variant!r} runs in one process: launch it with world "
                              f"size 1 and pass the replica count as replicas=N "
                              f"(got a {ctx.world_size}-process job)")
         self.replicas = int(replicas or ctx.world_size)
+        # ranks sharing GPUs over gloo: a variant needing what gloo lacks on CUDA tensors is
+        # skipped before it is built (its first collective could crash the rank)
+        self.skip_reason: str | None = gloo_cuda_refusal(variant, ctx.backend, ctx.device.type)
+        if self.skip_reason:
+            return
         # A user's MODULE:FUNCTION is loaded here, in this rank, with torch seeded from
         # cfg.seed: same initial weights everywhere, and nothing of the user's pickled.
         self.workload: Workload | None = (load_workload(cfg.model, cfg.seed)
@@ -65,7 +77,7 @@ class Trainer:
                                     if variant == "fsdp" else None,
                                     comm_hook=cfg.comm_hook if variant == "torch_ddp" else "none",
                                     powersgd_rank=cfg.powersgd_rank))
-        self.skip_reason: str | None = self.model.skip_reason
+        self.skip_reason = self.model.skip_reason
         self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
         self.opt = self.model.make_optimizer(optimizer_class(cfg.optimizer), lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
@@ -142,12 +154,14 @@ class Trainer:
         with record_function("forward"), (probe.forward() if probe else contextlib.nullcontext()):
             if self._delay_s:
                 time.sleep(self._delay_s)  # --inject-delay: a straggler, on purpose
-            loss = m.forward_loss(x, y, self.loss_fn)
+            with autocast(self.ctx.device, self.cfg.dtype):
+                loss = m.forward_loss(x, y, self.loss_fn)
         timer.mark("fwd")
         if probe:
             probe.sample("forward")
+        scaler = self.scaler
         with record_function("backward"):
-            loss.backward()
+            (scaler.scale(loss) if scaler is not None else loss).backward()
         timer.mark("bwd", at_ns=self._last_grad_ns if self._split_backward else None)
         if probe:
             probe.sample("backward")
@@ -157,7 +171,11 @@ class Trainer:
         if probe:
             probe.sample("grad_sync")
         with record_function("optimizer"):
-            self.opt.step()
+            if scaler is not None:  # unscale, skip the step on inf/nan, adapt the scale
+                scaler.step(self.opt)
+                scaler.update()
+            else:
+                self.opt.step()
             if probe:
                 probe.sample("optimizer")  # grads and optimizer state both alive
             self.opt.zero_grad(set_to_none=True)

@@ -163,14 +163,15 @@ def src_rank(group: Any) -> int:
 
 
 def broadcast_module(module: nn.Module, group: Any = None,
-                     recorder: Recorder = NULL_RECORDER) -> None:
-    """Make every rank's parameters (frozen too) and buffers equal to rank 0's.
+                     recorder: Recorder = NULL_RECORDER, *, params: bool = True) -> None:
+    """Make every rank's parameters (frozen too) and buffers equal to rank 0's (``params``
+    False: the buffers only, for a wrapper whose own init sync skips them).
 
     Tensors are coalesced into flat chunks of at most 64 MiB per dtype/device, as DDP's
     ``_sync_module_states`` does, so a model of many small tensors costs a few collectives
     instead of hundreds, while a huge model never needs a second full copy.
     """
-    tensors = [p.data for p in module.parameters()] + [b for b in module.buffers()]
+    tensors = ([p.data for p in module.parameters()] if params else []) + list(module.buffers())
     groups: dict[tuple, list[torch.Tensor]] = {}
     for t in tensors:
         groups.setdefault((t.dtype, t.device), []).append(t)

@@ -32,7 +32,7 @@ from torch.profiler import record_function
 
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 from dpcore.write.dp.fsdp_units import ShardEngine
-from dpcore.write.dp.sharding import Collectives
+from dpcore.write.dp.sharding import Collectives, tensors_device
 from dpcore.write.dp.variants.base import Wrapper, broadcast_module
 
 #: ``compute_dtype`` names accepted from configs and the CLI.
@@ -68,7 +68,8 @@ class FSDP(Wrapper):
         self.group, self.recorder, self.bucket_mb = group, recorder, float(bucket_mb)
         self.compute_dtype = compute_dtype
         broadcast_module(module, group, recorder)  # replicas start equal, then each keeps 1/N
-        self.coll = Collectives(group, recorder, prefix="fsdp")
+        self.coll = Collectives(group, recorder, prefix="fsdp",
+                                device=tensors_device(module.parameters()))
         self.engine = ShardEngine(module, self.coll, compute_dtype)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,9 +1,12 @@
 """``torch_ddp``: PyTorch's ``DistributedDataParallel``, the production reference.
 
 Same bucket cap as ``bucketed`` (``bucket_cap_mb=bucket_mb``). Buffers are broadcast once at
-construction and not before every forward (``broadcast_buffers=False``), as in every other
-variant here: none of our models change buffers during training, and a per-forward broadcast
-would be a collective no variant issues. With a recording recorder, a communication hook (Li
+construction and not before every forward, as in every other variant here: none of our models
+change buffers during training, and a per-forward broadcast would be a collective no variant
+issues. torch 2.12+ says so with ``forward_sync_buffers=False`` (DDP still syncs buffers at
+init); older torch has only ``broadcast_buffers=False``, which ALSO skips DDP's initial buffer
+sync, so the ranks would keep their own BatchNorm statistics: there the buffers are broadcast
+from rank 0 here, before DDP is built. With a recording recorder, a communication hook (Li
 et al. 2020, section 3.3 / DDP comm hooks) launches each bucket's all-reduce itself, exactly as
 the built-in ``allreduce_hook`` does (divide by N, async all-reduce, future), and records it,
 so DDP's buckets appear in collectives.csv; with the null recorder DDP keeps its C++ default
@@ -28,13 +31,19 @@ from torch.profiler import record_function
 
 from dpcore.write.capture.collective_tap import COMPRESS, CollectiveTap, HookClock, real_future
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
-from dpcore.write.dp.variants.base import Wrapper
+from dpcore.write.dp.variants.base import Wrapper, broadcast_module
 
-# newer torch renamed the switch (and still syncs buffers at init, which we want)
+# newer torch renamed the switch (and still syncs buffers at init, which we want); the old
+# one skips the init sync too, so with it the buffers are broadcast before DDP is built
 _NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
                            if "forward_sync_buffers" in inspect.signature(
                                DistributedDataParallel.__init__).parameters
                            else {"broadcast_buffers": False})
+
+
+def _sync_buffers_first(kwargs: dict[str, bool]) -> bool:
+    """Does DDP built with ``kwargs`` skip its initial buffer sync (the old switch)?"""
+    return "broadcast_buffers" in kwargs and not kwargs["broadcast_buffers"]
 
 
 class TorchDDP(DistributedDataParallel, Wrapper):
@@ -49,6 +58,8 @@ class TorchDDP(DistributedDataParallel, Wrapper):
                  recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0,
                  comm_hook: str = "none", powersgd_rank: int = 1) -> None:
         dev = next(module.parameters()).device
+        if _sync_buffers_first(_NO_FORWARD_BUFFER_SYNC):
+            broadcast_module(module, group, params=False)
         super().__init__(module, device_ids=[dev] if dev.type == "cuda" else None,
                          process_group=group, bucket_cap_mb=bucket_mb, **_NO_FORWARD_BUFFER_SYNC)
         self._hook_state: _HookState | None = None
@@ -61,6 +72,8 @@ class TorchDDP(DistributedDataParallel, Wrapper):
             self.skip_reason = _hook_refused(comm_hook, group) or _several_powersgd_buckets(
                 comm_hook, group, nbytes, bucket_mb)
             if self.skip_reason is None:
+                if comm_hook == "powersgd" and dev.type == "cpu":
+                    cuda_sync_tolerates_cpu()
                 self.hook_state, fn = _ddp_hook(comm_hook, group, powersgd_rank)
                 if recorder.enabled:  # DDP's hook launches its collectives: log and time each one
                     self.hook_clock = HookClock(lambda: recorder.step)
@@ -98,6 +111,28 @@ _REFUSED = {("bf16", "gloo"): "bf16_compress_hook does not run on gloo (torch: i
 #: PowerSGD compresses from this step on (it all-reduces plainly before; the lowest value its
 #: error feedback allows): profile's warm-up steps (--warmup >= 2) cover the plain ones.
 POWERSGD_START = 2
+
+
+def cuda_sync_tolerates_cpu() -> None:
+    """Let ``torch.cuda.synchronize(<cpu device>)`` return instead of raising, in this process.
+
+    PyTorch's PowerSGD hook synchronizes the bucket's device whenever CUDA is available
+    (``if torch.cuda.is_available(): torch.cuda.synchronize(device)``), also when that device
+    is the CPU, which raises "Expected a cuda device, but got: cpu": every CPU job with
+    PowerSGD fails on a host with a GPU. Waiting for a CPU tensor is a no-op (its ops already
+    ran), so a CPU device returns at once; every other call goes to torch's own function.
+    Installed once per process, only by a CPU PowerSGD job (each rank is its own process)."""
+    sync = torch.cuda.synchronize
+    if getattr(sync, "_dpcore_cpu_ok", False):
+        return
+
+    def synchronize(device: Any = None) -> None:
+        if isinstance(device, (str, torch.device)) and torch.device(device).type == "cpu":
+            return
+        sync(device)
+
+    synchronize._dpcore_cpu_ok = True  # type: ignore[attr-defined]
+    torch.cuda.synchronize = synchronize
 
 
 def _hook_refused(hook: str, group: Any) -> str | None:

@@ -8,9 +8,10 @@ before its forward and backward, one reduce-scatter of its gradients.
 
 Where it cannot run: ``fully_shard`` needs the flat all-gather and reduce-scatter of the
 backend (``all_gather_into_tensor`` / ``reduce_scatter_tensor``); older gloo builds lack
-reduce-scatter, and some torch builds lack ``fully_shard``. Both are probed (the collective
-with a one-element call on every rank), and the job is skipped with the reason, like
-``data_parallel`` without GPUs. torch 2.13's gloo has both, so it runs on CPU.
+reduce-scatter, and some torch builds lack ``fully_shard``. Both are checked (NCCL is asked,
+any other backend probed with a one-element collective on every rank, on the model's
+device), and the job is skipped with the reason, like ``data_parallel`` without GPUs.
+torch 2.13's gloo has both, so it runs on CPU.
 
 Recording: with a recording recorder, FSDP2's public ``set_custom_all_gather`` /
 ``set_custom_reduce_scatter`` hooks install comms that issue the same collectives as FSDP2's
@@ -26,7 +27,7 @@ import torch.nn as nn
 from torch.profiler import record_function
 
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
-from dpcore.write.dp.sharding import Collectives
+from dpcore.write.dp.sharding import group_backend, has_native_reduce_scatter, tensors_device
 from dpcore.write.dp.variants.base import Wrapper, broadcast_module
 
 
@@ -44,7 +45,7 @@ class TorchFSDP(Wrapper):
                  recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0) -> None:
         super().__init__()
         self.module = module
-        self.skip_reason = _probe(group)
+        self.skip_reason = _probe(group, tensors_device(module.parameters()))
         if self.skip_reason:
             return
         broadcast_module(module, group, recorder)  # fully_shard keeps each rank's own slice
@@ -85,14 +86,15 @@ class TorchFSDP(Wrapper):
         return {k: [_local(t) for t in v] for k, v in out.items()}
 
 
-def _probe(group: Any) -> str | None:
-    """Why ``fully_shard`` cannot run here, or None (see the module docstring)."""
+def _probe(group: Any, device: torch.device) -> str | None:
+    """Why ``fully_shard`` cannot run here, or None (see the module docstring): the backend
+    is asked about the tensors on ``device``, the model's (NCCL answers without a probe)."""
     try:
         from torch.distributed.fsdp import fully_shard  # noqa: F401
     except ImportError as exc:
         return f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard ({exc})"
-    if not Collectives(group).native_reduce_scatter:
-        return (f"the {dist.get_backend(group)} backend of torch {torch.__version__} has no "
+    if not has_native_reduce_scatter(group, device):
+        return (f"the {group_backend(group, device)} backend of torch {torch.__version__} has no "
                 "reduce_scatter_tensor, which fully_shard needs")
     return None
 
