@@ -28,13 +28,12 @@ def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
     ``trace_steps``: the run's per-step trace metrics, ``run_trace_steps(run)`` (from the rank
     cache, :mod:`dpcore.read.ranks`: what every command and the dashboard pass) or, the same
     rows from the events, ``trace_step_metrics(traced_job_events(run))``; None for a run without
-    traces (intervals only). A run recorded on a GPU (run.json ``environment.device`` "cuda") has
-    its jobs' T split by their timed steps where the profiler inflated the traced ones
-    (:func:`job_metrics`' ``timed_split``).
+    traces (intervals only). A job recorded on a GPU (:func:`gpu_job_ids`) has its T split by its
+    timed steps where the profiler inflated the traced ones (:func:`job_metrics`' ``timed_split``).
     """
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
     per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls),
-                      jobs["job_id"] if recorded_on_gpu(run) else ())
+                      gpu_job_ids(run))
     base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]
     out = base.merge(per, on="job_id", how="left") if len(per.columns) > 1 else base.copy()
     for c in SUMMARY_COLUMNS:
@@ -49,6 +48,19 @@ def recorded_on_gpu(run: Run) -> bool:
     """Whether the run's jobs ran on a GPU, as run.json's ``environment.device`` says ("cuda")."""
     env = run.meta.get("environment") if isinstance(run.meta, dict) else None
     return isinstance(env, dict) and str(env.get("device", "")).lower().startswith("cuda")
+
+
+def gpu_job_ids(run: Run) -> list[str]:
+    """The jobs that ran on a GPU: each job's own run.json ``device`` where the run records one per
+    job (``profile --device``), else the run's ``environment.device``. Why per job: one run can
+    hold CPU and GPU jobs (``--device`` chosen per world size by an older dpcore, or an import)."""
+    jobs = run.jobs
+    own = jobs["device"].astype("string").str.lower() if "device" in jobs else None
+    run_gpu = recorded_on_gpu(run)
+    if own is None:
+        return list(jobs["job_id"]) if run_gpu else []
+    on_gpu = own.str.startswith("cuda").fillna(run_gpu).astype(bool)
+    return list(jobs.loc[on_gpu, "job_id"])
 
 
 def _pick_bucket(g: pd.DataFrame, default: float | None) -> pd.Series:
