@@ -31,8 +31,9 @@ from dpcore.read.ranks.tables import DTYPES, RankTables, typed
 TABLES = tuple(DTYPES)
 
 #: Bump when the reader or the reduction changes what a rank's tables hold: every cache entry
-#: written by an older version is then a miss. 2: the ``lanes`` and ``import_*`` tables.
-CACHE_VERSION = 2
+#: written by an older version is then a miss. 2: the ``lanes`` and ``import_*`` tables. 3: the
+#: lanes' ``kind`` column and GPU ranks' launch-thread and stream lanes.
+CACHE_VERSION = 3
 CACHE_DIR = "cache"
 _META = b"dpcore"
 

@@ -1,0 +1,165 @@
+"""The views other than the GPU page on GPU runs: Scaling at world size 1, Memory's split of a GPU
+rank's peak, and the Timeline's launch-thread and stream lanes.
+
+Why: on the GPU runs in ``../shared/gpu/runs`` (one H200, every job at world size 1) Scaling drew
+four one-point charts, Memory's "what each rank holds" stopped at 708 MiB of a 3,220 MiB peak,
+and the Timeline merged every CUDA stream into one "compute" lane. The unit tests build the
+shapes themselves; the AppTests run every page on every shared GPU run and skip, saying why,
+where ``../shared/gpu/runs`` is absent (a fresh clone).
+"""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dpcore.read.analysis.memory import MIB, job_memory, memory_table
+from dpcore.read.analysis.timeline import gpu_lanes
+from dpcore.read.plots.memory import INFERRED_LABEL, memory_breakdown_figure
+from dpcore.read.plots.timeline import timeline_figure
+from tests.app_pages import APP, data_problems, open_page, problems
+
+GPU_RUNS = Path(__file__).resolve().parents[3].parent / "shared" / "gpu" / "runs"
+RUNS = sorted(p.name for p in GPU_RUNS.iterdir() if (p / "run.json").is_file()) if GPU_RUNS.is_dir() else []
+shared = pytest.mark.skipif(not RUNS, reason=f"no GPU runs at {GPU_RUNS} (recorded on an H200; a fresh clone "
+                                             "lacks them)")
+
+
+def _events(rows: list[tuple]) -> pd.DataFrame:
+    """An events frame (read_trace's columns) from (name, category, tid, stream, kind, ts, dur) rows."""
+    df = pd.DataFrame(rows, columns=["name", "category", "tid", "stream", "kind", "ts", "dur"])
+    return df.assign(pid="1", rank=0, step=0, collective="", bytes=np.nan,
+                     name=df["name"].astype("category"), category=df["category"].astype("category"),
+                     tid=df["tid"].astype("category"), kind=df["kind"].astype("category"))
+
+
+def test_gpu_step_is_drawn_as_launch_thread_and_streams() -> None:
+    """A launch thread with nested ops keeps only its outermost ones; each stream is its own
+    lane with each event's kind (a kernel, an NCCL kernel, a copy)."""
+    ev = _events([
+        ("ProfilerStep#0", "user_annotation", "10", -1, "other", 0.0, 100.0),   # the step marker: not drawn
+        ("forward", "user_annotation", "10", -1, "other", 1.0, 40.0),
+        ("aten::mm", "cpu_op", "10", -1, "other", 2.0, 5.0),                    # inside forward: hidden
+        ("cudaLaunchKernel", "cuda_runtime", "10", -1, "other", 3.0, 1.0),
+        ("Optimizer.step#SGD.step", "cpu_op", "10", -1, "other", 50.0, 30.0),
+        ("aten::add", "cpu_op", "20", -1, "other", 5.0, 2.0),                   # a thread that launches nothing
+        ("sm90_gemm", "kernel", "7", 7, "compute", 4.0, 3.0),
+        ("Memcpy HtoD", "gpu_memcpy", "7", 7, "memcpy", 8.0, 1.0),
+        ("ncclDevKernel_AllReduce_Sum_f32", "kernel", "9", 9, "comm", 6.0, 10.0),
+    ])
+    lanes = {lane: (list(names), list(start), list(end), kind) for lane, names, start, end, kind in gpu_lanes(ev)}
+    assert list(lanes) == ["thread 10", "stream 7", "stream 9"]
+    assert lanes["thread 10"][:3] == (["forward", "Optimizer.step#SGD.step"], [1.0, 50.0], [41.0, 80.0])
+    assert lanes["thread 10"][3] == "cpu"
+    assert lanes["stream 7"][0] == ["sm90_gemm", "Memcpy HtoD"] and list(lanes["stream 7"][3]) == ["compute", "memcpy"]
+    assert list(lanes["stream 9"][3]) == ["comm"]
+    # a CPU trace has no GPU lanes
+    assert gpu_lanes(ev[ev["stream"] < 0]) == []
+
+
+def test_timeline_figure_orders_threads_above_streams_and_colours_by_kind() -> None:
+    rows = pd.DataFrame(dict(rank=[0, 0, 0, 0], lane=["stream 13", "stream 7", "thread 10", "stream 7"],
+                             name=["nccl", "gemm", "forward", "Memcpy"], op=["all_reduce", "", "", ""],
+                             kind=["comm", "compute", "cpu", "memcpy"], start_ms=[0.0, 1, 0, 3],
+                             end_ms=[2.0, 2, 5, 4]))
+    fig = timeline_figure(rows)
+    assert list(fig.layout.yaxis.categoryarray)[::-1] == ["rank 0 · thread 10", "rank 0 · stream 7",
+                                                         "rank 0 · stream 13"]
+    by_name = {t.name: list(t.y) for t in fig.data}
+    assert by_name == {"compute": ["rank 0 · stream 7"], "all-reduce": ["rank 0 · stream 13"],
+                       "CPU op (launch thread)": ["rank 0 · thread 10"], "memory copy / set": ["rank 0 · stream 7"]}
+
+
+def test_gpu_peak_is_split_with_the_inferred_rest() -> None:
+    """The shared H200 run's single-ws1 row: 354.1 MiB of parameters and of gradients under a
+    3,219.7 MiB allocator peak; the rest, 2,511.4 MiB, is activations and temporaries."""
+    mem = pd.DataFrame([dict(job_id="single-ws1", rank=0, variant="single", world_size=1, device="cuda:0",
+                             param_bytes=371337216, grad_bytes=371337216, optim_bytes=0, other_bytes=0,
+                             peak_bytes=3376082944, peak_method="cuda_allocator")])
+    table = memory_table(mem, pd.DataFrame(columns=["job_id", "bucket_mb", "step_ms", "step_ms_p10",
+                                                    "step_ms_p90"]))
+    assert table.at[0, "activation_bytes"] == 3376082944 - 2 * 371337216
+    assert job_memory(table).at[0, "activation_bytes"] == 3376082944 - 2 * 371337216
+    fig = memory_breakdown_figure(table)
+    bars = sum(float(t.x[0]) for t in fig.data if t.type == "bar")
+    assert bars == pytest.approx(3376082944 / MIB) == pytest.approx(3219.7, abs=0.05)
+    assert next(t for t in fig.data if t.name == INFERRED_LABEL).x[0] == pytest.approx(2511.4, abs=0.05)
+
+
+def _app(monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    monkeypatch.setenv("DPCORE_PROFILES", str(GPU_RUNS))
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    return at
+
+
+def _decoded(obj: object) -> object:
+    """A chart spec with plotly's typed arrays (``{"dtype", "bdata"}``, base64) as lists."""
+    if isinstance(obj, dict):
+        if set(obj) >= {"dtype", "bdata"}:
+            return np.frombuffer(base64.b64decode(obj["bdata"]), dtype=obj["dtype"]).tolist()
+        return {k: _decoded(v) for k, v in obj.items()}
+    return [_decoded(v) for v in obj] if isinstance(obj, list) else obj
+
+
+def _figure(at: AppTest, i: int) -> go.Figure:
+    """The ``i``-th chart of the page as a figure (its arrays decoded)."""
+    return go.Figure(_decoded(json.loads(at.get("plotly_chart")[i].proto.spec)), skip_invalid=True)
+
+
+def _pick(at: AppTest, run: str) -> None:
+    at.sidebar.selectbox(key="run_a").set_value(run).run()
+    assert not problems(at) and not data_problems(at), (run, problems(at), data_problems(at))
+
+
+@shared
+def test_scaling_says_there_is_nothing_to_scale_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _app(monkeypatch)
+    open_page(at, "Scaling")
+    for run in RUNS:
+        _pick(at, run)
+        assert any("ran at world size 1: there is nothing to scale" in i.value for i in at.info), run
+        assert not at.get("plotly_chart"), run                      # no one-point charts
+        assert not any("pinned" in c.value or "thread(s) per rank" in c.value for c in at.caption), run
+
+
+@shared
+def test_memory_splits_the_gpu_peak_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _app(monkeypatch)
+    open_page(at, "Memory")
+    for run in RUNS:
+        _pick(at, run)
+        mem = pd.read_csv(GPU_RUNS / run / "memory.csv")
+        if mem.empty:  # the recordings through hooks write no memory rows
+            assert any("no memory.csv rows" in i.value for i in at.info), run
+            continue
+        fig = _figure(at, 1)
+        bars = [t for t in fig.data if t.type == "bar"]
+        peak = next(t for t in fig.data if t.name == "peak (largest rank)")
+        assert len(peak.y) == len(mem)
+        for i, label in enumerate(peak.y):  # one rank per job: the stack reaches the peak
+            assert sum(float(t.x[i]) for t in bars) == pytest.approx(float(peak.x[i]), rel=1e-9), (run, label)
+        assert any(t.name == INFERRED_LABEL for t in bars)
+        captions = " ".join(c.value for c in at.caption)
+        assert "inferred" in captions and "max_memory_reserved" in captions
+
+
+@shared
+def test_timeline_draws_streams_and_launch_threads_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _app(monkeypatch)
+    open_page(at, "Timeline")
+    for run in RUNS:
+        _pick(at, run)
+        fig = _figure(at, 0)
+        lanes = list(fig.layout.yaxis.categoryarray)
+        assert any(lane.startswith("rank 0 · stream ") for lane in lanes), (run, lanes)
+        assert any(lane.startswith("rank 0 · thread ") for lane in lanes), (run, lanes)
+        names = {t.name for t in fig.data}
+        assert {"compute", "CPU op (launch thread)"} <= names, (run, names)
+        assert any("CUDA stream" in c.value for c in at.caption), run
