@@ -182,6 +182,15 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--csv", action="store_true")
     _scale_args(z)
 
+    gp = sub.add_parser("gpu", help="GPU time ledger per rank: compute, non-compute, idle and why the GPU idled",
+                        description="The GPU time ledger of every rank (HTA's temporal breakdown on exact "
+                                    "timestamps): span, compute, non-compute, communication, memory and idle time, "
+                                    "idle split into host (the CPU launched late: what it was doing) and device.")
+    gp.add_argument("path", help="a run directory, a job's traces folder, any folder of GPU traces or one trace")
+    gp.add_argument("--csv", action="store_true")
+    gp.add_argument("--per-step", action="store_true", help="also one row per traced step (ProfilerStep#k)")
+    _scale_args(gp)
+
     s = sub.add_parser("summarize", help="per-job table of a run")
     s.add_argument("run")
     s.add_argument("--csv", action="store_true")
@@ -449,6 +458,10 @@ def main(argv: list[str] | None = None) -> int:
             elif args.command == "stragglers":
                 from dpcore.read.report.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv, scale=_scale(args)).rstrip("\n")
+            elif args.command == "gpu":
+                from dpcore.read.report.gpu import gpu_text
+                out = gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args))
+                out = out if args.csv else out.rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text
                 out = whatif_text(args.run, args.job, args.bucket_mb, args.world_sizes, args.bandwidth_gbps,

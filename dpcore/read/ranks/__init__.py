@@ -6,8 +6,17 @@ metrics) then runs on the compact tables, never on events.
 """
 from __future__ import annotations
 
-from dpcore.read.ranks.pool import Scale, folder_tables, job_lanes, job_rank_tables, rank_tables, run_trace_steps
+from dpcore.read.ranks.pool import (
+    Scale,
+    folder_gpu,
+    folder_tables,
+    job_lanes,
+    job_rank_tables,
+    rank_tables,
+    run_gpu,
+    run_trace_steps,
+)
 from dpcore.read.ranks.tables import RankTables, reduce_trace
 
-__all__ = ["RankTables", "Scale", "folder_tables", "job_lanes", "job_rank_tables", "rank_tables", "reduce_trace",
-           "run_trace_steps"]
+__all__ = ["RankTables", "Scale", "folder_gpu", "folder_tables", "job_lanes", "job_rank_tables", "rank_tables",
+           "reduce_trace", "run_gpu", "run_trace_steps"]

@@ -219,3 +219,56 @@ def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | 
     out = pd.concat(frames, ignore_index=True)  # one job_id column for all (1,024 assigns cost 0.5 s)
     out["job_id"] = np.repeat(np.array([j for j, _ in jobs], dtype=object), [n for _, n in jobs])
     return out[[*TRACE_COLUMNS, "job_id"]]
+
+
+def _with_job(frames: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """The frames as one, each row led by its job_id."""
+    parts = [df.assign(job_id=job) for job, df in frames if len(df)]
+    if not parts:
+        return pd.DataFrame(columns=["job_id", *(frames[0][1].columns if frames else [])])
+    out = pd.concat(parts, ignore_index=True)
+    return out[["job_id", *[c for c in out.columns if c != "job_id"]]]
+
+
+def run_gpu(run: Run, scale: Scale | None = None,
+            problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes) of the GPU time ledger (:func:`dpcore.read.analysis.gpu_time.gpu_ledger`)
+    of every traced job of a run, a leading job_id column, from the cache (the lazy ``gpu`` and
+    ``gpu_causes`` tables). Jobs without GPU events have no rows; ``problems``: as
+    :func:`job_rank_tables`."""
+    led, cau = [], []
+    for job_id, tables in job_rank_tables(run, scale, ("gpu", "gpu_causes"), problems):
+        for t in sorted(tables, key=lambda t: t.rank):
+            led.append((job_id, t.gpu))
+            cau.append((job_id, t.gpu_causes))
+    return _with_job(led), _with_job(cau)
+
+
+def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """(ledger, causes, reader notes) of every trace at ``p`` (a folder, searched recursively, or
+    one file). Each folder that holds traces is a job, named by its path under ``p`` (``p``'s own
+    name for the traces directly in it): a job's traces folder is one job, a run's ``traces/``
+    folder one job per sub-folder. TraceFormatError naming the file for a bad trace, or for two
+    traces of one rank in one folder."""
+    files = trace_files(p)
+    root = p if p.is_dir() else p.parent
+    groups: dict[Path, list[int]] = {}
+    for i, f in enumerate(files):
+        groups.setdefault(f.parent, []).append(i)
+    only = all(len(ix) == 1 for ix in groups.values())
+    got = rank_tables(files, root, scale, only=only, need=("gpu", "gpu_causes"))
+    led, cau, notes = [], [], []
+    for parent, ix in groups.items():
+        job = root.name if parent == root else parent.relative_to(root).as_posix()
+        seen: dict[int, Path] = {}
+        for i in sorted(ix, key=lambda i: getattr(got[i], "rank", 0)):
+            t = got[i]
+            if isinstance(t, TraceFormatError):
+                raise t
+            if t.events and t.rank in seen:
+                raise TraceFormatError(f"two traces for rank {t.rank}: {seen[t.rank]} and {files[i]}")
+            seen[t.rank] = files[i]
+            led.append((job, t.gpu))
+            cau.append((job, t.gpu_causes))
+            notes += t.notes
+    return _with_job(led), _with_job(cau), notes

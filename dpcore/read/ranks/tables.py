@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, overlap_from_trace
+from dpcore.read.analysis.gpu_time import CAUSE_COLUMNS, LEDGER_COLUMNS, gpu_ledger
 from dpcore.read.analysis.timeline import trace_lanes
 from dpcore.read.analysis.trace_arrivals import TRACE_COMM_COLUMNS, trace_comm_rows
 from dpcore.read.importer.rows import rank_rows
@@ -46,14 +47,20 @@ DTYPES = {"overlap": {c: (np.int64 if c in ("rank", "step") else np.float64) for
                           "dur": np.float64, "op": object, "algo": object, "bytes": np.float64,
                           "arrival_ns": np.int64},
           "import_facts": {"host": object, "ts_min": np.float64, "end_max": np.float64, "ranks": object,
-                           "dist_info": object, "props": np.int64, "device_names": object, "gpu": bool}}
+                           "dist_info": object, "props": np.int64, "device_names": object, "gpu": bool},
+          # the GPU time ledger (dpcore.read.analysis.gpu_time): per window, and host idle per cause
+          "gpu": {c: (object if c in ("window", "top_idle_cause") else bool if c == "host_bound"
+                      else np.int64 if c in ("rank", "step") else np.float64) for c in LEDGER_COLUMNS},
+          "gpu_causes": {c: (object if c in ("window", "cause") else np.int64 if c in ("rank", "step")
+                             else np.float64) for c in CAUSE_COLUMNS}}
 
 
 #: Tables a reduction builds only for a reader that asks for them (``need``): the Timeline's
-#: lanes and import's rows. Most reads want neither, and each costs 15-25 % of a first read
-#: (measured on 20k-64k-event GPU ranks): the 1,024-rank first read must not pay for them.
-LAZY = ("lanes", "import_steps", "import_comm", "import_facts")
+#: lanes, import's rows and the GPU ledger. Most reads want none, and each costs 15-25 % of a first
+#: read (measured on 20k-64k-event GPU ranks): the 1,024-rank first read must not pay for them.
+LAZY = ("lanes", "import_steps", "import_comm", "import_facts", "gpu", "gpu_causes")
 _IMPORT_TABLES = ("import_steps", "import_comm", "import_facts")
+_GPU_TABLES = ("gpu", "gpu_causes")
 
 
 #: The tables every reduction builds.
@@ -62,9 +69,9 @@ EAGER = tuple(t for t in DTYPES if t not in LAZY)
 
 def built(need: tuple[str, ...]) -> tuple[str, ...]:
     """The tables a reduction for a reader of ``need`` builds: every eager table and the lazy
-    ones in ``need`` (import's three together: one pass makes them)."""
-    imp = any(t in need for t in _IMPORT_TABLES)
-    return tuple(t for t in DTYPES if t not in LAZY or t in need or (imp and t in _IMPORT_TABLES))
+    ones in ``need`` (import's three together, the GPU ledger's two together: one pass makes them)."""
+    together = [g for g in (_IMPORT_TABLES, _GPU_TABLES) if any(t in need for t in g)]
+    return tuple(t for t in DTYPES if t not in LAZY or t in need or any(t in g for g in together))
 
 
 def typed(name: str, df: pd.DataFrame) -> pd.DataFrame:
@@ -100,6 +107,8 @@ class RankTables:
     import_steps: pd.DataFrame = field(default_factory=lambda: typed("import_steps", pd.DataFrame()))
     import_comm: pd.DataFrame = field(default_factory=lambda: typed("import_comm", pd.DataFrame()))
     import_facts: pd.DataFrame = field(default_factory=lambda: typed("import_facts", pd.DataFrame()))
+    gpu: pd.DataFrame = field(default_factory=lambda: typed("gpu", pd.DataFrame()))
+    gpu_causes: pd.DataFrame = field(default_factory=lambda: typed("gpu_causes", pd.DataFrame()))
     built: tuple[str, ...] = tuple(DTYPES)
 
 
@@ -121,6 +130,9 @@ def reduce_events(events: pd.DataFrame, rank: int, world_size: int | None = None
         out["lanes"] = typed("lanes", trace_lanes(events))
     if any(t in tables for t in _IMPORT_TABLES):
         out.update({k: typed(k, v) for k, v in rank_rows(events, meta, comm).items()})
+    if any(t in tables for t in _GPU_TABLES):
+        ledger, causes = gpu_ledger(events)
+        out.update(gpu=typed("gpu", ledger), gpu_causes=typed("gpu_causes", causes))
     return RankTables(rank=rank, world_size=world_size, events=len(events), notes=trace_notes(events),
                       built=tuple(t for t in DTYPES if t in out), **out)
 

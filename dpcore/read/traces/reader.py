@@ -97,7 +97,8 @@ def _no_rank(path: Path) -> TraceFormatError:
 
 
 def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
-    """Columns -> events DataFrame (see ANALYSIS_API.md) with kind, step and, for comm kernels,
+    """Columns -> events DataFrame (see ANALYSIS_API.md) with kind, step, the correlation id
+    (``corr``, -1 where none: what links a kernel to its launch call) and, for comm kernels,
     the collective's name and bytes where the trace's metadata says (else "" and NaN).
     ``attrs["notes"]``: the rules this trace needed (kinds.classify's notes)."""
     kind, step, notes = classify(cols)  # first: it renames legacy categories in cols
@@ -111,7 +112,7 @@ def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
         "category": _codes_to_cat(cat_c, cats),
         "pid": _codes_to_cat(cols.codes["pid"], cols.tables["pid"]),
         "tid": _codes_to_cat(cols.codes["tid"], cols.tables["tid"]),
-        "stream": stream, "rank": np.full(ts.size, rank, dtype=np.int64),
+        "stream": stream, "corr": cols.corr, "rank": np.full(ts.size, rank, dtype=np.int64),
         "kind": pd.Categorical.from_codes(kind, categories=list(KINDS)),
         "step": step,
         "collective": _codes_to_cat(coll_c, coll_t), "bytes": nbytes,

@@ -1,0 +1,223 @@
+"""The GPU time ledger of one rank: where the device's time went, and why it sat idle.
+
+Why: a GPU user's first question is "why is my GPU idle?". Holistic Trace Analysis answers
+with its temporal breakdown (idle / compute / non-compute over the span of the GPU events);
+this module computes that definition on the trace's exact timestamps (HTA rounds to whole
+microseconds and leaves out the last profiler step, so it can read several points apart) and
+adds what HTA's breakdown does not say: whose fault each idle gap is.
+
+Definitions (docs/DESIGN.md, "GPU time"):
+
+* GPU events: kernels, memory copies and memory sets on any stream of the device (the trace's
+  device with the most GPU events). A kernel is communication when the trace classifies it as
+  a collective's (:mod:`dpcore.read.traces.kinds`: NCCL/RCCL kernels of any naming generation,
+  and kernels launched from a collective's CPU range), memory when it is a copy or a set,
+  compute otherwise.
+* Windows: ``trace`` = first GPU event start to last GPU event end; ``step`` k = the GPU events
+  whose launch call (same correlation id) lies inside ``ProfilerStep#k`` (the events frame's
+  ``step``), from the first one's start to the last one's end.
+* In a window W: idle = |W| - |U all|; compute = |U compute|; non_compute = |W| - idle -
+  compute; comm = |U comm|; memory = |U memory|; exposed_comm = |U comm minus U compute|.
+* Idle by cause, per gap of the union: ``host`` when the launch call of the GPU event that ends
+  the gap started after the gap began (the CPU was late: nothing was queued), else ``device``
+  (it was queued in time: a stream wait, a dependency, launch latency; also where its launch is
+  not in the trace). A host gap is charged to the outermost CPU op (``cpu_op`` or
+  ``user_annotation``, step markers aside) on the launching thread that covers the gap's start:
+  what the CPU was busy with while the GPU waited; ``python`` where no op covers it.
+* A window is host-bound when host idle is over half its span.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dpcore.contract.intervals import subtract, union_length
+from dpcore.read.traces.kinds import STEP_RE
+
+#: Categories of the GPU events the ledger counts.
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+#: Host categories whose ranges can name what the CPU was doing during a host gap.
+CAUSE_CATS = ("cpu_op", "user_annotation")
+#: Categories of the launch calls (the host side of a correlation id).
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+#: The cause of a host gap that no CPU op covers: the CPU was in Python between operators.
+PYTHON = "python"
+#: Step of the rows of the ``trace`` window.
+TRACE_STEP = -1
+#: A window is host-bound above this share of host idle.
+HOST_BOUND_SHARE = 0.5
+LEDGER_COLUMNS = ["rank", "window", "step", "span_ms", "compute_ms", "non_compute_ms", "comm_ms",
+                  "exposed_comm_ms", "memory_ms", "idle_ms", "idle_host_ms", "idle_device_ms", "idle_pct",
+                  "compute_pct", "non_compute_pct", "host_bound", "top_idle_cause", "top_idle_cause_ms"]
+#: Host idle per cause, per window (every cause with idle; the ledger's top_idle_cause is the first).
+CAUSE_COLUMNS = ["rank", "window", "step", "cause", "idle_ms"]
+_CLASS = {"comm": "comm", "memcpy": "memory"}  # events-frame kind -> ledger class; else compute
+
+
+def gpu_ledger(events: pd.DataFrame, per_step: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes) of every rank of an events frame (:func:`dpcore.read.traces.read_trace`'s).
+
+    ledger: one row per rank for the ``trace`` window (step -1) and, with ``per_step``, one per
+    traced step whose launches put GPU events in it (LEDGER_COLUMNS; times in ms, shares in
+    percent of span_ms). causes: the host idle of each of those windows by cause, largest first
+    (CAUSE_COLUMNS). A rank without GPU events has no rows."""
+    rows: list[dict] = []
+    causes: list[dict] = []
+    for rank, ev in events.groupby("rank", sort=True, observed=True):
+        _rank_ledger(ev, int(rank), per_step, rows, causes)
+    ledger = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
+    return ledger, pd.DataFrame(causes, columns=CAUSE_COLUMNS)
+
+
+def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], causes: list[dict]) -> None:
+    """Append the ledger rows and cause rows of one rank's events (see :func:`gpu_ledger`)."""
+    stream = ev["stream"].to_numpy()
+    cat = ev["category"].astype(str).to_numpy()
+    dev = (stream >= 0) & np.isin(cat, GPU_CATS)
+    if not dev.any():
+        return
+    pid = ev["pid"].astype(str).to_numpy()
+    busiest = pd.Series(pid[dev]).value_counts().index[0]  # one device: the one with most GPU events
+    dev &= pid == busiest
+    g = ev[dev]
+    start = g["ts"].to_numpy(np.float64)
+    end = start + g["dur"].to_numpy(np.float64)
+    kind = g["kind"].astype(str).to_numpy()
+    cls = np.asarray([_CLASS.get(k, "compute") for k in kind], dtype=object)
+    launch_ts, launch_thread = _launches(ev, g["corr"].to_numpy(np.int64))
+    ops = _top_ops(ev)
+    windows = [("trace", TRACE_STEP, np.ones(len(g), bool))]
+    if per_step:
+        step = g["step"].to_numpy(np.int64)
+        windows += [("step", int(k), step == k) for k in np.unique(step[step >= 0])]
+    for window, k, sel in windows:
+        row, by_cause = window_ledger(start[sel], end[sel], cls[sel], launch_ts[sel], launch_thread[sel], ops)
+        rows.append({"rank": rank, "window": window, "step": k, **row})
+        causes += [{"rank": rank, "window": window, "step": k, "cause": c, "idle_ms": ms} for c, ms in by_cause]
+
+
+def _launches(ev: pd.DataFrame, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start µs, thread key "pid/tid") of the launch call of each GPU event, by correlation id
+    (the first launch of an id); NaN and "" where the trace has none (queued before it began)."""
+    cat = ev["category"].astype(str).to_numpy()
+    host = (ev["stream"].to_numpy() < 0) & (ev["corr"].to_numpy() > 0) & np.isin(cat, LAUNCH_CATS)
+    h = ev[host]
+    keys = h["corr"].to_numpy(np.int64)
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    ts = h["ts"].to_numpy(np.float64)[order]
+    thread = (h["pid"].astype(str) + "/" + h["tid"].astype(str)).to_numpy(dtype=object)[order]
+    out_ts = np.full(corr.size, np.nan)
+    out_th = np.full(corr.size, "", dtype=object)
+    if keys.size:
+        pos = np.clip(np.searchsorted(keys, corr), 0, keys.size - 1)
+        found = (keys[pos] == corr) & (corr > 0)
+        out_ts[found] = ts[pos[found]]
+        out_th[found] = thread[pos[found]]
+    return out_ts, out_th
+
+
+def _top_ops(ev: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """{thread key: (starts, ends, names)} of the outermost CPU ops of each host thread (those
+    no earlier op of the thread contains; step markers left out: they cover everything)."""
+    cat = ev["category"].astype(str)
+    name = ev["name"].astype(str)
+    ok = (ev["stream"] < 0) & cat.isin(CAUSE_CATS) & ~name.str.match(STEP_RE.pattern)
+    h = ev[ok.to_numpy()]
+    if h.empty:
+        return {}
+    thread = (h["pid"].astype(str) + "/" + h["tid"].astype(str)).to_numpy(dtype=object)
+    out = {}
+    for th in pd.unique(thread):
+        on = h[thread == th]
+        s = on["ts"].to_numpy(np.float64)
+        e = s + on["dur"].to_numpy(np.float64)
+        order = np.lexsort((-e, s))  # by start, the longest first among equal starts
+        s, e, n = s[order], e[order], on["name"].astype(str).to_numpy(dtype=object)[order]
+        reach = np.concatenate([[-np.inf], np.maximum.accumulate(e)[:-1]])
+        top = s >= reach
+        out[th] = (s[top], e[top], n[top])
+    return out
+
+
+def _cause(ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thread: str, t: float) -> str:
+    """The outermost CPU op on ``thread`` that covers time ``t`` (PYTHON where none does)."""
+    if thread not in ops:
+        return PYTHON
+    s, e, n = ops[thread]
+    i = int(np.searchsorted(s, t, side="right")) - 1
+    return str(n[i]) if i >= 0 and t < e[i] else PYTHON
+
+
+def window_ledger(start: np.ndarray, end: np.ndarray, cls: np.ndarray, launch_ts: np.ndarray,
+                  launch_thread: np.ndarray, ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+                  ) -> tuple[dict, list[tuple[str, float]]]:
+    """(ledger values of LEDGER_COLUMNS after ``step``, [(cause, host idle ms)] largest first) of
+    one window's GPU events: µs starts and ends, class ("compute", "comm", "memory"), launch start
+    (NaN unknown) and launching thread of each, and the threads' outermost ops
+    (:func:`_top_ops`)."""
+    lo, hi = float(start.min()), float(end.max())
+    span = hi - lo
+    busy = union_length(start, end)
+    comp = cls == "compute"
+    compute = union_length(start[comp], end[comp])
+    comm = cls == "comm"
+    comm_len = union_length(start[comm], end[comm])
+    mem = cls == "memory"
+    exp_s, exp_e = subtract(start[comm], end[comm], start[comp], end[comp])
+    # gaps of the union, each ended by the event that starts it again (earliest launch among ties)
+    order = np.lexsort((launch_ts, start))
+    s, e, lt, th = start[order], end[order], launch_ts[order], launch_thread[order]
+    reach = np.maximum.accumulate(e)
+    gap = np.flatnonzero(s[1:] > reach[:-1]) + 1
+    g0, g1 = reach[gap - 1], s[gap]
+    host = lt[gap] > g0  # NaN (launch not in the trace) compares False: device
+    by_cause: dict[str, float] = {}
+    for i in np.flatnonzero(host):
+        c = _cause(ops, th[gap[i]], g0[i])
+        by_cause[c] = by_cause.get(c, 0.0) + (g1[i] - g0[i]) / 1e3
+    idle = span - busy
+    idle_host = float((g1[host] - g0[host]).sum())
+    ranked = sorted(by_cause.items(), key=lambda kv: (-kv[1], kv[0]))
+    pct = (lambda x: 100.0 * x / span) if span > 0 else (lambda x: float("nan"))
+    row = {"span_ms": span / 1e3, "compute_ms": compute / 1e3, "non_compute_ms": (span - idle - compute) / 1e3,
+           "comm_ms": comm_len / 1e3, "exposed_comm_ms": float((exp_e - exp_s).sum()) / 1e3,
+           "memory_ms": union_length(start[mem], end[mem]) / 1e3, "idle_ms": idle / 1e3,
+           "idle_host_ms": idle_host / 1e3, "idle_device_ms": (idle - idle_host) / 1e3,
+           "idle_pct": pct(idle), "compute_pct": pct(compute), "non_compute_pct": pct(span - idle - compute),
+           "host_bound": bool(span > 0 and idle_host > HOST_BOUND_SHARE * span),
+           "top_idle_cause": ranked[0][0] if ranked else "", "top_idle_cause_ms": ranked[0][1] if ranked else 0.0}
+    return row, ranked
+
+
+#: Host causes that are the CPU waiting for the GPU (a host-device synchronisation), by name.
+_SYNC_CAUSE = ("aten::item", "aten::_local_scalar_dense", "aten::to", "aten::copy_", "cudaDeviceSynchronize",
+               "cudaStreamSynchronize", "aten::nonzero")
+
+
+def advice(row: pd.Series | dict) -> str:
+    """One plain-language recommendation for a ledger row where one is clear, else "".
+
+    Host-bound (the GPU waited for the CPU over half the window): the launch overhead is the
+    bottleneck, which fewer and larger kernels, CUDA graphs or torch.compile cut; a DataLoader
+    cause wants workers, a synchronising op (``.item()``, ``.cpu()``, ``.to()``) wants moving
+    out of the step. Mostly device idle: the streams wait on each other, not on the CPU."""
+    span = float(row["span_ms"])
+    if span <= 0:
+        return ""
+    cause, cause_ms = str(row["top_idle_cause"]), float(row["top_idle_cause_ms"])
+    if row["host_bound"]:
+        text = (f"host-bound: the GPU waited {float(row['idle_host_ms']):.3g} ms "
+                f"({100 * float(row['idle_host_ms']) / span:.0f} % of the span) for the CPU to launch work; "
+                "fewer, larger kernels (a larger batch, fused ops), CUDA graphs or torch.compile "
+                "(mode=\"reduce-overhead\") cut the launch overhead")
+        if "dataloader" in cause.lower():
+            text += f"; the top cause is the DataLoader ({cause_ms:.3g} ms): give it workers (num_workers, pin_memory)"
+        elif cause in _SYNC_CAUSE or "synchron" in cause.lower():
+            text += (f"; the top cause, {cause} ({cause_ms:.3g} ms), waits for the GPU: avoid .item()/.cpu()/"
+                     ".to() of device tensors inside the step")
+        return text + "."
+    if float(row["idle_device_ms"]) > 0.25 * span:
+        return (f"the GPU idles {float(row['idle_device_ms']):.3g} ms with work already queued: streams waiting "
+                "on each other or on events (a dependency), not the CPU.")
+    return ""

@@ -1,0 +1,81 @@
+"""What ``python -m dpcore gpu PATH [--csv] [--per-step]`` prints: the GPU time ledger per rank.
+
+The numbers are :func:`dpcore.read.analysis.gpu_time.gpu_ledger`'s, read through the rank cache
+(the lazy ``gpu`` tables); this module only loads PATH and lays the rows out.
+"""
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+
+from dpcore.contract.units import percent_number
+from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
+from dpcore.read.ranks import Scale, folder_gpu, run_gpu
+from dpcore.read.report.resolve import load_run_reporting, resolve, warn
+from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.traces.reader import TraceFormatError
+
+#: docs/DESIGN.md's columns of `gpu --csv`.
+GPU_COLUMNS = ["job_id", *LEDGER_COLUMNS]
+#: How many host causes the text lists per rank.
+TOP_CAUSES = 5
+_TEXT_COLUMNS = {"step": "step", "span_ms": "span_ms", "compute_ms": "compute", "non_compute_ms": "non_compute",
+                 "comm_ms": "comm", "exposed_comm_ms": "exposed_comm", "memory_ms": "memory", "idle_ms": "idle",
+                 "idle_host_ms": "idle_host", "idle_device_ms": "idle_device", "idle_pct": "idle_%",
+                 "compute_pct": "compute_%", "non_compute_pct": "non_compute_%", "host_bound": "host_bound"}
+_NOTE = ("ms of the window; span = compute + non_compute + idle. compute = time any compute kernel runs; "
+         "non_compute = the rest of the busy time (communication, memory copies and sets not under compute); "
+         "exposed_comm = communication not under compute. idle = no GPU event on any stream: host = the next "
+         "event was launched after the gap began (the CPU was late), device = it was queued in time. "
+         "host_bound: host idle over half the span. Window `trace`: first GPU event start to last end; "
+         "a step (--per-step): the GPU events launched inside ProfilerStep#k.")
+
+
+def load_gpu(path: str, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes) with job_id of PATH: a run directory (every traced job), a job's traces
+    folder, any folder of traces or one trace. Reader notes and run problems go to stderr.
+    ValueError (one line) where PATH holds no GPU events."""
+    p, kind = resolve(path)
+    if kind == "run":
+        problems: list[str] = []
+        ledger, causes = run_gpu(load_run_reporting(p), scale, problems)
+        warn(problems)
+    else:
+        try:
+            ledger, causes, notes = folder_gpu(p, scale)
+        except TraceFormatError as exc:
+            raise ValueError(str(exc)) from None
+        for n in notes:
+            print(f"note: {n}", file=sys.stderr)
+    if ledger.empty:
+        raise ValueError(f"no GPU events (kernels, memory copies or sets) in the traces at {p}: the gpu command "
+                         "reads traces recorded on a GPU; for a CPU run use analyze or summarize")
+    return ledger, causes
+
+
+def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale | None = None) -> str:
+    """The GPU time ledger of every rank at PATH: the ``trace`` window, and each traced step with
+    ``per_step``; CSV rows are GPU_COLUMNS (one per job, rank and window). Raises ValueError
+    (RunLoadError for a broken run) with a one-line message."""
+    ledger, causes = load_gpu(path, scale)
+    if not per_step:
+        ledger = ledger[ledger["step"] == TRACE_STEP]
+    if csv:
+        return csv_table(ledger[GPU_COLUMNS])
+    parts = []
+    for (job_id, rank), df in ledger.groupby(["job_id", "rank"], sort=False):
+        view = df[list(_TEXT_COLUMNS)].rename(columns=_TEXT_COLUMNS)
+        view["step"] = ["trace" if s == TRACE_STEP else str(s) for s in df["step"]]
+        pct = {c: percent_number for c in ("idle_%", "compute_%", "non_compute_%")}
+        lines = [f"{job_id} rank {rank}  (ms)", text_table(view, formatters=pct)]
+        mine = causes[(causes["job_id"] == job_id) & (causes["rank"] == rank) & (causes["step"] == TRACE_STEP)]
+        if len(mine):
+            top = ", ".join(f"{c} {ms:.2f} ms" for c, ms in zip(mine["cause"].head(TOP_CAUSES),
+                                                               mine["idle_ms"].head(TOP_CAUSES)))
+            lines.append(f"host idle by cause (what the CPU was in while the GPU waited): {top}")
+        tip = advice(df[df["step"] == TRACE_STEP].iloc[0])
+        if tip:
+            lines.append(f"recommendation: {tip}")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + f"\n\n{_NOTE}\n"
