@@ -163,3 +163,45 @@ def test_timeline_draws_streams_and_launch_threads_on_every_gpu_run(monkeypatch:
         names = {t.name for t in fig.data}
         assert {"compute", "CPU op (launch thread)"} <= names, (run, names)
         assert any("CUDA stream" in c.value for c in at.caption), run
+
+
+def test_ledger_bar_sums_to_the_span_and_causes_are_largest_first() -> None:
+    from dpcore.read.plots.gpu import causes_figure, ledger_figure
+
+    ledger = pd.DataFrame(dict(rank=[0, 0], window=["trace", "step"], step=[-1, 3], span_ms=[10.0, 4.0],
+                               compute_ms=[2.0, 1.0], non_compute_ms=[1.0, 0.5], idle_host_ms=[6.0, 2.0],
+                               idle_device_ms=[1.0, 0.5]))
+    fig = ledger_figure(ledger)
+    assert list(fig.data[0].y) == ["rank 0 · whole trace", "rank 0 · step 3"]
+    assert [sum(float(t.x[i]) for t in fig.data) for i in range(2)] == [10.0, 4.0]
+    assert [t.name for t in fig.data] == ["compute", "non-compute (comm, copies)", "GPU idle: host (CPU late)",
+                                          "GPU idle: device (queued)"]
+    causes = pd.DataFrame(dict(cause=[f"op{i}" for i in range(10)], idle_ms=[float(10 - i) for i in range(10)]))
+    bars = causes_figure(causes).data[0]
+    assert list(bars.y) == [f"op{i}" for i in range(8)] + ["2 other causes"] and list(bars.x)[-1] == 3.0
+
+
+@shared
+def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every shared GPU run: no problem, the ledger bars sum to each window's span (the gpu
+    command's numbers, the same function), the MLP runs get the host-bound recommendation."""
+    from dpcore.read.ranks import run_gpu
+    from dpcore.read.rundir.load import load_run
+
+    at = _app(monkeypatch)
+    open_page(at, "GPU")
+    for run in RUNS:
+        _pick(at, run)
+        ledger, _ = run_gpu(load_run(GPU_RUNS / run))
+        job = next(w for w in at.selectbox if str(w.key).startswith("gpu-job-")).value
+        mine = ledger[(ledger["job_id"] == job) & (ledger["rank"] == 0)].sort_values("step")
+        fig = _figure(at, 0)
+        spans = [sum(float(t.x[i]) for t in fig.data) for i in range(len(mine))]
+        assert spans == pytest.approx(mine["span_ms"].tolist(), rel=1e-9), run
+        whole = mine[mine["step"] == -1].iloc[0]
+        metrics = {m.label: m.value for m in at.metric}
+        assert metrics["idle"] == f"{whole['idle_pct']:.1f} %" and metrics["span"] == f"{whole['span_ms']:.2f} ms"
+        if run != "h200_variants_ws1":  # the MLP runs: host-bound, a recommendation naming the fix
+            assert bool(whole["host_bound"]), run
+            assert any("host-bound" in i.value and "CUDA graphs" in i.value for i in at.info), run
+        assert _figure(at, 1).data, run  # the host causes
