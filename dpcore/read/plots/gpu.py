@@ -35,6 +35,16 @@ def window_label(step: object) -> str:
     return "whole trace" if int(step) < 0 else f"step {int(step)}"
 
 
+#: Longest cause label drawn (the hover names the op in full).
+LABEL_CHARS = 34
+
+
+def short_cause(cause: str) -> str:
+    """A cause as a tick label: its end where it is long (an autograd op's name ends in what it
+    runs, ``...evaluate_function: AddmmBackward0``), with "…" in front."""
+    return cause if len(cause) <= LABEL_CHARS else "…" + cause[-(LABEL_CHARS - 1):]
+
+
 def ledger_figure(ledger: pd.DataFrame, title: str | None = None) -> go.Figure:
     """One horizontal stacked bar per (rank, window) of ``ledger``: compute + non-compute + host
     idle + device idle = the window's span (ms); the hover gives each part's share of the span."""
@@ -66,11 +76,11 @@ def causes_figure(causes: pd.DataFrame, title: str | None = None) -> go.Figure:
     top = per.head(TOP_CAUSES)
     if len(per) > TOP_CAUSES:
         top = pd.concat([top, pd.Series({f"{len(per) - TOP_CAUSES} other causes": per.iloc[TOP_CAUSES:].sum()})])
-    labels = [c if len(c) <= 60 else c[:57] + "…" for c in top.index.astype(str)]
+    labels = [short_cause(c) for c in top.index.astype(str)]
     fig = go.Figure()
     fig.add_bar(y=labels, x=top.to_numpy(float), orientation="h", marker_color=LEDGER_PARTS[2][2],
                 customdata=np.asarray(top.index.astype(str), dtype=object), name="host idle",
                 hovertemplate="%{customdata}<br>%{x:.3f} ms of host idle<extra></extra>")
-    fig.update_xaxes(title="ms the GPU waited while the CPU was in this op", rangemode="tozero")
+    fig.update_xaxes(title="ms of host idle", rangemode="tozero")
     fig.update_yaxes(autorange="reversed", automargin=True)
     return base_layout(fig, title, height=max(220, 30 * len(top) + 150))

@@ -78,7 +78,7 @@ def test_gpu_page_renders_for_every_gpu_run(server) -> None:
                 text = page.locator("[data-testid=stMain]").inner_text()
                 spans = [float(m) for m in re.findall(r"span\s+([\d.]+) ms", text)]
                 assert spans and sums[0] == pytest.approx(spans[0], abs=0.006), (run, sums[0], spans)
-                assert figure(page, "GPU idle: host, by what the CPU")["data"], run
+                assert figure(page, "Host idle by CPU op")["data"], run
                 assert overlapping_labels(page) == [], run
         finally:
             browser.close()

@@ -71,7 +71,7 @@ def charts(_run: Run, run_key: tuple, job_id: str, rank: int) -> tuple[go.Figure
     ledger, causes = data.gpu_ledger(_run, run_key)
     mine = causes[(causes["job_id"] == job_id) & (causes["rank"] == rank) & (causes["step"] == TRACE_STEP)]
     return (ledger_figure(_job_rows(ledger, job_id, rank), f"GPU time ledger of rank {rank}"),
-            causes_figure(mine, "GPU idle: host, by what the CPU was doing (whole trace)"))
+            causes_figure(mine, "Host idle by CPU op (whole trace)"))
 
 
 def _cards(row: pd.Series) -> None:
