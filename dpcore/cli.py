@@ -2,7 +2,7 @@
 
 Commands that run jobs and write a run: ``profile``, ``allreduce``; ``verify`` checks that every
 variant trains like ``single``. Commands that read runs and traces: ``analyze``, ``summarize``,
-``stragglers``, ``whatif``; ``import`` turns foreign torch.profiler traces into a run.
+``stragglers``, ``whatif``, ``gpu``; ``import`` turns foreign torch.profiler traces into a run.
 
 Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one line>`` and
 exit status 2. The CLI computes nothing itself; it parses text into values and calls the
@@ -187,8 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "timestamps): span, compute, non-compute, communication, memory and idle time, "
                                     "idle split into host (the CPU launched late: what it was doing) and device.")
     gp.add_argument("path", help="a run directory, a job's traces folder, any folder of GPU traces or one trace")
-    gp.add_argument("--csv", action="store_true")
+    gp.add_argument("--csv", action="store_true", help="CSV rows (job_id first) instead of the text tables")
     gp.add_argument("--per-step", action="store_true", help="also one row per traced step (ProfilerStep#k)")
+    gp.add_argument("--kernels", action="store_true",
+                    help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
+                         "instead, with the GEMMs' data type and a line where fp32 GEMMs leave tensor cores unused")
     _scale_args(gp)
 
     s = sub.add_parser("summarize", help="per-job table of a run")
@@ -460,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                 out = stragglers_text(args.path, csv=args.csv, scale=_scale(args)).rstrip("\n")
             elif args.command == "gpu":
                 from dpcore.read.report.gpu import gpu_text
-                out = gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args))
+                out = gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args),
+                               kernels=args.kernels)
                 out = out if args.csv else out.rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text

@@ -71,10 +71,8 @@ def gpu_ledger(events: pd.DataFrame, per_step: bool = True) -> tuple[pd.DataFram
 
 def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], causes: list[dict]) -> None:
     """Append the ledger rows and cause rows of one rank's events (see :func:`gpu_ledger`)."""
-    stream = ev["stream"].to_numpy()
-    cat = ev["category"].astype(str).to_numpy()
-    dev = (stream >= 0) & np.isin(cat, GPU_CATS)
-    if not dev.any():
+    dev = (ev["stream"].to_numpy() >= 0) & ev["category"].isin(GPU_CATS).to_numpy()
+    if not dev.any():  # a CPU trace: nothing more to look at
         return
     pid = ev["pid"].astype(str).to_numpy()
     busiest = pd.Series(pid[dev]).value_counts().index[0]  # one device: the one with most GPU events
@@ -99,8 +97,7 @@ def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], 
 def _launches(ev: pd.DataFrame, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start µs, thread key "pid/tid") of the launch call of each GPU event, by correlation id
     (the first launch of an id); NaN and "" where the trace has none (queued before it began)."""
-    cat = ev["category"].astype(str).to_numpy()
-    host = (ev["stream"].to_numpy() < 0) & (ev["corr"].to_numpy() > 0) & np.isin(cat, LAUNCH_CATS)
+    host = (ev["stream"].to_numpy() < 0) & (ev["corr"].to_numpy() > 0) & ev["category"].isin(LAUNCH_CATS).to_numpy()
     h = ev[host]
     keys = h["corr"].to_numpy(np.int64)
     order = np.argsort(keys, kind="stable")
@@ -188,6 +185,24 @@ def window_ledger(start: np.ndarray, end: np.ndarray, cls: np.ndarray, launch_ts
            "host_bound": bool(span > 0 and idle_host > HOST_BOUND_SHARE * span),
            "top_idle_cause": ranked[0][0] if ranked else "", "top_idle_cause_ms": ranked[0][1] if ranked else 0.0}
     return row, ranked
+
+
+#: summarize's GPU columns of a job.
+JOB_GPU_COLUMNS = ["job_id", "gpu_idle_pct", "host_bound"]
+
+
+def job_gpu(ledger: pd.DataFrame) -> pd.DataFrame:
+    """Per job of a ledger with job_id (:func:`gpu_ledger`'s rows of several jobs): the mean over
+    its ranks of the ``trace`` window's idle % and host idle share; host_bound where that share is
+    over half (for one rank: the ``gpu`` command's own flag). Jobs without GPU events have no row."""
+    t = ledger[ledger["step"] == TRACE_STEP]
+    if t.empty:
+        return pd.DataFrame(columns=JOB_GPU_COLUMNS)
+    share = t["idle_host_ms"] / t["span_ms"].where(t["span_ms"] > 0)
+    g = t.assign(host_share=share).groupby("job_id", sort=False)
+    out = g.agg(gpu_idle_pct=("idle_pct", "mean"), host_share=("host_share", "mean")).reset_index()
+    out["host_bound"] = (out["host_share"] > HOST_BOUND_SHARE).astype(bool)
+    return out[JOB_GPU_COLUMNS]
 
 
 #: Host causes that are the CPU waiting for the GPU (a host-device synchronisation), by name.

@@ -28,8 +28,17 @@ Which steps each number comes from (docs/DESIGN.md, issue "Numbers a user can tr
   each part's *share* of the step: compute_ms = T · Σ compute / Σ T_traced, likewise comm,
   overlapped and exposed, and other = T − compute − exposed. The parts add up to T, and comm
   fraction = E / T is the exposed share, never above 1.
+* The profiler's own effect: ``trace_inflation`` = median traced step / median timed step; above
+  :data:`INFLATION_LIMIT` the job is ``inflated``. On a GPU job that means the traced steps are not
+  the timed ones slowed down evenly: the profiler's per-call overhead on the CPU made the step
+  host-bound (many small kernels or collectives), the GPU idles in the trace where it computes in
+  the timed steps, so the traced shares do not describe the timed step and T is split by the
+  recorded intervals of the timed steps instead (``comm_source`` "intervals"; the ``timed_split``
+  jobs). On CPU the profiler slows the very operators it measures, and the traced shares stay.
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -47,6 +56,8 @@ SOURCE_GAP_POINTS = 5.0
 #: A job whose p90 step time exceeds 1.5x its p10 was disturbed (another process, threads
 #: fighting for a core): its median is not a number to decide on.
 NOISY_SPREAD = 1.5
+#: A job whose median traced step is over 1.2x its median timed step is inflated by the profiler.
+INFLATION_LIMIT = 1.2
 RANK_COLUMNS = ["job_id", "rank", "steps", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms",
                 "overlapped_ms", "step_ms", "comm_fraction"]
 
@@ -142,7 +153,7 @@ def _mean_over_ranks(per_rank: pd.DataFrame) -> pd.DataFrame:
         any_comm=("comm_ms", "max"))
 
 
-def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
+def job_metrics(rows: pd.DataFrame, timed_split: Iterable[str] = ()) -> pd.DataFrame:
     """Per job: T spread over the timed steps, phases (medians), and the breakdown of T (compute,
     C, E, overlap) from the traced steps (trace where it shows comm, else intervals), both
     methods' overlap side by side with their gap.
@@ -154,7 +165,9 @@ def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
     n_steps, noisy, fwd_ms, bwd_ms, sync_ms, opt_ms, compute_ms, comm_ms, exposed_ms,
     overlapped_ms, other_ms, overlap_pct, comm_fraction, comm_source, comm_steps,
     overlap_pct_trace, overlap_pct_intervals, overlap_gap, sources_disagree, comm_ops,
-    comm_bytes, throughput.
+    comm_bytes, throughput, trace_inflation (median traced / median timed step; NaN without
+    both), inflated (trace_inflation > INFLATION_LIMIT). ``timed_split``: the jobs (GPU jobs) whose
+    T is split by their timed steps' intervals when inflated (module docstring).
     """
     if rows.empty:
         return pd.DataFrame(columns=["job_id"])
@@ -184,6 +197,14 @@ def job_metrics(rows: pd.DataFrame) -> pd.DataFrame:
     trace = trace[trace_ok]
     chosen = pd.concat([trace.assign(comm_source="trace"),
                         ivals[~ivals.index.isin(trace.index)].assign(comm_source="intervals")])
+    traced_t = rows[rows["traced"]].groupby("job_id")["step_ms"].median()
+    timed_t = rows[~rows["traced"]].groupby("job_id")["step_ms"].median()
+    df["trace_inflation"] = df["job_id"].map((traced_t / timed_t.where(timed_t > 0)).dropna())
+    df["inflated"] = (df["trace_inflation"] > INFLATION_LIMIT).fillna(False).astype(bool)
+    jobs = set(df.loc[df["inflated"], "job_id"]) & set(timed_split)
+    if jobs:  # the timed steps' own intervals split T (module docstring)
+        own = _mean_over_ranks(rank_metrics(rows[~rows["traced"] & rows["job_id"].isin(jobs)], "intervals"))
+        chosen = pd.concat([chosen[~chosen.index.isin(own.index)], own.assign(comm_source="intervals")])
     df = df.merge(chosen.drop(columns="any_comm"), left_on="job_id", right_index=True, how="left")
     t = df["step_ms"]
     df["compute_ms"] = df["compute_share"] * t

@@ -5,6 +5,8 @@ T(1)/T(N); strong scaling (fixed global batch) S(N) = T(1)/T(N), efficiency S(N)
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -16,28 +18,29 @@ SUMMARY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "status", "st
                    "overlapped_ms", "exposed_ms", "other_ms", "comm_ms", "comm_fraction", "overlap_pct",
                    "comm_source", "comm_steps", "overlap_pct_trace", "overlap_pct_intervals", "overlap_gap",
                    "sources_disagree", "comm_ops", "comm_bytes", "throughput", "oversubscribed", "n_steps",
-                   "step_ms_std"]
+                   "step_ms_std", "trace_inflation", "inflated"]
 SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90", "throughput",
                    "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "suspect", "mode"]
 
 
-def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
+def job_summary(run: Run, trace_steps: pd.DataFrame | None, gpu_jobs: Iterable[str] = ()) -> pd.DataFrame:
     """One row per train job of the run (failed/skipped jobs too, with NaN metrics); the numbers
     are :func:`dpcore.read.analysis.metrics.job_metrics` of :func:`step_metrics` rows.
 
     ``trace_steps``: the run's per-step trace metrics, ``run_trace_steps(run)`` (from the rank
     cache, :mod:`dpcore.read.ranks`: what every command and the dashboard pass) or, the same
     rows from the events, ``trace_step_metrics(traced_job_events(run))``; None for a run without
-    traces (intervals only).
+    traces (intervals only). ``gpu_jobs``: the jobs with GPU events, whose T is split by the timed
+    steps when the profiler inflated their traced ones (:func:`job_metrics`' ``timed_split``).
     """
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
-    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls))
+    per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls), gpu_jobs)
     base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]
     out = base.merge(per, on="job_id", how="left") if len(per.columns) > 1 else base.copy()
     for c in SUMMARY_COLUMNS:
         if c not in out:
             out[c] = np.nan
-    for c in ("oversubscribed", "noisy", "sources_disagree"):
+    for c in ("oversubscribed", "noisy", "sources_disagree", "inflated"):
         out[c] = out[c].astype("boolean").fillna(False).astype(bool)
     return out[SUMMARY_COLUMNS].reset_index(drop=True)
 

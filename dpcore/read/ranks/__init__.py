@@ -14,9 +14,11 @@ from dpcore.read.ranks.pool import (
     job_rank_tables,
     rank_tables,
     run_gpu,
+    run_steps_gpu,
     run_trace_steps,
 )
 from dpcore.read.ranks.tables import RankTables, reduce_trace
 
 __all__ = ["RankTables", "Scale", "folder_gpu", "folder_tables", "job_lanes", "job_rank_tables", "rank_tables",
-           "reduce_trace", "run_gpu", "run_trace_steps"]
+           "reduce_trace", "run_gpu", "run_steps_gpu",
+           "run_trace_steps"]

@@ -22,7 +22,7 @@ import pandas as pd
 from dpcore.contract import runformat as rf
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
 from dpcore.read.ranks import cache
-from dpcore.read.ranks.tables import EAGER, RankTables, built, reduce_trace
+from dpcore.read.ranks.tables import DTYPES, EAGER, RankTables, built, reduce_trace, typed
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, _can_fork, _json_bytes, trace_files
@@ -208,8 +208,22 @@ def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | 
     """Per (job, rank, traced step) overlap of every traced job: the frame of
     :func:`dpcore.read.analysis.timeline.trace_step_metrics` (the same rows), from the cache.
     ``problems``: one line per job left out, naming the file (:func:`job_rank_tables`)."""
+    return _trace_steps(job_rank_tables(run, scale, ("overlap",), problems))
+
+
+def run_steps_gpu(run: Run, scale: Scale | None = None,
+                  problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(:func:`run_trace_steps`, the ledger of :func:`run_gpu`) of a run from ONE read of its rank
+    tables: what ``summarize`` needs (a trace read is its cost; reading twice would pay it twice)."""
+    pairs = list(job_rank_tables(run, scale, ("overlap", "gpu"), problems))
+    return _trace_steps(pairs), _with_job([(j, t.gpu) for j, tables in pairs
+                                           for t in sorted(tables, key=lambda t: t.rank)], "gpu")
+
+
+def _trace_steps(pairs: Iterable[tuple[str, list[RankTables]]]) -> pd.DataFrame:
+    """The overlap tables of (job_id, ranks' tables) pairs as one frame with job_id (see run_trace_steps)."""
     frames, jobs = [], []
-    for job_id, tables in job_rank_tables(run, scale, ("overlap",), problems):
+    for job_id, tables in pairs:
         for t in sorted(tables, key=lambda t: t.rank):  # by rank, as a groupby
             if len(t.overlap):
                 frames.append(t.overlap)
@@ -221,31 +235,34 @@ def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | 
     return out[[*TRACE_COLUMNS, "job_id"]]
 
 
-def _with_job(frames: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
-    """The frames as one, each row led by its job_id."""
+def _with_job(frames: list[tuple[str, pd.DataFrame]], table: str) -> pd.DataFrame:
+    """The frames (of rank table ``table``) as one, each row led by its job_id."""
     parts = [df.assign(job_id=job) for job, df in frames if len(df)]
     if not parts:
-        return pd.DataFrame(columns=["job_id", *(frames[0][1].columns if frames else [])])
+        return typed(table, pd.DataFrame()).assign(job_id=pd.Series(dtype=object))[["job_id", *DTYPES[table]]]
     out = pd.concat(parts, ignore_index=True)
     return out[["job_id", *[c for c in out.columns if c != "job_id"]]]
 
 
 def run_gpu(run: Run, scale: Scale | None = None,
-            problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ledger, causes) of the GPU time ledger (:func:`dpcore.read.analysis.gpu_time.gpu_ledger`)
-    of every traced job of a run, a leading job_id column, from the cache (the lazy ``gpu`` and
-    ``gpu_causes`` tables). Jobs without GPU events have no rows; ``problems``: as
+            problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes, kernels) of the GPU time ledger (:func:`dpcore.read.analysis.gpu_time.gpu_ledger`)
+    and the kernel classes (:func:`dpcore.read.analysis.gpu_kernels.kernel_classes`) of every traced
+    job of a run, a leading job_id column, from the cache (the lazy ``gpu``, ``gpu_causes`` and
+    ``gpu_kernels`` tables). Jobs without GPU events have no rows; ``problems``: as
     :func:`job_rank_tables`."""
-    led, cau = [], []
-    for job_id, tables in job_rank_tables(run, scale, ("gpu", "gpu_causes"), problems):
+    led, cau, ker = [], [], []
+    for job_id, tables in job_rank_tables(run, scale, ("gpu", "gpu_causes", "gpu_kernels"), problems):
         for t in sorted(tables, key=lambda t: t.rank):
             led.append((job_id, t.gpu))
             cau.append((job_id, t.gpu_causes))
-    return _with_job(led), _with_job(cau)
+            ker.append((job_id, t.gpu_kernels))
+    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes"), _with_job(ker, "gpu_kernels")
 
 
-def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """(ledger, causes, reader notes) of every trace at ``p`` (a folder, searched recursively, or
+def folder_gpu(p: Path, scale: Scale | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """(ledger, causes, kernels, reader notes) of every trace at ``p`` (a folder, searched recursively, or
     one file). Each folder that holds traces is a job, named by its path under ``p`` (``p``'s own
     name for the traces directly in it): a job's traces folder is one job, a run's ``traces/``
     folder one job per sub-folder. TraceFormatError naming the file for a bad trace, or for two
@@ -256,8 +273,8 @@ def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.Da
     for i, f in enumerate(files):
         groups.setdefault(f.parent, []).append(i)
     only = all(len(ix) == 1 for ix in groups.values())
-    got = rank_tables(files, root, scale, only=only, need=("gpu", "gpu_causes"))
-    led, cau, notes = [], [], []
+    got = rank_tables(files, root, scale, only=only, need=("gpu", "gpu_causes", "gpu_kernels"))
+    led, cau, ker, notes = [], [], [], []
     for parent, ix in groups.items():
         job = root.name if parent == root else parent.relative_to(root).as_posix()
         seen: dict[int, Path] = {}
@@ -270,5 +287,6 @@ def folder_gpu(p: Path, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.Da
             seen[t.rank] = files[i]
             led.append((job, t.gpu))
             cau.append((job, t.gpu_causes))
+            ker.append((job, t.gpu_kernels))
             notes += t.notes
-    return _with_job(led), _with_job(cau), notes
+    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes"), _with_job(ker, "gpu_kernels"), notes

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, overlap_from_trace
+from dpcore.read.analysis.gpu_kernels import KERNEL_COLUMNS, device_name, kernel_classes
 from dpcore.read.analysis.gpu_time import CAUSE_COLUMNS, LEDGER_COLUMNS, gpu_ledger
 from dpcore.read.analysis.timeline import trace_lanes
 from dpcore.read.analysis.trace_arrivals import TRACE_COMM_COLUMNS, trace_comm_rows
@@ -52,15 +53,17 @@ DTYPES = {"overlap": {c: (np.int64 if c in ("rank", "step") else np.float64) for
           "gpu": {c: (object if c in ("window", "top_idle_cause") else bool if c == "host_bound"
                       else np.int64 if c in ("rank", "step") else np.float64) for c in LEDGER_COLUMNS},
           "gpu_causes": {c: (object if c in ("window", "cause") else np.int64 if c in ("rank", "step")
-                             else np.float64) for c in CAUSE_COLUMNS}}
+                             else np.float64) for c in CAUSE_COLUMNS},
+          "gpu_kernels": {c: (object if c in ("kernel_class", "dtype", "device") else np.int64 if c in ("rank", "calls")
+                              else np.float64) for c in KERNEL_COLUMNS}}
 
 
 #: Tables a reduction builds only for a reader that asks for them (``need``): the Timeline's
 #: lanes, import's rows and the GPU ledger. Most reads want none, and each costs 15-25 % of a first
 #: read (measured on 20k-64k-event GPU ranks): the 1,024-rank first read must not pay for them.
-LAZY = ("lanes", "import_steps", "import_comm", "import_facts", "gpu", "gpu_causes")
+LAZY = ("lanes", "import_steps", "import_comm", "import_facts", "gpu", "gpu_causes", "gpu_kernels")
 _IMPORT_TABLES = ("import_steps", "import_comm", "import_facts")
-_GPU_TABLES = ("gpu", "gpu_causes")
+_GPU_TABLES = ("gpu", "gpu_causes", "gpu_kernels")
 
 
 #: The tables every reduction builds.
@@ -109,6 +112,7 @@ class RankTables:
     import_facts: pd.DataFrame = field(default_factory=lambda: typed("import_facts", pd.DataFrame()))
     gpu: pd.DataFrame = field(default_factory=lambda: typed("gpu", pd.DataFrame()))
     gpu_causes: pd.DataFrame = field(default_factory=lambda: typed("gpu_causes", pd.DataFrame()))
+    gpu_kernels: pd.DataFrame = field(default_factory=lambda: typed("gpu_kernels", pd.DataFrame()))
     built: tuple[str, ...] = tuple(DTYPES)
 
 
@@ -132,7 +136,8 @@ def reduce_events(events: pd.DataFrame, rank: int, world_size: int | None = None
         out.update({k: typed(k, v) for k, v in rank_rows(events, meta, comm).items()})
     if any(t in tables for t in _GPU_TABLES):
         ledger, causes = gpu_ledger(events)
-        out.update(gpu=typed("gpu", ledger), gpu_causes=typed("gpu_causes", causes))
+        out.update(gpu=typed("gpu", ledger), gpu_causes=typed("gpu_causes", causes),
+                   gpu_kernels=typed("gpu_kernels", kernel_classes(events, device_name(meta, events))))
     return RankTables(rank=rank, world_size=world_size, events=len(events), notes=trace_notes(events),
                       built=tuple(t for t in DTYPES if t in out), **out)
 

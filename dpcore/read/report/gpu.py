@@ -1,7 +1,9 @@
-"""What ``python -m dpcore gpu PATH [--csv] [--per-step]`` prints: the GPU time ledger per rank.
+"""What ``python -m dpcore gpu PATH [--csv] [--per-step] [--kernels]`` prints: the GPU time ledger
+per rank, or (``--kernels``) its GPU time by kernel class.
 
 The numbers are :func:`dpcore.read.analysis.gpu_time.gpu_ledger`'s, read through the rank cache
-(the lazy ``gpu`` tables); this module only loads PATH and lays the rows out.
+(the lazy ``gpu`` tables), and :func:`dpcore.read.analysis.gpu_kernels.kernel_classes`'; this
+module only loads PATH and lays the rows out.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 import pandas as pd
 
 from dpcore.contract.units import percent_number
+from dpcore.read.analysis.gpu_kernels import KERNEL_CSV_COLUMNS, fp32_matmul_note
 from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
 from dpcore.read.ranks import Scale, folder_gpu, run_gpu
 from dpcore.read.report.resolve import load_run_reporting, resolve, warn
@@ -18,6 +21,8 @@ from dpcore.read.traces.reader import TraceFormatError
 
 #: docs/DESIGN.md's columns of `gpu --csv`.
 GPU_COLUMNS = ["job_id", *LEDGER_COLUMNS]
+#: docs/DESIGN.md's columns of `gpu --kernels --csv` (tflops and mfu_pct empty: shapes are not read).
+KERNEL_COLUMNS = ["job_id", *KERNEL_CSV_COLUMNS]
 #: How many host causes the text lists per rank.
 TOP_CAUSES = 5
 _TEXT_COLUMNS = {"step": "step", "span_ms": "span_ms", "compute_ms": "compute", "non_compute_ms": "non_compute",
@@ -32,18 +37,18 @@ _NOTE = ("ms of the window; span = compute + non_compute + idle. compute = time 
          "a step (--per-step): the GPU events launched inside ProfilerStep#k.")
 
 
-def load_gpu(path: str, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ledger, causes) with job_id of PATH: a run directory (every traced job), a job's traces
+def load_gpu(path: str, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes, kernel classes) with job_id of PATH: a run directory (every traced job), a job's traces
     folder, any folder of traces or one trace. Reader notes and run problems go to stderr.
     ValueError (one line) where PATH holds no GPU events."""
     p, kind = resolve(path)
     if kind == "run":
         problems: list[str] = []
-        ledger, causes = run_gpu(load_run_reporting(p), scale, problems)
+        ledger, causes, kernels = run_gpu(load_run_reporting(p), scale, problems)
         warn(problems)
     else:
         try:
-            ledger, causes, notes = folder_gpu(p, scale)
+            ledger, causes, kernels, notes = folder_gpu(p, scale)
         except TraceFormatError as exc:
             raise ValueError(str(exc)) from None
         for n in notes:
@@ -51,14 +56,18 @@ def load_gpu(path: str, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.Da
     if ledger.empty:
         raise ValueError(f"no GPU events (kernels, memory copies or sets) in the traces at {p}: the gpu command "
                          "reads traces recorded on a GPU; for a CPU run use analyze or summarize")
-    return ledger, causes
+    return ledger, causes, kernels
 
 
-def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale | None = None) -> str:
+def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale | None = None,
+             kernels: bool = False) -> str:
     """The GPU time ledger of every rank at PATH: the ``trace`` window, and each traced step with
-    ``per_step``; CSV rows are GPU_COLUMNS (one per job, rank and window). Raises ValueError
-    (RunLoadError for a broken run) with a one-line message."""
-    ledger, causes = load_gpu(path, scale)
+    ``per_step``; CSV rows are GPU_COLUMNS (one per job, rank and window). ``kernels``: the GPU
+    time by kernel class instead (KERNEL_COLUMNS). Raises ValueError (RunLoadError for a broken
+    run) with a one-line message."""
+    ledger, causes, classes = load_gpu(path, scale)
+    if kernels:
+        return _kernels_text(classes, csv)
     if not per_step:
         ledger = ledger[ledger["step"] == TRACE_STEP]
     if csv:
@@ -79,3 +88,24 @@ def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale 
             lines.append(f"recommendation: {tip}")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + f"\n\n{_NOTE}\n"
+
+
+def _kernels_text(classes: pd.DataFrame, csv: bool) -> str:
+    """`gpu --kernels`: per rank the GPU time by kernel class, and the fp32-GEMM line where it applies."""
+    table = classes.assign(tflops=float("nan"), mfu_pct=float("nan"))
+    if csv:
+        return csv_table(table[KERNEL_COLUMNS])
+    parts = []
+    for (job_id, rank), df in table.groupby(["job_id", "rank"], sort=False):
+        device = str(df["device"].iloc[0]) or "device not named in the trace"
+        lines = [f"{job_id} rank {rank}  ({device})",
+                 text_table(df[["kernel_class", "dtype", "calls", "total_ms", "share_pct"]].rename(
+                     columns={"share_pct": "share_%"}), formatters={"share_%": percent_number})]
+        note = fp32_matmul_note(df)
+        if note:
+            lines.append(f"note: {note}")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + ("\n\ntotal_ms: sum of the kernels' durations (streams overlap, so it can exceed "
+                                  "the span); share_%: of all GPU event time of the rank; dtype: as the GEMM's name "
+                                  "states it. Achieved TFLOP/s and MFU need the matrix products' shapes "
+                                  "(record_shapes), which dpcore does not read yet.\n")

@@ -14,13 +14,14 @@ import pandas as pd
 from dpcore.contract.runformat import is_stale
 from dpcore.contract.units import EMPTY, percent, percent_number
 from dpcore.read.analysis.comm_hooks import compression
+from dpcore.read.analysis.gpu_time import job_gpu
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
-from dpcore.read.analysis.metrics import NOISY_SPREAD, SOURCE_GAP_POINTS
+from dpcore.read.analysis.metrics import INFLATION_LIMIT, NOISY_SPREAD, SOURCE_GAP_POINTS
 from dpcore.read.analysis.summary import job_summary
-from dpcore.read.ranks import Scale
+from dpcore.read.ranks import Scale, run_steps_gpu
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
-from dpcore.read.report.resolve import load_run_reporting, trace_steps_reporting
+from dpcore.read.report.resolve import load_run_reporting, trace_steps_reporting, warn
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import Run
 
@@ -40,10 +41,11 @@ def run_job_summary(run: Run, scale: Scale | None = None) -> pd.DataFrame:
     return job_summary(run, trace_steps_reporting(run, scale))
 
 
-#: `summarize`'s columns after SUMMARIZE_COLUMNS: memory per rank and bus volume per step. Every
-#: run has all of them (empty where unknown), so the CSVs of several runs stack.
+#: `summarize`'s columns after SUMMARIZE_COLUMNS: memory per rank, bus volume per step, the GPU
+#: ledger's idle % and host-bound flag (docs/DESIGN.md "GPU time") and the profiler's inflation of
+#: the traced steps. Every run has all of them (empty where unknown), so the CSVs of several runs stack.
 SUMMARIZE_EXTRA = ["param_mib", "grad_mib", "optim_mib", "peak_mib", "bus_mib_per_step",
-                   "expected_bus_mib_per_step"]
+                   "expected_bus_mib_per_step", "gpu_idle_pct", "host_bound", "trace_inflation"]
 
 
 def summary_table(run: Run, scale: Scale | None = None) -> pd.DataFrame:
@@ -51,10 +53,17 @@ def summary_table(run: Run, scale: Scale | None = None) -> pd.DataFrame:
     then MiB per rank (mean over ranks) of parameters, gradients, optimizer state and the peak
     (:func:`summary_memory_columns`; empty without memory.csv rows) and the bus MiB per rank per
     step measured and expected (:func:`summary_volume_columns`; empty without collectives):
-    the same columns for every run."""
-    s = run_job_summary(run, scale).rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
+    the same columns for every run; then the GPU ledger's idle % and host-bound flag per job
+    (:func:`job_gpu`, empty for CPU jobs) and the trace inflation (:func:`job_metrics`)."""
+    problems: list[str] = []
+    steps, ledger = run_steps_gpu(run, scale, problems)  # one read of the traces for both
+    warn(problems)
+    gpu = job_gpu(ledger)
+    full = job_summary(run, steps, gpu["job_id"])
+    s = full.rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
     for extra in (summary_memory_columns(run.memory),
-                  summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads)):
+                  summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads),
+                  gpu, full[["job_id", "trace_inflation"]]):
         s = s.merge(extra, on="job_id", how="left")
     for c in SUMMARIZE_EXTRA:
         if c not in s:
@@ -79,14 +88,16 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
         return allreduce_text(path)
     if s.empty:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
-    extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if s[c].notna().any()]
+    extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step", "gpu_idle_pct", "host_bound",
+                         "trace_inflation") if s[c].notna().any()]
     view = s[_SUMMARY_VIEW + extra].assign(comm_fraction=100 * s["comm_fraction"], throughput=s["throughput"].round())
     view = view.rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s", "comm_fraction": "comm_%",
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
-                                                    "expected_bus_mib_per_step": "expected_MiB"})
+                                                    "expected_bus_mib_per_step": "expected_MiB",
+                                                    "gpu_idle_pct": "gpu_idle_%", "trace_inflation": "inflation"})
     status = "stale" if is_stale(run.meta) else run.meta.get("status", "?")  # the dashboard's word
-    pct = {c: percent_number for c in ("overlap_%", "comm_%")}  # one decimal, as the dashboard
+    pct = {c: percent_number for c in ("overlap_%", "comm_%", "gpu_idle_%")}  # one decimal, as the dashboard
     lines = [f"{run.meta.get('run_id', p.name)} ({status})", text_table(view, formatters=pct), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
              f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
@@ -98,8 +109,29 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
              + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
              + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
                 "variant's algorithm should move (README 'Memory and communication volume')."
-                if "bus_mib_per_step" in s else "")] + compression_lines(run, s) + notes
+                if "bus_mib_per_step" in s else "")
+             + (" gpu_idle_%: the GPU's idle share over its traces (mean over ranks; `gpu` has the ledger); "
+                "host_bound: the GPU waited for the CPU over half of it." if "gpu_idle_%" in view else "")
+             + (f" inflation: median traced step / median timed step (> {INFLATION_LIMIT:g}: flagged)."
+                if "inflation" in view else "")] + inflation_lines(s) + compression_lines(run, s) + notes
     return "\n".join(lines) + "\n"
+
+
+def inflation_lines(summary: pd.DataFrame) -> list[str]:
+    """One line per job the profiler inflated (trace_inflation > INFLATION_LIMIT): its traced
+    steps' shares do not describe its timed steps, so its T is split by the timed phases."""
+    bad = summary[summary["trace_inflation"] > INFLATION_LIMIT]
+    gpu = bad[bad["gpu_idle_pct"].notna()]
+    out = [f"note: {r.job_id}: its traced steps take {r.trace_inflation * r.step_ms:.1f} ms (median) against "
+           f"{r.step_ms:.1f} ms timed (inflation {r.trace_inflation:.2f} > {INFLATION_LIMIT:g}): the profiler made "
+           "the step host-bound on the GPU, so its traced shares do not describe the timed steps; compute/comm/"
+           "exposed are split by the timed steps' recorded phases and calls. Trust the timed step time."
+           for r in gpu.itertuples()]
+    if len(bad) > len(gpu):
+        out.append(f"note: {len(bad) - len(gpu)} CPU job(s) traced over {INFLATION_LIMIT:g}x their timed steps "
+                   "(inflation column): on CPU the profiler slows the operators it measures, so their "
+                   "compute/comm/exposed keep the traced shares.")
+    return out
 
 
 def compression_lines(run: Run, summary: pd.DataFrame) -> list[str]:
