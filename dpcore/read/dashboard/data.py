@@ -144,10 +144,10 @@ def trace_problems(run: R.Run) -> list[str]:
 
 
 @st.cache_data(show_spinner="Reading the GPU time ledger…", max_entries=16)
-def gpu_ledger(_run: R.Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ledger, causes) of the GPU time ledger of every traced job (`dpcore.read.ranks.run_gpu`,
-    what the ``gpu`` command prints), from the rank cache: the GPU page and Overview's GPU column.
-    Jobs without GPU events have no rows."""
+def gpu_ledger(_run: R.Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes, kernel classes) of every traced job (`dpcore.read.ranks.run_gpu`, what the
+    ``gpu`` command prints), from the rank cache: the GPU page and Overview's GPU column. Jobs
+    without GPU events have no rows."""
     return K.run_gpu(_run)
 
 

@@ -192,7 +192,7 @@ def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
     open_page(at, "GPU")
     for run in RUNS:
         _pick(at, run)
-        ledger, _ = run_gpu(load_run(GPU_RUNS / run))
+        ledger = run_gpu(load_run(GPU_RUNS / run))[0]
         job = next(w for w in at.selectbox if str(w.key).startswith("gpu-job-")).value
         mine = ledger[(ledger["job_id"] == job) & (ledger["rank"] == 0)].sort_values("step")
         fig = _figure(at, 0)
@@ -205,6 +205,17 @@ def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
             assert bool(whole["host_bound"]), run
             assert any("host-bound" in i.value and "CUDA graphs" in i.value for i in at.info), run
         assert _figure(at, 1).data, run  # the host causes
+        kernels = _figure(at, 2).data[0]  # GPU time by kernel class, GEMMs on these MLPs and transformers
+        assert any(str(y).startswith("gemm") for y in kernels.y), (run, list(kernels.y))
+    if "h200_variants_ws1" in RUNS:  # the profiler's own effect: fsdp-ws1 flagged, single-ws1 not
+        _pick(at, "h200_variants_ws1")
+        picker = next(w for w in at.selectbox if str(w.key).startswith("gpu-job-"))
+        picker.set_value("fsdp-ws1").run()
+        assert any("inflated this job's steps" in w.value for w in at.warning)
+        picker = next(w for w in at.selectbox if str(w.key).startswith("gpu-job-"))
+        picker.set_value("single-ws1").run()
+        assert not any("inflated" in w.value for w in at.warning)
+        assert any("fp32 matrix products" in w.value for w in at.warning)  # fp32 GEMMs on an H200
 
 
 @shared

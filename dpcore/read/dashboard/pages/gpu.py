@@ -15,11 +15,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
+from dpcore.read.analysis.gpu_kernels import fp32_matmul_note
 from dpcore.read.analysis.gpu_time import HOST_BOUND_SHARE, TRACE_STEP, advice
+from dpcore.read.analysis.metrics import INFLATION_LIMIT
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.tables import table_height
 from dpcore.read.dashboard.text import md
-from dpcore.read.plots.gpu import causes_figure, ledger_figure, window_label
+from dpcore.read.plots.gpu import causes_figure, kernel_figure, ledger_figure, window_label
 from dpcore.read.rundir.load import Run
 
 INTRO = "Why the GPU is idle: its time per rank split into compute, other GPU work and idle, and who was late."
@@ -46,6 +48,13 @@ LEDGER_CONFIG = {
                                                   "thread over the most host idle ('python': no op)."),
     "top_idle_cause_ms": NUM("its idle (ms)", format="%.3f"),
 }
+KERNEL_CONFIG = {
+    "kernel_class": st.column_config.TextColumn("class"),
+    "dtype": st.column_config.TextColumn("dtype", help="The data type a GEMM or attention kernel's name states."),
+    "calls": NUM("calls", format="%d"),
+    "total_ms": NUM("total (ms)", help="Sum of the events' durations over the whole trace.", format="%.3f"),
+    "share_pct": NUM("share %", help="Of all GPU event time of the rank.", format="%.1f%%"),
+}
 MEANING = (
     "**span**: the window, from its first GPU event's start to its last GPU event's end (the whole trace, "
     "or the GPU events launched inside one ProfilerStep). **compute**: time at least one compute kernel "
@@ -68,7 +77,7 @@ def _job_rows(ledger: pd.DataFrame, job_id: str, rank: int) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=32)
 def charts(_run: Run, run_key: tuple, job_id: str, rank: int) -> tuple[go.Figure, go.Figure]:
     """The ledger bars (whole trace and each traced step) and the whole trace's host causes of one rank."""
-    ledger, causes = data.gpu_ledger(_run, run_key)
+    ledger, causes, _ = data.gpu_ledger(_run, run_key)
     mine = causes[(causes["job_id"] == job_id) & (causes["rank"] == rank) & (causes["step"] == TRACE_STEP)]
     return (ledger_figure(_job_rows(ledger, job_id, rank), f"GPU time ledger of rank {rank}"),
             causes_figure(mine, "Host idle by CPU op (whole trace)"))
@@ -93,7 +102,7 @@ def render(run: Run) -> None:
     """Job and rank pickers, the whole trace's numbers and recommendation, the ledger bars, the
     host causes and the ledger table."""
     key = data.key(run)
-    ledger, _ = data.gpu_ledger(run, key)
+    ledger, _, kernels = data.gpu_ledger(run, key)
     if ledger.empty:
         st.info("No GPU events in this run's traces (no kernels, memory copies or sets): the GPU page reads "
                 "traces recorded on a GPU. Overview splits a CPU run's step time.")
@@ -111,6 +120,7 @@ def render(run: Run) -> None:
         tip = advice(row)
         if tip:
             st.info(f"**Recommendation** ({md(job)}, rank {rank}, whole trace): {md(tip)}")
+    _inflation(run, key, job)
     bars, causes = charts(run, key, job, rank)
     left, right = st.columns([3, 2])
     with left:
@@ -121,6 +131,40 @@ def render(run: Run) -> None:
     st.dataframe(shown[list(LEDGER_CONFIG)], hide_index=True, width="stretch", column_config=LEDGER_CONFIG,
                  placeholder=EMPTY, height=table_height(len(shown)))
     st.caption(MEANING)
+    _kernels(kernels[(kernels["job_id"] == job) & (kernels["rank"] == rank)], rank, f"{run.path}-{job}-{rank}")
+
+
+def _inflation(run: Run, key: tuple, job: str) -> None:
+    """Say so where the profiler inflated the job's traced steps (summarize's flag, the same
+    ``trace_inflation``): the ledger describes the traced steps, not the timed ones."""
+    summary = data.job_summary(run, key)
+    if "trace_inflation" not in summary:
+        return
+    mine = summary[summary["job_id"] == job]
+    if len(mine) and float(mine["trace_inflation"].fillna(0).iloc[0]) > INFLATION_LIMIT:
+        r = mine.iloc[0]
+        st.warning(f"**The profiler inflated this job's steps**: its traced steps take {r['trace_inflation']:.2f}× "
+                   f"its timed ones ({r['trace_inflation'] * r['step_ms']:.1f} ms against {r['step_ms']:.1f} ms, "
+                   f"over {INFLATION_LIMIT:g}×). The ledger here describes the traced steps, slowed by the profiler "
+                   "itself; trust the timed step time (Overview), which splits T by the timed phases.")
+
+
+def _kernels(mine: pd.DataFrame, rank: int, chart_key: str) -> None:
+    """GPU time by kernel class (the ``gpu --kernels`` rows of the rank) and the fp32 note."""
+    if mine.empty:
+        return
+    st.subheader("Kernel classes")
+    st.plotly_chart(kernel_figure(mine, f"GPU event time by kernel class, rank {rank}"),
+                    key=f"gpu-kernels-{chart_key}")
+    st.dataframe(mine[list(KERNEL_CONFIG)], hide_index=True, width="stretch", column_config=KERNEL_CONFIG,
+                 placeholder=EMPTY, height=table_height(len(mine)))
+    note = fp32_matmul_note(mine)
+    if note:
+        st.warning(md(note))
+    st.caption("Each kernel, copy and set counted by its own duration (overlapping streams both count), "
+               "classed by its name: GEMM, attention, elementwise, reduction, communication (NCCL), memory "
+               "(copies and sets), other. dtype is what a GEMM's kernel name states. Achieved TFLOP/s and MFU "
+               "need the matrix shapes, which these traces do not record: not shown.")
 
 
 def page() -> None:

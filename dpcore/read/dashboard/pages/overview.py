@@ -46,7 +46,7 @@ GPU_HOST = st.column_config.NumberColumn(
 def _gpu_host_idle(run: Run, key: tuple) -> pd.Series:
     """Host idle % of the whole-trace GPU ledger per job (the GPU page's and the ``gpu`` command's
     numbers); empty for a run without GPU traces."""
-    ledger, _ = data.gpu_ledger(run, key)
+    ledger = data.gpu_ledger(run, key)[0]
     whole = ledger[ledger["window"] == "trace"]
     if whole.empty:
         return pd.Series(dtype=float)
