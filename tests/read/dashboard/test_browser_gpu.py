@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
-from tests.read.dashboard.browser_checks import figure, overlapping_labels, start_server
+from tests.read.dashboard.browser_checks import figure, overlapping_labels, serving
 from tests.read.dashboard.test_browser_samples import ARGS, CHROMIUM, _idle
 
 GPU_RUNS = Path(__file__).resolve().parents[3].parent / "shared" / "gpu" / "runs"
@@ -31,18 +30,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")
-    proc = start_server(GPU_RUNS, log, port)
-    yield f"http://127.0.0.1:{port}", log
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except Exception:  # noqa: BLE001 - a server that will not stop is killed
-        proc.kill()
-    log.close()
+    yield from serving(GPU_RUNS, tmp_path_factory.mktemp("log"))
 
 
 def test_gpu_page_renders_for_every_gpu_run(server) -> None:

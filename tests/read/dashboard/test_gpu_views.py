@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -118,12 +119,18 @@ def _pick(at: AppTest, run: str) -> None:
     assert not problems(at) and not data_problems(at), (run, problems(at), data_problems(at))
 
 
-@shared
-def test_scaling_says_there_is_nothing_to_scale_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
+def _each_run(monkeypatch: pytest.MonkeyPatch, title: str) -> Iterator[tuple[AppTest, str]]:
+    """The page titled ``title`` on each shared GPU run in turn, checked for problems."""
     at = _app(monkeypatch)
-    open_page(at, "Scaling")
+    open_page(at, title)
     for run in RUNS:
         _pick(at, run)
+        yield at, run
+
+
+@shared
+def test_scaling_says_there_is_nothing_to_scale_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    for at, run in _each_run(monkeypatch, "Scaling"):
         assert any("ran at world size 1: there is nothing to scale" in i.value for i in at.info), run
         assert not at.get("plotly_chart"), run                      # no one-point charts
         assert not any("pinned" in c.value or "thread(s) per rank" in c.value for c in at.caption), run
@@ -131,10 +138,7 @@ def test_scaling_says_there_is_nothing_to_scale_on_every_gpu_run(monkeypatch: py
 
 @shared
 def test_memory_splits_the_gpu_peak_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    at = _app(monkeypatch)
-    open_page(at, "Memory")
-    for run in RUNS:
-        _pick(at, run)
+    for at, run in _each_run(monkeypatch, "Memory"):
         mem = pd.read_csv(GPU_RUNS / run / "memory.csv")
         if mem.empty:  # the recordings through hooks write no memory rows
             assert any("no memory.csv rows" in i.value for i in at.info), run
@@ -152,10 +156,7 @@ def test_memory_splits_the_gpu_peak_on_every_gpu_run(monkeypatch: pytest.MonkeyP
 
 @shared
 def test_timeline_draws_streams_and_launch_threads_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    at = _app(monkeypatch)
-    open_page(at, "Timeline")
-    for run in RUNS:
-        _pick(at, run)
+    for at, run in _each_run(monkeypatch, "Timeline"):
         fig = _figure(at, 0)
         lanes = list(fig.layout.yaxis.categoryarray)
         assert any(lane.startswith("rank 0 · stream ") for lane in lanes), (run, lanes)
