@@ -237,3 +237,15 @@ def test_overview_shows_gpu_host_idle_instead_of_other(monkeypatch: pytest.Monke
     if h200_rec in RUNS:  # the README's numbers: 88.6 % of the MLP's GPU time waits for the CPU
         _pick(at, h200_rec)
         assert at.dataframe[0].value["gpu_idle_host_pct"].iloc[0] == pytest.approx(88.55, abs=0.01)
+
+
+def test_only_runs_recorded_with_a_gpu_are_read_for_the_ledger() -> None:
+    """A CPU run's traces are not read again for an empty ledger (one more pass over every rank);
+    a dpcore.record run on a GPU says device "cpu" (its backend is "none") but counts its GPUs."""
+    from types import SimpleNamespace
+
+    from dpcore.read.dashboard.data import may_have_gpu
+
+    env = lambda **e: SimpleNamespace(meta={"environment": e})  # noqa: E731
+    assert may_have_gpu(env(device="cuda", gpus=1)) and may_have_gpu(env(device="cpu", gpus=1))
+    assert not may_have_gpu(env(device="cpu", gpus=0)) and not may_have_gpu(SimpleNamespace(meta={}))

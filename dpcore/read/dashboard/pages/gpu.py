@@ -104,8 +104,10 @@ def render(run: Run) -> None:
     key = data.key(run)
     ledger, _, kernels = data.gpu_ledger(run, key)
     if ledger.empty:
-        st.info("No GPU events in this run's traces (no kernels, memory copies or sets): the GPU page reads "
-                "traces recorded on a GPU. Overview splits a CPU run's step time.")
+        where = ("in this run's traces (no kernels, memory copies or sets)" if data.may_have_gpu(run)
+                 else "here: this run was recorded on a machine without a GPU (run.json)")
+        st.info(f"No GPU events {where}: the GPU page reads traces recorded on a GPU. Overview splits a CPU "
+                "run's step time.")
         return
     jobs = list(dict.fromkeys(ledger["job_id"].astype(str)))
     c1, c2 = st.columns([2, 1])
