@@ -97,7 +97,8 @@ def test_timeline_rows_name_their_collective_family():
     run = load_run(SAMPLE / "sample-train")
     # step 0 is not traced: comm rows are collectives.csv's, named "<op> #<seq>"
     fsdp = timeline(run, "fsdp-ws2", 0, None)
-    assert list(fsdp.columns) == ["rank", "lane", "name", "op", "start_ms", "end_ms"]
+    assert list(fsdp.columns) == ["rank", "lane", "name", "op", "kind", "start_ms", "end_ms"]
+    assert (fsdp["kind"] == fsdp["lane"]).all()  # a CPU run's two lanes: the kind is the lane
     assert (fsdp.loc[fsdp["lane"] == "compute", "op"] == "").all()
     comm = fsdp[fsdp["lane"] == "comm"]
     assert (comm["op"] == comm["name"].str.split(" #").str[0]).all()
