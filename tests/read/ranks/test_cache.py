@@ -103,20 +103,22 @@ def test_lazy_tables_are_built_when_asked_and_kept(traces: Path, reads: list[str
         pd.testing.assert_frame_equal(a.lanes, b.lanes)
     imp = folder_tables(traces, one, need=("import_facts",))  # import's three come together
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
-    assert all(set(LAZY) - {"lanes", "gpu", "gpu_causes"} <= set(t.built) and len(t.import_facts) == 1
+    assert all(set(LAZY) - {"lanes", "gpu", "gpu_causes", "gpu_kernels"} <= set(t.built) and len(t.import_facts) == 1
                and "gpu" not in t.built for t in imp)
     reads.clear()
     folder_tables(traces, one, need=("lanes", "import_steps", "import_comm", "comm"))
     assert reads == []
     gpu = folder_tables(traces, one, need=("gpu",))  # the GPU ledger's two come together
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
-    assert all({"gpu", "gpu_causes"} <= set(t.built) and len(t.gpu) and len(t.gpu_causes) for t in gpu)
+    assert all({"gpu", "gpu_causes", "gpu_kernels"} <= set(t.built) and len(t.gpu) and len(t.gpu_causes)
+               and len(t.gpu_kernels) for t in gpu)
     reads.clear()
-    again = folder_tables(traces, one, need=("gpu_causes", "gpu", "lanes"))
+    again = folder_tables(traces, one, need=("gpu_causes", "gpu", "gpu_kernels", "lanes"))
     assert reads == []
     for a, b in zip(gpu, again):
         pd.testing.assert_frame_equal(a.gpu, b.gpu)
         pd.testing.assert_frame_equal(a.gpu_causes, b.gpu_causes)
+        pd.testing.assert_frame_equal(a.gpu_kernels, b.gpu_kernels)
 
 
 def test_a_broken_cache_file_is_a_miss(traces: Path, reads: list[str]) -> None:
