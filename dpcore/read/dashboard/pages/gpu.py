@@ -94,7 +94,7 @@ def _cards(row: pd.Series) -> None:
     c[3].metric("GPU idle: host", f"{100 * host / span if span > 0 else 0:.1f} %",
                 help=f"{host:.3f} ms the GPU waited for the CPU to launch work")
     cause = str(row["top_idle_cause"] or "") or EMPTY
-    c[4].metric("top host cause", cause if len(cause) <= 24 else cause[:23] + "…",
+    c[4].metric("top host cause", md(cause if len(cause) <= 24 else cause[:23] + "…"),
                 help=md(f"{cause}: {float(row['top_idle_cause_ms']):.3f} ms of host idle"))
 
 
