@@ -7,6 +7,8 @@ Playwright with the system Chromium (never `playwright install`). Usage::
     python scripts/screenshots.py [--out docs] [--only memory,ring]
 
 Each shot: (file name, page URL path, optional action that picks what the README shows).
+The GPU page's picture (docs/gpu.png) is taken on a GPU run the samples do not hold: a copy of
+``../shared/gpu/runs/h200_rec-gpu`` beside the checkout (recorded on an H200), skipped when absent.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: The GPU run docs/gpu.png shows (an MLP on one H200, recorded through dpcore.record).
+GPU_RUN = REPO.parent / "shared" / "gpu" / "runs" / "h200_rec-gpu"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync"]
@@ -98,6 +102,24 @@ def _profiles(tmp: Path, compare: bool) -> Path:
     return root
 
 
+def _shoot(browser, url: str, out: Path, name: str, path: str, action, full: bool) -> None:
+    """One screenshot of the page at ``path`` (after ``action``) saved as ``out/name.png``."""
+    # Streamlit scrolls inside its own container: a "full page" is a tall viewport
+    page = browser.new_page(viewport={"width": 1400, "height": 3200 if full else 1000})
+    page.set_default_timeout(60_000)
+    page.goto(f"{url}/{path}", wait_until="domcontentloaded")
+    page.locator("h1").first.wait_for()
+    _idle(page)
+    if action:
+        action(page)
+        page.wait_for_timeout(500)
+        _idle(page)
+    page.wait_for_timeout(1500)  # plotly's layout
+    page.screenshot(path=str(out / f"{name}.png"))
+    print("wrote", out / f"{name}.png")
+    page.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "docs"))
@@ -124,23 +146,22 @@ def main() -> int:
             proc, url = _serve(_profiles(Path(tmp), compare))
             try:
                 for name, path, action, full in todo:
-                    # Streamlit scrolls inside its own container: a "full page" is a tall viewport
-                    page = browser.new_page(viewport={"width": 1400, "height": 3200 if full else 1000})
-                    page.set_default_timeout(60_000)
-                    page.goto(f"{url}/{path}", wait_until="domcontentloaded")
-                    page.locator("h1").first.wait_for()
-                    _idle(page)
-                    if action:
-                        action(page)
-                        page.wait_for_timeout(500)
-                        _idle(page)
-                    page.wait_for_timeout(1500)  # plotly's layout
-                    page.screenshot(path=str(Path(args.out) / f"{name}.png"))
-                    print("wrote", Path(args.out) / f"{name}.png")
-                    page.close()
+                    _shoot(browser, url, Path(args.out), name, path, action, full)
             finally:
                 proc.terminate()
                 proc.wait(timeout=20)
+        if (not only or "gpu" in only) and not args.every_page:
+            if GPU_RUN.is_dir():
+                root = Path(tmp) / "gpu"
+                shutil.copytree(GPU_RUN, root / GPU_RUN.name)
+                proc, url = _serve(root)
+                try:
+                    _shoot(browser, url, Path(args.out), "gpu", "gpu", None, False)
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=20)
+            else:
+                print(f"skipped gpu.png: no GPU run at {GPU_RUN}")
         browser.close()
     return 0
 

@@ -23,8 +23,9 @@ from dpcore.contract.bandwidth import bus_factor
 
 KINDS = ["param_bytes", "grad_bytes", "optim_bytes", "other_bytes"]
 MEMORY_TABLE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "device", *KINDS, "held_bytes",
-                        "peak_bytes", "peak_method", "step_ms", "step_ms_p10", "step_ms_p90"]
-JOB_MEMORY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "ranks", *KINDS, "held_bytes", "peak_bytes",
+                        "activation_bytes", "peak_bytes", "peak_method", "step_ms", "step_ms_p10", "step_ms_p90"]
+JOB_MEMORY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "ranks", *KINDS, "held_bytes",
+                      "activation_bytes", "peak_bytes",
                       "peak_bytes_max", "peak_method", "step_ms", "step_ms_p10", "step_ms_p90"]
 VOLUME_COLUMNS = ["job_id", "variant", "world_size", "op", "calls_per_step", "bytes_per_step", "bus_bytes_per_step",
                   "expected_bytes_per_step", "expected_bus_bytes_per_step", "param_bytes", "replicated_bytes"]
@@ -90,13 +91,21 @@ def expected_bus_bytes(variant: str, world_size: int, param_bytes: float, replic
 
 def memory_table(memory: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     """Per (job, rank): memory.csv's bytes, ``held_bytes`` (= params + grads + optim + other),
-    and the job's step time T (median, p10, p90) from ``summary`` (:func:`job_summary`)."""
+    ``activation_bytes`` and the job's step time T (median, p10, p90) from ``summary`` (:func:`job_summary`).
+
+    ``activation_bytes`` = peak − held (≥ 0) is inferred, not measured: memory.csv has no
+    activation column. On a GPU the peak is the allocator's (``cuda_allocator``: everything handed
+    out during the step), so what the peak holds beyond the tensors the rank keeps is what the
+    step allocates on the way: activations saved for backward and temporaries. Without it a GPU
+    rank's breakdown stops at a fifth of its peak. The allocator's reserve (cached, not handed
+    out) is not recorded, so it cannot be inferred."""
     if memory is None or memory.empty:
         return pd.DataFrame(columns=MEMORY_TABLE_COLUMNS)
     m = memory.copy()
     for c in KINDS + ["peak_bytes"]:
         m[c] = pd.to_numeric(m[c], errors="coerce")
     m["held_bytes"] = m[KINDS].sum(axis=1, min_count=1)
+    m["activation_bytes"] = (m["peak_bytes"] - m["held_bytes"]).clip(lower=0)
     t = summary[["job_id", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90"]] if not summary.empty else \
         pd.DataFrame(columns=["job_id", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90"])
     out = m.merge(t, on="job_id", how="left")
@@ -108,7 +117,7 @@ def job_memory(table: pd.DataFrame) -> pd.DataFrame:
     if table is None or table.empty:
         return pd.DataFrame(columns=JOB_MEMORY_COLUMNS)
     g = table.groupby("job_id", sort=False)
-    out = g[KINDS + ["held_bytes", "peak_bytes"]].mean()
+    out = g[KINDS + ["held_bytes", "activation_bytes", "peak_bytes"]].mean()
     out["peak_bytes_max"] = g["peak_bytes"].max()
     out["ranks"] = g["rank"].nunique()
     first = g[["variant", "world_size", "bucket_mb", "peak_method", "step_ms", "step_ms_p10", "step_ms_p90"]].first()

@@ -15,6 +15,14 @@ them, and a view draws a step of 8 of 1,024 ranks without parsing a trace. Only 
 the shared clock needs the run (run.json's clock-sync samples), so that step stays here, after
 the table.
 
+Why GPU ranks get other lanes: on a GPU the question is what each CUDA stream runs and whether
+the CPU thread that launches the kernels keeps up; a "compute" lane that merges every stream
+hides both. A rank with GPU events in a step is drawn as its launch thread(s) (the outermost CPU
+op at each moment: ``kind`` "cpu") and one lane per stream whose rows carry their own ``kind``
+(compute kernel, ``comm`` for NCCL kernels, ``memcpy`` for copies and sets, ``sync``), so the
+gaps between kernels and what the CPU was doing over them sit one above the other. A CPU trace
+keeps its two lanes, compute and comm.
+
 Why the collective family (``op``) is a column here: which collective a comm span is lives only
 in its name (``dpcore.read.traces.kinds.comm_op``); classifying it is analysis, so the plot layer
 colours by the column and never re-reads event names.
@@ -38,17 +46,27 @@ from dpcore.read.analysis.comm_overlap import (
     overlap_from_trace,
 )
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.kinds import comm_op
+from dpcore.read.traces.kinds import STEP_RE, comm_op
+from dpcore.read.traces.reader import on_host
 
 #: ``op``: the collective family of a comm row (:func:`comm_op` of its name), "" on compute rows.
-COLUMNS = ["rank", "lane", "name", "op", "start_ms", "end_ms"]
+#: ``kind``: what a row is: "compute" or "comm" on a CPU trace's two lanes; on a GPU rank's lanes
+#: "cpu" (a launch thread's outermost op) or the GPU event's kind (compute, comm, memcpy, sync, other).
+COLUMNS = ["rank", "lane", "name", "op", "kind", "start_ms", "end_ms"]
+#: Host categories a launch thread's lane is drawn from (the step markers left out: they span it all).
+LAUNCH_THREAD_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+#: Device categories: the events a stream lane draws.
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 #: A lanes table (:func:`trace_lanes`): per rank one ``lane`` "rank" row (step -1, its first
 #: event start .. last event end: the rank has events), per rank and traced step (``step`` >= 0)
 #: one "step" row (the step's first event start .. last event end: the step has events), its merged
 #: compute ("compute", named "compute") and its comm events ("comm", the event's name); per rank
 #: its clock-sync markers ("sync", step -1, named ``dpcore_clock_sync#k``). ``start_us`` and
 #: ``end_us`` are the trace's own ``ts`` and ``ts + dur`` (µs on the profiler's clock), unrounded.
-LANE_COLUMNS = ["rank", "step", "lane", "name", "start_us", "end_us"]
+#: A rank with GPU events in a step also gets, for that step, lanes "thread <tid>" (each thread
+#: that launches GPU work: its outermost ops, ``kind`` "cpu") and "stream <n>" (each GPU event,
+#: ``kind`` its event kind); ``kind`` is the lane itself on compute/comm rows and "" elsewhere.
+LANE_COLUMNS = ["rank", "step", "lane", "name", "kind", "start_us", "end_us"]
 
 
 def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.DataFrame:
@@ -60,12 +78,14 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
     cols: dict[str, list[np.ndarray]] = {c: [] for c in LANE_COLUMNS}
     want = None if steps is None else {int(s) for s in steps}
 
-    def add(rank: int, step: int, lane: str, names: object, start: np.ndarray, end: np.ndarray) -> None:
+    def add(rank: int, step: int, lane: str, names: object, start: np.ndarray, end: np.ndarray,
+            kind: object = "") -> None:
         n = len(start)
-        labels = np.empty(n, dtype=object)
+        labels, kinds = np.empty(n, dtype=object), np.empty(n, dtype=object)
         labels[:] = names if isinstance(names, str) else [str(x) for x in names]
+        kinds[:] = kind if isinstance(kind, str) else [str(x) for x in kind]
         for c, v in (("rank", np.full(n, rank, np.int64)), ("step", np.full(n, step, np.int64)),
-                     ("lane", np.full(n, lane, dtype=object)), ("name", labels),
+                     ("lane", np.full(n, lane, dtype=object)), ("name", labels), ("kind", kinds),
                      ("start_us", np.asarray(start, np.float64)), ("end_us", np.asarray(end, np.float64))):
             cols[c].append(v)
 
@@ -83,12 +103,51 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
             add(rank, int(step), "step", "", ts.min(keepdims=True), end.max(keepdims=True))
             _, (p_s, p_e) = _trace_sets(ev)
             p_s, p_e = merge(p_s, p_e)
-            add(rank, int(step), "compute", "compute", p_s, p_e)
+            add(rank, int(step), "compute", "compute", p_s, p_e, "compute")
             comm = (ev["kind"] == "comm").to_numpy()
-            add(rank, int(step), "comm", ev["name"][comm], ts[comm], end[comm])
-    empty = {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "start_us": np.float64,
-             "end_us": np.float64}
+            add(rank, int(step), "comm", ev["name"][comm], ts[comm], end[comm], "comm")
+            for lane, names, start, stop, kind in gpu_lanes(ev):
+                add(rank, int(step), lane, names, start, stop, kind)
+    empty = {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,
+             "start_us": np.float64, "end_us": np.float64}
     return pd.DataFrame({c: np.concatenate(v) if v else np.empty(0, empty[c]) for c, v in cols.items()})
+
+
+def gpu_lanes(ev: pd.DataFrame) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, object]]:
+    """A GPU rank's lanes of one step's events: ``(lane, names, start_us, end_us, kind)`` per
+    launch thread ("thread <tid>", its outermost ops, kind "cpu") and per stream ("stream <n>",
+    every GPU event, kind its event kind). Empty when the events hold no GPU event (a CPU trace).
+
+    A launch thread is a host thread with a CUDA runtime or driver call; its lane keeps an op only
+    where no earlier op of the thread still runs (the outermost op: ``Optimizer.step``, a
+    DataLoader's ``__next__``, ``forward``), so a few bars say what the CPU did over each GPU gap."""
+    cat = ev["category"].astype(str).to_numpy()
+    stream = ev["stream"].to_numpy()
+    device = (stream >= 0) & np.isin(cat, GPU_CATS)
+    if not device.any():
+        return []
+    ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
+    names = ev["name"].astype(str).to_numpy()
+    host = on_host(ev)
+    tid = ev["tid"].astype(str).to_numpy()
+    out: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, object]] = []
+    launchers = sorted(set(tid[host & np.isin(cat, ("cuda_runtime", "cuda_driver"))]))
+    marker = np.fromiter((bool(STEP_RE.match(n)) for n in names), bool, len(names))
+    for t in launchers:
+        idx = np.flatnonzero(host & (tid == t) & np.isin(cat, LAUNCH_THREAD_CATS) & ~marker)
+        idx = idx[np.lexsort((-end[idx], ts[idx]))]  # by start; the longer op first on a tie
+        if not len(idx):
+            continue
+        reach = np.maximum.accumulate(end[idx])
+        outer = np.ones(len(idx), bool)
+        outer[1:] = ts[idx][1:] >= reach[:-1]
+        keep = idx[outer]
+        out.append((f"thread {t}", names[keep], ts[keep], end[keep], "cpu"))
+    kinds = ev["kind"].astype(str).to_numpy()
+    for s in sorted(set(stream[device].tolist())):
+        keep = np.flatnonzero(device & (stream == s))
+        out.append((f"stream {s}", names[keep], ts[keep], end[keep], kinds[keep]))
+    return out
 
 
 def _sync_shift_us(marks: pd.DataFrame, sync: object, rank: int) -> float | None:
@@ -126,7 +185,7 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
     # imported runs (dpcore import): no sync markers in a foreign trace; the importer recorded
     # each rank's shift instead (0 on one host, minus the estimated offset across hosts)
     shifts = job["clock_shift_us"].iloc[0] if "clock_shift_us" in job and len(job) else None
-    cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", "lane", "name", "start_ms", "end_ms")}
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", "lane", "name", "kind", "start_ms", "end_ms")}
     for rank, mine in lanes.groupby("rank", sort=True):
         rows = mine[mine["step"] == step]
         if not (rows["lane"] == "step").any():
@@ -137,12 +196,14 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
         if shift_us is None:
             return None
         to_ms = lambda us, shift_us=shift_us: ((np.asarray(us) + shift_us) * 1e3 - t0_ns) / MS_NS  # noqa: E731
-        for lane in ("compute", "comm"):
-            r = rows[rows["lane"] == lane]
-            for c, v in (("rank", np.full(len(r), int(rank), np.int64)), ("lane", r["lane"].to_numpy(object)),
-                         ("name", r["name"].to_numpy(object)), ("start_ms", to_ms(r["start_us"])),
-                         ("end_ms", to_ms(r["end_us"]))):
-                cols[c].append(v)
+        lane = rows["lane"].astype(str)
+        gpu = lane.str.startswith("stream ")
+        drawn = rows[lane.str.startswith("thread ") | gpu] if gpu.any() else rows[lane.isin(["compute", "comm"])]
+        kind = drawn["kind"] if "kind" in drawn else drawn["lane"]  # a lanes table without kinds: CPU lanes
+        for c, v in (("rank", np.full(len(drawn), int(rank), np.int64)), ("lane", drawn["lane"].to_numpy(object)),
+                     ("name", drawn["name"].to_numpy(object)), ("kind", kind.to_numpy(object)),
+                     ("start_ms", to_ms(drawn["start_us"])), ("end_ms", to_ms(drawn["end_us"]))):
+            cols[c].append(v)
     # one frame from whole columns: its text columns get the dtype pandas infers for strings
     return pd.DataFrame({c: np.concatenate(v) for c, v in cols.items()}).reindex(columns=COLUMNS)
 
@@ -153,7 +214,7 @@ def _comm_from_csv(run: Run, job_id: str, step: int, t0: float) -> list[dict]:
     if c.empty:
         return []
     start = comm_start_ns(c)
-    return [{"rank": int(rk), "lane": "comm", "name": f"{op} #{sq}", "start_ms": (a - t0) / MS_NS,
+    return [{"rank": int(rk), "lane": "comm", "name": f"{op} #{sq}", "kind": "comm", "start_ms": (a - t0) / MS_NS,
              "end_ms": (b - t0) / MS_NS}
             for rk, op, sq, a, b in zip(c["rank"], c["op"], c["seq"], start, c["t_end_ns"])]
 
@@ -162,12 +223,16 @@ def _with_op(df: pd.DataFrame) -> pd.DataFrame:
     """Fill ``op``: the family of each comm row's name (one classification per distinct name)."""
     names = df["name"].astype(str)
     ops = names.map({n: comm_op(n) for n in names.unique()})
-    return df.assign(op=ops.where(df["lane"] == "comm", ""))[COLUMNS]
+    return df.assign(op=ops.where(df["kind"] == "comm", ""))[COLUMNS]
 
 
 def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = None,
              lanes: pd.DataFrame | None = None) -> pd.DataFrame:
-    """rank, lane ('compute'|'comm'), name, op, start_ms, end_ms of one step of one job.
+    """rank, lane, name, op, kind, start_ms, end_ms of one step of one job.
+
+    ``lane`` is 'compute' or 'comm' (``kind`` the same) on a CPU rank; on a rank whose trace has
+    GPU events in the step, 'thread <tid>' (``kind`` 'cpu') and 'stream <n>' (``kind`` the GPU
+    event's: compute, comm, memcpy, sync, other): see :func:`gpu_lanes`.
 
     ``op`` is the collective family of a comm row (``all_reduce``, ``all_gather``,
     ``reduce_scatter``, ``broadcast``, ``send_recv`` or ``other``; :func:`comm_op` of its name)
@@ -189,7 +254,7 @@ def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = Non
         lanes = trace_lanes(events, steps=[step])
     df = _from_trace(run, job_id, step, t0, lanes)
     if df is not None and not df.empty:
-        has_comm = set(df.loc[df["lane"] == "comm", "rank"])
+        has_comm = set(df.loc[df["kind"] == "comm", "rank"])
         extra = [r for r in _comm_from_csv(run, job_id, step, t0) if r["rank"] not in has_comm]
         if extra:
             df = pd.concat([df, pd.DataFrame(extra, columns=COLUMNS)], ignore_index=True)
@@ -198,8 +263,8 @@ def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = Non
     for r in st.to_dict("records"):
         # the same phase layout the overlap numbers use (fwd, bwd, then opt after the sync wait)
         starts, ends = compute_intervals_ns(r)
-        rows += [{"rank": int(r["rank"]), "lane": "compute", "name": n, "start_ms": (a - t0) / MS_NS,
-                  "end_ms": (b - t0) / MS_NS}
+        rows += [{"rank": int(r["rank"]), "lane": "compute", "name": n, "kind": "compute",
+                  "start_ms": (a - t0) / MS_NS, "end_ms": (b - t0) / MS_NS}
                  for n, a, b in zip(("forward", "backward", "optimizer"), starts, ends)]
     rows += _comm_from_csv(run, job_id, step, t0)
     return _with_op(pd.DataFrame(rows, columns=COLUMNS).sort_values(["rank", "lane", "start_ms"])

@@ -28,6 +28,8 @@ from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, open_regular
 from dpcore.read import analysis as A
 from dpcore.read import ranks as K
 from dpcore.read import rundir as R
+from dpcore.read.analysis.gpu_kernels import KERNEL_COLUMNS
+from dpcore.read.analysis.gpu_time import CAUSE_COLUMNS, LEDGER_COLUMNS
 from dpcore.read.rundir.load import printable
 
 APP_DIR = Path(__file__).resolve().parents[3]  # the repository root, where app.py lives
@@ -141,6 +143,28 @@ def trace_problems(run: R.Run) -> list[str]:
     """The jobs of the run whose traces were not used, one line each naming the file (cached
     with :func:`trace_steps`, which the pages that show trace numbers read anyway)."""
     return list(trace_steps(run, key(run)).attrs.get("problems", []))
+
+
+def may_have_gpu(run: R.Run) -> bool:
+    """Whether the run's machine had a GPU (run.json: ``gpus`` > 0 or device ``cuda``). Only then
+    are its traces read for the GPU ledger: on a CPU run the ledger is empty, and its lazy tables
+    would cost one more pass over every rank's trace (1,024 ranks: many seconds)."""
+    env = run.meta.get("environment") if isinstance(run.meta, dict) else None
+    env = env if isinstance(env, dict) else {}
+    gpus = env.get("gpus")
+    return (isinstance(gpus, (int, float)) and gpus > 0) or str(env.get("device") or "").startswith("cuda")
+
+
+@st.cache_data(show_spinner="Reading the GPU time ledger…", max_entries=16)
+def gpu_ledger(_run: R.Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ledger, causes, kernel classes) of every traced job (`dpcore.read.ranks.run_gpu`, what the
+    ``gpu`` command prints), from the rank cache: the GPU page and Overview's GPU column. Jobs
+    without GPU events have no rows; a run whose machine had no GPU (:func:`may_have_gpu`) has none
+    and is not read."""
+    if not may_have_gpu(_run):
+        return (pd.DataFrame(columns=["job_id", *LEDGER_COLUMNS]), pd.DataFrame(columns=["job_id", *CAUSE_COLUMNS]),
+                pd.DataFrame(columns=["job_id", *KERNEL_COLUMNS]))
+    return K.run_gpu(_run)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -4,8 +4,9 @@ Why a scatter first: choosing between DDP, ZeRO-1 and FSDP is trading memory per
 step time (more communication); one marker per job at (step time, peak memory per rank) shows
 the whole trade in one picture: down is less memory, left is faster. The stacked bars then say
 what the memory is made of (parameters, gradients, optimizer state, other), with the peak as a
-marker above: the gap between the stack and the peak is activations and what the step
-allocates on the way. Units are binary (MiB = 2^20 bytes).
+marker above. The last, hatched segment is the rest of the peak (peak − held): activations and
+what the step allocates on the way, inferred rather than measured, drawn so that a GPU rank's bar
+reaches its allocator peak instead of stopping at the tensors it keeps. Units are binary (MiB = 2^20 bytes).
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from dpcore.read.plots.style import (
 MIB = float(1 << 20)
 KIND_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optim_bytes": "optimizer state",
                "other_bytes": "other"}
+#: The inferred segment (``memory_table``'s activation_bytes = peak − held).
+INFERRED_LABEL = "activations + temporaries (inferred: peak − held)"
 #: The trade figure's height and the plot area it leaves in a half-width column (px; a slight
 #: under-estimate, so that labels judged apart are apart on screen).
 TRADE_HEIGHT = 460
@@ -78,7 +81,8 @@ def memory_tradeoff_figure(jobs: pd.DataFrame, title: str | None = None) -> go.F
 
 def memory_breakdown_figure(table: pd.DataFrame, title: str | None = None) -> go.Figure:
     """Stacked MiB a rank holds per job (mean over its ranks): parameters, gradients, optimizer
-    state, other; the largest rank's peak as a black diamond (``memory_table`` rows).
+    state, other, then the inferred rest of the peak (activations and temporaries, hatched); the
+    largest rank's peak as a black diamond (``memory_table`` rows).
 
     Why horizontal, one row per job: the job names are long and a sweep has dozens of jobs; as
     rows, every name gets its own line (ROW_PX apart, more than a label's height) instead of
@@ -93,6 +97,9 @@ def memory_breakdown_figure(table: pd.DataFrame, title: str | None = None) -> go
         label=("_label", "first"), ranks=("rank", "nunique"), lo=("_total", "min"), hi=("_total", "max"),
         peak=("peak_bytes", "max"), method=("peak_method", "first"),
         **{k: (k, "mean") for k in kinds})
+    rest = (df["activation_bytes"] if "activation_bytes" in df else
+            (df["peak_bytes"].astype(float) - df[kinds].astype(float).sum(axis=1)).clip(lower=0))
+    per["activation_bytes"] = rest.astype(float).groupby(df["job_id"], sort=False).mean()
     y = per["label"].tolist()
     fig = go.Figure()
     for col, label in KIND_LABELS.items():
@@ -100,6 +107,12 @@ def memory_breakdown_figure(table: pd.DataFrame, title: str | None = None) -> go
                     customdata=np.column_stack([per["ranks"], per["lo"], per["hi"]]),
                     hovertemplate=(f"%{{y}}<br>{label}: %{{x:.3f}} MiB (mean of %{{customdata[0]}} ranks; held "
                                    "%{customdata[1]:.3f}–%{customdata[2]:.3f} MiB by rank)<extra></extra>"))
+    if (per["activation_bytes"] > 0).any():
+        fig.add_bar(y=y, x=per["activation_bytes"] / MIB, name=INFERRED_LABEL, orientation="h",
+                    marker=dict(color="#e8e3f2", line=dict(color="#9d8fc4", width=1), pattern_shape="/",
+                                pattern_fgcolor="#9d8fc4"),
+                    hovertemplate="%{y}<br>activations + temporaries: %{x:.3f} MiB (peak − held: inferred, "
+                                  "not measured)<extra></extra>")
     fig.add_scatter(y=y, x=per["peak"].astype(float) / MIB, mode="markers", name="peak (largest rank)",
                     marker=dict(symbol="diamond", size=9, color="black"), customdata=per["method"].fillna(""),
                     hovertemplate="%{y}<br>peak %{x:.3f} MiB (%{customdata})<extra></extra>")

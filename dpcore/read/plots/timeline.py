@@ -11,6 +11,10 @@ parameters before each module's forward and backward, then reduce-scatters gradi
 lane draws each family (the ``op`` column that the analysis fills) in its own colour, and bars of
 different families are never merged into one. The family comes with the data: this module never
 re-classifies event names (plots import only the contract and other plots).
+Why other lanes on a GPU rank: there the analysis gives each launch thread and each CUDA stream a
+lane, with rows of their own ``kind``; a stream lane draws compute kernels, NCCL kernels (by
+collective family), memory copies and syncs in their own colours, and the launch thread's lane
+in grey above the streams says what the CPU was doing while a stream sat empty.
 """
 from __future__ import annotations
 
@@ -21,6 +25,10 @@ import plotly.graph_objects as go
 from dpcore.read.plots.style import LANE_COLORS, OP_COLORS, OP_LABELS, base_layout, empty_figure
 
 COLS = ["rank", "lane", "name", "start_ms", "end_ms"]
+#: Colours and legend names of the kinds other than compute and comm (a GPU rank's lanes).
+KIND_STYLE: dict[str, tuple[str, str]] = {
+    "cpu": ("CPU op (launch thread)", "#9d9d9d"), "memcpy": ("memory copy / set", "#72b7b2"),
+    "sync": ("sync kernel", "#e45756"), "other": ("other GPU event", "#d8b5a5")}
 #: The family a comm bar is drawn as when its row names none (no ``op`` column, or an unknown one).
 OTHER = "other"
 
@@ -36,7 +44,7 @@ def _merge_lane(lane: pd.DataFrame, tol: float) -> pd.DataFrame:
     new = np.ones(len(lane), dtype=bool)
     new[1:] = starts[1:] > run_end[:-1] + tol
     g = lane.assign(_g=np.cumsum(new)).groupby("_g", sort=False)
-    extra = {"op": ("op", "first")} if "op" in lane else {}
+    extra = {c: (c, "first") for c in ("op", "kind") if c in lane}
     out = g.agg(rank=("rank", "first"), lane=("lane", "first"), name=("name", "first"),
                 start_ms=("start_ms", "min"), end_ms=("end_ms", "max"), ops=("ops", "sum"), **extra)
     return out.reset_index(drop=True)
@@ -51,7 +59,7 @@ def reduce_intervals(df: pd.DataFrame, max_bars_per_lane: int = 1500) -> pd.Data
         return df
     span = float(df["end_ms"].max() - df["start_ms"].min()) or 1.0
     parts = []
-    keys = ["rank", "lane"] + (["op"] if "op" in df else [])
+    keys = ["rank", "lane"] + [c for c in ("kind", "op") if c in df]
     for _, lane in df.groupby(keys, sort=True):
         tol = span / (4 * max_bars_per_lane)
         while len(lane) > max_bars_per_lane:
@@ -64,9 +72,20 @@ def reduce_intervals(df: pd.DataFrame, max_bars_per_lane: int = 1500) -> pd.Data
     return out
 
 
-def lane_order(ranks: list[int]) -> list[str]:
-    """Category order top-to-bottom: rank 0 compute, rank 0 comm, rank 1 compute, ..."""
-    return [f"rank {r} · {lane}" for r in ranks for lane in ("compute", "comm")]
+def _lane_key(lane: str) -> tuple[int, int, str]:
+    """compute, comm, then launch threads, then streams by number."""
+    head, _, rest = lane.partition(" ")
+    rank = {"compute": 0, "comm": 1, "thread": 2, "stream": 3}.get(head, 4)
+    return rank, int(rest) if rest.isdigit() else 0, lane
+
+
+def lane_order(lanes: pd.DataFrame) -> list[str]:
+    """Category order top-to-bottom: rank 0's lanes (compute, comm; or its launch threads, then its
+    streams), then rank 1's, ..."""
+    order = []
+    for r, part in lanes.groupby("rank", sort=True):
+        order += [f"rank {int(r)} · {lane}" for lane in sorted(set(part["lane"].astype(str)), key=_lane_key)]
+    return order
 
 
 def timeline_figure(intervals: pd.DataFrame, title: str | None = None,
@@ -79,22 +98,26 @@ def timeline_figure(intervals: pd.DataFrame, title: str | None = None,
     if intervals is None or intervals.empty:
         return empty_figure("No intervals recorded for this job and step.")
     df = intervals[COLS].dropna(subset=["start_ms", "end_ms"])
+    kind = (intervals.loc[df.index, "kind"].fillna("").astype(str) if "kind" in intervals
+            else df["lane"].astype(str))
+    kind = kind.where(kind.isin(["compute", "comm", *KIND_STYLE]), "compute")
     ops = intervals.loc[df.index, "op"] if "op" in intervals else pd.Series(OTHER, index=df.index)
     ops = ops.where(ops.isin(list(OP_COLORS)), OTHER).astype(str)
-    df = df.assign(op=ops.where(df["lane"] == "comm", ""))
+    df = df.assign(kind=kind, op=ops.where(kind == "comm", ""))
     df = reduce_intervals(df, max_bars_per_lane)
-    ranks = sorted(int(r) for r in df["rank"].unique())
-    order = lane_order(ranks)
+    order = lane_order(df)
     fig = go.Figure()
     kinds = [("compute", "", "compute", LANE_COLORS["compute"])] + [
-        ("comm", op, OP_LABELS[op], OP_COLORS[op]) for op in OP_COLORS]
-    for lane, op, label, color in kinds:
-        part = df[(df["lane"] == lane) & (df["op"] == op)]
+        ("comm", op, OP_LABELS[op], OP_COLORS[op]) for op in OP_COLORS] + [
+        (k, "", label, color) for k, (label, color) in KIND_STYLE.items()]
+    for kind, op, label, color in kinds:
+        part = df[(df["kind"] == kind) & (df["op"] == op)]
         if part.empty:
             continue
         dur = (part["end_ms"] - part["start_ms"]).clip(lower=1e-4)
         fig.add_bar(
-            y=[f"rank {int(r)} · {lane}" for r in part["rank"]], x=dur, base=part["start_ms"], orientation="h",
+            y=[f"rank {int(r)} · {lane}" for r, lane in zip(part["rank"], part["lane"])], x=dur, base=part["start_ms"],
+            orientation="h",
             name=label, marker_color=color, marker_line_width=0,
             customdata=np.column_stack([part["name"].astype(str), dur, part["start_ms"]]),
             hovertemplate="%{customdata[0]}<br>start %{customdata[2]:.3f} ms · duration %{customdata[1]:.3f} ms"
@@ -103,4 +126,4 @@ def timeline_figure(intervals: pd.DataFrame, title: str | None = None,
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)
     fig.update_xaxes(title="ms since the step started (shared clock)")
     fig.update_layout(barmode="overlay", bargap=0.25)
-    return base_layout(fig, title, height=max(260, 70 * len(order) // 2 + 120))
+    return base_layout(fig, title, height=max(260, 35 * len(order) + 120))

@@ -44,8 +44,8 @@ COMM_COLUMNS = [c for c in TRACE_COMM_COLUMNS if c != "job_id"]
 DTYPES = {"overlap": {c: (np.int64 if c in ("rank", "step") else np.float64) for c in TRACE_COLUMNS},
           "comm": {"rank": np.int64, "step": np.int64, "op": object, "t_launch_ns": np.float64,
                    "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool},
-          "lanes": {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "start_us": np.float64,
-                    "end_us": np.float64},
+          "lanes": {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,
+                    "start_us": np.float64, "end_us": np.float64},
           # dpcore import (dpcore.read.importer.rows: STEP_COLUMNS, COMM_COLUMNS, FACT_COLUMNS)
           "import_steps": {"rank": np.int64, "step": np.int64, "ts": np.float64, "dur": np.float64,
                            "fwd_ms": np.float64, "bwd_ms": np.float64, "opt_ms": np.float64},

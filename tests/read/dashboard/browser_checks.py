@@ -107,3 +107,24 @@ def start_server(root, log, port: int):
     proc.terminate()
     log.seek(0)
     pytest.fail("streamlit did not start within 60 s:\n" + log.read())
+
+
+def serving(root, log_dir):
+    """A generator for a module fixture: `streamlit run app.py` on ``root`` at a free port, its
+    output in ``log_dir``/streamlit.log; yields (url, log) and stops the server afterwards."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(log_dir / "streamlit.log", "w+")
+    proc = start_server(root, log, port)
+    try:
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - a server that will not stop is killed
+            proc.kill()
+        log.close()

@@ -20,7 +20,7 @@ from tests.app_pages import APP, data_problems, heading, open_page, problems
 from tests.fixtures_run import make_corrupt_runs, make_run
 
 #: Pages that draw no chart: what each shows instead is checked in test_every_page_renders.
-NO_CHART = {"Runs", "Traces", "New run", "Import", "Live", "Hang"}
+NO_CHART = {"Runs", "Traces", "New run", "Import", "Live", "Hang", "GPU"}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_every_page_is_a_file_with_a_stable_address() -> None:
     """One file per page, each listed once; the URL paths are addresses people bookmark."""
     assert sorted(p.file for p in PAGES) == sorted(f.name for f in FOLDER.glob("*.py") if f.name != "__init__.py")
     assert {p.title: p.url_path for p in PAGES} == {
-        "Runs": "runs", "Overview": "overview", "Timeline": "timeline", "Scaling": "scaling",
+        "Runs": "runs", "Overview": "overview", "Timeline": "timeline", "GPU": "gpu", "Scaling": "scaling",
         "Stragglers": "stragglers", "Memory": "memory", "Ring messages": "ring-messages", "Bandwidth": "bandwidth",
         "Buckets": "buckets", "What-if": "what-if", "Traces": "traces", "New run": "new-run", "Import": "import",
         "Live": "live", "Hang": "hang"}
@@ -74,6 +74,8 @@ def test_every_page_renders(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> 
             assert at.button(key="imp-go").disabled  # nothing to import yet
         elif page.title in ("Live", "Hang"):  # the synthetic runs have no live.csv, no hang/
             assert at.info, page.title
+        elif page.title == "GPU":  # the synthetic runs were traced on CPUs
+            assert any("No GPU events" in i.value for i in at.info)
     open_page(at, "Runs")
     warnings = plain(" ".join(w.value for w in at.warning))
     assert "Oversubscribed" in warnings and "data_parallel needs 2 or more GPUs" in warnings
@@ -276,6 +278,9 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
         elif page.title == "Bandwidth":  # a training run only: said once, no empty chart
             assert [i.value for i in at.info] == ["This run has no all-reduce benchmark: "
                                                   "`python -m dpcore allreduce` measures one."]
+            assert not at.get("plotly_chart")
+        elif page.title == "Scaling":  # one world size (2): nothing to scale, and no one-point charts
+            assert any("ran at world size 2: there is nothing to scale" in i.value for i in at.info)
             assert not at.get("plotly_chart")
         elif page.title not in NO_CHART:
             assert at.get("plotly_chart"), f"{page.title} drew no chart"

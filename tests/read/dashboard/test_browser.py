@@ -25,8 +25,9 @@ from tests.read.dashboard.test_live_hang_pages import add_live_and_hang
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[3]
-#: Pages that draw no chart; every other page must show a drawn plotly figure.
-NO_CHART = {"Runs", "Traces", "New run", "Import"}
+#: Pages that draw no chart; every other page must show a drawn plotly figure. GPU: this run was
+#: traced on CPUs (test_browser_gpu.py draws the GPU page on GPU runs).
+NO_CHART = {"Runs", "Traces", "New run", "Import", "GPU"}
 CHART_PAGES = [p.title for p in PAGES if p.title not in NO_CHART]
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),

@@ -15,12 +15,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
 
-from tests.read.dashboard.browser_checks import figure, figures, overlapping_labels, start_server
+from tests.read.dashboard.browser_checks import figure, figures, overlapping_labels, serving
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[3]
@@ -39,18 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("samples")
     for name in ("sample-train", "sample-allreduce"):
         shutil.copytree(SAMPLES / name, root / name)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")
-    proc = start_server(root, log, port)
-    yield f"http://127.0.0.1:{port}", log
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except Exception:  # noqa: BLE001 - a server that will not stop is killed
-        proc.kill()
-    log.close()
+    yield from serving(root, tmp_path_factory.mktemp("log"))
 
 
 def _idle(page) -> None:

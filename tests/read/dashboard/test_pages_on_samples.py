@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "profiles"
 #: Pages that draw no chart on the training sample (Bandwidth: it has no all-reduce benchmark;
 #: Hang: no job of it hung; Live: samples made before live.csv existed have none; once they are
-#: regenerated the Live page draws its strip, and "Live" can leave this set).
-NO_CHART = {"Runs", "Traces", "Bandwidth", "New run", "Import", "Hang", "Live"}
+#: regenerated the Live page draws its strip, and "Live" can leave this set; GPU: the samples were
+#: recorded on CPUs).
+NO_CHART = {"Runs", "Traces", "Bandwidth", "New run", "Import", "Hang", "Live", "GPU"}
 
 pytestmark = pytest.mark.skipif(not (SAMPLE / "sample-train" / "run.json").exists(),
                                 reason="sample runs not present (bash scripts/make_sample.sh)")
@@ -49,6 +50,8 @@ def test_every_page_renders_on_the_sample(monkeypatch):
         assert heading(at) == page.title
         if page.title not in NO_CHART:
             assert at.get("plotly_chart"), f"{page.title} drew no chart"
+        elif page.title == "GPU":
+            assert any("No GPU events" in i.value for i in at.info)
     # the training run has no all-reduce benchmark: the Bandwidth page offers the run that does
     open_page(at, "Bandwidth")
     assert any("sample-allreduce" in i.value for i in at.info)
@@ -94,7 +97,8 @@ def test_timeline_rows_name_their_collective_family():
     run = load_run(SAMPLE / "sample-train")
     # step 0 is not traced: comm rows are collectives.csv's, named "<op> #<seq>"
     fsdp = timeline(run, "fsdp-ws2", 0, None)
-    assert list(fsdp.columns) == ["rank", "lane", "name", "op", "start_ms", "end_ms"]
+    assert list(fsdp.columns) == ["rank", "lane", "name", "op", "kind", "start_ms", "end_ms"]
+    assert (fsdp["kind"] == fsdp["lane"]).all()  # a CPU run's two lanes: the kind is the lane
     assert (fsdp.loc[fsdp["lane"] == "compute", "op"] == "").all()
     comm = fsdp[fsdp["lane"] == "comm"]
     assert (comm["op"] == comm["name"].str.split(" #").str[0]).all()

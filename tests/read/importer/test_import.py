@@ -155,7 +155,10 @@ def test_gpu_trace_without_phases(runs: dict[str, Path]) -> None:
     assert s["compute_ms"] > 0 and s["other_ms"] >= 0  # compute from the trace: every step is traced
     step = run.traced_steps("imported-ws2")[0]
     tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
-    assert set(tl["rank"]) == {0, 1} and (tl["lane"] == "comm").any()
+    assert set(tl["rank"]) == {0, 1} and (tl["kind"] == "comm").any()
+    # a GPU rank is drawn as its launch thread(s) and its streams; the NCCL kernels lie on a stream
+    assert set(tl["lane"].str.split(" ").str[0]) == {"thread", "stream"}
+    assert tl.loc[tl["kind"] == "comm", "lane"].str.startswith("stream ").all()
     pd.testing.assert_frame_equal(timeline(run, "imported-ws2", step, lanes=job_lanes(run, "imported-ws2")), tl,
                                   check_exact=True)
 

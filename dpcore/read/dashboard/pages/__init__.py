@@ -40,6 +40,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("runs.py", "Runs", "runs", ":material/folder_open:"),
     PageSpec("overview.py", "Overview", "overview", ":material/bar_chart:", needs="train", default=True, traces=True),
     PageSpec("timeline.py", "Timeline", "timeline", ":material/view_timeline:", needs="train", traces=True),
+    PageSpec("gpu.py", "GPU", "gpu", ":material/developer_board:", needs="train", traces=True),
     PageSpec("scaling.py", "Scaling", "scaling", ":material/trending_up:", needs="train", traces=True),
     PageSpec("live.py", "Live", "live", ":material/monitor_heart:"),
     PageSpec("stragglers.py", "Stragglers", "stragglers", ":material/hourglass_top:"),

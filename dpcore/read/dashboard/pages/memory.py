@@ -33,6 +33,11 @@ PEAK = {"cuda_allocator": "peak = torch.cuda.max_memory_allocated over one step 
                                             "temporaries inside an operator are not seen (a lower bound)",
         "tensor_storage": "peak = the largest of four samples in one step of the held tensors' storages "
                           "(activations not counted; a lower bound)"}
+INFERRED = ("Activations + temporaries (hatched) = peak − held: inferred, since memory.csv records no "
+            "activation column; it is what the step allocates beyond the tensors the rank keeps.")
+RESERVE = ("The CUDA caching allocator's reserve (memory it keeps cached beyond what it handed out, "
+           "torch.cuda.max_memory_reserved) is not recorded in memory.csv, so it is not shown: nvidia-smi "
+           "reports the peak plus that reserve plus the CUDA context.")
 MEMORY_CONFIG = {
     "world_size": NUM("N", format="%d"),
     "ranks": NUM("ranks", format="%d"),
@@ -43,6 +48,9 @@ MEMORY_CONFIG = {
     "other_mib": NUM("other (MiB)", help="Communication buffers and gathered copies the variant reports.",
                      format="%.3f"),
     "held_mib": NUM("held (MiB)", help=HELD, format="%.3f"),
+    "activation_mib": NUM("activations + temp. (MiB)", help="Inferred, not measured: peak − held, what the step "
+                          "allocates beyond the tensors the rank keeps (activations saved for backward, "
+                          "temporaries).", format="%.3f"),
     "peak_mib": NUM("peak (MiB)", help="Peak per rank, mean over ranks; see 'peak method'.", format="%.3f"),
     "peak_max_mib": NUM("peak, max rank (MiB)", format="%.3f"),
     "step_ms": NUM("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
@@ -96,15 +104,18 @@ def render(run: Run) -> None:
         with right:
             st.plotly_chart(breakdown, key=f"mem-bars-{run.path}")
         shown = _mib(jobs, {"param_bytes": "param_mib", "grad_bytes": "grad_mib", "optim_bytes": "optim_mib",
-                            "other_bytes": "other_mib", "held_bytes": "held_mib", "peak_bytes": "peak_mib",
+                            "other_bytes": "other_mib", "held_bytes": "held_mib",
+                            "activation_bytes": "activation_mib", "peak_bytes": "peak_mib",
                             "peak_bytes_max": "peak_max_mib"})
         shown = shown.assign(_o=variant_rank(shown["variant"])).sort_values(["_o", "world_size", "job_id"])
         st.dataframe(shown[["job_id", "variant", "world_size", "ranks", "param_mib", "grad_mib", "optim_mib",
-                            "other_mib", "held_mib", "peak_mib", "peak_max_mib", "step_ms", "peak_method"]],
+                            "other_mib", "held_mib", "activation_mib", "peak_mib", "peak_max_mib", "step_ms",
+                            "peak_method"]],
                      hide_index=True, width="stretch", column_config=MEMORY_CONFIG, placeholder=EMPTY)
         methods = [m for m in dict.fromkeys(table["peak_method"].dropna().astype(str)) if m in PEAK]
         st.caption(f"MiB = 2^20 bytes, per rank (mean over ranks). {HELD} "
                    + " ".join(f"{PEAK[m].capitalize()} ({m})." for m in methods)
+                   + f" {INFERRED}" + (f" {RESERVE}" if "cuda_allocator" in methods else "")
                    + f" {FORMULAS['step_ms']}")
     st.subheader("Communication volume per step")
     st.plotly_chart(vol, key=f"mem-vol-{run.path}")

@@ -8,6 +8,7 @@ what it means; the formula (docs/DESIGN.md) is one hover away from the value. Nu
 """
 from __future__ import annotations
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -35,6 +36,24 @@ def breakdown(_run: Run, run_key: tuple, y_max: float | None = None) -> go.Figur
     return breakdown_figure(data.job_summary(_run, run_key), "Where a training step's time goes", y_max)
 
 
+GPU_HOST = st.column_config.NumberColumn(
+    "GPU idle: host", format="%.1f%%", help="Share of the GPU's time (its whole trace, first GPU event to last, "
+    "summed over ranks) that no stream ran anything and the CPU had not yet launched the next kernel: the GPU "
+    "waiting for the CPU. The GPU page splits it by cause. Shown instead of 'other' when every job with "
+    "numbers ran on a GPU.")
+
+
+def _gpu_host_idle(run: Run, key: tuple) -> pd.Series:
+    """Host idle % of the whole-trace GPU ledger per job (the GPU page's and the ``gpu`` command's
+    numbers); empty for a run without GPU traces."""
+    ledger = data.gpu_ledger(run, key)[0]
+    whole = ledger[ledger["window"] == "trace"]
+    if whole.empty:
+        return pd.Series(dtype=float)
+    per = whole.groupby("job_id")[["idle_host_ms", "span_ms"]].sum()
+    return 100 * per["idle_host_ms"] / per["span_ms"].where(per["span_ms"] > 0)
+
+
 def render(run: Run, peers: list[Run] | None = None) -> None:
     """Stacked step breakdown per (variant, world size) and the summary table (every row shown).
     ``peers``: the runs shown together in compare mode; their charts then share one y-axis."""
@@ -47,9 +66,15 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
         return
     cols = [c for c in SUMMARY_COLS if c in summary.columns]
     ordered = summary.assign(_o=variant_rank(summary["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
-    shown = overview_rows(ordered, run.jobs)[cols]
-    st.dataframe(shown, hide_index=True, column_config=SUMMARY_CONFIG, width="stretch",
-                 height=table_height(len(shown)), placeholder=EMPTY)
+    shown = overview_rows(ordered, run.jobs)
+    host = _gpu_host_idle(run, key)
+    if len(host):  # GPU jobs: the GPU waiting for the CPU, where "other" would only say "not comm"
+        shown = shown.assign(gpu_idle_host_pct=shown["job_id"].map(host))
+        at = cols.index("other_ms") if "other_ms" in cols else len(cols)
+        every = (shown["gpu_idle_host_pct"].notna() | shown.get("other_ms", shown["gpu_idle_host_pct"]).isna()).all()
+        cols = cols[:at] + ["gpu_idle_host_pct"] + cols[at + int(bool(every) and at < len(cols)):]
+    st.dataframe(shown[cols], hide_index=True, column_config={**SUMMARY_CONFIG, "gpu_idle_host_pct": GPU_HOST},
+                 width="stretch", height=table_height(len(shown)), placeholder=EMPTY)
     _heat_strip(run)
     st.caption(f"Step time T: median over the timed (untraced) steps and ranks, whiskers p10–p90; noisy = "
                f"p90/p10 > 1.5. Comm, exposed comm and overlap: per traced step, from the trace where it shows "

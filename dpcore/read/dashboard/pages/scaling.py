@@ -39,10 +39,27 @@ def scaling_chart(_run: Run, run_key: tuple, mode: str, ranges: tuple = ()) -> g
     return scaling_figure(scaling(_run, run_key, mode), mode, ranges=ranges)
 
 
-def measured_how(meta: dict) -> str:
-    """One sentence on the resources behind T(1) and T(N): threads per rank and core pinning."""
+NOTHING_TO_SCALE = ("Every job of this run ran at world size {n}: there is nothing to scale. Speedup and "
+                    "efficiency compare a variant's step time at two or more world sizes; profile with "
+                    "`--world-sizes 1,2,...` (one GPU per rank on NCCL) to see them. The step times are on Overview.")
+
+
+def on_gpu(meta: dict) -> bool:
+    """Whether the run's ranks trained on GPUs (run.json's environment says ``cuda``)."""
     env = meta.get("environment") if isinstance(meta, dict) else None
     env = env if isinstance(env, dict) else {}
+    return str(env.get("device") or "").startswith("cuda")
+
+
+def measured_how(meta: dict) -> str:
+    """One sentence on the resources behind T(1) and T(N): threads per rank and core pinning.
+
+    Empty on a GPU run: there the step runs on the devices, and threads and pinning only feed the
+    launching thread, so the sentence would explain the wrong resource."""
+    env = meta.get("environment") if isinstance(meta, dict) else None
+    env = env if isinstance(env, dict) else {}
+    if on_gpu(meta):
+        return ""
     tpr = env.get("threads_per_rank")
     if isinstance(tpr, dict):  # runs written before the equal-threads policy: one value per world size
         vals = sorted({str(v) for v in tpr.values()})
@@ -72,6 +89,10 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     mode = _scaling_mode(run)
     key = data.key(run)
     df = scaling(run, key, mode)
+    sizes = sorted(set(pd.to_numeric(df["world_size"], errors="coerce").dropna().astype(int)))
+    if len(sizes) == 1:
+        st.info(NOTHING_TO_SCALE.format(n=sizes[0]))
+        return
     ranges = shared_ranges([scaling(r, data.key(r), _scaling_mode(r)) for r in peers]) \
         if peers and len(peers) > 1 else ()
     st.plotly_chart(scaling_chart(run, key, mode, ranges), key=f"sc-{run.path}")

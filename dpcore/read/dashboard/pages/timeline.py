@@ -110,6 +110,16 @@ def _default_job(run: Run, jobs: pd.DataFrame) -> int:
     return ids.index(job) if job in ids else 0
 
 
+CPU_LANES = ("Each rank has two lanes on the shared clock: **compute** (forward, backward, optimizer) above, "
+             "**comm** (all-reduce in flight) below. Where orange sits under blue, communication is hidden by "
+             "compute (overlap); orange under an empty compute lane is exposed comm the step waits for.")
+GPU_LANES = ("Each GPU rank has one lane per thread that launches GPU work (**CPU op**, grey: the outermost "
+             "operator it was running) and one per **CUDA stream** (compute kernels blue, NCCL kernels in their "
+             "collective's colour, memory copies and sets teal, sync kernels red); a **comm** lane, where "
+             "present, is collectives.csv's calls. A gap in every stream under a busy grey bar is the GPU "
+             "waiting for the CPU to launch the next kernel (host-bound).")
+
+
 def render(run: Run) -> None:
     """Lane pair per rank for one job and step, from the trace when there is one, and the
     drawn step's numbers per rank."""
@@ -141,12 +151,10 @@ def render(run: Run) -> None:
     source = ("each rank's torch.profiler trace (placed on the shared clock by its clock-sync markers; "
               "if they are missing, from steps.csv and collectives.csv)" if traced else
               "steps.csv phases (compute) and collectives.csv intervals (comm): this step was not traced")
-    st.caption(
-        f"Each rank has two lanes on the shared clock: **compute** (forward, backward, optimizer) above, "
-        f"**comm** (all-reduce in flight) below. Where orange sits under blue, communication is hidden by "
-        f"compute (overlap); orange under an empty compute lane is exposed comm the step waits for. "
-        f"Drawn from {source}. Drag to zoom, double-click to reset; dense regions are merged into single bars "
-        f"(hover shows how many ops). {FORMULAS['overlap_pct']}")
+    on_gpu = bool((lanes(run, data.key(run), job, int(step), ranks)["kind"] == "cpu").any())
+    st.caption((GPU_LANES if on_gpu else CPU_LANES) +
+               f" Drawn from {source}. Drag to zoom, double-click to reset; dense regions are merged into single "
+               f"bars (hover shows how many ops). {FORMULAS['overlap_pct']}")
 
 
 def page() -> None:
