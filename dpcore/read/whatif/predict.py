@@ -21,7 +21,7 @@ import pandas as pd
 from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
-from dpcore.read.whatif.advice import add_bands, recommend, recommend_variant, source_spread, zero1_rivals
+from dpcore.read.whatif.advice import add_family_bands, recommend, recommend_variant, source_spread, zero1_rivals
 from dpcore.read.whatif.fabrics import Network, ring_parts
 from dpcore.read.whatif.fit import (
     BANDWIDTH_RANGE_GBPS,
@@ -39,12 +39,14 @@ from dpcore.read.whatif.model import ALGOS, RankStep, Replay, allreduce_parts, r
 
 #: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
 #: ``step_ms_lo``/``step_ms_hi``: the band (:mod:`dpcore.read.whatif.advice`); ``in_band``: the
-#: measured cell inside it; ``recommended``: the cell the recommendation line names.
+#: measured cell inside it; ``recommended``: the cell the recommendation line names;
+#: ``model_error_pct``/``band_from``: the model error in the band and where it comes from.
 WHATIF_COLUMNS = ["world_size", "bucket_mb", "bandwidth_gbps", "latency_us", "step_ms", "comm_ms",
                   "exposed_comm_ms", "step_ms_lo", "step_ms_hi", "hidden_comm_ms", "compute_ms", "other_ms",
                   "buckets", "measured_step_ms", "error_pct", "in_band", "measured_job", "recommended", "kappa",
-                  "algo"]
-_MEASURED_COLUMNS = [c for c in WHATIF_COLUMNS if c not in ("step_ms_lo", "step_ms_hi", "in_band", "recommended")]
+                  "algo", "model_error_pct", "band_from"]
+_MEASURED_COLUMNS = [c for c in WHATIF_COLUMNS if c not in ("step_ms_lo", "step_ms_hi", "in_band", "recommended",
+                                                            "model_error_pct", "band_from")]
 
 #: Collectives a backend runs at once per process group: gloo's ProcessGroupGloo has 2 worker
 #: threads (``Options::threads{2}`` in ProcessGroupGloo.hpp), NCCL one stream per group.
@@ -432,14 +434,17 @@ def default_cells(run: Run, src: Source) -> tuple[list[float], list[int]]:
     return sorted(buckets), sizes
 
 
-def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame,
+           errors: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
     """``cells`` (:func:`with_measured` rows) with their bands and ``recommended`` column
     (WHATIF_COLUMNS), and the recommendation line: :mod:`dpcore.read.whatif.advice`, from the
     source job's spread in ``summary`` (the run's ``job_summary`` rows), at
     :func:`target_world_size`: the fastest bucket size, weighed against the run's measured
-    ZeRO-1 jobs at that world size (measured against predicted: the replay cannot model them)."""
+    ZeRO-1 jobs at that world size (measured against predicted: the replay cannot model them).
+    ``errors``: the per-family model errors (default: ``bands.csv``, :func:`advice.family_errors`)."""
     src = model.src
-    table = add_bands(cells, source_spread(summary, src.job_id))
+    table = add_family_bands(cells, source_spread(summary, src.job_id), src.variant, src.bucket_mb, src.world_size,
+                             errors)
     ws = target_world_size(table, src.world_size)
     own = summary.loc[summary["job_id"] == src.job_id, "step_ms"]
     # the job's measured step stands in for its own cell only at the job's own world size
