@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -201,6 +202,18 @@ def direction(src_mb: float, mb: float) -> str:
     return "to larger buckets" if mb > src_mb else "to smaller buckets"
 
 
+def _loso_half(df: pd.DataFrame, key: str, q: float) -> pd.DataFrame:
+    """``df`` with ``half_pct`` (the ``q`` quantile of |error| of the cells of its ``key`` group
+    predicted from OTHER sources: leave one source out, so no cell sets its own band) and
+    ``inside`` (its |error| within that; NaN where fewer than two other cells)."""
+    half = []
+    for r in df.itertuples():
+        others = df[(df[key] == getattr(r, key)) & (df["source"] != r.source)]["error_pct"].abs()
+        half.append(float(np.quantile(others, q)) if len(others) >= 2 else float("nan"))
+    df = df.assign(half_pct=half)
+    return df.assign(inside=(df["error_pct"].abs() <= df["half_pct"]).where(np.isfinite(df["half_pct"])))
+
+
 def family_bands(df: pd.DataFrame, q: float = 0.9) -> pd.DataFrame:
     """Bands per family (model, variant, direction of extrapolation): a cell's half-width is the
     ``q`` quantile of |error| of its family's cells predicted from OTHER sources (leave one
@@ -208,15 +221,56 @@ def family_bands(df: pd.DataFrame, q: float = 0.9) -> pd.DataFrame:
     (% of the prediction) and the share of measured cells inside."""
     df = df.assign(family=[f"{m}, {v}, {direction(s, b)}" for m, v, s, b in
                            zip(df["model"], df["variant"], df["source_bucket_mb"], df["bucket_mb"])])
-    half = []
-    for r in df.itertuples():
-        others = df[(df["family"] == r.family) & (df["source"] != r.source)]["error_pct"].abs()
-        half.append(float(np.quantile(others, q)) if len(others) >= 2 else float("nan"))
-    df = df.assign(half_pct=half)
-    df["inside"] = (df["error_pct"].abs() <= df["half_pct"]).where(np.isfinite(df["half_pct"]))
+    df = _loso_half(df, "family", q)
     return df.groupby("family").agg(cells=("half_pct", "size"), half_width_pct=("half_pct", "mean"),
                                     inside_pct=("inside", lambda x: 100 * x.dropna().astype(float).mean())
                                     ).reset_index()
+
+
+def bands_table(df: pd.DataFrame, where: str, q: float = 0.9) -> pd.DataFrame:
+    """The table ``advice.py`` reads (dpcore/read/whatif/bands.csv, :data:`BAND_COLUMNS`): per
+    family (variant x direction of extrapolation in bucket size and in world size, the families
+    :func:`dpcore.read.whatif.advice.family_of` gives a predicted cell), the cells, their mean
+    |error|, the band's half-width (the ``q`` quantile of their |error|), the share of cells
+    inside it when each source's cells get the half-width of the OTHER sources' (leave one
+    source out: how well the band holds on cells it was not taken from), and ``where``."""
+    from dpcore.read.whatif.advice import family_of
+
+    fam = [family_of(s, n0, b, n) for s, n0, b, n in
+           zip(df["source_bucket_mb"], df["source_world_size"], df["bucket_mb"], df["world_size"])]
+    df = df.assign(buckets=[f[0] for f in fam], ranks=[f[1] for f in fam])
+    df = df.assign(key=df["variant"] + "|" + df["buckets"] + "|" + df["ranks"])
+    df = _loso_half(df, "key", q)
+    rows = []
+    for (v, b, n), g in df.groupby(["variant", "buckets", "ranks"], sort=True):
+        err = g["error_pct"].abs()
+        rows.append({"variant": v, "buckets": b, "ranks": n, "cells": len(g), "mae_pct": round(err.mean(), 1),
+                     "half_width_pct": round(float(np.quantile(err, q)), 1),
+                     "inside_held_out_pct": round(100 * g["inside"].dropna().astype(float).mean(), 0),
+                     "where": where})
+    return pd.DataFrame(rows, columns=BAND_COLUMNS)
+
+
+#: bands.csv's columns (docs/DESIGN.md).
+BAND_COLUMNS = ["variant", "buckets", "ranks", "cells", "mae_pct", "half_width_pct", "inside_held_out_pct", "where"]
+_JOB = re.compile(r"-ws(\d+)-b([0-9.]+)$")
+
+
+def cells_from_markdown(text: str) -> pd.DataFrame:
+    """The per-cell rows of a held-out table this benchmark printed (:func:`markdown_held_out`,
+    e.g. the README's): model, variant, source, source_bucket_mb, source_world_size, bucket_mb,
+    world_size (the held-out sweep predicts at its source's world size), error_pct. Lets the
+    bands be taken again from a printed run without profiling it again."""
+    rows = []
+    for line in text.splitlines():
+        f = [c.strip() for c in line.strip().strip("|").split("|")]
+        m = _JOB.search(f[2]) if len(f) == 8 else None
+        if m is None:
+            continue
+        rows.append({"model": f[0], "variant": f[1], "source": f[2], "source_world_size": int(m.group(1)),
+                     "source_bucket_mb": float(m.group(2)), "world_size": int(m.group(1)),
+                     "bucket_mb": float(f[3].split()[0]), "error_pct": float(f[6].split()[0])})
+    return pd.DataFrame(rows)
 
 
 def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
@@ -243,7 +297,8 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
                 for t in TERMS:
                     table[f"step_{t}"] = [a[t] for a in abl]
                 rows.append(table.assign(model=name, variant=variant, source=src.job_id,
-                                         source_bucket_mb=src.bucket_mb, kappa_src=model.kappa_source[:40],
+                                         source_bucket_mb=src.bucket_mb, source_world_size=src.world_size,
+                                         kappa_src=model.kappa_source[:40],
                                          cal_saw=np.isclose(table["bucket_mb"], second_plan_mb(src.bucket_mb))))
     return pd.concat(rows, ignore_index=True)
 
@@ -268,6 +323,19 @@ def markdown_held_out(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def write_bands(df: pd.DataFrame, out: str | None, where: str) -> None:
+    """Print the per-family band table (:func:`bands_table`) and write it as CSV to ``out``."""
+    table = bands_table(df, where)
+    print("\n**Bands per family** (variant x direction in bucket size and world size; half-width: 90th "
+          "percentile of the family's |error|; inside: leave one source out):\n")
+    print("| variant | buckets | ranks | cells | MAE | half-width | inside |\n|---|---|---|---:|---:|---:|---:|")
+    for r in table.itertuples():
+        print(f"| {r.variant} | {r.buckets} | {r.ranks} | {r.cells} | {r.mae_pct:.1f} % | {r.half_width_pct:.1f} % | "
+              f"{r.inside_held_out_pct:.0f} % |")
+    if out:
+        table.to_csv(out, index=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30, help="timed steps per job")
@@ -282,8 +350,19 @@ def main(argv: list[str] | None = None) -> None:
                     help="the held-out sweep (issue 20): mlp 256 and 1024, transformer tiny; bucketed and torch_ddp; "
                     "0.25-64 MiB at 2 ranks; every cell predicted from every other job of its model and variant")
     ap.add_argument("--models", default=",".join(n for n, _ in MODELS), help="with --held-out: which models")
+    ap.add_argument("--bands-out", default=None, help="with --held-out: write the per-family band table here "
+                    "(dpcore/read/whatif/bands.csv is the one whatif reads)")
+    ap.add_argument("--cells-from", default=None, help="with --held-out: take the cells from a per-cell table "
+                    "this benchmark printed (a Markdown file, e.g. README.md) instead of profiling")
+    ap.add_argument("--where", default="", help="with --bands-out: the run the bands come from (machine, date)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if a.held_out and a.cells_from:
+        df = cells_from_markdown(Path(a.cells_from).read_text())
+        if df.empty:
+            ap.error(f"--cells-from {a.cells_from}: no held-out cell rows (| model | variant | source job | ... |)")
+        write_bands(df, a.bands_out, a.where or f"cells of {a.cells_from}")
+        return
     if a.held_out:
         models = [m for m in a.models.split(",") if m]
         if a.runs:
@@ -302,6 +381,9 @@ def main(argv: list[str] | None = None) -> None:
         print("| family | cells | mean half-width | inside |\n|---|---:|---:|---:|")
         for r in fam.itertuples():
             print(f"| {r.family} | {r.cells} | {r.half_width_pct:.1f} % | {r.inside_pct:.0f} % |")
+        if a.bands_out:
+            write_bands(df, a.bands_out, a.where or f"bench_whatif --held-out, load {os.getloadavg()[0]:.1f} "
+                        f"on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
         print(f"\n_load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores_")
         print(f"\n_{a.steps} timed steps per job, one run per model, alpha/B/kappa from each source job's in-job "
               f"calibration where it has one; {time.perf_counter() - t0:.0f} s. Reproduce: "

@@ -86,17 +86,19 @@ def whatif_text(path: str | None, job: str | None, bucket_mb: str | None = None,
     table, advice = whatif_report(model, run, run_job_summary(run), buckets, sizes)
     if csv:
         return csv_table(table[WHATIF_COLUMNS])
-    view = table.drop(columns=["kappa", "algo", "recommended"]).rename(columns={
+    view = table.drop(columns=["kappa", "algo", "recommended", "band_from"]).rename(columns={
         "bandwidth_gbps": "B_gbps", "latency_us": "alpha_us", "exposed_comm_ms": "exposed_ms",
         "hidden_comm_ms": "hidden_ms", "measured_step_ms": "measured_ms", "error_pct": "error_%",
-        "step_ms_lo": "band_lo", "step_ms_hi": "band_hi"})
+        "step_ms_lo": "band_lo", "step_ms_hi": "band_hi", "model_error_pct": "band_err_%"})
     view["bucket_mb"] = view["bucket_mb"].map(lambda b: f"{b:g}")  # MiB, as everywhere in dpcore
     view = view.rename(columns={"bucket_mb": "bucket_MiB"})
     cores = (run.meta.get("environment") or {}).get("cpu_cores")
     notes = ["", "step = forward + max(backward end, last all-reduce end) + bookkeeping + optimizer; "
              "measured_ms: summarize's median step of the same cell (error_% = predicted vs measured).",
-             "band_lo-band_hi: the source job's p10/p90 step spread times the model's held-out error both ways; "
-             "in_band: the measured cell inside it."]
+             "band_lo-band_hi: the source job's p10/p90 step spread times the model's held-out error both ways "
+             "(band_err_%: its family's, dpcore/read/whatif/bands.csv); in_band: the measured cell inside it."]
+    notes += [f"band_err_% {e:g}: {w}" for e, w in
+              table[["model_error_pct", "band_from"]].drop_duplicates().itertuples(index=False)]
     if cores and int(table["world_size"].max()) > int(cores) and \
             (run.meta.get("environment") or {}).get("device", "cpu") == "cpu":
         notes.append(f"caveat: this run's machine has {cores} cores; more ranks than that share cores "

@@ -7,14 +7,21 @@ the band multiplies both in:
 * the **measured spread of the source job**: the replay reuses the source's steps, so a cell can
   only be known as well as the source's step was: its p10/p50 and p90/p50 (``summarize``'s
   numbers, the same function) scale the prediction down and up;
-* the **model's validation error** :data:`MODEL_ERROR_PCT`: how far held-out predictions missed
-  their measured cells (``benchmarks/bench_whatif.py``), applied both ways on top.
+* the **model's error where it errs**: the held-out error of cells like this one, its family
+  (variant x direction of extrapolation in bucket size and in world size, :func:`family_of`),
+  from ``bands.csv`` next to this module (written by ``benchmarks/bench_whatif.py --held-out
+  --bands-out``), applied both ways on top. A family without held-out cells takes the global
+  :data:`MODEL_ERROR_PCT`, and its ``band_from`` says so.
 
 Why the recommendation compares against the model's error only: the source's spread moves every
 predicted cell of one source together (they replay the same steps), so it cancels in a
-comparison of two cells; the model's error does not. A gain smaller than it "does not matter".
+comparison of two cells; the model's error does not. A gain smaller than the fastest cell's
+family error "does not matter"; a larger one is named, in ms and %.
 """
 from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,6 +38,48 @@ from dpcore.contract.units import ranks_text
 MODEL_ERROR_PCT = 42.0
 #: Bands and recommendation columns ``whatif --csv`` adds (docs/DESIGN.md).
 BAND_COLUMNS = ["step_ms_lo", "step_ms_hi"]
+#: The held-out error per family (columns variant, buckets, ranks, cells, mae_pct, half_width_pct,
+#: inside_held_out_pct, where; docs/DESIGN.md), written by ``bench_whatif --held-out --bands-out``.
+BANDS_CSV = Path(__file__).with_name("bands.csv")
+
+
+def family_of(src_mb: float, src_ws: int, mb: float, ws: int) -> tuple[str, str]:
+    """(buckets, ranks): which way a cell extrapolates from its source job, in bucket size
+    (``larger``, ``smaller``, ``same``) and in world size (``more``, ``fewer``, ``same``). The
+    model errs differently each way (re-packing into fewer, larger buckets loses overlap that
+    the source had; more ranks add messages the source never sent)."""
+    b = "same" if np.isclose(mb, src_mb) else "larger" if mb > src_mb else "smaller"
+    n = "same" if ws == src_ws else "more" if ws > src_ws else "fewer"
+    return b, n
+
+
+@lru_cache(maxsize=4)
+def family_errors(path: Path = BANDS_CSV) -> pd.DataFrame:
+    """``bands.csv`` indexed by (variant, buckets, ranks); empty when the file is missing."""
+    if not path.is_file():
+        return pd.DataFrame(columns=["half_width_pct", "cells", "where"])
+    return pd.read_csv(path).set_index(["variant", "buckets", "ranks"])
+
+
+def cell_errors(table: pd.DataFrame, variant: str, src_mb: float, src_ws: int,
+                errors: pd.DataFrame | None = None) -> tuple[np.ndarray, list[str]]:
+    """Per row of ``table`` (WHATIF rows of a source job of ``variant`` at ``src_mb`` MiB and
+    ``src_ws`` ranks): the model error (%) its band takes, and where it comes from: its family's
+    held-out half-width (``errors``: :func:`family_errors`), else the global
+    :data:`MODEL_ERROR_PCT` with the reason."""
+    errors = family_errors() if errors is None else errors
+    pct, where = [], []
+    for mb, ws in zip(table["bucket_mb"], table["world_size"]):
+        b, n = family_of(src_mb, src_ws, float(mb), int(ws))
+        name = f"{variant}, {b} buckets, {n} ranks"
+        if (variant, b, n) in errors.index:
+            r = errors.loc[(variant, b, n)]
+            pct.append(float(r["half_width_pct"]))
+            where.append(f"family {name}: 90th percentile of |error| of {int(r['cells'])} held-out cells")
+        else:
+            pct.append(MODEL_ERROR_PCT)
+            where.append(f"global {MODEL_ERROR_PCT:g} % (no held-out cells of family {name})")
+    return np.array(pct, float), where
 
 
 def source_spread(summary: pd.DataFrame, job_id: str) -> tuple[float, float]:
@@ -46,11 +95,13 @@ def source_spread(summary: pd.DataFrame, job_id: str) -> tuple[float, float]:
 
 
 def add_bands(table: pd.DataFrame, spread: tuple[float, float],
-              model_error_pct: float = MODEL_ERROR_PCT) -> pd.DataFrame:
-    """``table`` (WHATIF rows) with ``step_ms_lo``/``step_ms_hi`` (module docstring) and
-    ``in_band`` (the measured cell inside its band; NaN where the run has no such cell)."""
-    e = model_error_pct / 100.0
+              model_error_pct: float | np.ndarray = MODEL_ERROR_PCT) -> pd.DataFrame:
+    """``table`` (WHATIF rows) with ``step_ms_lo``/``step_ms_hi`` (module docstring),
+    ``model_error_pct`` (one figure, or one per row: :func:`cell_errors`) and ``in_band`` (the
+    measured cell inside its band; NaN where the run has no such cell)."""
     out = table.copy()
+    out["model_error_pct"] = np.broadcast_to(np.asarray(model_error_pct, float), len(out))
+    e = out["model_error_pct"] / 100.0
     out["step_ms_lo"] = out["step_ms"] * spread[0] * (1.0 - e)
     out["step_ms_hi"] = out["step_ms"] * spread[1] * (1.0 + e)
     if "measured_step_ms" in out:
@@ -58,6 +109,14 @@ def add_bands(table: pd.DataFrame, spread: tuple[float, float],
         inside = (m >= out["step_ms_lo"]) & (m <= out["step_ms_hi"])
         out["in_band"] = inside.astype(object).where(m.notna(), np.nan)
     return out
+
+
+def add_family_bands(table: pd.DataFrame, spread: tuple[float, float], variant: str, src_mb: float, src_ws: int,
+                     errors: pd.DataFrame | None = None) -> pd.DataFrame:
+    """:func:`add_bands` with each cell's family error (:func:`cell_errors`), and ``band_from``
+    saying where that error comes from: what ``whatif`` and the What-if page both draw."""
+    pct, where = cell_errors(table, variant, src_mb, src_ws, errors)
+    return add_bands(table, spread, pct).assign(band_from=where)
 
 
 def knob_text(mb: float) -> str:
@@ -73,8 +132,11 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
 
     Among the predicted cells at ``world_size`` (the source job's), the fastest bucket size; its
     gain against the job's own setting ``own_mb`` (predicted; the measured step when the table
-    lacks that cell) with the band of the gain. When the gain is within the model's error the
-    line says the bucket size does not matter and the own cell is the recommended one."""
+    lacks that cell) in ms and %, with the band of the gain. The error is the fastest cell's
+    ``model_error_pct`` (its family's, :func:`add_bands`), else ``model_error_pct``. When the
+    gain is within it the line says the bucket size does not matter and the own cell is the
+    recommended one: the own cell replays the measured job, whose noise is the source's spread
+    and cancels."""
     out = table.assign(recommended=False)
     at = out[out["world_size"] == world_size]
     if at.empty:
@@ -87,7 +149,8 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
         return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {ranks_text(world_size)} (predicted "
                      f"{best['step_ms']:.1f} ms, band {best['step_ms_lo']:.1f}-{best['step_ms_hi']:.1f}): "
                      + knob_text(best["bucket_mb"]))
-    e = model_error_pct / 100.0
+    pct = float(best["model_error_pct"]) if "model_error_pct" in best.index else model_error_pct
+    e = pct / 100.0
     gain = 100.0 * (own_ms - best["step_ms"]) / own_ms
     lo = 100.0 * (own_ms - best["step_ms"] * (1 + e)) / own_ms
     hi = 100.0 * (own_ms - best["step_ms"] * (1 - e)) / own_ms
@@ -100,12 +163,13 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
         out.loc[keep, "recommended"] = True
         return out, (f"recommendation: the bucket size does not matter for this job at {ranks_text(world_size)}: the "
                      f"fastest predicted, {best['bucket_mb']:g} MiB ({best['step_ms']:.1f} ms), is within the "
-                     f"model's {model_error_pct:g} % error of the job's own {own_mb:g} MiB ({own_ms:.1f} ms); "
+                     f"model's {pct:g} % error of the job's own {own_mb:g} MiB ({own_ms:.1f} ms); "
                      f"keep bucket_cap_mb={own_mb:g}")
     out.loc[best.name, "recommended"] = True
     return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {ranks_text(world_size)}: predicted "
-                 f"{best['step_ms']:.1f} ms against {own_ms:.1f} ms at the job's {own_mb:g} MiB, {gain:.0f} % "
-                 f"faster (band {lo:.0f} to {hi:.0f} %); set " + knob_text(best["bucket_mb"]))
+                 f"{best['step_ms']:.1f} ms against {own_ms:.1f} ms at the job's {own_mb:g} MiB, "
+                 f"{own_ms - best['step_ms']:.1f} ms ({gain:.0f} %) faster (band {lo:.0f} to {hi:.0f} %, the "
+                 f"model's {pct:g} % error); set " + knob_text(best["bucket_mb"]))
 
 
 #: Measured variants the recommendation weighs against the replayed DDP cells: ZeRO-1 averages

@@ -167,13 +167,16 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
 def clamp_to_launch(tl: Timeline, plan: list[list[int]], sizes: np.ndarray) -> None:
     """A gradient is ready no later than the launch of the bucket that holds it (in place).
 
-    grads.csv stamps a gradient from a hook that runs *after* the variant's own hook, and the
-    variant's hook that completes a bucket launches its all-reduce first: the stamp of a bucket's
-    last gradient then includes the launch call (2-3 ms on a busy 2-core box, measured on the
-    sample's ``bucketed-ws2-b25``: launch at 7.7 ms, last stamp at 10.3 ms). Replayed as it is, the
-    bucket would start 2.7 ms late and the comm calibration would shrink every all-reduce to fit
-    (the "all-reduces x 0.13" of the sample). Applied only where the step's all-reduces are the
-    plan's buckets (same count and bytes), so other collectives are never matched to buckets."""
+    Runs written by this version stamp each gradient before any variant hook runs (the trainer
+    registers its grad-ready hook before the variant wraps the model), so the cap changes
+    nothing for them. It is kept for runs written before that, the committed sample among them:
+    there the stamp came from a hook that ran *after* the variant's own, and the variant's hook
+    that completes a bucket launches its all-reduce first, so the stamp of a bucket's last
+    gradient included the launch call (2-3 ms on a busy 2-core box, measured on the sample's
+    ``bucketed-ws2-b25``: launch at 7.7 ms, last stamp at 10.3 ms). Replayed as it is, the bucket
+    would start 2.7 ms late and the comm calibration would shrink every all-reduce to fit (the
+    "all-reduces x 0.13" of the sample). Applied only where the step's all-reduces are the plan's
+    buckets (same count and bytes), so other collectives are never matched to buckets."""
     if len(plan) != len(tl.comm_start) or not len(plan):
         return
     if not np.allclose([sizes[b].sum() for b in plan], tl.comm_bytes, rtol=0.02, atol=64):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch._dynamo  # noqa: F401  (see below)
@@ -70,6 +71,19 @@ class Trainer:
                                           if is_model_spec(cfg.model) else None)
         module = (TupleInputs(self.workload.model).to(ctx.device) if self.workload
                   else build_model(cfg, device=ctx.device))
+        # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
+        # callback), so "backward" would swallow the wait. On CPU, stamp the last gradient's
+        # accumulation and end the bwd phase there: the rest of backward() is grad sync.
+        self._last_grad_ns = 0
+        self._split_backward = REGISTRY[variant].grad_sync_in_backward and ctx.device.type == "cpu"
+        self._recorder = recorder
+        # grads.csv: when each gradient became ready (one clock read per gradient), for the
+        # multi-process variants that a profile records; the what-if model re-packs these.
+        log_grads = recorder.enabled and not self.single_process
+        # Hooks of one tensor run in registration order, and a variant's own hook launches the
+        # bucket its gradient completes: registered before the variant wraps the model, the stamp
+        # is taken when the gradient is ready, not after that launch call.
+        early = self._hook_grads(module, log_grads) if self._split_backward or log_grads else []
         self.model: Wrapper = (REGISTRY[variant](module, replicas=self.replicas)
                                if self.single_process else
                                wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder,
@@ -85,24 +99,25 @@ class Trainer:
         self._delay_s = cfg.delay_ms / 1e3 if ctx.rank == cfg.delay_rank else 0.0
         self.samples_per_step = (self.global_batch if self.single_process
                                  else cfg.local_batch(ctx.world_size))
-        # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
-        # callback), so "backward" would swallow the wait. On CPU, stamp the last gradient's
-        # accumulation and end the bwd phase there: the rest of backward() is grad sync.
-        self._last_grad_ns = 0
-        self._split_backward = self.model.grad_sync_in_backward and ctx.device.type == "cpu"
-        self._recorder = recorder
         #: dpcore.write.capture.memory's StepSampler during its one measured step, else None: the timed
         #: steps pay one ``if`` per phase for it.
         self.probe = None
-        # grads.csv: when each gradient became ready (one clock read per gradient), for the
-        # multi-process variants that a profile records; the what-if model re-packs these.
-        log_grads = recorder.enabled and not self.single_process
         if self._split_backward or log_grads:
             named = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
+            if [id(p) for _, p in named] != [id(p) for p, _ in early]:
+                # the variant replaced the parameters (fsdp's shards): stamp the ones it trains,
+                # after its own hooks (the what-if does not model these variants)
+                for _, handle in early:
+                    handle.remove()
+                self._hook_grads(self.module, log_grads)
             if log_grads:
                 recorder.set_params([(n, p.numel() * p.element_size()) for n, p in named])
-            for i, (_, p) in enumerate(named):
-                p.register_post_accumulate_grad_hook(self._make_grad_hook(i, log_grads))
+
+    def _hook_grads(self, module: nn.Module, log: bool) -> list[tuple[nn.Parameter, Any]]:
+        """Register the grad-ready hook on every trainable parameter of ``module``, indexed in
+        registration order (grads.csv's ``param``); (parameter, handle) pairs."""
+        return [(p, p.register_post_accumulate_grad_hook(self._make_grad_hook(i, log)))
+                for i, p in enumerate(q for q in module.parameters() if q.requires_grad)]
 
     def _make_grad_hook(self, index: int, log: bool):  # type: ignore[no-untyped-def]
         rec, split = self._recorder, self._split_backward

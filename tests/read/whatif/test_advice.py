@@ -34,7 +34,8 @@ def test_recommendation_names_the_knob_or_says_it_does_not_matter() -> None:
     out, line = recommend(t, 2, 4.0, model_error_pct=25.0)
     # 30 ms (band 22.5-37.5) against 60 ms at 4 MiB: 50 % faster, band 38 to 62 %
     assert out["recommended"].tolist() == [False, False, True]
-    assert line.startswith("recommendation: 32 MiB buckets at 2 ranks") and "50 % faster (band 38 to 62 %)" in line
+    assert line.startswith("recommendation: 32 MiB buckets at 2 ranks")
+    assert "30.0 ms (50 %) faster (band 38 to 62 %, the model's 25 % error)" in line
     assert "DistributedDataParallel(model, bucket_cap_mb=32)" in line and "ddp_bucket_cap_mb=32" in line
     assert "DDPStrategy(bucket_cap_mb=32)" in line
     # 55 ms against 60: within the model's 25 %: does not matter, the own cell is the one named
@@ -95,10 +96,16 @@ def _summary(rows: list[tuple]) -> pd.DataFrame:
                                        "step_ms_p90", "status"])
 
 
+#: Family errors for the tests: torch_ddp to larger buckets at the same world size errs 20 %;
+#: every other family has no held-out cells (the global 42 %).
+FAMILIES = pd.DataFrame({"variant": ["torch_ddp"], "buckets": ["larger"], "ranks": ["same"], "cells": [30],
+                         "half_width_pct": [20.0]}).set_index(["variant", "buckets", "ranks"])
+
+
 def _banded_for(zero1_ms: float | None, world_sizes: tuple[int, ...] = (2,)) -> tuple[pd.DataFrame, str]:
     """banded() of a torch_ddp source (2 ranks, 4 MiB, measured 60 ms, no spread) whose cells
     predict 1 MiB 50 ms, 4 MiB 60 ms, 32 MiB 30 ms at every world size, with a measured
-    torch_zero1 job at 2 ranks of ``zero1_ms`` (none: None)."""
+    torch_zero1 job at 2 ranks of ``zero1_ms`` (none: None); the model errors of :data:`FAMILIES`."""
     from dpcore.read.whatif.predict import WHATIF_COLUMNS, banded
 
     steps = {1.0: 50.0, 4.0: 60.0, 32.0: 30.0}
@@ -112,19 +119,26 @@ def _banded_for(zero1_ms: float | None, world_sizes: tuple[int, ...] = (2,)) -> 
         rows.append(("torch_zero1-n2-b8", "torch_zero1", 2, 8.0, zero1_ms, zero1_ms * 0.9, zero1_ms * 1.2,
                      "complete"))
     src = SimpleNamespace(job_id="torch_ddp-n2-b4", variant="torch_ddp", world_size=2, bucket_mb=4.0)
-    return banded(SimpleNamespace(src=src, alpha_source="given", alpha_us=5.0), cells, _summary(rows))
+    return banded(SimpleNamespace(src=src, alpha_source="given", alpha_us=5.0), cells, _summary(rows), FAMILIES)
 
 
 def test_recommendation_weighs_measured_zero1_against_the_predicted_ddp_band() -> None:
-    # the model's 42 %: the 32 MiB cell (30 ms) has the band 17.4-42.6 ms and beats the own 60 ms
+    # its family's 20 %: the 32 MiB cell (30 ms) has the band 24-36 ms and beats the own 60 ms (the
+    # own cell's family has no held-out cells: the global 42 %, band 34.8-85.2)
     table, line = _banded_for(None)
     assert line.startswith("recommendation: 32 MiB buckets at 2 ranks") and "ZeRO-1" not in line
+    assert "30.0 ms (50 %) faster (band 40 to 60 %, the model's 20 % error)" in line
+    t = table.set_index("bucket_mb")
+    assert t["model_error_pct"].tolist() == [42.0, 42.0, 20.0]
+    assert t.loc[32.0, "band_from"].startswith("family torch_ddp, larger buckets, same ranks: 90th percentile")
+    assert t.loc[1.0, "band_from"] == "global 42 % (no held-out cells of family torch_ddp, smaller buckets, same ranks)"
+    assert (t.loc[32.0, "step_ms_lo"], t.loc[32.0, "step_ms_hi"]) == pytest.approx((24.0, 36.0))
     # ZeRO-1 measured at 12 ms: below the band: it wins, against the own predicted 60 ms (band
     # 34.8-85.2): 80 % faster, band 1-12/34.8 = 66 % to 1-12/85.2 = 86 %; no predicted cell is named
     table, line = _banded_for(12.0)
     assert line.startswith("recommendation: ZeRO-1 at 2 ranks: torch_zero1 (ZeRO-1, 8 MiB buckets, job "
                            "torch_zero1-n2-b8) measured 12.0 ms (p10-p90 10.8-14.4)")
-    assert "torch_ddp at 32 MiB predicted 30.0 ms (band 17.4-42.6)" in line
+    assert "torch_ddp at 32 MiB predicted 30.0 ms (band 24.0-36.0)" in line
     assert "80 % faster than the job's own 4 MiB (predicted 60.0 ms; band 66 to 86 %)" in line
     assert "measured vs predicted" in line and "ZeroRedundancyOptimizer" in line and "bucket_cap_mb=8" in line
     assert not table["recommended"].any()
@@ -147,3 +161,29 @@ def test_recommendation_at_a_world_size_the_source_did_not_run() -> None:
     assert line.startswith("recommendation: ZeRO-1 at 4 ranks: torch_zero1 (ZeRO-1, 8 MiB buckets, job "
                            "torch_zero1-n4-b8) measured 1.0 ms")
     assert "98 % faster than the job's own 4 MiB (predicted 60.0 ms" in line
+
+
+def test_family_bands_name_a_setting_the_global_error_could_not() -> None:
+    from dpcore.read.whatif.advice import add_family_bands, family_of
+
+    assert family_of(4.0, 2, 32.0, 2) == ("larger", "same") and family_of(4.0, 2, 1.0, 8) == ("smaller", "more")
+    assert family_of(4.0, 2, 4.0, 1) == ("same", "fewer")
+    cells = _cells({1.0: 70.0, 4.0: 60.0, 32.0: 45.0})
+    # the global 42 %: 45 x 1.42 = 63.9 ms reaches the own 60 ms: "does not matter"
+    _, line = recommend(add_bands(cells, (1.0, 1.0)), 2, 4.0)
+    assert "the bucket size does not matter" in line and "within the model's 42 % error" in line
+    # its family's 20 %: 45 x 1.2 = 54 ms < 60 ms: the bands separate, 32 MiB is named with its gain
+    table = add_family_bands(cells, (1.0, 1.0), "torch_ddp", 4.0, 2, FAMILIES)
+    out, line = recommend(table, 2, 4.0)
+    assert line.startswith("recommendation: 32 MiB buckets at 2 ranks: predicted 45.0 ms against 60.0 ms")
+    assert "15.0 ms (25 %) faster (band 10 to 40 %, the model's 20 % error)" in line
+    assert out["recommended"].tolist() == [False, False, True]
+
+
+def test_the_committed_family_table_is_read() -> None:
+    from dpcore.read.whatif.advice import BANDS_CSV, family_errors
+
+    fam = family_errors(BANDS_CSV)
+    assert fam.index.names == ["variant", "buckets", "ranks"] and len(fam) >= 4
+    assert ((fam["half_width_pct"] > 0) & (fam["half_width_pct"] < 100) & (fam["cells"] >= 10)).all()
+    assert ("bucketed", "larger", "same") in fam.index

@@ -120,6 +120,41 @@ def test_bench_find_the_term_and_family_bands_on_known_errors(sample) -> None:
     assert up["inside_pct"] == pytest.approx(75.0)
 
 
+def test_bench_bands_table_from_printed_cells_on_known_errors() -> None:
+    from benchmarks.bench_whatif import BAND_COLUMNS, bands_table, cells_from_markdown
+
+    head = "| model | variant | source job | predicted cell | predicted ms (band) | measured ms | error | in band |\n"
+    rows = [("bucketed-ws2-b1", "4 MiB", 10.0), ("bucketed-ws2-b1", "16 MiB", -20.0),
+            ("bucketed-ws2-b4", "16 MiB", 30.0), ("bucketed-ws2-b16", "64 MiB (cal)", 40.0),
+            ("bucketed-ws2-b16", "1 MiB", -5.0)]
+    text = head + "|---|\n" + "".join(f"| m | bucketed | {j} | {c} | 1.0 (0.5-1.5) | 1.0 | {e:+.1f} % | yes |\n"
+                                      for j, c, e in rows)
+    df = cells_from_markdown(text)
+    assert df["source_bucket_mb"].tolist() == [1.0, 1.0, 4.0, 16.0, 16.0]
+    assert df["bucket_mb"].tolist() == [4.0, 16.0, 16.0, 64.0, 1.0] and (df["world_size"] == 2).all()
+    table = bands_table(df, "test", q=1.0)
+    assert list(table.columns) == BAND_COLUMNS and set(table["variant"]) == {"bucketed"}
+    table = table.set_index(["buckets", "ranks"])
+    up = table.loc[("larger", "same")]
+    # to larger buckets: 10, 20 (source b1), 30 (b4), 40 (b16): max |error| 40, mean 25; leave one
+    # source out: b1's cells get 40 (inside), b4's 40 (inside), b16's 30 (40 outside): 3 of 4
+    assert (up["cells"], up["mae_pct"], up["half_width_pct"], up["inside_held_out_pct"]) == (4, 25.0, 40.0, 75.0)
+    assert table.loc[("smaller", "same"), "cells"] == 1 and table.loc[("smaller", "same"), "where"] == "test"
+
+
+def test_the_committed_bands_are_the_benchmarks_table_of_the_readme_cells() -> None:
+    """bands.csv is what `bench_whatif --held-out --cells-from README.md --bands-out` writes from the
+    quiet-machine held-out table in the README: no figure in it is typed by hand."""
+    from benchmarks.bench_whatif import bands_table, cells_from_markdown
+    from dpcore.read.whatif.advice import BANDS_CSV
+
+    df = cells_from_markdown((ROOT / "README.md").read_text())
+    assert len(df) == 120
+    committed = pd.read_csv(BANDS_CSV)
+    fresh = bands_table(df, committed["where"].iloc[0])
+    pd.testing.assert_frame_equal(committed, fresh, check_dtype=False)
+
+
 def test_one_rank_to_two_on_cpu_from_an_allreduce_run(capsys: pytest.CaptureFixture) -> None:
     # validation on what this machine can run: the sample's 1-rank bucketed job, alpha and B of the
     # committed stand-alone allreduce run, against the 2-rank jobs the sample measured (70.0, 29.7,

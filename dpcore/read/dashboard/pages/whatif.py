@@ -13,7 +13,7 @@ from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
 from dpcore.read.rundir.load import Run
-from dpcore.read.whatif.advice import add_bands, source_spread
+from dpcore.read.whatif.advice import add_family_bands, source_spread
 from dpcore.read.whatif.fabrics import load_fabrics, parse_fabric
 from dpcore.read.whatif.model import ALGOS
 from dpcore.read.whatif.predict import (
@@ -167,11 +167,13 @@ def render(run: Run) -> None:
                     key=f"wi-tl-{run.path}-{job}")
     st.subheader("Prediction against the run's measured jobs")
     sizes = tuple(sorted(set(meas["world_size"].astype(int)) | {ws} | set(sweep_ws)))
-    sweep = add_bands(predictions(run, key, job, algo, tuple(_choices(sweep_mb, [mb])), sizes, bw_arg, lat_arg,
-                                  fabric), source_spread(summary, job))
+    sweep = add_family_bands(predictions(run, key, job, algo, tuple(_choices(sweep_mb, [mb])), sizes, bw_arg, lat_arg,
+                                         fabric), source_spread(summary, job), src.variant, src.bucket_mb,
+                             src.world_size)
     st.plotly_chart(sweep_figure(sweep, meas), key=f"wi-sw-{run.path}-{job}")
     st.caption(FORMULA + " Measured points use the fitted network; move B or α and only the lines move. "
-               "Bands: the source job's p10-p90 step spread times the model's held-out error both ways; a "
+               "Bands: the source job's p10-p90 step spread times the held-out error of the cell's family "
+               "(variant, direction in bucket size and world size; dpcore/read/whatif/bands.csv) both ways; a "
                "measured point outside its band is a red x. Fabrics: several nodes form one flat ring whose "
                "slower link sets its pace (dpcore/read/whatif/fabrics.py).")
 

@@ -1,0 +1,198 @@
+"""Measure the source job into a :class:`~dpcore.read.whatif.cells.Model`: :func:`build_model`.
+
+The timelines, compute dilation kappa, alpha and B come from :mod:`dpcore.read.whatif.fit`, from
+the job's in-job calibration in run.json first, each value only inside its plausible range;
+without in-training alpha and B, the in-training comm slowdown kappa_comm is calibrated
+(:func:`dpcore.read.whatif.calibrate.calibrate_comm`). A fabric preset replaces the messages
+(:mod:`dpcore.read.whatif.fabrics`). Bad input (an unusable job, an algorithm or a network value
+out of range) is a UsageError naming the valid choices.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from dpcore.contract.errors import UsageError, choices_error
+from dpcore.read.rundir.load import Run
+from dpcore.read.whatif.calibrate import calibrate_comm
+from dpcore.read.whatif.cells import Model
+from dpcore.read.whatif.fabrics import Network
+from dpcore.read.whatif.fit import (
+    BANDWIDTH_RANGE_GBPS,
+    JOB_FIT,
+    PER_MESSAGE_RANGE_MS,
+    Source,
+    calibration_of,
+    fit_kappa,
+    fit_network,
+    job_timelines,
+    kappa_from_calibration,
+    network_from_calibration,
+)
+from dpcore.read.whatif.model import ALGOS
+
+#: Collectives a backend runs at once per process group: gloo's ProcessGroupGloo has 2 worker
+#: threads (``Options::threads{2}`` in ProcessGroupGloo.hpp), NCCL one stream per group.
+STREAMS = {"gloo": 2, "nccl": 1}
+
+
+#: Variants whose step the model describes: gradient buckets all-reduced during backward, then a
+#: local optimizer. zero1/torch_zero1 bucket too, but their optimizer step also communicates
+#: (parameters come back), which the replay does not model.
+WHATIF_VARIANTS = ("bucketed", "torch_ddp")
+
+
+def whatif_jobs(run: Run) -> list[str]:
+    """The run's jobs the model can start from: completed bucketed/torch_ddp train jobs."""
+    j = run.jobs
+    ok = j[j["variant"].isin(WHATIF_VARIANTS) & (j["status"].fillna("complete") == "complete")]
+    return [str(x) for x in ok["job_id"]]
+
+
+def _baseline_bwd(run: Run, variant: str) -> float:
+    """Median backward of the variant at world size 1 (no comm in flight), NaN if none."""
+    st = run.steps
+    base = st[(st["variant"] == variant) & (st["world_size"] == 1) & ~st["profiled"].astype(bool)]
+    return float(base["bwd_ms"].median()) if not base.empty else float("nan")
+
+
+#: The network values whatif accepts: beyond them a prediction is a number without meaning
+#: (1e-30 GB/s gave a 28-digit step). 1 MB/s is a slow Ethernet link; 10 TB/s is ten times
+#: NVLink 4's 900 GB/s; 100 ms per message is a congested WAN hop.
+BANDWIDTH_GBPS_RANGE = BANDWIDTH_RANGE_GBPS
+
+
+LATENCY_US_RANGE = (0.0, PER_MESSAGE_RANGE_MS[1] * 1e3)
+
+
+def check_network(latency_us: float | None, bandwidth_gbps: float | None) -> None:
+    """UsageError naming the valid range for a latency or bandwidth outside it (None: not given)."""
+    for name, v, (lo, hi), unit in (("--latency-us", latency_us, LATENCY_US_RANGE, "µs"),
+                                    ("--bandwidth-gbps", bandwidth_gbps, BANDWIDTH_GBPS_RANGE, "GB/s")):
+        if v is not None and not (math.isfinite(v) and lo <= v <= hi and (v > 0 or name == "--latency-us")):
+            raise UsageError(f"{name} {v:g} is outside what whatif models: give {lo:g} to {hi:g} {unit}")
+
+
+def _check_job(run: Run, job_id: str, algo: str | None) -> str:
+    """The algorithm to use; UsageError naming the valid choices for an unusable job or algorithm."""
+    valid = whatif_jobs(run)
+    if job_id not in valid and job_id in set(run.jobs["job_id"].astype(str)):
+        row = run.jobs[run.jobs["job_id"].astype(str) == job_id].iloc[0]
+        article = "an" if str(row["variant"])[:1].lower() in "aeiou" else "a"
+        why = (f"is {article} {row['variant']} job" if row["variant"] not in WHATIF_VARIANTS
+               else f"did not complete ({row['status']})")
+        raise UsageError(f"job {job_id!r} {why}; whatif replays completed "
+                         f"{' or '.join(WHATIF_VARIANTS)} jobs: {', '.join(valid) or 'none in this run'}")
+    if job_id not in valid:
+        raise choices_error("job", job_id, valid or ["(no completed bucketed or torch_ddp job in this run)"])
+    algo = "ring" if algo is None else algo  # "" is a typo to refuse, not the default
+    if algo not in ALGOS:
+        raise choices_error("algorithm", algo, ALGOS)
+    return algo
+
+
+def _kappa(run: Run, src: Source, cal: dict | None) -> tuple[float, str]:
+    """kappa and its source: the in-job calibration, else the fits of :func:`fit_kappa`."""
+    kappa, ksrc = kappa_from_calibration(cal)
+    if not np.isfinite(kappa):
+        kappa, ksrc2 = fit_kappa(src, _baseline_bwd(run, src.variant))
+        ksrc = f"{ksrc2} ({ksrc})" if ksrc else ksrc2
+    return kappa, ksrc
+
+
+def _tail(src: Source) -> float:
+    """Median bookkeeping after the last bucket (ms) over the source's timed rank-steps."""
+    tails = [tl.sync_end_ms - max(tl.fwd_ms + tl.bwd_ms, float(np.max(tl.comm_end, initial=0.0)))
+             for tl in src.timelines]
+    return max(float(np.median(tails)), 0.0)
+
+
+#: kappa for a source without comm (world size 1) projected onto a fabric: nothing measures it, so
+#: it is an assumption with a band, and the band of every predicted step spans both ends. On GPU
+#: an NCCL all-reduce in flight takes a few of the SMs and some memory bandwidth from backward;
+#: 0.1 is the middle, 0 (comm free) and 0.3 the ends.
+ASSUMED_KAPPA, ASSUMED_KAPPA_BAND = 0.1, (0.0, 0.3)
+
+
+def _fabric_model(run: Run, job_id: str, net: Network, latency_us: float | None,
+                  bandwidth_gbps: float | None) -> Model:
+    """A model whose messages come from a fabric preset (:mod:`dpcore.read.whatif.fabrics`);
+    from a world-size-1 source, kappa is :data:`ASSUMED_KAPPA` and its band."""
+    try:
+        src = job_timelines(run.steps, run.collectives, run.grads, job_id)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if src.world_size >= 2:
+        kappa, ksrc = _kappa(run, src, calibration_of(run.meta, job_id))
+        band = None
+    else:
+        kappa, band = ASSUMED_KAPPA, ASSUMED_KAPPA_BAND
+        ksrc = (f"assumed {ASSUMED_KAPPA:g}, band {band[0]:g}-{band[1]:g} (a world-size-1 job has no comm to "
+                "measure it from; an all-reduce in flight takes some SMs and memory bandwidth from backward)")
+    strong = (run.meta.get("config") or {}).get("scaling") == "strong"
+    given = "given (overrides the fabric)"
+    model = Model(src, kappa, ksrc, _tail(src), "ring",
+                  net.intra.alpha_us if latency_us is None else latency_us,
+                  net.intra.busbw_gbps if bandwidth_gbps is None else bandwidth_gbps,
+                  f"fabric {net.label}: {net.intra.source}" if latency_us is None else given,
+                  f"fabric {net.label}: {net.intra.source}" if bandwidth_gbps is None else given,
+                  strong, 1, fabric=net, kappa_band=band, network_given=(latency_us, bandwidth_gbps))
+    model.calibration_source = ("none (messages from a fabric preset, one NCCL stream; the source job's comm "
+                                "does not describe that fabric)")
+    return model
+
+
+def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: float | None = None,
+                bandwidth_gbps: float | None = None, allreduce: pd.DataFrame | None = None,
+                fabric: Network | None = None) -> Model:
+    """Measure the source job. ``allreduce``: allreduce.csv rows to fit α and B from (default:
+    the run's own); ``fabric``: take the messages from a fabric preset instead (then
+    ``latency_us`` / ``bandwidth_gbps`` override the preset's). UsageError naming the valid
+    choices for an unusable job or algorithm."""
+    algo = _check_job(run, job_id, algo)
+    check_network(latency_us, bandwidth_gbps)
+    if fabric is not None:
+        return _fabric_model(run, job_id, fabric, latency_us, bandwidth_gbps)
+    cal = calibration_of(run.meta, job_id)
+    try:
+        src = job_timelines(run.steps, run.collectives, run.grads, job_id)
+        kappa, ksrc = _kappa(run, src, cal)
+        net, why = network_from_calibration(cal, algo, src.world_size)
+        if net is None or latency_us is not None or bandwidth_gbps is not None or allreduce is not None:
+            # the user's values, or an allreduce run named for this call, come first
+            net = fit_network(src, algo, run.allreduce if allreduce is None else allreduce, latency_us,
+                              bandwidth_gbps)
+            if why:
+                net["alpha_source"] += f" ({why})"
+    except ValueError as exc:
+        msg = str(exc)
+        if "no timed all-reduces" in msg:
+            msg += " or --fabric NAME (--fabric list)"
+        raise UsageError(msg) from None
+    strong = (run.meta.get("config") or {}).get("scaling") == "strong"
+    # alpha and B of one collective alone (allreduce rows, the user) replay with the backend's
+    # concurrency; a fit to the job's serial-equivalent service times already contains it
+    backend = str((run.meta.get("environment") or {}).get("backend") or "gloo")
+    # (the in-job calibration's line is fitted to serial-equivalent service times too)
+    streams = 1 if net["bandwidth_source"].startswith((JOB_FIT, "in-job")) else STREAMS.get(backend, 1)
+    model = Model(src, kappa, ksrc, _tail(src), algo, float(net["alpha_us"]),
+                  float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
+    if latency_us is not None and bandwidth_gbps is not None:
+        model.calibration_source = "none (alpha and B given: used as they are)"
+        return model
+    if latency_us is not None or bandwidth_gbps is not None:
+        # a network the user names is a different network: the source job's comm says nothing
+        # about how far off it is, and a factor fitted to the measured one (x50 at the bound)
+        # applied to a faster one made more bandwidth predict a slower step
+        model.calibration_source = ("none (network given: --bandwidth-gbps or --latency-us used as given, "
+                                    "the other value as stated above; no factor from the source job's comm)")
+        return model
+    if net["bandwidth_source"].startswith("in-job"):
+        # measured during backward, with many small and a few large buckets: compute's slowdown
+        # of comm is in them already, and one source job's comm end (a disturbed step or two
+        # decide it on a shared box) must not rescale what two plans measured
+        model.calibration_source = "none (alpha and B measured during training by the in-job calibration)"
+        return model
+    return calibrate_comm(model)
