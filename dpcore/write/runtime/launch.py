@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from dpcore.contract.config import check_backend, check_timeout
 from dpcore.contract.errors import JobFailed, UsageError
+from dpcore.contract.procs import LAUNCHER_ENV, bind_forkserver_to_launcher, exit_with
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.resources import _pin, threads_per_rank
 
@@ -99,8 +100,11 @@ def _device_for(backend: str, local_rank: int) -> torch.device:
 
 def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, timeout_s: float,
             fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int, pin: bool) -> None:
-    """Body of a spawned rank: pin, join the group, run ``fn``, report result or error."""
-    _die_with_launcher(launcher_pid)
+    """Body of a spawned rank: pin, join the group, run ``fn``, report result or error.
+
+    The rank ends the moment its launcher does (even by ``kill -9``): its parent is the
+    forkserver, not the launcher, so it watches the launcher itself (:func:`exit_with`)."""
+    exit_with(launcher_pid)
     try:
         cpus = _pin(rank, world_size, threads) if pin else ()
         torch.set_num_threads(threads)
@@ -125,25 +129,6 @@ def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, t
                 pass
 
 
-def _die_with_launcher(launcher_pid: int) -> None:
-    """Exit if the launching process disappears (even by ``kill -9``, which runs no cleanup).
-
-    A rank's parent is the forkserver, which can outlive the launcher, so parent-death signals
-    don't help; a daemon thread polling the launcher's pid does, and costs nothing measurable.
-    """
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            try:
-                os.kill(launcher_pid, 0)
-            except ProcessLookupError:
-                os._exit(3)
-            except PermissionError:  # pid reused by another user's process: launcher is gone
-                os._exit(3)
-
-    threading.Thread(target=watch, name="dpcore-launcher-watch", daemon=True).start()
-
-
 _MP_CONTEXT: Any = None
 _PRELOAD: list[str] = []
 
@@ -160,10 +145,29 @@ def _mp_context(preload: Sequence[str] = ()) -> Any:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         _MP_CONTEXT = mp.get_context(method)
     new = [m for m in (*BASE_PRELOAD, *preload) if m not in _PRELOAD]
-    if new and _MP_CONTEXT.get_start_method() == "forkserver":
-        _PRELOAD.extend(new)
-        _MP_CONTEXT.set_forkserver_preload(list(_PRELOAD))
+    if _MP_CONTEXT.get_start_method() == "forkserver":
+        if new:
+            _PRELOAD.extend(new)
+            _MP_CONTEXT.set_forkserver_preload(list(_PRELOAD))
+        _start_forkserver()
     return _MP_CONTEXT
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver now (a no-op when it runs), told that this process is its launcher
+    (:func:`dpcore.contract.procs.bind_forkserver_to_launcher`, which this module runs when the
+    forkserver preloads it). The variable is set only while the server starts, so no later
+    child of this process inherits it."""
+    from multiprocessing import forkserver
+    old = os.environ.get(LAUNCHER_ENV)
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
+    try:
+        forkserver.ensure_running()
+    finally:
+        if old is None:
+            os.environ.pop(LAUNCHER_ENV, None)
+        else:
+            os.environ[LAUNCHER_ENV] = old
 
 
 def torchrun_store() -> tuple[str, int] | None:
@@ -391,3 +395,7 @@ def _reap(procs: list[Any], grace_s: float) -> None:
         if p.is_alive():
             p.kill()
             p.join(timeout=1.0)
+
+
+# In the forkserver (which preloads this module, see BASE_PRELOAD): end with the launcher.
+bind_forkserver_to_launcher()
