@@ -242,12 +242,16 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     if monitor is not None:
         monitor.attach(store)
     next_poll = 0.0
+    # The job's clock starts before its first rank: a rank's own collective timeout (the same
+    # timeout_s, counted from a collective that starts after the rank does) then always ends
+    # after this deadline, so a hang is reported as the launcher's timeout, never as the echo
+    # of it in a rank, however long a loaded machine delays this thread after the starts.
+    deadline = time.monotonic() + timeout_s
     try:
         for p in procs:
             with _signals_deferred():  # a rank is either started and tracked, or not started
                 p.start()
                 started.append(p)
-        deadline = time.monotonic() + timeout_s
         while len(got) < world_size:
             if monitor is not None and time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + MONITOR_PERIOD_S

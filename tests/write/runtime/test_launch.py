@@ -57,6 +57,29 @@ def test_hang_becomes_timeout_error_and_no_orphans(tmp_path):
     assert after <= before
 
 
+def test_hang_is_the_launchers_timeout_even_when_the_launcher_is_late(monkeypatch):
+    """The order that makes the hang-vs-error race impossible: the launcher's deadline starts
+    before any rank, so a rank's own collective timeout (same length, started later) always
+    lands after it. Here the launcher thread is held 2 s after starting the last rank, as a
+    loaded machine may do; with the deadline counted from after the starts, rank 1's gloo
+    timeout (3 s after its barrier began) arrived first and was reported as rank 1's error."""
+    import dpcore.write.runtime.launch as launch_mod
+
+    proc_cls = launch_mod._mp_context().Process
+    real_start = proc_cls.start
+
+    def late_start(self):
+        real_start(self)
+        if self.name.endswith("rank1"):
+            time.sleep(2.0)  # the launcher descheduled after its last start
+
+    monkeypatch.setattr(proc_cls, "start", late_start)
+    with pytest.raises(JobFailed) as info:
+        launch(workers.hang_rank0, 2, timeout_s=3)
+    assert info.value.rank == -1, info.value.message
+    assert "timed out after 3 s" in info.value.message
+
+
 def test_rank_dying_without_exception_is_reported():
     with pytest.raises(JobFailed) as info:
         launch(workers.exit_hard, 2, timeout_s=30)
