@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 
 import pytest
 
@@ -43,3 +44,36 @@ def _keep_main_module():
     yield
     if _REAL_MAIN is not None:
         sys.modules["__main__"] = _REAL_MAIN
+
+
+
+#: Where a test module's helpers come from when its tests start processes or a browser: the CLI
+#: or a job in a subprocess, spawned gloo ranks, dpcore's commands (they launch ranks),
+#: Streamlit's AppTest (a script run per page), Chromium. Those tests take the suite's minutes.
+_SLOW_SOURCES = ("subprocess", "multiprocessing", "torch.multiprocessing", "dpcore.cli", "dpcore.write.commands",
+                 "dpcore.write.runtime.launch", "streamlit.testing", "playwright", "tests.app_pages",
+                 "tests.browser_checks", "tests.integrations", "tests.read.dashboard", "tests.write", "tests.workers")
+
+
+def _starts_processes(module: types.ModuleType) -> bool:
+    """True when the module imported (at its top level) a module or a name from one of
+    :data:`_SLOW_SOURCES`."""
+    for value in vars(module).values():
+        source = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(source, str) and any(source == s or source.startswith(s + ".") for s in _SLOW_SOURCES):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test of a module that starts processes or a browser
+    (:func:`_starts_processes`): ``python -m pytest -m "not slow"`` is the fast part (README)."""
+    slow: dict[str, bool] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if module.__name__ not in slow:
+            slow[module.__name__] = _starts_processes(module)
+        if slow[module.__name__]:
+            item.add_marker(pytest.mark.slow)
