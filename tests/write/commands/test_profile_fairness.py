@@ -28,13 +28,12 @@ def _profile(out: Path, *extra: str) -> tuple[Path, subprocess.CompletedProcess]
 #: far apart a loaded machine's scheduling pushes two ranks' arrivals at a collective. Measured
 #: with the default model at load 15 on 2 cores, each rank's forward/backward varied by 100+ ms
 #: step to step (a 15 MB model's work, stretched by the CPU queue), so a 50 ms sleep named rank 1
-#: in only 75 % (flat) and 55 % (overlap) of collectives (62-80 % with 8 threads per rank, as 12
-#: test workers on 16 cores give), and the first traced step, where the profiler starts, took one
-#: rank ~325 ms longer than the other, more than even a 250 ms sleep. A tiny model keeps the
+#: in only 75 % (flat) and 55 % (overlap) of collectives; the first traced step, where the
+#: profiler starts, took one rank ~325 ms longer than the other, so even 250 ms gave 62-88 %
+#: (with 1 or 8 threads per rank; 12 test workers on 16 cores give 8). A tiny model keeps the
 #: per-step work, and so the jitter, to milliseconds; no traces keep the profiler's start out of
-#: the steps. Then rank 1 was last at 100 % of the
-#: collectives of both jobs at load 15-17, in 4 runs: 50 ms once, 250 ms three times (once with
-#: 8 threads per rank); 250 ms keeps a margin over the 100+ ms a heavier step can add.
+#: the steps. Then rank 1 was last at 100 % of the collectives of both jobs at load 15-17, in 4
+#: runs: 50 ms once, 250 ms three times (once with 8 threads per rank); 250 ms keeps a margin.
 DELAY_MS = 250
 
 
