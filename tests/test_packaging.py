@@ -193,3 +193,16 @@ def test_installed_package_has_every_sub_package(venv: dict[str, Path]) -> None:
     assert tops == {"dpcore", f"dpcore-{got['version']}.dist-info"}, tops
     assert [f for f in got["files"] if f.startswith("..")] and all(f.endswith("/dpcore") for f in got["files"]
                                                                      if f.startswith("..")), got["files"]
+
+
+def test_the_venv_builds_with_the_tests_own_setuptools(venv: dict[str, Path]) -> None:
+    """The nested venv imports setuptools and pip from where the tests' interpreter does (its
+    venv's, when the suite runs in one), not from the base interpreter, whose setuptools may be
+    too old to build (no ``bdist_wheel``)."""
+    code = "import setuptools, pip; print(setuptools.__file__); print(pip.__file__)"
+    nested = _run([str(venv["python"]), "-c", code], cwd=venv["cwd"])
+    # in a child, not here: pytest's own process may already hold the standard library's distutils
+    ours = _run([sys.executable, "-c", code], cwd=venv["cwd"])
+    assert nested.returncode == ours.returncode == 0, (nested.stderr, ours.stderr)
+    assert nested.stdout.splitlines() == ours.stdout.splitlines()
+    assert len(ours.stdout.splitlines()) == 2
