@@ -47,6 +47,7 @@ from dpcore.contract.config import (
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import check_world_sizes
 from dpcore.contract.options import AllreduceOptions, ProfileOptions, RunOptions, VerifyOptions
+from dpcore.contract.procs import stop_helpers
 
 
 class _Parser(argparse.ArgumentParser):
@@ -446,6 +447,7 @@ def run_cli() -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        stop_helpers()  # no forkserver or resource tracker left when the command returns
     return code
 
 

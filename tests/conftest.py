@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 
 import pytest
 
@@ -30,7 +31,7 @@ def _cache_out_of_the_data(tmp_path_factory: pytest.TempPathFactory):
         os.environ["DPCORE_CACHE_DIR"] = old
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _skip_gpu_tests(items: list[pytest.Item]) -> None:
     """Tests marked ``gpu`` skip, with the reason, where torch sees no CUDA GPU (torch is
     imported only when such a test was collected)."""
     gpu = [item for item in items if item.get_closest_marker("gpu")]
@@ -58,3 +59,37 @@ def _keep_main_module():
     yield
     if _REAL_MAIN is not None:
         sys.modules["__main__"] = _REAL_MAIN
+
+
+#: Where a test module's helpers come from when its tests start processes or a browser: the CLI
+#: or a job in a subprocess, spawned gloo ranks, dpcore's commands (they launch ranks),
+#: Streamlit's AppTest (a script run per page), Chromium. Those tests take the suite's minutes.
+_SLOW_SOURCES = ("subprocess", "multiprocessing", "torch.multiprocessing", "dpcore.cli", "dpcore.write.commands",
+                 "dpcore.write.runtime.launch", "streamlit.testing", "playwright", "tests.app_pages",
+                 "tests.browser_checks", "tests.integrations", "tests.read.dashboard", "tests.write", "tests.workers")
+
+
+def _starts_processes(module: types.ModuleType) -> bool:
+    """True when the module imported (at its top level) a module or a name from one of
+    :data:`_SLOW_SOURCES`."""
+    for value in vars(module).values():
+        source = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(source, str) and any(source == s or source.startswith(s + ".") for s in _SLOW_SOURCES):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test of a module that starts processes or a browser
+    (:func:`_starts_processes`): ``python -m pytest -m "not slow"`` is the fast part (README).
+    Then skip the ``gpu`` tests where there is no GPU (:func:`_skip_gpu_tests`)."""
+    _skip_gpu_tests(items)
+    slow: dict[str, bool] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if module.__name__ not in slow:
+            slow[module.__name__] = _starts_processes(module)
+        if slow[module.__name__]:
+            item.add_marker(pytest.mark.slow)

@@ -6,16 +6,22 @@ it. Only an installed copy, imported from outside the repository, shows a sub-pa
 package discovery missed, a console script that loses an exit code, or ``pyproject.toml``'s
 dependencies drifting away from the README's ``requirements*.txt`` set-up.
 
-The install is offline: a fresh venv made with ``--system-site-packages`` (so torch, pandas and
-streamlit are not downloaded again), and ``pip install --no-deps --no-build-isolation
---no-index`` of a copy of the repository (the build writes ``build/`` and ``*.egg-info`` into
-the folder it builds, so never into the checkout).
+The install is offline: a fresh venv that sees the site-packages of the interpreter running the
+tests (so torch, pandas and streamlit are not downloaded again), and ``pip install --no-deps
+--no-build-isolation --no-index`` of a copy of the repository (the build writes ``build/`` and
+``*.egg-info`` into the folder it builds, so never into the checkout).
+
+Why a ``.pth`` file and not ``--system-site-packages``: run from a venv, the tests' interpreter
+is that venv's, but ``--system-site-packages`` gives a nested venv the *base* interpreter's
+packages (an old setuptools without ``bdist_wheel``), not the ones requirements-dev.txt put
+into the venv. The ``.pth`` names exactly the tests' own site directories, in a venv or not.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +83,24 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
     return subprocess.run(cmd, cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def _site_dirs() -> list[str]:
+    """The site directories of the interpreter running the tests (its venv's when it runs in
+    one), user site included when it is on."""
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        dirs.append(site.getusersitepackages())
+    return dirs
+
+
+def _see_our_site_packages(python: Path, cwd: Path) -> None:
+    """Make the venv of ``python`` see :func:`_site_dirs` after its own site-packages."""
+    where = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=cwd)
+    assert where.returncode == 0, where.stderr
+    purelib = Path(where.stdout.strip())
+    purelib.mkdir(parents=True, exist_ok=True)
+    (purelib / "dpcore-test-outer-site.pth").write_text("".join(f"{d}\n" for d in _site_dirs()))
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A fresh venv with the package installed from a copy of the repository; its paths."""
@@ -84,12 +108,12 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     env_dir, src = tmp / "venv", tmp / "src"
     bindir = env_dir / ("Scripts" if os.name == "nt" else "bin")
     python = bindir / ("python.exe" if os.name == "nt" else "python")
-    # --without-pip: the base interpreter's pip and setuptools (visible through
-    # --system-site-packages) do the install; ensurepip would add an older setuptools that
-    # cannot build wheels by itself.
-    made = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)], cwd=tmp)
+    # --without-pip: the tests' own pip and setuptools (visible through the .pth below) do the
+    # install; ensurepip would add an older setuptools that cannot build wheels by itself.
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], cwd=tmp)
     if made.returncode != 0 or not python.exists():
         pytest.skip(f"cannot create a venv here: {(made.stderr or made.stdout).strip().splitlines()[-1:]}")
+    _see_our_site_packages(python, tmp)
     if _run([str(python), "-m", "pip", "--version"], cwd=tmp).returncode != 0:
         pip = _run([str(python), "-m", "ensurepip"], cwd=tmp)
         if pip.returncode != 0:
@@ -169,3 +193,16 @@ def test_installed_package_has_every_sub_package(venv: dict[str, Path]) -> None:
     assert tops == {"dpcore", f"dpcore-{got['version']}.dist-info"}, tops
     assert [f for f in got["files"] if f.startswith("..")] and all(f.endswith("/dpcore") for f in got["files"]
                                                                      if f.startswith("..")), got["files"]
+
+
+def test_the_venv_builds_with_the_tests_own_setuptools(venv: dict[str, Path]) -> None:
+    """The nested venv imports setuptools and pip from where the tests' interpreter does (its
+    venv's, when the suite runs in one), not from the base interpreter, whose setuptools may be
+    too old to build (no ``bdist_wheel``)."""
+    code = "import setuptools, pip; print(setuptools.__file__); print(pip.__file__)"
+    nested = _run([str(venv["python"]), "-c", code], cwd=venv["cwd"])
+    # in a child, not here: pytest's own process may already hold the standard library's distutils
+    ours = _run([sys.executable, "-c", code], cwd=venv["cwd"])
+    assert nested.returncode == ours.returncode == 0, (nested.stderr, ours.stderr)
+    assert nested.stdout.splitlines() == ours.stdout.splitlines()
+    assert len(ours.stdout.splitlines()) == 2

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.procs import exit_with_parent
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
 from dpcore.read.ranks import cache
 from dpcore.read.ranks.tables import DTYPES, EAGER, RankTables, built, reduce_trace, typed
@@ -66,7 +67,8 @@ def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[str
     if n < 2 or not _can_fork():  # see reader._can_fork: the app's threads read serially
         return [_reduce(str(f), only, tables) for f in files]
     try:
-        ex = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))
+        ex = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=exit_with_parent)  # no worker outlives a killed reader
     except (OSError, NotImplementedError):  # no usable worker processes here
         return [_reduce(str(f), only, tables) for f in files]
     with ex:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.procs import exit_with_parent
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
 from dpcore.contract.tracefile import (
     DEVICE_CATS,
@@ -303,7 +304,8 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
         return
     ex = None
     try:
-        ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+        ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=exit_with_parent)  # no worker outlives a killed reader
         results = ex.map(read, files)  # submits every file: starts the workers
     except (OSError, NotImplementedError):  # no usable worker processes here (no sem_open, ...)
         if ex is not None:

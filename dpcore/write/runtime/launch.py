@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 from dpcore.contract.config import DEVICES, check_backend, check_timeout
 from dpcore.contract.errors import JobFailed, UsageError, choices_error
+from dpcore.contract.procs import LAUNCHER_ENV, bind_forkserver_to_launcher, exit_with
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.resources import _pin, threads_per_rank
 
@@ -188,8 +189,11 @@ def resolve_backend(backend: str, world_size: int, ranks_on_host: int | None = N
 def _worker(rank: int, world_size: int, placement: Placement, port: int, threads: int,
             timeout_s: float, fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int,
             pin: bool) -> None:
-    """Body of a spawned rank: pin, join the group, run ``fn``, report result or error."""
-    _die_with_launcher(launcher_pid)
+    """Body of a spawned rank: pin, join the group, run ``fn``, report result or error.
+
+    The rank ends the moment its launcher does (even by ``kill -9``): its parent is the
+    forkserver, not the launcher, so it watches the launcher itself (:func:`exit_with`)."""
+    exit_with(launcher_pid)
     try:
         cpus = _pin(rank, world_size, threads) if pin else ()
         torch.set_num_threads(threads)
@@ -215,25 +219,6 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
                 pass
 
 
-def _die_with_launcher(launcher_pid: int) -> None:
-    """Exit if the launching process disappears (even by ``kill -9``, which runs no cleanup).
-
-    A rank's parent is the forkserver, which can outlive the launcher, so parent-death signals
-    don't help; a daemon thread polling the launcher's pid does, and costs nothing measurable.
-    """
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            try:
-                os.kill(launcher_pid, 0)
-            except ProcessLookupError:
-                os._exit(3)
-            except PermissionError:  # pid reused by another user's process: launcher is gone
-                os._exit(3)
-
-    threading.Thread(target=watch, name="dpcore-launcher-watch", daemon=True).start()
-
-
 _MP_CONTEXT: Any = None
 _PRELOAD: list[str] = []
 
@@ -250,10 +235,29 @@ def _mp_context(preload: Sequence[str] = ()) -> Any:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         _MP_CONTEXT = mp.get_context(method)
     new = [m for m in (*BASE_PRELOAD, *preload) if m not in _PRELOAD]
-    if new and _MP_CONTEXT.get_start_method() == "forkserver":
-        _PRELOAD.extend(new)
-        _MP_CONTEXT.set_forkserver_preload(list(_PRELOAD))
+    if _MP_CONTEXT.get_start_method() == "forkserver":
+        if new:
+            _PRELOAD.extend(new)
+            _MP_CONTEXT.set_forkserver_preload(list(_PRELOAD))
+        _start_forkserver()
     return _MP_CONTEXT
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver now (a no-op when it runs), told that this process is its launcher
+    (:func:`dpcore.contract.procs.bind_forkserver_to_launcher`, which this module runs when the
+    forkserver preloads it). The variable is set only while the server starts, so no later
+    child of this process inherits it."""
+    from multiprocessing import forkserver
+    old = os.environ.get(LAUNCHER_ENV)
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
+    try:
+        forkserver.ensure_running()
+    finally:
+        if old is None:
+            os.environ.pop(LAUNCHER_ENV, None)
+        else:
+            os.environ[LAUNCHER_ENV] = old
 
 
 def torchrun_store() -> tuple[str, int] | None:
@@ -333,12 +337,16 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     if monitor is not None:
         monitor.attach(store)
     next_poll = 0.0
+    # The job's clock starts before its first rank: a rank's own collective timeout (the same
+    # timeout_s, counted from a collective that starts after the rank does) then always ends
+    # after this deadline, so a hang is reported as the launcher's timeout, never as the echo
+    # of it in a rank, however long a loaded machine delays this thread after the starts.
+    deadline = time.monotonic() + timeout_s
     try:
         for p in procs:
             with _signals_deferred():  # a rank is either started and tracked, or not started
                 p.start()
                 started.append(p)
-        deadline = time.monotonic() + timeout_s
         while len(got) < world_size:
             if monitor is not None and time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + MONITOR_PERIOD_S
@@ -486,3 +494,7 @@ def _reap(procs: list[Any], grace_s: float) -> None:
         if p.is_alive():
             p.kill()
             p.join(timeout=1.0)
+
+
+# In the forkserver (which preloads this module, see BASE_PRELOAD): end with the launcher.
+bind_forkserver_to_launcher()

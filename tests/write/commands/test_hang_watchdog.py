@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.write.commands.test_profile import ROOT, _descendants, _env, _wait_gone
+from tests import proctable
+from tests.write.commands.test_profile import ROOT, _env, _wait_gone
 
 ARGS = ["--model", "mlp", "--width", "64", "--batch-size", "12", "--steps", "8", "--warmup", "1",
         "--no-trace", "--progress", "json", "--hang-timeout", "4", "--timeout", "120"]
@@ -61,7 +62,7 @@ def test_injected_hang_is_caught_named_and_the_run_goes_on(tmp_path, ws, inject,
     for line in proc.stdout:
         ev = json.loads(line)
         if ev.get("event") == "step" and ev.get("job_id") == f"flat-ws{ws}" and ev["step"] >= 2:
-            family |= _descendants(proc.pid)  # the hung job's ranks (and forkserver)
+            family |= proctable.descendants(proc.pid)  # the hung job's ranks (and forkserver)
     proc.wait(timeout=300)
     stop.set()
     watcher.join()

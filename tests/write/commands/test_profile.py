@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dpcore.contract.runformat import ALLREDUCE_COLUMNS, COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, STEP_COLUMNS
+from tests import proctable
 
 ROOT = Path(__file__).resolve().parents[3]
 SMALL = ["--model", "mlp", "--width", "64", "--batch-size", "8", "--steps", "3", "--warmup", "1",
@@ -264,20 +265,6 @@ def test_torchrun_runs_the_allreduce_benchmark_in_its_world(tmp_path):
     assert not [m for m in msgs if m["job_id"] == "native-ws2"]
 
 
-def _descendants(pid: int) -> set[int]:
-    rows = [ln.split() for ln in subprocess.run(["ps", "-eo", "pid,ppid"], capture_output=True,
-                                               text=True).stdout.splitlines()[1:]]
-    kids: dict[int, list[int]] = {}
-    for p, pp in rows:
-        kids.setdefault(int(pp), []).append(int(p))
-    out, todo = set(), [pid]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
-
-
 def _running_profile(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, set[int]]:
     """Start a 2-rank profile, wait until it reports a step; return it and its process family."""
     args = [sys.executable, "-m", "dpcore", "profile", "--variants", "flat", "--world-sizes", "2",
@@ -286,19 +273,14 @@ def _running_profile(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, set[
     for line in proc.stdout:
         if json.loads(line)["event"] == "step":
             break
-    family = _descendants(proc.pid)
+    family = proctable.descendants(proc.pid)
     assert len(family) >= 3  # forkserver + 2 ranks (+ resource tracker)
     return proc, family
 
 
 def _wait_gone(family: set[int], timeout: float = 15.0) -> set[int]:
     """The pids of ``family`` still alive (not zombies) after up to ``timeout`` seconds."""
-    deadline, alive = time.monotonic() + timeout, family
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.5)
-        alive = {p for p in family if Path(f"/proc/{p}").exists()
-                 and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"}
-    return alive
+    return proctable.wait_gone(family, timeout)[0]
 
 
 def test_sigterm_interrupts_cleanly_without_orphans(tmp_path):
