@@ -45,7 +45,8 @@ COLUMNS = ["rank", "lane", "name", "op", "start_ms", "end_ms"]
 #: A lanes table (:func:`trace_lanes`): per rank one ``lane`` "rank" row (step -1, its first
 #: event start .. last event end: the rank has events), per rank and traced step (``step`` >= 0)
 #: one "step" row (the step's first event start .. last event end: the step has events), its merged
-#: compute ("compute", named "compute") and its comm events ("comm", the event's name); per rank
+#: compute ("compute", named "compute") and its comm events ("comm", the event's name, its span as
+#: the overlap numbers take it: :func:`dpcore.read.analysis.comm_overlap._trace_sets`); per rank
 #: its clock-sync markers ("sync", step -1, named ``dpcore_clock_sync#k``). ``start_us`` and
 #: ``end_us`` are the trace's own ``ts`` and ``ts + dur`` (µs on the profiler's clock), unrounded.
 LANE_COLUMNS = ["rank", "step", "lane", "name", "start_us", "end_us"]
@@ -81,11 +82,13 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
                 continue
             ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
             add(rank, int(step), "step", "", ts.min(keepdims=True), end.max(keepdims=True))
-            _, (p_s, p_e) = _trace_sets(ev)
+            # the comm spans as the overlap numbers measure them (a DDP all-reduce ends with the
+            # backward that waited for it), so a bar and the step's C and overlap agree
+            (c_s, c_e), (p_s, p_e) = _trace_sets(ev)
             p_s, p_e = merge(p_s, p_e)
             add(rank, int(step), "compute", "compute", p_s, p_e)
             comm = (ev["kind"] == "comm").to_numpy()
-            add(rank, int(step), "comm", ev["name"][comm], ts[comm], end[comm])
+            add(rank, int(step), "comm", ev["name"][comm], c_s, c_e)
     empty = {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "start_us": np.float64,
              "end_us": np.float64}
     return pd.DataFrame({c: np.concatenate(v) if v else np.empty(0, empty[c]) for c, v in cols.items()})

@@ -32,7 +32,8 @@ TABLES = tuple(DTYPES)
 
 #: Bump when the reader or the reduction changes what a rank's tables hold: every cache entry
 #: written by an older version is then a miss. 2: the ``lanes`` and ``import_*`` tables.
-CACHE_VERSION = 2
+#: 3: the lanes' comm spans cut as the overlap numbers cut them (a DDP all-reduce at backward's end).
+CACHE_VERSION = 3
 CACHE_DIR = "cache"
 _META = b"dpcore"
 
