@@ -81,3 +81,16 @@ def bucket_rows(sweep: pd.DataFrame) -> pd.DataFrame:
     out = sweep.copy()
     out["bucket_mb"] = [mib_size(b) for b in out["bucket_mb"]]
     return out
+
+
+def compression_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """`compression` rows for display: bytes in binary units ("3.77 MiB"), the bucket size as
+    text, the reason blank when there is none; the numbers keep their values (the page's column
+    formats round them)."""
+    out = df.copy()
+    for c in ("bytes_in", "bytes_wire"):
+        if c in out:
+            out[c] = [binary_size(b) for b in out[c]]
+    if "bucket_mb" in out:
+        out["bucket_mb"] = [mib_size(b) for b in out["bucket_mb"]]
+    return out
