@@ -167,3 +167,13 @@ def label_jobs(jobs: pd.DataFrame) -> pd.Series:
     multi = jobs.groupby("variant")["bucket_mb"].transform("nunique") > 1
     return pd.Series([job_label(v, w, b, bool(m)) for v, w, b, m in
                       zip(jobs["variant"], jobs["world_size"], jobs["bucket_mb"], multi)], index=jobs.index)
+
+
+def mib_ticks(sizes: object, most: int = 10) -> dict:
+    """A log axis's ticks at the given sizes in MiB, labelled in binary units ("256 KiB",
+    "25 MiB"), at most ``most`` of them (every k-th, the largest kept): plotly's own log ticks
+    label the minor steps by their first digit only ("2 5 1 2 5 10")."""
+    vals = sorted({float(v) for v in sizes if v == v and v is not None and float(v) > 0})  # type: ignore[union-attr]
+    step = -(-len(vals) // most) if vals else 1
+    vals = vals[::-1][::step][::-1]
+    return dict(tickmode="array", tickvals=vals, ticktext=[mib_size(v) for v in vals])

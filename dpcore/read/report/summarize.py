@@ -80,13 +80,14 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
     if s.empty:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
     extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step") if s[c].notna().any()]
-    view = s[_SUMMARY_VIEW + extra].assign(comm_fraction=100 * s["comm_fraction"], throughput=s["throughput"].round())
+    view = s[_SUMMARY_VIEW + extra].assign(comm_fraction=100 * s["comm_fraction"])
     view = view.rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s", "comm_fraction": "comm_%",
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
                                                     "expected_bus_mib_per_step": "expected_MiB"})
     status = "stale" if is_stale(run.meta) else run.meta.get("status", "?")  # the dashboard's word
-    pct = {c: percent_number for c in ("overlap_%", "comm_%")}  # one decimal, as the dashboard
+    # one decimal, as the dashboard; samples/s whole, as the Overview and profile's end table
+    pct = {c: percent_number for c in ("overlap_%", "comm_%")} | {"samples/s": samples_text}
     lines = [f"{run.meta.get('run_id', p.name)} ({status})", text_table(view, formatters=pct), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
              f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
@@ -100,6 +101,11 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
                 "variant's algorithm should move (README 'Memory and communication volume')."
                 if "bus_mib_per_step" in s else "")] + compression_lines(run, s) + notes
     return "\n".join(lines) + "\n"
+
+
+def samples_text(v: object) -> str:
+    """Throughput in whole samples/s with thousands separators ("104,148"), "—" when unknown."""
+    return EMPTY if pd.isna(v) else f"{float(v):,.0f}"
 
 
 def compression_lines(run: Run, summary: pd.DataFrame) -> list[str]:
@@ -141,7 +147,7 @@ def run_end_table(path: str) -> tuple[str, int]:
         table = summary[list(cols)].assign(comm_fraction=100 * summary["comm_fraction"]).rename(columns=cols)
         lines.append(text_table(table, formatters={
             "comm %": percent, "overlap %": percent,
-            "samples/s": lambda v: EMPTY if pd.isna(v) else f"{v:,.0f}"}))
+            "samples/s": samples_text}))
     failed = 0
     for job in run.meta.get("jobs", []):
         if job.get("status") in ("failed", "skipped", "interrupted"):
