@@ -118,6 +118,16 @@ _CUT_JS = """(slack) => {
     if (e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflow !== 'visible')
       out.push(`label "${e.textContent.trim()}" is cut (${e.scrollWidth} px in ${e.clientWidth} px)`);
   });
+  // a select box's value is an input's text: measured against the input's inner width
+  const ctx = document.createElement('canvas').getContext('2d');
+  document.querySelectorAll('input[role=combobox]').forEach(e => {
+    if (!e.value || !e.getBoundingClientRect().width) return;
+    const cs = getComputedStyle(e);
+    ctx.font = cs.font;
+    const room = e.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+    const need = ctx.measureText(e.value).width;
+    if (need > room + 1) out.push(`label "${e.value}" is cut (${Math.round(need)} px in ${Math.round(room)} px)`);
+  });
   return out;
 }"""
 

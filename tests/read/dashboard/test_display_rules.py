@@ -401,3 +401,16 @@ def test_overview_cuts_a_long_status_and_shows_it_whole_below(monkeypatch: pytes
     assert len(skipped) and skipped["status"].str.endswith("…").all()
     whole = [c.value.replace("\\", "") for c in at.caption]  # the caption is escaped Markdown
     assert any("data_parallel ×2 skipped: needs 2 or more GPUs on this host; found 0" in c for c in whole)
+
+
+def test_a_run_label_fits_the_sidebar_with_its_status_first() -> None:
+    from dpcore.read.dashboard.picker import LABEL_CHARS
+
+    long = "20261126-132743-hf-gpu-13af"
+    runs = pd.DataFrame({"run_id": [long, "sample-hang", "sample-train"],
+                         "path": [f"/p/{long}", "/p/sample-hang", "/p/sample-train"],
+                         "status": ["failed", "failed", "complete"]})
+    labels = run_labels(runs)
+    assert labels["sample-train"] == "sample-train" and labels["sample-hang"] == "failed · sample-hang"
+    assert labels[long].startswith("failed · 20261126-1") and labels[long].endswith("gpu-13af")
+    assert "…" in labels[long] and all(len(v) <= LABEL_CHARS for v in labels.values())
