@@ -88,8 +88,13 @@ def figure(page, title: str) -> dict:
 
 _CUT_JS = """(slack) => {
   const out = [];
-  const inside = (r, box) => r.left >= box.left - slack && r.right <= box.right + slack
-                             && r.top >= box.top - slack && r.bottom <= box.bottom + slack;
+  // a text box includes the line's leading above and below the glyphs: a fifth of its height
+  // outside the frame cuts nothing
+  const inside = (r, box) => {
+    const v = Math.max(slack, 0.2 * r.height);
+    return r.left >= box.left - slack && r.right <= box.right + slack
+           && r.top >= box.top - v && r.bottom <= box.bottom + v;
+  };
   const shown = e => (e.textContent || '').trim() && getComputedStyle(e).display !== 'none'
                      && getComputedStyle(e).visibility !== 'hidden' && e.getAttribute('opacity') !== '0';
   document.querySelectorAll('.js-plotly-plot').forEach((plot, k) => {

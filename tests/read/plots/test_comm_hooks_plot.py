@@ -53,3 +53,29 @@ def test_the_table_shows_bytes_in_binary_units():
     assert shown["bytes_wire"].tolist() == ["4 MiB", "2 MiB", "4 MiB", "2 MiB"]
     assert shown["bucket_mb"].tolist() == ["1 MiB", "1 MiB", "25 MiB", "25 MiB"]
     assert shown["added_ms"].tolist() == [0.0, 3.0, 0.0, -2.0]  # numbers stay numbers (the page rounds)
+
+
+def _summary_with_a_hook_job() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """job_summary-like rows: torch_ddp ×2 at 1 and 25 MiB, and an fp16 hook job beside the 1 MiB one."""
+    ids = ["torch_ddp-ws2-b1", "torch_ddp-ws2-b1-fp16", "torch_ddp-ws2-b25"]
+    summary = pd.DataFrame({"job_id": ids, "variant": "torch_ddp", "world_size": 2, "bucket_mb": [1.0, 1.0, 25.0],
+                            "step_ms": [30.0, 28.0, 22.0], "exposed_ms": [10.0, 12.0, 4.0],
+                            "overlap_pct": [15.0, 14.0, 0.0], "comm_ops": [4, 4, 1]})
+    jobs = pd.DataFrame({"job_id": ids, "comm_hook": [None, "fp16", None]})
+    return summary, jobs
+
+
+def test_a_hook_job_gets_its_own_label_beside_the_plain_job():
+    from dpcore.read.plots.style import label_jobs
+
+    summary, _ = _summary_with_a_hook_job()
+    assert label_jobs(summary).tolist() == ["torch_ddp ×2 · 1 MiB", "torch_ddp ×2 · 1 MiB · fp16",
+                                            "torch_ddp ×2 · 25 MiB"]
+
+
+def test_the_bucket_sweep_is_the_plain_jobs_only():
+    from dpcore.read.analysis import bucket_sweep
+
+    summary, jobs = _summary_with_a_hook_job()
+    assert bucket_sweep(summary, jobs)["step_ms"].tolist() == [30.0, 22.0]
+    assert len(bucket_sweep(summary)) == 3  # without the jobs table nothing tells them apart

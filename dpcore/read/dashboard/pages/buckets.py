@@ -26,7 +26,7 @@ INTRO = "How the gradient bucket size trades launch overhead against overlap."
 @st.cache_data(show_spinner=False, max_entries=16)
 def sweep(_run: Run, run_key: tuple) -> pd.DataFrame:
     """The bucket-size sweep of the run's bucketed jobs (`bucket_sweep`)."""
-    return A.bucket_sweep(data.job_summary(_run, run_key))
+    return A.bucket_sweep(data.job_summary(_run, run_key), _run.jobs)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
