@@ -62,6 +62,10 @@ def _list_text(values: tuple | list, every: tuple[str, ...] | None = None) -> st
     return "all" if every is not None and tuple(values) == tuple(every) else ",".join(map(str, values))
 
 
+#: --variants of profile and verify: the valid names, and what "all" means.
+_VARIANTS_HELP = ("comma-separated variants, or all: " + ", ".join(VARIANTS) + " (default %(default)s)")
+
+
 def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: float | None) -> None:
     """The training options of ``profile`` and ``verify`` (defaults: TrainConfig's, except the
     ones each command passes)."""
@@ -71,7 +75,7 @@ def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: float | 
                         "FUNCTION() in MODULE (found in the current directory or on PYTHONPATH) "
                         "returning a dpcore.Workload(model, make_batch, loss_fn) (default %(default)s)")
     p.add_argument("--size", default=train("size"),
-                   help=f"transformer size: {', '.join(SIZES)} (ignored for MODULE:FUNCTION)")
+                   help=f"transformer size: {', '.join(SIZES)} (ignored for MODULE:FUNCTION) (default %(default)s)")
     p.add_argument("--width", type=int, default=train("width"),
                    help="mlp hidden width (ignored for MODULE:FUNCTION) (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=None,
@@ -79,11 +83,13 @@ def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: float | 
                         f"{train('batch_size')}, einsum 5120 (docs/DESIGN.md's b), MODULE:FUNCTION its "
                         f"Workload.batch_size or {train('batch_size')}")
     p.add_argument("--steps", type=int, default=steps, help="(default %(default)s)")
-    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--lr", type=float, default=lr,
+                   help="learning rate (default " + ("%(default)g)" if lr is not None else "the model's)"))
     p.add_argument("--optimizer", default=train("optimizer"), choices=OPTIMIZERS,
                    help="torch.optim class of every variant: sgd (default), adam, adamw. SGD keeps "
                         "no state, so ZeRO-1's saving (zero1, torch_zero1) only shows with adam/adamw")
-    p.add_argument("--seed", type=int, default=train("seed"))
+    p.add_argument("--seed", type=int, default=train("seed"),
+                   help="seed of the model's weights and the data, the same in every variant (default %(default)s)")
 
 
 def _world_args(p: argparse.ArgumentParser, backend: str, timeout_s: float, device: str) -> None:
@@ -119,8 +125,15 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "dashboard), or nothing (default %(default)s)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m dpcore", description="Profile data-parallel training variants.")
+def prog_name(argv0: str | None = None) -> str:
+    """How the user invoked dpcore, for usage lines: ``python -m dpcore`` (``__main__.py``) or
+    the console script's name (``dpcore``), so the help's commands can be pasted as shown."""
+    name = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    return "python -m dpcore" if name in ("__main__.py", "-m", "-c", "") else name
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    ap = _Parser(prog=prog or prog_name(), description="Profile data-parallel training variants.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     verify = lambda name: default_of(VerifyOptions, name)  # noqa: E731
@@ -128,11 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     _train_args(v, verify("model"), verify("steps"), None)  # None: the model's verify defaults
     _world_args(v, verify("backend"), verify("timeout_s"), verify("device"))
     _dtype_arg(v, verify("dtype"))
-    v.add_argument("--world-size", type=int, default=verify("world_size"))
-    v.add_argument("--variants", default=_list_text(verify("variants"), VARIANTS))
+    v.add_argument("--world-size", type=int, default=verify("world_size"),
+                   help="ranks of every variant's job (default %(default)s)")
+    v.add_argument("--variants", default=_list_text(verify("variants"), VARIANTS), help=_VARIANTS_HELP)
     v.add_argument("--comm-hook", default="",
                    help="also train torch_ddp with these DDP comm hooks (" + ",".join(COMM_HOOKS[1:])
-                        + "): rows torch_ddp[<hook>], reported as lossy with their difference")
+                        + "): rows torch_ddp[<hook>], reported as lossy with their difference (default: none)")
 
     train = lambda name: default_of(TrainConfig, name)  # noqa: E731
     prof = lambda name: default_of(ProfileOptions, name)  # noqa: E731
@@ -140,22 +154,29 @@ def build_parser() -> argparse.ArgumentParser:
     _train_args(p, train("model"), train("steps"), train("lr"))
     _world_args(p, prof("backend"), prof("timeout_s"), prof("device"))
     _dtype_arg(p, train("dtype"))
-    p.add_argument("--variants", default=_list_text(prof("variants"), VARIANTS))
-    p.add_argument("--world-sizes", default=_list_text(prof("world_sizes")))
-    p.add_argument("--warmup", type=int, default=train("warmup"))
-    p.add_argument("--scaling", default=train("scaling"), help="weak (fixed per-rank batch) or strong")
-    p.add_argument("--bucket-mb", type=float, default=train("bucket_mb"))
-    p.add_argument("--bucket-sweep", default=_list_text(prof("bucket_sweep")), help="e.g. 1,10,25,100")
-    p.add_argument("--profile-steps", type=int, default=train("profile_steps"))
+    p.add_argument("--variants", default=_list_text(prof("variants"), VARIANTS), help=_VARIANTS_HELP)
+    p.add_argument("--world-sizes", default=_list_text(prof("world_sizes")),
+                   help="comma-separated numbers of ranks; every variant runs at each (default %(default)s)")
+    p.add_argument("--warmup", type=int, default=train("warmup"),
+                   help="untimed steps before the timed ones, 0 or more (default %(default)s)")
+    p.add_argument("--scaling", default=train("scaling"),
+                   help="weak (fixed per-rank batch) or strong (fixed global batch) (default %(default)s)")
+    p.add_argument("--bucket-mb", type=float, default=train("bucket_mb"),
+                   help="gradient bucket cap in MiB of the bucketed variants (default %(default)g)")
+    p.add_argument("--bucket-sweep", default=_list_text(prof("bucket_sweep")),
+                   help="more bucket caps in MiB, one more job of each bucketed variant per cap, e.g. "
+                        "1,10,25,100 (default: none)")
+    p.add_argument("--profile-steps", type=int, default=train("profile_steps"),
+                   help="steps traced by torch.profiler after the timed ones, 0: none (default %(default)s)")
     p.add_argument("--no-trace", action="store_true", help="skip the torch.profiler steps")
     p.add_argument("--calibration-steps", type=int, default=train("calibration_steps"),
                    help="untimed steps per bucket plan of the what-if calibration after each 2+-rank "
-                        "bucketed/torch_ddp job (0: none)")
+                        "bucketed/torch_ddp job (0: none) (default %(default)s)")
     p.add_argument("--comm-hook", default=_list_text(prof("comm_hooks")),
                    help="DDP comm hooks, one torch_ddp job each at world sizes >= 2: "
-                        + ",".join(COMM_HOOKS) + " (e.g. none,fp16,powersgd)")
+                        + ",".join(COMM_HOOKS) + " (e.g. none,fp16,powersgd) (default %(default)s)")
     p.add_argument("--powersgd-rank", type=int, default=train("powersgd_rank"),
-                   help="PowerSGD's matrix approximation rank")
+                   help="PowerSGD's matrix approximation rank (default %(default)s)")
     _run_args(p)
     p.add_argument("--no-pin", action="store_true",
                    help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
@@ -257,13 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("import", help="turn a folder of torch.profiler traces into a run directory")
     i.add_argument("traces", help="a folder of traces (searched recursively: rank<r>.json, *.pt.trace.json[.gz], "
                                   "torchtitan's iteration_<k>/rank<r>_trace.json) or one trace file")
-    i.add_argument("--out", default="profiles")
+    i.add_argument("--out", default="profiles",
+                   help="folder the run directory is written into (default %(default)s)")
     i.add_argument("--name", default=None, help="label added to the generated run id")
     i.add_argument("--iteration", type=int, default=None,
                    help="torchtitan layout: which iteration_<k> folder (default: the latest)")
     i.add_argument("--align-clocks", default="auto", choices=("auto", "always", "never"),
                    help="shift ranks onto rank 0's clock by matched collective ends (auto: only when "
-                        "the traces come from several hosts)")
+                        "the traces come from several hosts) (default %(default)s)")
     _scale_args(i)
     return ap
 

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dpcore.contract.units import exact_size
+
 #: bytes per element of the dtype names the recorder writes
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
                "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8,
@@ -242,7 +244,7 @@ def verdict(dumps: dict[int, dict], world_size: int | None = None) -> Verdict:
         ref = by_seq[others[0]][s]
         mine = by_seq[lag[0]][s]
         msg = (f"desync at collective seq {s}: {_names(others)} entered {ref.op} "
-               f"({ref.bytes} B) but {_names(lag)} entered {mine.op} ({mine.bytes} B)")
+               f"({exact_size(ref.bytes)}) but {_names(lag)} entered {mine.op} ({exact_size(mine.bytes)})")
         return Verdict("desync", lag, s, ref.op, ref.bytes, pg, msg)
     last = {r: max(m) if m else -1 for r, m in by_seq.items()}
     absent = [r for r in range(world_size or 0) if r not in dumps]
@@ -253,7 +255,7 @@ def verdict(dumps: dict[int, dict], world_size: int | None = None) -> Verdict:
         want = min((last[r] for r in behind if r in last), default=top - 1) + 1
         ref = by_seq[ahead[0]].get(want) or by_seq[ahead[0]][top]
         msg = (f"{_names(behind)} never entered collective seq {ref.seq} ({ref.op}, "
-               f"{ref.bytes} B) that {_names(ahead)} "
+               f"{exact_size(ref.bytes)}) that {_names(ahead)} "
                f"{'wait' if len(ahead) > 1 else 'waits'} in")
         return Verdict("missing", behind, ref.seq, ref.op, ref.bytes, pg, msg)
     waiting = sorted(r for r, m in by_seq.items() if any(not c.completed for c in m.values()))

@@ -43,6 +43,18 @@ def binary_size(nbytes: object) -> str:
     return f"{sign}{text} {_UNITS[k]}"
 
 
+def exact_size(nbytes: object) -> str:
+    """Bytes readable and exact: '294 KiB = 301,352 B'; below 1 KiB just '16 B' (the same
+    number twice says nothing); '—' when unknown. For a value a person may match against a log."""
+    if _missing(nbytes):
+        return EMPTY
+    n = float(nbytes)  # type: ignore[arg-type]
+    if abs(n) < 1024:
+        return binary_size(n)
+    exact = f"{int(n):,}" if n == int(n) else f"{n:,.1f}"
+    return f"{binary_size(n)} = {exact} B"
+
+
 def mib_size(mb: object) -> str:
     """A size given in MB as dpcore's options take it (MiB: ``--bucket-mb 25`` = 25·2^20 bytes)."""
     return EMPTY if _missing(mb) else binary_size(float(mb) * 2**20)  # type: ignore[arg-type]

@@ -120,9 +120,14 @@ def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = Non
     return pd.DataFrame(rows, columns=SCALING_COLUMNS)
 
 
-def bucket_sweep(summary: pd.DataFrame) -> pd.DataFrame:
-    """Rows of (variant, world size) cells measured at more than one bucket size."""
+def bucket_sweep(summary: pd.DataFrame, jobs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Rows of (variant, world size) cells measured at more than one bucket size. ``jobs``
+    (``Run.jobs``): its comm-hook jobs are left out, so each cell is the plain variant's (a hook
+    job beside it has the same variant, world size and bucket size: the Compression panel's)."""
     cols = ["variant", "world_size", "bucket_mb", "step_ms", "exposed_ms", "overlap_pct", "comm_ops"]
     ok = summary[np.isfinite(pd.to_numeric(summary["step_ms"], errors="coerce"))]
+    if jobs is not None and "comm_hook" in jobs and "job_id" in ok:
+        hooked = jobs.loc[jobs["comm_hook"].notna() & (jobs["comm_hook"].astype(str) != "none"), "job_id"]
+        ok = ok[~ok["job_id"].isin(set(hooked.astype(str)))]
     n = ok.groupby(["variant", "world_size"])["bucket_mb"].transform("nunique")
     return ok[n > 1][cols].sort_values(["variant", "world_size", "bucket_mb"]).reset_index(drop=True)

@@ -60,7 +60,8 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 #: A lanes table (:func:`trace_lanes`): per rank one ``lane`` "rank" row (step -1, its first
 #: event start .. last event end: the rank has events), per rank and traced step (``step`` >= 0)
 #: one "step" row (the step's first event start .. last event end: the step has events), its merged
-#: compute ("compute", named "compute") and its comm events ("comm", the event's name); per rank
+#: compute ("compute", named "compute") and its comm events ("comm", the event's name, its span as
+#: the overlap numbers take it: :func:`dpcore.read.analysis.comm_overlap._trace_sets`); per rank
 #: its clock-sync markers ("sync", step -1, named ``dpcore_clock_sync#k``). ``start_us`` and
 #: ``end_us`` are the trace's own ``ts`` and ``ts + dur`` (µs on the profiler's clock), unrounded.
 #: A rank with GPU events in a step also gets, for that step, lanes "thread <tid>" (each thread
@@ -101,11 +102,13 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
                 continue
             ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
             add(rank, int(step), "step", "", ts.min(keepdims=True), end.max(keepdims=True))
-            _, (p_s, p_e) = _trace_sets(ev)
+            # the comm spans as the overlap numbers measure them (a DDP all-reduce ends with the
+            # backward that waited for it), so a bar and the step's C and overlap agree
+            (c_s, c_e), (p_s, p_e) = _trace_sets(ev)
             p_s, p_e = merge(p_s, p_e)
             add(rank, int(step), "compute", "compute", p_s, p_e, "compute")
             comm = (ev["kind"] == "comm").to_numpy()
-            add(rank, int(step), "comm", ev["name"][comm], ts[comm], end[comm], "comm")
+            add(rank, int(step), "comm", ev["name"][comm], c_s, c_e, "comm")
             for lane, names, start, stop, kind in gpu_lanes(ev):
                 add(rank, int(step), lane, names, start, stop, kind)
     empty = {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,

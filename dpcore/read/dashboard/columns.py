@@ -11,6 +11,7 @@ import streamlit as st
 from dpcore.read.dashboard.formulas import FORMULAS
 
 NUM = st.column_config.NumberColumn
+SUMMARY_STATUS_HELP = "complete, or why the job has no numbers (skipped, failed)."
 SUMMARY_CONFIG = {
     "step_ms": NUM("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
     "compute_ms": NUM("compute (ms)", help=FORMULAS["compute_ms"], format="%.2f"),
@@ -28,8 +29,7 @@ SUMMARY_CONFIG = {
                                              "blank where "
                                              "a variant does not bucket its gradients."),
     "world_size": NUM("world size", help="Ranks (processes) of the job.", format="%d"),
-    "status": st.column_config.TextColumn("status", width="large",
-                                          help="complete, or why the job has no numbers (skipped, failed)."),
+    "status": st.column_config.TextColumn("status", width="medium", help=SUMMARY_STATUS_HELP),
     "throughput": NUM("throughput (samples/s)", help=FORMULAS["throughput"], format="%.0f"),  # whole samples
     "step_ms_p10": NUM("T p10", help="10th percentile of step time over the timed steps and ranks", format="%.2f"),
     "step_ms_p90": NUM("T p90", help="90th percentile of step time over the timed steps and ranks", format="%.2f"),

@@ -108,16 +108,31 @@ def default_second(runs: pd.DataFrame, first: str) -> str | None:
     return str(others.loc[score.idxmax(), "_folder"])  # idxmax: the first (newest) of the best
 
 
+#: The most characters of a run's label that the sidebar's picker (about 230 px) shows whole.
+LABEL_CHARS = 30
+
+
+def fit_label(text: str, most: int = LABEL_CHARS) -> str:
+    """``text`` whole if it fits the picker, else its start and end around "…" (a run id's date
+    and its suffix are the parts that tell runs apart)."""
+    if len(text) <= most:
+        return text
+    head = (most - 1) // 2
+    return text[:head] + "…" + text[len(text) - (most - 1 - head):]
+
+
 def run_labels(runs: pd.DataFrame) -> dict[str, str]:
-    """{folder: picker label}: the run id, "· status" where the run is not complete, plus the
-    folder where two runs share a run id. Short, so that the sidebar's picker shows it whole (a
-    timestamped run id with " · complete" was cut)."""
+    """{folder: picker label}: the run id, "status · " before it where the run is not complete,
+    plus the folder where two runs share a run id; at most LABEL_CHARS characters (the run id cut
+    in the middle), so that the sidebar's picker shows it whole (a timestamped run id with
+    " · failed" after it was cut). The status goes first: a cut never takes it."""
     ids = [str(r) for r in runs["run_id"]]
     dup = {r for r in ids if ids.count(r) > 1}
     out = {}
     for f, r, s in zip(folders(runs), ids, runs["status"].astype(str)):
         name = f"{r} ({f})" if r in dup else r
-        out[f] = name if s == "complete" else f"{name} · {s}"
+        prefix = "" if s == "complete" else f"{s} · "
+        out[f] = prefix + fit_label(name, LABEL_CHARS - len(prefix))
     return out
 
 

@@ -38,6 +38,21 @@ def status_text(status: object, variant: object, reason: object, error: object =
     return status or EMPTY
 
 
+#: The most characters of a status shown in a table cell; the whole text is in the caption below
+#: the table and the column's hover help (a long skip reason widened the column and pushed the
+#: step's numbers off a 1,400 px screen).
+STATUS_CHARS = 28
+
+
+def short_status(text: object, most: int = STATUS_CHARS) -> str:
+    """A status cut to ``most`` characters at a word, with "…" where it was cut."""
+    text = "" if text is None else str(text)
+    if len(text) <= most:
+        return text
+    cut = text[: most - 1].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return (cut or text[: most - 1]) + "…"
+
+
 def bucket_text(variant: object, bucket_mb: object) -> str:
     """The bucket size in binary units for bucketed variants; blank for the others."""
     return mib_size(bucket_mb) if variant in BUCKET_SENSITIVE else ""
@@ -80,4 +95,17 @@ def bucket_rows(sweep: pd.DataFrame) -> pd.DataFrame:
         return sweep
     out = sweep.copy()
     out["bucket_mb"] = [mib_size(b) for b in out["bucket_mb"]]
+    return out
+
+
+def compression_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """`compression` rows for display: bytes in binary units ("3.77 MiB"), the bucket size as
+    text, the reason blank when there is none; the numbers keep their values (the page's column
+    formats round them)."""
+    out = df.copy()
+    for c in ("bytes_in", "bytes_wire"):
+        if c in out:
+            out[c] = [binary_size(b) for b in out[c]]
+    if "bucket_mb" in out:
+        out["bucket_mb"] = [mib_size(b) for b in out["bucket_mb"]]
     return out

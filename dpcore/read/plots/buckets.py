@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dpcore.contract.units import mib_size
-from dpcore.read.plots.style import base_layout, color_for, empty_figure, esc, legend_right
+from dpcore.read.plots.style import base_layout, color_for, empty_figure, esc, legend_right, mib_ticks
 
 #: World sizes in ascending order get these line dashes and marker symbols (colour is the variant's).
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
@@ -35,8 +35,6 @@ def bucket_figure(df: pd.DataFrame) -> go.Figure:
                             marker=dict(symbol=SYMBOLS[k % len(SYMBOLS)], size=9), customdata=labels,
                             hovertemplate=esc(name) + "<br>bucket %{customdata}<br>%{y:.2f} ms<extra></extra>",
                             row=1, col=c)
-    sizes = sorted(float(b) for b in df["bucket_mb"].unique())
-    fig.update_xaxes(type="log", title="bucket size (MiB = 2^20 bytes)", tickvals=sizes,
-                     ticktext=[mib_size(b) for b in sizes])
+    fig.update_xaxes(type="log", title="bucket size (MiB = 2^20 bytes)", **mib_ticks(df["bucket_mb"]))
     fig.update_yaxes(rangemode="tozero")
     return legend_right(base_layout(fig, None, height=380))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from dpcore.contract.units import exact_size
+
 
 def hang_figure(colls: pd.DataFrame, verdict: dict) -> go.Figure:
     """One marker per (rank, collective): filled when it completed, open while waiting; colour
@@ -16,8 +18,8 @@ def hang_figure(colls: pd.DataFrame, verdict: dict) -> go.Figure:
             x=g["seq"], y=[f"rank {r}" for r in g["rank"]], mode="markers", name=str(op),
             marker={"size": 14, "symbol": ["circle" if c else "circle-open" for c in g["completed"]],
                     "line": {"width": 2}},
-            customdata=g[["bytes", "completed"]].to_numpy(),
-            hovertemplate=f"{op} seq %{{x}} on %{{y}}: %{{customdata[0]}} B, "
+            customdata=list(zip([exact_size(b) for b in g["bytes"]], g["completed"])),
+            hovertemplate=f"{op} seq %{{x}} on %{{y}}: %{{customdata[0]}}, "
                           "completed %{customdata[1]}<extra></extra>"))
     if verdict.get("kind") in ("missing", "desync") and verdict.get("seq", -1) >= 0:
         fig.add_vline(x=verdict["seq"], line_dash="dash", line_color="red",

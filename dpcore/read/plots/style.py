@@ -165,5 +165,35 @@ def label_jobs(jobs: pd.DataFrame) -> pd.Series:
     if not len(jobs):
         return pd.Series(dtype=object)
     multi = jobs.groupby("variant")["bucket_mb"].transform("nunique") > 1
-    return pd.Series([job_label(v, w, b, bool(m)) for v, w, b, m in
-                      zip(jobs["variant"], jobs["world_size"], jobs["bucket_mb"], multi)], index=jobs.index)
+    labels = pd.Series([job_label(v, w, b, bool(m)) for v, w, b, m in
+                        zip(jobs["variant"], jobs["world_size"], jobs["bucket_mb"], multi)], index=jobs.index)
+    if "job_id" in jobs and labels.duplicated().any():
+        labels = _distinct(labels, jobs["job_id"].astype(str))
+    return labels
+
+
+def _distinct(labels: pd.Series, ids: pd.Series) -> pd.Series:
+    """Labels shared by several jobs (a comm-hook job beside its plain torch_ddp job: same variant,
+    world size and bucket) told apart: the job with the shortest id keeps the label, the others
+    add what their id adds to it ("torch_ddp ×2 · 1 MiB · fp16"). On a category axis two jobs of
+    one label would be drawn as one bar."""
+    out = labels.copy()
+    for _, group in labels.groupby(labels):
+        if len(group) < 2:
+            continue
+        base = min(ids[group.index], key=len)
+        for i in group.index:
+            if ids[i] != base:
+                extra = ids[i][len(base) + 1:] if ids[i].startswith(base + "-") else ids[i]
+                out[i] = f"{labels[i]} · {extra}"
+    return out
+
+
+def mib_ticks(sizes: object, most: int = 10) -> dict:
+    """A log axis's ticks at the given sizes in MiB, labelled in binary units ("256 KiB",
+    "25 MiB"), at most ``most`` of them (every k-th, the largest kept): plotly's own log ticks
+    label the minor steps by their first digit only ("2 5 1 2 5 10")."""
+    vals = sorted({float(v) for v in sizes if v == v and v is not None and float(v) > 0})  # type: ignore[union-attr]
+    step = -(-len(vals) // most) if vals else 1
+    vals = vals[::-1][::step][::-1]
+    return dict(tickmode="array", tickvals=vals, ticktext=[mib_size(v) for v in vals])

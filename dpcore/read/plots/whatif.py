@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dpcore.contract.units import mib_size, ranks_text
-from dpcore.read.plots.style import COMPONENT_COLORS, LANE_COLORS, base_layout, empty_figure, legend_right
+from dpcore.read.plots.style import COMPONENT_COLORS, LANE_COLORS, base_layout, empty_figure, legend_right, mib_ticks
 
 #: Stacked parts of a predicted step, bottom to top: (column, legend, color).
 PARTS = [("compute_only_ms", "compute (no comm in flight)", COMPONENT_COLORS["compute"]),
@@ -126,7 +126,10 @@ def sweep_figure(pred: pd.DataFrame, measured: pd.DataFrame, x: str = "bucket_mb
             fig.add_scatter(x=part[x], y=part["step_ms"], mode="markers", name="measured, outside the band",
                             marker=OUTSIDE, customdata=part["job_id"],
                             hovertemplate="%{customdata}: %{y:.1f} ms, outside the band<extra></extra>")
-    fig.update_xaxes(type="log" if x == "bucket_mb" else "linear",
-                     title="bucket size (MiB)" if x == "bucket_mb" else "world size (ranks)")
+    if x == "bucket_mb":
+        shown = list(pred["bucket_mb"]) + (list(measured["bucket_mb"]) if measured is not None else [])
+        fig.update_xaxes(type="log", title="bucket size (MiB = 2^20 bytes)", **mib_ticks(shown))
+    else:
+        fig.update_xaxes(type="linear", title="world size (ranks)")
     fig.update_yaxes(title="step time (ms)", rangemode="tozero")
     return legend_right(base_layout(fig, None, height=380))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcore.contract.units import exact_size
 from dpcore.read.analysis.hang import hang_verdict, rank_table
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.hang import load_hangs
@@ -31,7 +32,7 @@ def hang_text(path: str | Path, csv: bool = False) -> str:
     parts = []
     for s in sets:
         v = hang_verdict(s.dumps, s.world_size)
-        parts.append(f"{s.job_id} ({len(s.dumps)} rank dump(s))\n"
-                     f"{text_table(rank_table(s.dumps, s.stacks), float_format=None)}\n"
+        table = text_table(rank_table(s.dumps, s.stacks), float_format=None, formatters={"bytes": exact_size})
+        parts.append(f"{s.job_id} ({len(s.dumps)} rank dump(s))\n{table}\n"
                      f"verdict ({v['kind']}): {v['message']}")
     return "\n\n".join(parts)

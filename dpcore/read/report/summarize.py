@@ -7,6 +7,7 @@ module loads the run and its traces, picks docs/DESIGN.md's columns and lays the
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,7 @@ from dpcore.read.analysis.comm_hooks import compression
 from dpcore.read.analysis.gpu_time import job_gpu
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import INFLATION_LIMIT, NOISY_SPREAD, SOURCE_GAP_POINTS
-from dpcore.read.analysis.summary import job_summary, recorded_on_gpu
+from dpcore.read.analysis.summary import gpu_job_ids, job_summary
 from dpcore.read.ranks import Scale, run_steps_gpu
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
@@ -90,14 +91,15 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
     extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step", "gpu_idle_pct", "host_bound",
                          "trace_inflation") if s[c].notna().any()]
-    view = s[_SUMMARY_VIEW + extra].assign(comm_fraction=100 * s["comm_fraction"], throughput=s["throughput"].round())
+    view = s[_SUMMARY_VIEW + extra].assign(comm_fraction=100 * s["comm_fraction"])
     view = view.rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s", "comm_fraction": "comm_%",
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
                                                     "expected_bus_mib_per_step": "expected_MiB",
                                                     "gpu_idle_pct": "gpu_idle_%", "trace_inflation": "inflation"})
     status = "stale" if is_stale(run.meta) else run.meta.get("status", "?")  # the dashboard's word
-    pct = {c: percent_number for c in ("overlap_%", "comm_%", "gpu_idle_%")}  # one decimal, as the dashboard
+    # one decimal, as the dashboard; samples/s whole, as the Overview and profile's end table
+    pct = {c: percent_number for c in ("overlap_%", "comm_%", "gpu_idle_%")} | {"samples/s": samples_text}
     lines = [f"{run.meta.get('run_id', p.name)} ({status})", text_table(view, formatters=pct), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
              f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
@@ -114,16 +116,16 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
                 "host_bound: the GPU waited for the CPU over half of it." if "gpu_idle_%" in view else "")
              + (f" inflation: median traced step / median timed step (> {INFLATION_LIMIT:g}: flagged)."
                 if "inflation" in view else "")] \
-        + inflation_lines(s, recorded_on_gpu(run)) + compression_lines(run, s) + notes
+        + inflation_lines(s, gpu_job_ids(run)) + compression_lines(run, s) + notes
     return "\n".join(lines) + "\n"
 
 
-def inflation_lines(summary: pd.DataFrame, on_gpu: bool) -> list[str]:
-    """One line per job the profiler inflated (trace_inflation > INFLATION_LIMIT) of a run recorded
-    on a GPU (``on_gpu``): its traced steps' shares do not describe its timed steps, so its T is
-    split by the timed phases; one line for all such jobs of a CPU run (they keep the traced shares)."""
+def inflation_lines(summary: pd.DataFrame, gpu_jobs: Collection[str]) -> list[str]:
+    """One line per job the profiler inflated (trace_inflation > INFLATION_LIMIT) that ran on a GPU
+    (``gpu_jobs``, :func:`gpu_job_ids`): its traced steps' shares do not describe its timed steps, so
+    its T is split by the timed phases; one line for all such CPU jobs (they keep the traced shares)."""
     bad = summary[summary["trace_inflation"] > INFLATION_LIMIT]
-    gpu = bad if on_gpu else bad.iloc[:0]
+    gpu = bad[bad["job_id"].isin(list(gpu_jobs))]
     out = [f"note: {r.job_id}: its traced steps take {r.trace_inflation * r.step_ms:.1f} ms (median) against "
            f"{r.step_ms:.1f} ms timed (inflation {r.trace_inflation:.2f} > {INFLATION_LIMIT:g}): the profiler made "
            "the step host-bound on the GPU, so its traced shares do not describe the timed steps; compute/comm/"
@@ -134,6 +136,11 @@ def inflation_lines(summary: pd.DataFrame, on_gpu: bool) -> list[str]:
                    "(inflation column): on CPU the profiler slows the operators it measures, so their "
                    "compute/comm/exposed keep the traced shares.")
     return out
+
+
+def samples_text(v: object) -> str:
+    """Throughput in whole samples/s with thousands separators ("104,148"), "—" when unknown."""
+    return EMPTY if pd.isna(v) else f"{float(v):,.0f}"
 
 
 def compression_lines(run: Run, summary: pd.DataFrame) -> list[str]:
@@ -175,7 +182,7 @@ def run_end_table(path: str) -> tuple[str, int]:
         table = summary[list(cols)].assign(comm_fraction=100 * summary["comm_fraction"]).rename(columns=cols)
         lines.append(text_table(table, formatters={
             "comm %": percent, "overlap %": percent,
-            "samples/s": lambda v: EMPTY if pd.isna(v) else f"{v:,.0f}"}))
+            "samples/s": samples_text}))
     failed = 0
     for job in run.meta.get("jobs", []):
         if job.get("status") in ("failed", "skipped", "interrupted"):

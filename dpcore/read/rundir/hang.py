@@ -59,6 +59,13 @@ def _dump_folder(folder: Path) -> HangSet:
     return HangSet(folder.name, dumps, {}, None, folder)
 
 
+def hung_jobs(run_dir: str | Path) -> list[str]:
+    """The job ids of a run that hung: its hang/<job_id>/ folders, in name order (none read), so
+    a page can point to the Hang page without loading a dump."""
+    root = Path(run_dir) / rf.HANG_DIR
+    return [d.name for d in sorted(root.iterdir()) if d.is_dir()] if root.is_dir() else []
+
+
 def load_hangs(path: str | Path) -> list[HangSet]:
     """The dumps under ``path`` (a run, a job's hang folder, a folder of dumps, or one dump
     file), one :class:`HangSet` per job. ValueError (one line) when there are none."""
@@ -76,9 +83,7 @@ def load_hangs(path: str | Path) -> list[HangSet]:
                      for j in meta.get("jobs", []) if isinstance(j, dict) and "id" in j}
         except (ValueError, TypeError, KeyError):
             pass
-        hang_root = p / rf.HANG_DIR
-        sets = [_job_folder(d, sizes.get(d.name) or None) for d in sorted(hang_root.iterdir())
-                if d.is_dir()] if hang_root.is_dir() else []
+        sets = [_job_folder(p / rf.HANG_DIR / job, sizes.get(job) or None) for job in hung_jobs(p)]
         if not sets:
             raise ValueError(f"{p}: this run has no hang/ folder: none of its jobs hung (the "
                              "hang watchdog writes hang/<job_id>/ when one does)")

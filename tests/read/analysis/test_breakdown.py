@@ -25,6 +25,7 @@ import pytest
 from dpcore.contract.intervals import has_peers
 from dpcore.read.analysis import job_metrics, overlap_from_trace, step_breakdown
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics
+from dpcore.read.analysis.timeline import trace_lanes
 from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.rundir import load_run
 from dpcore.read.traces import read_trace, read_trace_dir
@@ -188,11 +189,11 @@ def test_an_older_trace_without_marked_calls_keeps_its_operators(tmp_path):
     assert r.overlapped_ms == pytest.approx(8.5 + 1)  # [20.5,29] and [35,36]
 
 
-def test_ddp_gradient_sync_inside_backward_is_not_compute(tmp_path):
+def _ddp_step() -> list[dict]:
     """DDP: the last gradient is accumulated at 15; its bucket's all-reduce (launched at 17,
     inside the AccumulateGrad node) is waited for inside backward(), which returns at 30; gloo's
     thread closes the span only at 36, long after the optimizer started at 31."""
-    ev = [_x("ProfilerStep#3", "user_annotation", 1, -1, 41),
+    return [_x("ProfilerStep#3", "user_annotation", 1, -1, 41),
           _x("forward", "user_annotation", 1, 0, 10), _x("aten::mm", "cpu_op", 1, 0, 10),
           _x("backward", "user_annotation", 1, 10, 30), _x("aten::mm", "cpu_op", 1, 10, 14),
           _x("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", "cpu_op", 1, 14, 22),
@@ -202,6 +203,10 @@ def test_ddp_gradient_sync_inside_backward_is_not_compute(tmp_path):
           _x("torch.distributed.ddp.reducer::copy_bucket_to_grad", "cpu_op", 1, 27, 29),
           _x("optimizer", "user_annotation", 1, 31, 40), _x("aten::add_", "cpu_op", 1, 31, 40),
           _x("gloo:all_reduce", "user_annotation", 2, 18, 36)]
+
+
+def test_ddp_gradient_sync_inside_backward_is_not_compute(tmp_path):
+    ev = _ddp_step()
     r = overlap_from_trace(read_trace(_write(tmp_path / "rank0.json.gz", ev))).set_index("step").loc[3]
     assert r.compute_ms == pytest.approx(15 + 9)  # [0,15] and the optimizer
     assert r.comm_ms == pytest.approx(12)         # [18,30]: over when backward returned
@@ -371,3 +376,19 @@ def test_fresh_run_records_the_calls(fresh_run):
     assert "blocking" in kinds["torch_zero1-ws2-b25"]          # ZeroRedundancyOptimizer's broadcasts
     assert kinds["fsdp-ws2"] >= {"launch", "wait"}
     assert (calls["t_end_ns"] >= calls["t_begin_ns"]).all()
+
+
+def test_timeline_draws_the_comm_span_the_numbers_measure(tmp_path):
+    """The Timeline's bar of the DDP all-reduce above ends where its C ends (backward's return at
+    30), not at gloo's late close (36, under the optimizer's compute): a bar running under
+    resumed compute beside a table saying overlap 0 % contradicted itself."""
+    ev = read_trace(_write(tmp_path / "rank0.json.gz", _ddp_step()))
+    lanes = trace_lanes(ev)
+    comm = lanes[(lanes["lane"] == "comm") & (lanes["step"] == 3)]
+    assert comm["start_us"].tolist() == pytest.approx([18_000])
+    assert comm["end_us"].tolist() == pytest.approx([30_000])
+    r = overlap_from_trace(ev).set_index("step").loc[3]
+    assert float((comm["end_us"] - comm["start_us"]).sum()) / 1e3 == pytest.approx(r.comm_ms)
+    compute = lanes[(lanes["lane"] == "compute") & (lanes["step"] == 3)]
+    under = np.minimum(compute["end_us"], 30_000) - np.maximum(compute["start_us"], 18_000)
+    assert float(under.clip(lower=0).sum()) == pytest.approx(r.overlapped_ms * 1e3)

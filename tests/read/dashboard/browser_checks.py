@@ -1,4 +1,5 @@
-"""What the browser tests check on every drawn page: no two labels of a figure overlap.
+"""What the browser tests check on every drawn page: no two labels of a figure overlap, no label
+is cut, nothing is wider than the page.
 
 Why from the drawn page: plotly places the labels; only the browser knows where they land. The
 boxes are the labels' rendered boxes (``getBoundingClientRect``): two labels whose boxes intersect
@@ -7,6 +8,11 @@ trade's labels piled up, Overview's "↑ 87 ms" over "↑ 102 ms", the ring's ch
 are compared within one figure and one kind: annotations and text markers together, then each
 axis's tick labels among themselves. Rotated tick labels are compared by their centres along the
 axis (their boxes are slanted), closer than one line height is an overlap.
+
+A cut label is one drawn only in part: plotly clips a text marker at its plot area and the rest
+at the figure (the Compression panel showed "e ×2" of "none ×2"); Streamlit ends a label that
+does not fit with "…" (a failed run's name in the sidebar). A table or figure past the window's
+right edge, or a page that scrolls sideways, is wider than the page.
 """
 from __future__ import annotations
 
@@ -78,6 +84,85 @@ def figure(page, title: str) -> dict:
         if f["title"].startswith(title):
             return f
     raise AssertionError(f"no figure titled {title!r}; titles: {[f['title'] for f in found]}")
+
+
+_CUT_JS = """(slack) => {
+  const out = [];
+  // a text box includes the line's leading above and below the glyphs: a fifth of its height
+  // outside the frame cuts nothing
+  const inside = (r, box) => {
+    const v = Math.max(slack, 0.2 * r.height);
+    return r.left >= box.left - slack && r.right <= box.right + slack
+           && r.top >= box.top - v && r.bottom <= box.bottom + v;
+  };
+  const shown = e => (e.textContent || '').trim() && getComputedStyle(e).display !== 'none'
+                     && getComputedStyle(e).visibility !== 'hidden' && e.getAttribute('opacity') !== '0';
+  document.querySelectorAll('.js-plotly-plot').forEach((plot, k) => {
+    const title = (plot.querySelector('.gtitle') || {}).textContent || `figure ${k}`;
+    const svg = plot.querySelector('.main-svg');
+    if (!svg) return;
+    const page = svg.getBoundingClientRect();
+    const areas = Array.from(plot.querySelectorAll('.nsewdrag')).map(d => d.getBoundingClientRect());
+    // text markers are clipped at their subplot's plot area; every other label at the figure
+    plot.querySelectorAll('.textpoint text').forEach(e => {
+      if (!shown(e)) return;
+      const r = e.getBoundingClientRect();
+      if (r.width > 0 && !areas.some(a => inside(r, a))) out.push(`${title}: "${e.textContent.trim()}" is cut`);
+    });
+    plot.querySelectorAll('g.annotation text, .xtick text, .ytick text, .gtitle, .legendtext, .cbtitle text')
+        .forEach(e => {
+      if (!shown(e)) return;
+      const r = e.getBoundingClientRect();
+      if (r.width > 0 && !inside(r, page)) out.push(`${title}: "${e.textContent.trim()}" is cut`);
+    });
+  });
+  // HTML labels Streamlit cuts with an ellipsis: the sidebar's pickers, widget labels, metrics
+  document.querySelectorAll('[data-baseweb=select] [value], [data-baseweb=select] div, label p, '
+                            + '[data-testid=stMetricValue] div, [data-testid=stMetricLabel] p').forEach(e => {
+    if (e.children.length || !(e.textContent || '').trim()) return;
+    if (e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflow !== 'visible')
+      out.push(`label "${e.textContent.trim()}" is cut (${e.scrollWidth} px in ${e.clientWidth} px)`);
+  });
+  // a select box's value is an input's text: measured against the input's inner width
+  const ctx = document.createElement('canvas').getContext('2d');
+  document.querySelectorAll('input[role=combobox]').forEach(e => {
+    if (!e.value || !e.getBoundingClientRect().width) return;
+    const cs = getComputedStyle(e);
+    ctx.font = cs.font;
+    const room = e.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+    const need = ctx.measureText(e.value).width;
+    if (need > room + 1) out.push(`label "${e.value}" is cut (${Math.round(need)} px in ${Math.round(room)} px)`);
+  });
+  return out;
+}"""
+
+
+def cut_labels(page) -> list[str]:
+    """Every label drawn only in part (empty: none): a figure's text marker outside its plot area
+    (plotly clips it there: "e ×2" of "none ×2"), a tick, legend or annotation outside the figure,
+    or an HTML label Streamlit ends with "…" (a run's name in the sidebar's picker)."""
+    return page.evaluate(_CUT_JS, SLACK_PX)
+
+
+_WIDE_JS = """() => {
+  const width = document.documentElement.clientWidth;
+  const out = [];
+  document.querySelectorAll('[data-testid=stDataFrame], [data-testid=stTable], .js-plotly-plot').forEach((e, k) => {
+    const r = e.getBoundingClientRect();
+    if (r.width > 0 && r.right > width + 1) out.push(`element ${k} (${e.dataset.testid || 'figure'}) ends at `
+                                                     + `${Math.round(r.right)} px of ${width}`);
+  });
+  const main = document.querySelector('[data-testid=stMain]');
+  if (main && main.scrollWidth > main.clientWidth + 1)
+    out.push(`the page scrolls sideways: ${main.scrollWidth} px in ${main.clientWidth} px`);
+  return out;
+}"""
+
+
+def wider_than_the_page(page) -> list[str]:
+    """Tables and figures that reach past the window's right edge, and a page that scrolls
+    sideways (empty: none)."""
+    return page.evaluate(_WIDE_JS)
 
 
 def start_server(root, log, port: int):

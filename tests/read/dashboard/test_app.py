@@ -282,5 +282,8 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
         elif page.title == "Scaling":  # one world size (2): nothing to scale, and no one-point charts
             assert any("ran at world size 2: there is nothing to scale" in i.value for i in at.info)
             assert not at.get("plotly_chart")
+        elif page.title == "Buckets":  # one bucket size, no hook: said in a line, no empty chart
+            assert any("This run has no bucket sweep" in i.value for i in at.info)
+            assert not at.get("plotly_chart")
         elif page.title not in NO_CHART:
             assert at.get("plotly_chart"), f"{page.title} drew no chart"

@@ -22,12 +22,13 @@ from dpcore.contract.ringplan import ring_schedule
 from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
 from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
 from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, PERFETTO_JS, perfetto_data, too_big
-from dpcore.read.dashboard.picker import comparable, default_second
+from dpcore.read.dashboard.picker import comparable, default_second, run_labels
 from dpcore.read.dashboard.tables import bucket_text, overview_rows, status_text, table_height
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.ring import aggregate_pieces, message_figure
 from dpcore.read.plots.ring_circle import ring_circle_figure
 from dpcore.read.plots.style import SIDE_COLORS
+from dpcore.read.rundir.load import list_runs
 from tests.app_pages import open_page
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -89,19 +90,34 @@ def test_compare_defaults_to_a_run_of_the_same_kind() -> None:
     assert default_second(runs.iloc[:1], "bench-new") is None
 
 
-def test_compare_mode_on_the_shipped_samples_pairs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The two samples (a training run, an all-reduce benchmark) share no job: switching Compare on
-    says so in the sidebar instead of pairing them; a run's `repeats: 0` reads as what it means."""
+def test_compare_mode_on_the_shipped_samples_pairs_like_with_like(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The samples: two training runs (sample-train, sample-hang) and an all-reduce benchmark.
+    Compare pairs a training run only with the other training run, never with the benchmark, and
+    the benchmark, which has no other benchmark, with nothing (the sidebar says so); a run's
+    `repeats: 0` reads as what it means."""
     if not (SAMPLE / "sample-allreduce").is_dir():
         pytest.skip("sample runs not present")
+    kinds = list_runs(SAMPLE)[0].set_index("run_id")["kinds"]
+    train = sorted(r for r, k in kinds.items() if "train" in str(k))
+    assert "sample-train" in train and "sample-allreduce" not in train
     monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.sidebar.toggle(key="compare").set_value(True).run()
     assert not at.exception
+    second = [s for s in at.sidebar.selectbox if s.key == "run_b"]
+    assert [s.options for s in second] == ([[picker_label(r) for r in train if r != "sample-train"]]
+                                           if len(train) > 1 else [])
+    at.sidebar.selectbox(key="run_a").set_value("sample-allreduce").run()
+    assert not at.exception
     assert not [s for s in at.sidebar.selectbox if s.key == "run_b"]
-    assert any("No other run has train jobs to compare with sample-train" in i.value for i in at.sidebar.info)
+    assert any("No other run has allreduce jobs to compare with sample-allreduce" in i.value for i in at.sidebar.info)
     diff = config_diff({"a": {"config": {"repeats": 0}}, "b": {"config": {"repeats": 5}}})
     assert diff.iloc[0]["a"].startswith("by size (50 up to 64 KiB")
+
+
+def picker_label(run_id: str) -> str:
+    """The sidebar's label of a committed sample run (``run_labels``: "· status" unless complete)."""
+    return run_labels(list_runs(SAMPLE)[0])[run_id]  # the samples' folders are their run ids
 
 
 def test_config_difference_and_ratio_column() -> None:
@@ -356,3 +372,45 @@ def test_progress_says_why_a_job_has_more_steps_than_asked(capsys: pytest.Captur
     events = [e for e in map(parse_event, capsys.readouterr().out.splitlines()) if e]
     _, text, _ = progress_of(events)
     assert text == "job 1/1: flat-ws2 · step 7/13 (3 warm-up + 6 timed + 4 under the profiler)"
+
+
+def test_a_long_status_is_cut_at_a_word_in_the_cell() -> None:
+    from dpcore.read.dashboard.tables import STATUS_CHARS, short_status
+
+    long = "skipped: needs 2 or more GPUs on this host; found 0"
+    cut = short_status(long)
+    assert cut == "skipped: needs 2 or more…" and len(cut) <= STATUS_CHARS
+    assert short_status("complete") == "complete" and short_status("x" * 40) == "x" * (STATUS_CHARS - 1) + "…"
+
+
+def test_overview_cuts_a_long_status_and_shows_it_whole_below(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Overview table's status cell holds at most STATUS_CHARS characters; the whole reason
+    is in a caption and in the column's help; the step's numbers come right after the status."""
+    from dpcore.read.dashboard.pages.overview import SUMMARY_COLS
+    from dpcore.read.dashboard.tables import STATUS_CHARS
+
+    if not (SAMPLE / "sample-train").is_dir():
+        pytest.skip("sample runs not present")
+    assert SUMMARY_COLS[3:8] == ["status", "step_ms", "comm_fraction", "overlap_pct", "exposed_ms"]
+    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert table["status"].str.len().max() <= STATUS_CHARS
+    skipped = table[table["status"].str.startswith("skipped")]
+    assert len(skipped) and skipped["status"].str.endswith("…").all()
+    whole = [c.value.replace("\\", "") for c in at.caption]  # the caption is escaped Markdown
+    assert any("data_parallel ×2 skipped: needs 2 or more GPUs on this host; found 0" in c for c in whole)
+
+
+def test_a_run_label_fits_the_sidebar_with_its_status_first() -> None:
+    from dpcore.read.dashboard.picker import LABEL_CHARS
+
+    long = "20261126-132743-hf-gpu-13af"
+    runs = pd.DataFrame({"run_id": [long, "sample-hang", "sample-train"],
+                         "path": [f"/p/{long}", "/p/sample-hang", "/p/sample-train"],
+                         "status": ["failed", "failed", "complete"]})
+    labels = run_labels(runs)
+    assert labels["sample-train"] == "sample-train" and labels["sample-hang"] == "failed · sample-hang"
+    assert labels[long].startswith("failed · 20261126-1") and labels[long].endswith("gpu-13af")
+    assert "…" in labels[long] and all(len(v) <= LABEL_CHARS for v in labels.values())

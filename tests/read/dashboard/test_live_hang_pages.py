@@ -94,3 +94,40 @@ def test_hang_page_draws_the_verdict_and_stacks(root, monkeypatch):
     assert isinstance(table, pd.DataFrame) and table["last_enqueued_seq"].tolist() == [8, 7]
     assert table["stack_top"].tolist()[1] == "inject.py:49 in injected"
     assert any("(lagging)" in e.label for e in at.expander)
+
+
+def test_live_page_links_a_hung_job_to_the_hang_page(root, monkeypatch):
+    at = open_page(start(root, monkeypatch), "Live")
+    assert not problems(at), problems(at)
+    assert any("flat-ws2 hung" in w.value and "Hang page" in w.value for w in at.warning)
+
+
+def test_live_page_names_no_slowest_rank_at_world_size_one(root, monkeypatch):
+    run = root / "20250101-120000-mlp"
+    lines = _live_rows("single-ws1").splitlines(keepends=True)
+    (run / rf.LIVE_FILE).write_text(lines[0] + "".join(li for li in lines[1:] if li.split(",")[1] == "0"))
+    at = open_page(start(root, monkeypatch), "Live")
+    assert not problems(at), problems(at)
+    assert len(at.dataframe) == 1  # the per-rank numbers, no "slowest in 20 of 20" table
+    assert any("One rank: no other rank to wait for" in c.value for c in at.caption)
+    assert not any("persistent straggler" in w.value for w in at.warning)
+
+
+def test_live_page_without_live_rows_says_why_in_words(root, monkeypatch):
+    (root / "20250101-120000-mlp" / rf.LIVE_FILE).unlink()
+    at = open_page(start(root, monkeypatch), "Live")
+    assert not problems(at), problems(at)
+    text = " ".join(i.value for i in at.info)
+    assert "No live rows in this run" in text and "0.x" not in text
+
+
+def test_heat_strip_ticks_whole_ranks_and_gives_the_colour_bar_room():
+    from dpcore.read.plots.heat import MIN_PLOT_PX, rank_step_heat_figure
+
+    two = rank_step_heat_figure(pd.DataFrame([[1.0, 2.0], [3.0, 4.0]], index=[0, 1], columns=[0, 1]))
+    assert list(two.layout.yaxis.tickvals) == [0, 1] and list(two.layout.yaxis.ticktext) == ["0", "1"]
+    m = two.layout.margin
+    assert two.layout.height - m.t - m.b >= MIN_PLOT_PX
+    assert two.data[0].colorbar.title.side == "right"
+    many = rank_step_heat_figure(pd.DataFrame(1.0, index=range(64), columns=range(3)))
+    assert many.layout.yaxis.tickformat == "d" and many.layout.yaxis.tickvals is None

@@ -36,9 +36,10 @@ def test_hang_explains_a_plain_pytorch_jobs_dumps(tmp_path, ws, mode, rank, kind
     assert out.returncode == 0, out.stderr
     assert f"verdict ({kind})" in out.stdout
     if kind == "missing":
-        assert "rank 1 never entered collective seq 8 (all_reduce, 4000 B) that rank 0 waits in" in out.stdout
+        assert ("rank 1 never entered collective seq 8 (all_reduce, 3.91 KiB = 4,000 B) that rank 0 "
+                "waits in") in out.stdout
     else:
-        assert ("desync at collective seq 8: ranks 0, 1 entered all_reduce (4000 B) but rank 2 "
+        assert ("desync at collective seq 8: ranks 0, 1 entered all_reduce (3.91 KiB = 4,000 B) but rank 2 "
                 "entered barrier (0 B)") in out.stdout
     csv = _hang(str(tmp_path), "--csv")
     lines = csv.stdout.splitlines()

@@ -148,3 +148,18 @@ def test_analyze_reads_the_ranks_of_a_merged_trace(capsys: pytest.CaptureFixture
     pd.testing.assert_frame_equal(merged, per_rank)
     assert main(["analyze", str(job / "merged.json.gz")]) == 0
     assert "a merged trace: ranks 0, 1 read from its process names" in capsys.readouterr().out
+
+
+def test_summarize_prints_whole_samples_per_second(tmp_path: Path) -> None:
+    """samples/s reads as the Overview and profile's end table show it ("2,794"), never "2794.00"."""
+    from dpcore.read.report.summarize import run_end_table, summarize
+
+    run = make_run(tmp_path)
+    lines = summarize(str(run)).splitlines()
+    header = lines[1].split()
+    col = header.index("samples/s")
+    cells = [ln.split()[col] for ln in lines[2:] if ln.strip() and len(ln.split()) == len(header)]
+    assert cells and all(re.fullmatch(r"\d{1,3}(,\d{3})*|—", c) for c in cells), cells
+    assert any("," in c for c in cells)  # the synthetic jobs run above 1,000 samples/s
+    end = run_end_table(str(run))[0]
+    assert all(c in end for c in cells if c != "—")  # the same text as profile's end table

@@ -15,7 +15,7 @@ from dpcore.contract.units import EMPTY
 from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
-from dpcore.read.dashboard.tables import bucket_rows, table_height
+from dpcore.read.dashboard.tables import bucket_rows, compression_rows, table_height
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.comm_hooks import compression_figure
 from dpcore.read.rundir.load import Run
@@ -26,7 +26,7 @@ INTRO = "How the gradient bucket size trades launch overhead against overlap."
 @st.cache_data(show_spinner=False, max_entries=16)
 def sweep(_run: Run, run_key: tuple) -> pd.DataFrame:
     """The bucket-size sweep of the run's bucketed jobs (`bucket_sweep`)."""
-    return A.bucket_sweep(data.job_summary(_run, run_key))
+    return A.bucket_sweep(data.job_summary(_run, run_key), _run.jobs)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -47,7 +47,19 @@ def render_compression(run: Run) -> None:
         return
     st.subheader("Compression (DDP comm hooks)")
     st.plotly_chart(compression_figure(df), key=f"ch-{run.path}")
-    st.dataframe(df, hide_index=True, width="stretch", placeholder=EMPTY)
+    ms = lambda label: st.column_config.NumberColumn(label, format="%.2f")  # noqa: E731
+    st.dataframe(compression_rows(df), hide_index=True, width="stretch", placeholder=EMPTY, column_config={
+        "world_size": st.column_config.NumberColumn("world size", format="%d"),
+        "bucket_mb": st.column_config.TextColumn("bucket cap"),
+        "saved_pct": st.column_config.NumberColumn("saved %", format="%.1f%%"),
+        "collectives": st.column_config.NumberColumn("collectives", format="%d"),
+        "step_ms": ms("step_ms"), "plain_step_ms": ms("plain_step_ms"), "added_ms": ms("added_ms"),
+        "compress_ms": st.column_config.NumberColumn("compress_ms", format="%.3f"),
+        "decompress_ms": st.column_config.NumberColumn("decompress_ms", format="%.3f"),
+        "loss_after_steps": st.column_config.NumberColumn("loss_after_steps", format="%d"),
+        "loss": st.column_config.NumberColumn("loss", format="%.4f"),
+        "plain_loss": st.column_config.NumberColumn("plain_loss", format="%.4f"),
+        "loss_diff": st.column_config.NumberColumn("loss_diff", format="%.2e")})
     st.caption("bytes_in: the plain torch_ddp job's bytes per step (every gradient, handed to the hook); "
                "bytes_wire: what the hook's collectives sent per step; added_ms = step T - plain step T "
                "(below 0: compression pays on this network); compress_ms / decompress_ms: the hook's own "
@@ -59,8 +71,13 @@ def render_compression(run: Run) -> None:
 def render(run: Run) -> None:
     """Step time and exposed comm against bucket size, when the run swept bucket sizes."""
     key = data.key(run)
-    st.plotly_chart(sweep_chart(run, key), key=f"bk-{run.path}")
     df = sweep(run, key)
+    if df.empty:
+        # no sweep: one line saying so, and the compression panel (if any) takes the page
+        st.info("This run has no bucket sweep (run with several --bucket-mb values, or --bucket-sweep).")
+        render_compression(run)
+        return
+    st.plotly_chart(sweep_chart(run, key), key=f"bk-{run.path}")
     if not df.empty:
         shown = bucket_rows(df)
         st.dataframe(shown, hide_index=True, width="stretch", height=table_height(len(shown)), placeholder=EMPTY,

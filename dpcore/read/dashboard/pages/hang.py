@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dpcore.contract.units import EMPTY
+from dpcore.contract.units import EMPTY, exact_size
 from dpcore.read.analysis.hang import hang_collectives, hang_verdict, rank_table
 from dpcore.read.dashboard import frame
 from dpcore.read.dashboard.text import md
@@ -35,8 +35,9 @@ def render(run: Run) -> None:
     (st.warning if v["kind"] in ("missing", "desync") else st.info)(
         f"**{v['kind']}**: {md(v['message'])}")
     st.plotly_chart(hang_figure(hang_collectives(hs.dumps), v), key=f"hang-fig-{run.path.name}")
-    st.dataframe(rank_table(hs.dumps, hs.stacks), hide_index=True, width="stretch",
-                 placeholder=EMPTY)
+    table = rank_table(hs.dumps, hs.stacks)
+    table["bytes"] = [exact_size(b) for b in table["bytes"]]  # "294 KiB = 301,352 B", not 301352
+    st.dataframe(table, hide_index=True, width="stretch", placeholder=EMPTY)
     for r in sorted(hs.stacks):
         with st.expander(f"rank {r} stack" + (" (lagging)" if r in v["lagging_ranks"] else "")):
             st.code(hs.stacks[r], language=None)

@@ -20,6 +20,7 @@ from dpcore.read.dashboard import frame
 from dpcore.read.dashboard.pages import spec
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.heat import rank_step_heat_figure
+from dpcore.read.rundir.hang import hung_jobs
 from dpcore.read.rundir.live import read_live, run_status
 from dpcore.read.rundir.load import Run
 
@@ -35,8 +36,10 @@ def body(run: Run, was_running: bool) -> None:
         st.rerun()  # the run ended: reload it, and draw without the timer
     live = read_live(run.path)
     if live.empty:
-        st.info("No live rows yet: live.csv fills as soon as a job's first timed step ends "
-                "(runs written before dpcore 0.x have none).")
+        st.info("No live rows in this run: live.csv fills as soon as a job's first timed step ends. "
+                "A run recorded before dpcore wrote live.csv, or whose jobs ended before a timed step, "
+                "has none; its finished numbers are on the other pages.")
+        _hang_link(run)
         return
     jobs = list(dict.fromkeys(live["job_id"]))
     latest = L.latest_job(live)
@@ -68,16 +71,22 @@ def body(run: Run, was_running: bool) -> None:
     with right:
         slow = L.slowest_counts(recent)
         st.markdown(f"**Slowest rank, last {L.WINDOW} steps**")
-        st.dataframe(slow, hide_index=True, width="stretch", placeholder=EMPTY, column_config={
-            "slowest": st.column_config.NumberColumn(
-                "slowest in", help="steps in which this rank had the most work outside "
-                                   "communication (step − comm): the one the others waited for"),
-            "persistent": st.column_config.CheckboxColumn(
-                "persistent straggler", help=f"slowest in at least {L.PERSISTENT_SHARE:.0%} of the "
-                                             f"steps (and {L.MIN_STEPS}+): a one-off stall is not")})
+        if rows["rank"].nunique() < 2:
+            # one rank is the slowest of one in every step: no straggler to look for
+            st.caption("One rank: no other rank to wait for, so no slowest rank.")
+            slow = slow.iloc[0:0]
+        if not slow.empty:
+            st.dataframe(slow, hide_index=True, width="stretch", placeholder=EMPTY, column_config={
+                "slowest": st.column_config.NumberColumn(
+                    "slowest in", help="steps in which this rank had the most work outside "
+                                       "communication (step − comm): the one the others waited for"),
+                "persistent": st.column_config.CheckboxColumn(
+                    "persistent straggler", help=f"slowest in at least {L.PERSISTENT_SHARE:.0%} of the "
+                                                 f"steps (and {L.MIN_STEPS}+): a one-off stall is not")})
         flagged = slow[slow["persistent"]]
         for r in flagged["rank"]:
             st.warning(f"rank {int(r)} is a persistent straggler in {md(job)}")
+    _hang_link(run)
     if status != "running":
         st.caption("The run has ended: the full views have every number.")
         for title in ("Overview", "Timeline", "Stragglers"):
@@ -85,6 +94,17 @@ def body(run: Run, was_running: bool) -> None:
                 st.page_link(spec(title).path, label=f"Open {title}")
             except Exception:  # noqa: BLE001 - outside app.py's navigation (a test): no link
                 st.markdown(f"See the {title} page.")
+
+
+def _hang_link(run: Run) -> None:
+    """A link to the Hang page for each job of the run that hung (its hang/<job_id>/ folder holds
+    what the watchdog collected): the Live rows stop at the hang, the Hang page says why."""
+    for job in hung_jobs(run.path):
+        st.warning(f"{md(job)} hung: its ranks' last collectives and stacks are on the Hang page.")
+        try:
+            st.page_link(spec("Hang").path, label=f"Open Hang ({job})")
+        except Exception:  # noqa: BLE001 - outside app.py's navigation (a test): no link
+            st.markdown("See the Hang page.")
 
 
 def render(run: Run) -> None:

@@ -15,19 +15,22 @@ import streamlit as st
 from dpcore.contract.units import EMPTY
 from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, rank_step_matrix
 from dpcore.read.dashboard import data, frame
-from dpcore.read.dashboard.columns import SUMMARY_CONFIG
+from dpcore.read.dashboard.columns import SUMMARY_CONFIG, SUMMARY_STATUS_HELP
 from dpcore.read.dashboard.compare import compare_overview, shared_y_max
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS
-from dpcore.read.dashboard.tables import overview_rows, table_height
+from dpcore.read.dashboard.tables import overview_rows, short_status, table_height
+from dpcore.read.dashboard.text import md
 from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.overview import breakdown_figure
-from dpcore.read.plots.style import variant_rank
+from dpcore.read.plots.style import label_jobs, variant_rank
 from dpcore.read.rundir.load import Run
 
 INTRO = "How long one training step takes per variant and world size, and how much of it is communication."
-SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "status", "step_ms", "step_ms_p10", "step_ms_p90", "noisy",
-                "comm_fraction", "overlap_pct", "comm_source", "overlap_gap", "sources_disagree", "comm_ops",
-                "comm_bytes", "compute_ms", "overlapped_ms", "exposed_ms", "other_ms", "throughput"]
+#: The step's numbers first (T, comm fraction, overlap, exposed E): they must be on screen at
+#: 1,400 px; the spread, the method check and the parts follow.
+SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "status", "step_ms", "comm_fraction", "overlap_pct",
+                "exposed_ms", "step_ms_p10", "step_ms_p90", "noisy", "throughput", "comm_source", "overlap_gap",
+                "sources_disagree", "comm_ops", "comm_bytes", "compute_ms", "overlapped_ms", "other_ms"]
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -73,8 +76,20 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
         at = cols.index("other_ms") if "other_ms" in cols else len(cols)
         every = (shown["gpu_idle_host_pct"].notna() | shown.get("other_ms", shown["gpu_idle_host_pct"]).isna()).all()
         cols = cols[:at] + ["gpu_idle_host_pct"] + cols[at + int(bool(every) and at < len(cols)):]
-    st.dataframe(shown[cols], hide_index=True, column_config={**SUMMARY_CONFIG, "gpu_idle_host_pct": GPU_HOST},
-                 width="stretch", height=table_height(len(shown)), placeholder=EMPTY)
+    shown = shown[cols]
+    # a long skip or failure reason: cut in the cell, whole in the header's help and below
+    whole = [(label, status) for label, status in zip(label_jobs(ordered), shown["status"])
+             if isinstance(status, str) and short_status(status) != status]
+    config = {**SUMMARY_CONFIG, "gpu_idle_host_pct": GPU_HOST}
+    if whole:
+        reasons = "; ".join(f"{label}: {status}" for label, status in whole)
+        config["status"] = st.column_config.TextColumn("status", width="medium",
+                                                       help=f"{SUMMARY_STATUS_HELP} {reasons}")
+        shown = shown.assign(status=[short_status(x) if isinstance(x, str) else x for x in shown["status"]])
+    st.dataframe(shown, hide_index=True, column_config=config, width="stretch",
+                 height=table_height(len(shown)), placeholder=EMPTY)
+    for label, status in whole:
+        st.caption(f"{md(label)} {md(status)}")
     _heat_strip(run)
     st.caption(f"Step time T: median over the timed (untraced) steps and ranks, whiskers p10–p90; noisy = "
                f"p90/p10 > 1.5. Comm, exposed comm and overlap: per traced step, from the trace where it shows "

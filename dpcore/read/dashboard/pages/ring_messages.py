@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dpcore.contract.units import binary_size
+from dpcore.contract.units import binary_size, exact_size
 from dpcore.read import analysis as A
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.chunks import chunk_cells
@@ -172,7 +172,7 @@ def render(run: Run) -> None:
     label_size = o2.select_slider("Label size", LABEL_SIZES, value=10, key=f"rg-label-{run.path}",
                                   format_func=lambda v: "off" if v == 0 else f"{v} px")
     logical = len(aggregate_pieces(sel)) // 2
-    what = (f"message size {binary_size(sizes[step])} ({sizes[step]:,} B)" if step in sizes
+    what = (f"message size {exact_size(sizes[step])}" if step in sizes
             else f"step {step} · call {call}")
     title = f"{esc(job)} · {esc(algo)} · {what}<br>{logical} messages" + (f" in {len(sel) // 2} sub-messages"
                                                                if len(sel) // 2 > logical else "")
