@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.read.plots.style import base_layout, empty_figure
+from dpcore.read.plots.style import base_layout, empty_figure, esc
 
 
 def rank_step_heat_figure(matrix: pd.DataFrame, title: str | None = None, label: str = "step time (ms)") -> go.Figure:
@@ -22,4 +22,5 @@ def rank_step_heat_figure(matrix: pd.DataFrame, title: str | None = None, label:
                                hovertemplate=f"rank %{{y}}, step %{{x}}<br>{label}: %{{z:.3f}}<extra></extra>"))
     fig.update_xaxes(title="step", type="category")
     fig.update_yaxes(title="rank", autorange="reversed")
-    return base_layout(fig, title, height=int(min(600, max(220, 120 + 3 * len(matrix)))))
+    # the title is plain text naming a job (run text): escaped, it carries no markup of its own
+    return base_layout(fig, esc(title) if title else None, height=int(min(600, max(220, 120 + 3 * len(matrix)))))
