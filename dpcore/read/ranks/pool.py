@@ -9,10 +9,8 @@ table it receives in the cache, so Dask workers need no write access to the run.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +23,14 @@ from dpcore.read.ranks import cache
 from dpcore.read.ranks.tables import EAGER, RankTables, built, reduce_trace
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, _can_fork, _json_bytes, trace_files
+from dpcore.read.traces.reader import (
+    PARALLEL_MIN_BYTES,
+    TraceFormatError,
+    _can_fork,
+    _json_bytes,
+    trace_files,
+    worker_pool,
+)
 
 #: What a rank's read gives: its tables, or the error that names the file.
 Result = RankTables | TraceFormatError
@@ -66,7 +71,7 @@ def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[str
     if n < 2 or not _can_fork():  # see reader._can_fork: the app's threads read serially
         return [_reduce(str(f), only, tables) for f in files]
     try:
-        ex = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))
+        ex = worker_pool(n)
     except (OSError, NotImplementedError):  # no usable worker processes here
         return [_reduce(str(f), only, tables) for f in files]
     with ex:

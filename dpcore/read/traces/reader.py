@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -286,6 +287,30 @@ def _can_fork() -> bool:
     return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
+def _die_with(parent: int) -> None:
+    """Worker initializer: ask the kernel to SIGKILL this worker when its parent dies (Linux's
+    PR_SET_PDEATHSIG), and exit at once if the parent is already gone.
+
+    Why: a pool's workers wait for work on a pipe whose write end every forked sibling also
+    holds, so a parent killed with ``kill -9`` (no ``finally`` runs) would leave them waiting
+    forever, re-parented to init. They hold nothing worth keeping: the parent stores the cache.
+    """
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux's libc: the getppid check below still runs
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` forked processes that end with their parent (:func:`_die_with`):
+    the one way dpcore's read wing starts worker processes (callers check :func:`_can_fork`)."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=_die_with, initargs=(os.getpid(),))
+
+
 def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
     """read_trace of each file, in order; large multi-file sets are read in worker processes.
 
@@ -302,7 +327,7 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
         return
     ex = None
     try:
-        ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+        ex = worker_pool(workers)
         results = ex.map(read, files)  # submits every file: starts the workers
     except (OSError, NotImplementedError):  # no usable worker processes here (no sem_open, ...)
         if ex is not None:
