@@ -10,6 +10,7 @@ table it receives in the cache, so Dask workers need no write access to the run.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,13 @@ class Scale:
     def __post_init__(self) -> None:
         if self.workers is not None and (isinstance(self.workers, bool) or int(self.workers) < 1):
             raise ValueError(f"--workers must be a whole number of processes >= 1, not {self.workers!r}")
+        if self.scheduler is not None and not re.fullmatch(r"(tcp|tls)://([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}",
+                                                              self.scheduler):
+            # checked here, not when first used: a read whose ranks all hit the cache never
+            # contacts the scheduler, and a typo must not pass unnoticed (nor reach Dask's
+            # comm layer, which fails on a scheme it has no backend for with a TypeError)
+            raise ValueError(f"--scheduler must be a Dask scheduler address tcp://HOST:PORT or "
+                             f"tls://HOST:PORT (e.g. tcp://127.0.0.1:8786), got {self.scheduler!r}")
 
 
 def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:

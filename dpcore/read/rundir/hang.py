@@ -103,6 +103,9 @@ def load_hangs(path: str | Path, root: str | Path | None = None) -> list[HangSet
     """The dumps under ``path`` (a run, a job's hang folder, a folder of dumps, or one dump
     file), one :class:`HangSet` per job; with ``root``, only what resolves inside it.
     ValueError (one line) when there are none."""
+    if not str(path).strip():  # Path("") is "." : an empty argument would read the current folder
+        raise ValueError("the path is empty; give a run, a job's hang/ folder or a folder of "
+                         "flight-recorder dumps")
     p = Path(path)
     r0 = Path(root) if root is not None else None
     if r0 is not None and not inside_root(p, r0):

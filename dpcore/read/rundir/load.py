@@ -140,6 +140,12 @@ def _check_meta(meta: object, f: Path) -> dict:
         if jid is not None and not rf.is_safe_job_id(jid):
             raise RunLoadError(f"malformed {f}: jobs[{i}].id {jid!r} is not a job id (one name, without "
                                "'/', '\\' or '..'); it would lead outside the run: not read")
+    env = meta.get("environment") or {}
+    for key in ("cpu_cores", "gpus"):
+        v = env.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise RunLoadError(f"malformed {f}: environment.{key} must be a whole number >= 0, "
+                               f"got {v!r}")
     for key in ("run_id", "created", "finished", "status"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise RunLoadError(f"malformed {f}: {key!r} must be a string, got {type(meta[key]).__name__}")
