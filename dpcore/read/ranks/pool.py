@@ -144,15 +144,45 @@ def folder_tables(p: Path, scale: Scale | None = None,
     file), sorted by rank, from the cache beside them where it matches (:mod:`dpcore.read.ranks`).
     TraceFormatError naming the file for a bad trace, or for two traces of one rank."""
     files = trace_files(p)
-    tables, seen = [], {}
+    tables, found = [], []
     for f, t in zip(files, rank_tables(files, p if p.is_dir() else p.parent, scale, need=need)):
         if isinstance(t, TraceFormatError):
             raise t
-        if t.events and t.rank in seen:
-            raise TraceFormatError(f"two traces for rank {t.rank}: {seen[t.rank]} and {f}")
-        seen[t.rank] = f
+        if t.events:
+            found.append((f, t.rank, t.world_size))
         tables.append(t)
+    check_one_world(found)
     return sorted(tables, key=lambda t: t.rank)
+
+
+#: Highest rank number a trace may claim: far above any real job (the largest run tens of
+#: thousands of ranks); a rank of 10**12 is a damaged or crafted trace, and tables are built
+#: over the ranks.
+MAX_RANK = 2**20 - 1
+
+
+def check_one_world(found: list[tuple[Path, int, int | None]]) -> None:
+    """Refuse, by file and in file order, traces that cannot be the ranks of one job:
+    (file, rank, world size from its metadata or None) with a rank beyond its world size or
+    :data:`MAX_RANK`, two traces of one rank, or different world sizes. ``import``, ``analyze``
+    and ``stragglers`` read folders of traces by this one rule (TraceFormatError)."""
+    by_rank: dict[int, Path] = {}
+    sizes: dict[int, Path] = {}
+    for f, rank, ws in found:
+        if rank < 0 or rank > MAX_RANK or (ws is not None and rank >= ws):
+            raise TraceFormatError(f"{f}: rank {rank} cannot be a rank of "
+                                   + (f"its world of {ws}" if ws is not None else "a job")
+                                   + f"; valid ranks: 0..{(ws if ws is not None else MAX_RANK + 1) - 1}")
+        if rank in by_rank:
+            raise TraceFormatError(f"two traces for rank {rank}: {by_rank[rank]} and {f} (several jobs or "
+                                   "profiling cycles in one folder? point at one of them)")
+        if ws is not None:
+            sizes.setdefault(ws, f)
+            if len(sizes) > 1:
+                (a, fa), (b, fb) = list(sizes.items())[:2]
+                raise TraceFormatError(f"traces of different world sizes: {fa} says {a}, {fb} says {b}; "
+                                       "give one job's traces at a time")
+        by_rank[rank] = f
 
 
 def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] = EAGER,
