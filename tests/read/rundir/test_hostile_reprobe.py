@@ -193,3 +193,18 @@ def test_html_in_a_job_id_is_shown_literally_in_the_heat_strip_title():
     fig = rank_step_heat_figure(m, '<a href="http://x">j</a><b>: step time of every rank')
     assert fig.layout.title.text.startswith("&lt;a href=\"http://x\"&gt;j&lt;/a&gt;&lt;b&gt;")
     assert "<" not in fig.layout.title.text
+
+
+def test_a_run_whose_tables_hold_only_headers_says_so(tmp_path):
+    from dpcore.read.rundir.load import load_run
+    run = make_run(tmp_path, "20250101-120000-mlp")
+    for f in run.glob("*.csv"):
+        f.write_text(f.read_text().splitlines()[0] + "\n")
+    loaded = load_run(run)
+    lines = [w for w in loaded.warnings if "complete training job(s) have no rows" in w]
+    n = int(((loaded.jobs["status"] == "complete") & (loaded.jobs["kind"] == "train")).sum())
+    assert n > 0 and lines == [f"{run / 'steps.csv'}: {n} complete training job(s) have no rows "
+                               f"(single-ws1, naive-ws1, naive-ws2 ...); their step numbers are "
+                               "unknown (the table holds no data for them)"]
+    whole = load_run(make_run(tmp_path / "other", "20250101-120000-mlp"))
+    assert not [w for w in whole.warnings if "have no rows" in w]
