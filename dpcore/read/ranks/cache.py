@@ -23,8 +23,10 @@ cache (the same numbers, read every time).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,8 @@ TABLES = tuple(DTYPES)
 #: written by an older version is then a miss. 2: the ``lanes`` and ``import_*`` tables.
 CACHE_VERSION = 2
 CACHE_DIR = "cache"
+#: the user's signing key for cache files (:func:`_key`), beside the user's caches
+_KEY_FILE = "key"
 _META = b"dpcore"
 
 
@@ -73,10 +77,14 @@ def _folder_id(root: Path) -> str:
 def user_cache_dir(root: Path) -> Path:
     """The user's cache folder for the traces under ``root`` (a folder that is not a dpcore
     run, or one whose ``cache/`` is not writable or not a real folder)."""
+    return _user_base() / _folder_id(root)
+
+
+def _user_base() -> Path:
+    """``$XDG_CACHE_HOME/dpcore``, else ``~/.cache/dpcore`` (a relative XDG_CACHE_HOME is
+    invalid by the XDG spec and ignored)."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dpcore"
-    if not base.is_absolute():  # a relative XDG_CACHE_HOME is invalid (XDG spec): ignored
-        base = Path.home() / ".cache" / "dpcore"
-    return base / _folder_id(root)
+    return base if base.is_absolute() else Path.home() / ".cache" / "dpcore"
 
 
 def env_cache_dir() -> Path | None:
@@ -121,10 +129,47 @@ def _path(root: Path, table: str) -> Path:
     return cache_dir(root) / f"{table}.parquet"
 
 
-def _read(pq, root: Path, table: str) -> tuple[dict[str, list], object]:
-    """({trace name: key} of the entries a table file holds, the pyarrow table), or ({}, None)."""
+def _key() -> bytes | None:
+    """This user's secret for signing cache files (32 random bytes, mode 0600, made on first
+    use beside the user's caches, or in ``$DPCORE_CACHE_DIR``); None where it cannot be had
+    (then nothing is read from or written to the cache)."""
+    env = env_cache_dir()
+    base = env if env is not None else _user_base()
+    f = base / _KEY_FILE
     try:
-        t = pq.read_table(_path(root, table))
+        base.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "wb") as out:
+                out.write(secrets.token_bytes(32))
+        key = f.read_bytes()
+    except OSError:
+        return None
+    return key if len(key) == 32 else None
+
+
+def _mac(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).hexdigest().encode()
+
+
+def _read(pq, root: Path, table: str) -> tuple[dict[str, list], object]:
+    """({trace name: key} of the entries a table file holds, the pyarrow table), or ({}, None).
+
+    A file is read only when its ``.mac`` (an HMAC of its bytes with this user's key,
+    :func:`_key`) matches: the cache lives in folders others may write (a shared run), and a
+    doctored Parquet file would otherwise change numbers silently; unsigned or altered, it is a
+    miss, and the traces are read again."""
+    try:
+        key = _key()
+        f = _path(root, table)
+        raw = f.read_bytes()
+        if key is None or not hmac.compare_digest(f.with_name(f.name + ".mac").read_bytes(),
+                                                  _mac(key, raw)):
+            return {}, None
+        t = pq.read_table(_pa()[0].BufferReader(raw))
         entries = json.loads((t.schema.metadata or {}).get(_META, b"{}"))
     except CacheDirError:
         raise
@@ -232,7 +277,14 @@ def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]]) -> boo
             f = _path(root, table)
             tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
             pq.write_table(at, tmp)
+            key = _key()
+            if key is None:
+                os.unlink(tmp)
+                return False
+            sig = f.with_name(f".{f.name}.mac.{os.getpid()}.tmp")
+            sig.write_bytes(_mac(key, tmp.read_bytes()))
             os.replace(tmp, f)
+            os.replace(sig, f.with_name(f.name + ".mac"))
     except (OSError, ValueError, TypeError):
         return False
     return True

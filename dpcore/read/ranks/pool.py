@@ -42,6 +42,11 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+#: A Dask scheduler address dpcore accepts: tcp:// or tls:// HOST:PORT (an IPv6 host in
+#: brackets), or inproc:// (a cluster in this process).
+_SCHEDULER = r"(tcp|tls)://([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}|inproc://\S+"
+
+
 @dataclass(frozen=True)
 class Scale:
     """How to read many ranks. ``workers``: processes parsing one rank each (None: the cores,
@@ -55,13 +60,13 @@ class Scale:
     def __post_init__(self) -> None:
         if self.workers is not None and (isinstance(self.workers, bool) or int(self.workers) < 1):
             raise ValueError(f"--workers must be a whole number of processes >= 1, not {self.workers!r}")
-        if self.scheduler is not None and not re.fullmatch(r"(tcp|tls)://([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}",
-                                                              self.scheduler):
+        if self.scheduler is not None and not re.fullmatch(_SCHEDULER, self.scheduler):
             # checked here, not when first used: a read whose ranks all hit the cache never
             # contacts the scheduler, and a typo must not pass unnoticed (nor reach Dask's
             # comm layer, which fails on a scheme it has no backend for with a TypeError)
             raise ValueError(f"--scheduler must be a Dask scheduler address tcp://HOST:PORT or "
-                             f"tls://HOST:PORT (e.g. tcp://127.0.0.1:8786), got {self.scheduler!r}")
+                             f"tls://HOST:PORT (e.g. tcp://127.0.0.1:8786; inproc:// for a cluster "
+                             f"in this process), got {self.scheduler!r}")
 
 
 def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:

@@ -100,3 +100,21 @@ def test_a_relative_cache_dir_is_refused_in_one_line(tmp_path: Path) -> None:
         "error: DPCORE_CACHE_DIR must be an absolute path, got 'relcache'; give one such as "
         "$HOME/.cache/dpcore, or unset it"]
     assert not (tmp_path / "relcache").exists()
+
+
+def test_a_doctored_parquet_is_a_miss_not_a_number(tmp_path: Path, reads: list[str]) -> None:
+    """The entry keys (schema metadata) kept and one column's values changed: without the
+    signature the doctored numbers were loaded as the trace's."""
+    from dpcore.read.report.analyze import analyze
+    traces = tmp_path / "job"
+    write_gpu_trace_dir(traces, world_size=2, steps=2, kernels_per_step=10, seed=1)
+    truth = analyze(str(traces), csv=True, scale=Scale(workers=1))
+    f = cache.cache_dir(traces) / "overlap.parquet"
+    t = pq.read_table(f)
+    col = next(n for n in t.column_names if t.schema.field(n).type == pa.float64())
+    doctored = t.set_column(t.schema.get_field_index(col), col,
+                            pa.array([v * 10 + 7 for v in t.column(col).to_pylist()], pa.float64()))
+    pq.write_table(doctored.replace_schema_metadata(t.schema.metadata), f)
+    reads.clear()
+    assert analyze(str(traces), csv=True, scale=Scale(workers=1)) == truth
+    assert sorted(reads) == ["rank0.json.gz", "rank1.json.gz"]
