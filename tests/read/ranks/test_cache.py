@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from dpcore.read.analysis.timeline import trace_step_metrics
-from dpcore.read.ranks import Scale, cache, folder_tables, pool, run_trace_steps
+from dpcore.read.ranks import Scale, cache, folder_tables, run_trace_steps
 from dpcore.read.ranks.tables import EAGER, LAZY
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
@@ -31,22 +31,6 @@ def traces(tmp_path: Path) -> Path:
     d = tmp_path / "job"
     write_gpu_trace_dir(d, world_size=4, steps=3, kernels_per_step=40, seed=3)
     return d
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
-    """The traces actually read (parsed), in this process (workers=1); the cache where a user's
-    would be (conftest sends it to a temporary folder; the user's cache directory is one too)."""
-    monkeypatch.delenv("DPCORE_CACHE_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    seen: list[str] = []
-    real = pool._reduce
-
-    def counting(path: str, only: bool, tables: tuple[str, ...]):
-        seen.append(Path(path).name)
-        return real(path, only, tables)
-    monkeypatch.setattr(pool, "_reduce", counting)
-    return seen
 
 
 def test_miss_then_hit_then_invalidation(traces: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,29 +10,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
-from dpcore.read.ranks import Scale, cache, folder_tables, pool
+from dpcore.read.ranks import Scale, cache, folder_tables
 from dpcore.read.report.summarize import summarize
 from tests.fixtures_run import make_run
 from tests.synthetic import write_gpu_trace_dir
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
-    """The traces parsed in this process; the cache where a user's would be."""
-    monkeypatch.delenv("DPCORE_CACHE_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    seen: list[str] = []
-    real = pool._reduce
-
-    def counting(path: str, only: bool, tables: tuple[str, ...]):
-        seen.append(Path(path).name)
-        return real(path, only, tables)
-    monkeypatch.setattr(pool, "_reduce", counting)
-    return seen
 
 
 def test_a_symlinked_cache_is_not_written_through(tmp_path: Path, reads: list[str]) -> None:

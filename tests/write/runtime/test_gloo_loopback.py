@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.write.runtime.test_store_loopback import my_socket_inodes
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -39,14 +41,7 @@ def tcp_local_addresses(ctx) -> list[str]:
     import torch.distributed as dist
     t = torch.ones(4)
     dist.all_reduce(t)
-    mine = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            mine.add(target[8:-1])
+    mine = my_socket_inodes()
     out = []
     for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
         f = line.split()
