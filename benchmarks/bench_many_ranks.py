@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_trace_load import _median, ensure_traces, run_child  # noqa: E402
+from dpcore.read.ranks.cache import cache_dir  # noqa: E402
 
 #: What every measured child starts with: its imports and its peak RSS (VmHWM) in MB.
 _PRELUDE = r"""
@@ -91,18 +92,19 @@ def run_mode(d: Path, repeat: int) -> dict[str, list[dict]]:
           f"{max(imp['peak_mb'], imp['worker_peak_mb']):.0f} MB -> {imp['run']}")
     runs: dict[str, list[dict]] = {"first": [], "second": []}
     for _ in range(max(1, repeat)):
-        shutil.rmtree(Path(imp["run"]) / "cache", ignore_errors=True)
+        shutil.rmtree(cache_dir(Path(imp["run"])), ignore_errors=True)
         runs["first"].append(_child(_SUMMARIZE, "first", imp["run"]))
         runs["second"].append(_child(_SUMMARIZE, "second", imp["run"]))
     return runs
 
 
 def ours(kind: str, d: Path, workers: str) -> dict:
-    """One dpcore read in a fresh process: 'first' after deleting cache/, 'second' with it."""
+    """One dpcore read in a fresh process: 'first' after deleting its cache (the user's cache
+    folder for a folder of traces), 'second' with it."""
     import json
     import subprocess
     if kind == "first":
-        shutil.rmtree(d / "cache", ignore_errors=True)
+        shutil.rmtree(cache_dir(d), ignore_errors=True)
     p = subprocess.run([sys.executable, "-c", _OURS, kind, str(d), workers], capture_output=True, text=True,
                        cwd=ROOT)
     if p.returncode != 0:

@@ -313,7 +313,10 @@ def _scale(args: argparse.Namespace) -> object:
             raise UsageError(f"--workers must be a whole number of processes >= 1, got {workers!r}") from None
         if workers < 1:
             raise UsageError(f"--workers must be a whole number of processes >= 1, got {workers}")
-    return Scale(workers=workers, scheduler=args.scheduler or None, cache=not args.no_cache)
+    try:
+        return Scale(workers=workers, scheduler=args.scheduler or None, cache=not args.no_cache)
+    except ValueError as exc:  # a bad --scheduler address
+        raise UsageError(str(exc)) from None
 
 
 def _load_workload(model: str, seed: int, world_sizes: tuple[int, ...],
@@ -483,13 +486,20 @@ def _quiet_library_warnings() -> None:
             warnings.filterwarnings("ignore", category=category)
 
 
+#: The commands that write a run (an unexpected error may end them with jobs already on disk);
+#: the read commands write none, so their errors do not speak of kept jobs.
+WRITING = ("profile", "allreduce", "verify", "import")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if threading.current_thread() is threading.main_thread() and \
             not isinstance(signal.getsignal(signal.SIGTERM), _InterruptOnce):
         signal.signal(signal.SIGTERM, _InterruptOnce())
+    command = None
     try:
         args = build_parser().parse_args(argv)
+        command = args.command
         if args.command == "verify":
             return _cmd_verify(args)
         if args.command == "profile":
@@ -546,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("DPCORE_DEBUG"):
             raise
         msg = str(exc).strip().splitlines()
+        kept = "; measured jobs were kept in the run directory" if command in WRITING else ""
         print(f"error: {type(exc).__name__}: {msg[0] if msg else ''} (set DPCORE_DEBUG=1 for the "
-              "traceback; measured jobs were kept in the run directory)", file=sys.stderr)
+              f"traceback{kept})", file=sys.stderr)
         return 1

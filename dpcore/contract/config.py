@@ -128,6 +128,11 @@ def check_model_name(name: str, extra: tuple[str, ...] = ()) -> None:
                          f"got {name!r}")
 
 
+#: Most training steps (and warm-up steps) of one job: a million steps of a millisecond each are
+#: already a quarter of an hour, and steps.csv holds a row per rank and step.
+MAX_STEPS = 1_000_000
+#: Most timed repeats per message size of ``allreduce`` (a million 1-KB all-reduces take minutes).
+MAX_REPEATS = 1_000_000
 #: Calibration steps get indices CAL_STEP_BASE + 1000·plan + step in the recorder: below 1000.
 MAX_CALIBRATION_STEPS = 100
 
@@ -179,7 +184,9 @@ class TrainConfig:
         check_int("--batch-size", self.batch_size, 1)
         check_choices((self.scaling,), "scaling mode", SCALING)
         check_int("--steps", self.steps, 1)
+        check_at_most("--steps", self.steps, MAX_STEPS, "steps.csv holds a row per rank and step")
         check_int("--warmup", self.warmup, 0)
+        check_at_most("--warmup", self.warmup, MAX_STEPS, "warm-up steps run before the timed ones")
         check_int("--calibration-steps", self.calibration_steps, 0)
         if self.calibration_steps > MAX_CALIBRATION_STEPS:
             raise UsageError(f"--calibration-steps must be from 0 to {MAX_CALIBRATION_STEPS}, "
@@ -270,6 +277,13 @@ def check_int(option: str, value: int | None, minimum: int, note: str = "") -> N
     (None: not given, nothing to check)."""
     if value is not None and value < minimum:
         raise UsageError(f"{option} must be >= {minimum}{note}, got {value}")
+
+
+def check_at_most(option: str, value: int | None, maximum: int, why: str) -> None:
+    """An integer option above its maximum is one line naming the option, the range and why
+    (a count no run reaches before ``--timeout`` would only run until it)."""
+    if value is not None and value > maximum:
+        raise UsageError(f"{option} must be at most {maximum:,} ({why}), got {value}")
 
 
 def check_int_list(values: Iterable[int], what: str, minimum: int = 1, text: str | None = None) -> None:

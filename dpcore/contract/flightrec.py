@@ -12,7 +12,12 @@ durations: ``state`` stays ``scheduled``, and ``retired`` says the collective co
 Why a restricted unpickler: PyTorch writes dumps as pickles by default, and a pickle can run any
 code it names. A dump holds only dicts, lists, strings and numbers, so :func:`load_dump` refuses
 every global (``find_class``) and every persistent id: a hostile dump fails in one line instead
-of running.
+of running. Why a bound on the loaded object too: a pickle's memo lets a few hundred bytes name
+one list from many places (a list of two references to a list of two references ...), so a
+530-byte file can stand for 2**60 elements; every later walk (``json.dumps``, the verdict) would
+expand it. :func:`load_dump` counts the elements reachable as a tree and refuses more than the
+file has bytes (an honest dump spends at least one byte per element) or deeper than
+:data:`MAX_DEPTH`, which also refuses a list that contains itself.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dpcore.contract.tracefile import NotRegularFileError, open_regular
 from dpcore.contract.units import exact_size
 
 #: bytes per element of the dtype names the recorder writes
@@ -33,6 +39,13 @@ DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "In
                "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 #: largest dump file read (a buffer of 20 000 entries with stacks is a few MB)
 MAX_DUMP_BYTES = 256 * 2**20
+#: deepest nesting accepted in a dump (a real one nests entries > frames > frame: about 5)
+MAX_DEPTH = 64
+#: elements a dump may hold beyond its byte count (the empty containers around it)
+_SLACK_NODES = 1024
+#: highest rank number read from a file name, verdict.json or run.json (2**20 ranks: above
+#: any job run so far; a larger number is a stray file or a doctored field, not a rank)
+MAX_RANKS = 1 << 20
 
 
 class DumpError(ValueError):
@@ -49,20 +62,48 @@ class _NoGlobals(pickle.Unpickler):
         raise pickle.UnpicklingError("the pickle holds a persistent id")
 
 
+def _check_shape(data: Any, max_nodes: int, path: Path) -> None:
+    """Refuse ``data`` when walking it as a tree visits more than ``max_nodes`` elements or
+    goes deeper than :data:`MAX_DEPTH` (shared and self-referring containers counted each
+    time they are reached, as ``json.dumps`` would): iterative, so it stops at the bound."""
+    todo: list[tuple[Any, int]] = [(data, 0)]
+    seen = 0
+    while todo:
+        obj, depth = todo.pop()
+        seen += 1
+        if seen > max_nodes:
+            raise DumpError(f"{path}: refused: the pickle expands to more than {max_nodes} "
+                            "elements (shared references); not a flight-recorder dump")
+        if depth > MAX_DEPTH:
+            raise DumpError(f"{path}: refused: nested deeper than {MAX_DEPTH} levels (or "
+                            "containing itself); not a flight-recorder dump")
+        if isinstance(obj, dict):
+            todo.extend((v, depth + 1) for kv in obj.items() for v in kv)
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            todo.extend((v, depth + 1) for v in obj)
+
+
 def load_dump(path: Path) -> dict:
-    """One dump file as a dict: JSON, or a pickle read without any global (DumpError else)."""
+    """One dump file as a dict: JSON, or a pickle read without any global whose elements fit
+    its size and :data:`MAX_DEPTH` (DumpError else)."""
     try:
-        if path.stat().st_size > MAX_DUMP_BYTES:
-            raise DumpError(f"{path}: larger than {MAX_DUMP_BYTES // 2**20} MiB; not a "
-                            "flight-recorder dump")
-        raw = path.read_bytes()
+        with open_regular(path, MAX_DUMP_BYTES) as f:
+            raw = f.read(MAX_DUMP_BYTES + 1)
+    except NotRegularFileError as exc:
+        raise DumpError(f"{exc}; not a flight-recorder dump") from None
     except OSError as exc:
         raise DumpError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_DUMP_BYTES:  # grew after the size check, or a /proc file of size 0
+        raise DumpError(f"{path}: larger than {MAX_DUMP_BYTES // 2**20} MiB; not a "
+                        "flight-recorder dump")
     if raw[:1] in (b"{", b" ", b"\n"):
         try:
             data = json.loads(raw)
         except ValueError as exc:
             raise DumpError(f"{path}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise DumpError(f"{path}: refused: JSON nested too deeply; not a flight-recorder "
+                            "dump") from None
     else:
         try:
             data = _NoGlobals(io.BytesIO(raw)).load()
@@ -71,6 +112,7 @@ def load_dump(path: Path) -> dict:
                             "(write it as JSON or as a plain pickle)") from None
         except Exception as exc:  # noqa: BLE001 - truncated or not a pickle at all
             raise DumpError(f"{path}: not a flight-recorder dump ({type(exc).__name__})") from None
+    _check_shape(data, len(raw) + _SLACK_NODES, path)
     if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
         raise DumpError(f"{path}: not a flight-recorder dump (no 'entries' list)")
     return data
@@ -81,7 +123,30 @@ def rank_of(path: Path) -> int | None:
     PyTorch appends to ``TORCH_FR_DUMP_TEMP_FILE`` (``nccl_trace_rank_3``)."""
     m = re.search(r"rank(\d+)\.fr\.json$", path.name) or re.search(r"(\d+)(\.json|\.pkl)?$",
                                                                      path.name)
-    return int(m.group(1)) if m else None
+    return plausible_rank(m.group(1)) if m else None
+
+
+def plausible_rank(value: Any) -> int | None:
+    """``value`` as a rank number when it is a whole number in ``0 .. MAX_RANKS - 1``, else
+    None: a rank taken from a file name or a JSON field is a claim, and a list is built over
+    it (``range(world_size)``), so an absurd one is dropped, not believed."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() \
+            and len(value.strip()) <= 7:
+        r = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        r = value
+    elif isinstance(value, float) and value.is_integer() and abs(value) < MAX_RANKS:
+        r = int(value)
+    else:
+        return None
+    return r if 0 <= r < MAX_RANKS else None
+
+
+def plausible_world(value: Any) -> int | None:
+    """``value`` as a world size (``1 .. MAX_RANKS``), else None (see :func:`plausible_rank`)."""
+    last = plausible_rank(value - 1) if isinstance(value, (int, float)) \
+        and not isinstance(value, bool) else None
+    return None if last is None else last + 1
 
 
 @dataclass(frozen=True)
@@ -201,7 +266,17 @@ def rank_states(dumps: dict[int, dict], stacks: dict[int, str] | None = None) ->
 
 
 def _names(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    """``rank 3`` / ``ranks 0, 2`` / ``ranks 0, 4-1023``: runs of three or more consecutive
+    ranks as a range, so the message stays one short line for a large world."""
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts += [f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else [str(r) for r in ranks[i:j + 1]]
+        i = j + 1
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
 
 
 def _rarity(sig: tuple, s: int, groups: dict[tuple, list[int]],
@@ -247,7 +322,8 @@ def verdict(dumps: dict[int, dict], world_size: int | None = None) -> Verdict:
                f"({exact_size(ref.bytes)}) but {_names(lag)} entered {mine.op} ({exact_size(mine.bytes)})")
         return Verdict("desync", lag, s, ref.op, ref.bytes, pg, msg)
     last = {r: max(m) if m else -1 for r, m in by_seq.items()}
-    absent = [r for r in range(world_size or 0) if r not in dumps]
+    # a world size beyond MAX_RANKS is a doctored claim, not a job: it adds no absent ranks
+    absent = [r for r in range(plausible_world(world_size) or 0) if r not in dumps]
     top = max(last.values(), default=-1)
     behind = sorted([r for r, v in last.items() if v < top] + absent)
     if behind and top >= 0:

@@ -17,10 +17,13 @@ from dpcore.contract.config import (
     DEFAULT_TIMEOUT_S,
     DEVICES,
     DTYPES,
+    MAX_REPEATS,
+    MAX_STEPS,
     PROGRESS_MODES,
     VARIANTS,
     VERIFY_MODELS,
     TrainConfig,
+    check_at_most,
     check_backend,
     check_bucket_sweep,
     check_choices,
@@ -97,6 +100,9 @@ class ProfileOptions(RunOptions):
         check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)
         if set(self.comm_hooks) - {"none"} and "torch_ddp" not in self.variants:
             raise UsageError("--comm-hook adds torch_ddp jobs: include torch_ddp in --variants")
+        if set(self.comm_hooks) - {"none"} and max(self.world_sizes) < 2:
+            raise UsageError("--comm-hook adds torch_ddp jobs at world sizes of 2 or more (one "
+                             "rank communicates nothing): add one to --world-sizes, e.g. 1,2")
         check_int("--threads-per-rank", self.threads_per_rank, 1)
         check_threads(self.threads_per_rank)
         cfg = self.train
@@ -118,6 +124,12 @@ class ProfileOptions(RunOptions):
             if not 0 <= step < cfg.steps:
                 raise UsageError(f"--inject-hang step {step} is not a timed step; valid steps: "
                                  f"0..{cfg.steps - 1}")
+            if step == 0 and cfg.warmup == 0:
+                # the hang watchdog's deadline is a multiple of a finished step: before the
+                # first one ends it is not armed, and the job would wait for --timeout
+                raise UsageError("--inject-hang step 0 with --warmup 0 hangs before any step has "
+                                 "finished, when the hang watchdog is not armed yet; valid: a step "
+                                 f"of 1..{cfg.steps - 1}, or --warmup 1 or more")
         if cfg.delay_rank >= top:
             raise UsageError(f"--inject-delay rank {cfg.delay_rank} does not exist; valid ranks: "
                              f"0..{top - 1}")
@@ -152,7 +164,9 @@ class AllreduceOptions(RunOptions):
             raise UsageError(f"--sizes must be multiples of 4 bytes (float32 elements), got "
                              f"{', '.join(map(str, bad))}; e.g. 1KB,64KB,1MB")
         check_int("--warmup", self.warmup, 0)
+        check_at_most("--warmup", self.warmup, MAX_REPEATS, "untimed repeats per size")
         check_int("--repeats", self.repeats, 0, " (0 = adaptive)")
+        check_at_most("--repeats", self.repeats, MAX_REPEATS, "timed repeats per size; 0 = adaptive")
         # every rank holds its message and the result (the algorithms keep at least one more
         # buffer of chunks): two copies per rank at the least
         top = max(self.world_sizes)
@@ -187,5 +201,6 @@ class VerifyOptions:
         check_int("--world-size", self.world_size, 1)
         check_world_sizes((self.world_size,), "--world-size")
         check_int("--steps", self.steps, 1)
+        check_at_most("--steps", self.steps, MAX_STEPS, "each step is compared across variants")
         check_choices(self.variants, "variant", VARIANTS, all_ok=True)
         check_backend(self.backend)

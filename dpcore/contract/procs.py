@@ -62,11 +62,6 @@ def exit_with(pid: int, code: int = 3) -> None:
     threading.Thread(target=watch, name="dpcore-exit-with-parent", daemon=True).start()
 
 
-def exit_with_parent() -> None:
-    """:func:`exit_with` the process that forked this one: an initializer for worker pools."""
-    exit_with(os.getppid())
-
-
 def bind_forkserver_to_launcher() -> None:
     """In a multiprocessing forkserver started by a dpcore launcher: end it the moment the
     launcher ends (even by ``kill -9``), and make its own exit immediate.

@@ -9,6 +9,7 @@ pixel row each. Pure pandas.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 #: The most rank lanes a view draws at once (two lanes each on the Timeline).
@@ -37,10 +38,40 @@ def default_ranks(ranks: list[int], steps: pd.DataFrame | None = None,
     return [r for r in dict.fromkeys(out) if r in ranks]
 
 
-def rank_step_matrix(steps: pd.DataFrame, value: str = "step_ms") -> pd.DataFrame:
+#: Most rows of the heat strip (a strip is at most ~600 px tall: more rows share pixels anyway).
+MAX_HEAT_ROWS = 4096
+#: Most cells of the heat strip: 8 MB of float64, a few MB of plotly JSON.
+MAX_HEAT_CELLS = 1_000_000
+
+
+def _bins(codes: np.ndarray, n: int, limit: int) -> tuple[np.ndarray, int]:
+    """Dense codes ``0 .. n-1`` folded into at most ``limit`` consecutive bins, and the width."""
+    width = max(1, -(-n // max(1, limit)))
+    return codes // width, width
+
+
+def rank_step_matrix(steps: pd.DataFrame, value: str = "step_ms",
+                     max_cells: int = MAX_HEAT_CELLS) -> pd.DataFrame:
     """Ranks (rows, ascending) x steps (columns, ascending) of ``value`` (the mean where a rank
-    has several rows of a step): the rank x step heat strip's data, every rank of the job."""
+    has several rows of a step): the rank x step heat strip's data, every rank of the job.
+
+    Why bounded: the grid is every rank by every step, so sparse rows (rank i only at step i)
+    make it quadratic: 30,000 such rows would be a 30,000 x 30,000 grid (7 GB). Past
+    :data:`MAX_HEAT_ROWS` ranks or ``max_cells`` cells, neighbouring ranks and then
+    neighbouring steps (in order of the values present) share a cell, its value their mean, and
+    the cell is labelled by its first rank and step; a strip that fits is exact."""
     if steps is None or steps.empty or value not in steps:
         return pd.DataFrame()
     v = pd.to_numeric(steps[value], errors="coerce")
-    return v.groupby([steps["rank"].astype(int), steps["step"].astype(int)]).mean().unstack("step").sort_index()
+    rank = steps["rank"].astype(int).to_numpy()
+    step = steps["step"].astype(int).to_numpy()
+    ranks, rc = np.unique(rank, return_inverse=True)
+    steps_u, sc = np.unique(step, return_inverse=True)
+    if len(ranks) * len(steps_u) <= max_cells and len(ranks) <= MAX_HEAT_ROWS:
+        return v.groupby([rank, step]).mean().rename_axis(["rank", "step"]).unstack("step").sort_index()
+    rb, rw = _bins(rc, len(ranks), MAX_HEAT_ROWS)
+    sb, sw = _bins(sc, len(steps_u), max_cells // (int(rb.max()) + 1))
+    grid = v.groupby([rb, sb]).mean().unstack()
+    grid.index = pd.Index(ranks[grid.index.to_numpy() * rw], name="rank")
+    grid.columns = pd.Index(steps_u[grid.columns.to_numpy() * sw], name="step")
+    return grid.sort_index()

@@ -29,6 +29,7 @@ from dpcore.contract.files import atomic_file, atomic_write_text, csv_text, new_
 from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.importer.rows import VARIANT, clock_offsets_ns, collective_rows, step_rows
 from dpcore.read.ranks import RankTables, Scale, rank_tables
+from dpcore.read.ranks.pool import check_one_world
 from dpcore.read.traces.reader import iteration_dirs, trace_files
 
 ALIGN = ("auto", "always", "never")
@@ -52,9 +53,6 @@ class Imported:
     notes: tuple[str, ...] = ()
 
 
-#: Highest rank number an import accepts: far above any real job (the largest ones run tens
-#: of thousands of ranks), and a rank of 10**12 is a damaged or crafted trace, not a job.
-MAX_RANK = 2**20 - 1
 #: The rank tables an import reads (a cache hit loads only these).
 IMPORT_TABLES = ("import_steps", "import_comm", "import_facts")
 
@@ -87,7 +85,7 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
     :mod:`dpcore.read.ranks`), and which file is which rank. Refused by name (a
     TraceFormatError), in file order as they are found: a trace without events (an empty or
     metadata-only file, a JSON list of numbers), a rank beyond its world size or
-    :data:`MAX_RANK`, two traces of one rank, and traces that cannot be one job (different world
+    :data:`~dpcore.read.ranks.pool.MAX_RANK`, two traces of one rank, and traces that cannot be one job (different world
     sizes, or times that never overlap). ``root``: the folder the cache belongs to."""
     try:
         got = rank_tables(files, root, scale, only=len(files) == 1, need=IMPORT_TABLES)
@@ -95,32 +93,16 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
         if scale is None or not scale.scheduler:
             raise
         raise UsageError(str(exc).splitlines()[0]) from None
-    traces, by_rank = [], {}
-    sizes: dict[int, Path] = {}
+    traces = []
     for f, t in zip(files, got):
         if isinstance(t, TraceFormatError):
             raise t
         if not t.events:
             raise TraceFormatError(f"{f}: no trace events (an empty or metadata-only trace); a "
                                    "torch.profiler trace lists its events in traceEvents")
-        tr = _Trace(f, t.rank, t.import_facts.iloc[0].to_dict(), t)
-        rank = tr.rank
-        ws = _world_size_of(tr.meta)
-        if rank < 0 or rank > MAX_RANK or (ws is not None and rank >= ws):
-            raise TraceFormatError(f"{f}: rank {rank} cannot be a rank of "
-                                   + (f"its world of {ws}" if ws is not None else "a job")
-                                   + f"; valid ranks: 0..{(ws if ws is not None else MAX_RANK + 1) - 1}")
-        if rank in by_rank:
-            raise TraceFormatError(f"two traces for rank {rank}: {by_rank[rank]} and {f} (several jobs or "
-                                   "profiling cycles in one folder? point at one of them)")
-        if ws is not None:
-            sizes.setdefault(ws, f)
-            if len(sizes) > 1:
-                (a, fa), (b, fb) = list(sizes.items())[:2]
-                raise TraceFormatError(f"traces of different world sizes: {fa} says {a}, {fb} says {b}; "
-                                       "import one job's traces at a time")
-        by_rank[rank] = f
-        traces.append(tr)
+        traces.append(_Trace(f, t.rank, t.import_facts.iloc[0].to_dict(), t))
+    check_one_world([(tr.path, tr.rank, _world_size_of(tr.meta)) for tr in traces])
+    by_rank = {tr.rank: tr.path for tr in traces}
     _check_one_job(traces, by_rank)
     return traces, by_rank
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dpcore.read.plots.style import base_layout, empty_figure
+from dpcore.read.plots.style import base_layout, empty_figure, esc
 
 #: Up to this many ranks every rank gets its own tick; beyond, plotly picks whole-number ticks.
 MAX_TICKED_RANKS = 16
@@ -38,4 +38,6 @@ def rank_step_heat_figure(matrix: pd.DataFrame, title: str | None = None, label:
     else:
         fig.update_yaxes(tickmode="auto", nticks=MAX_TICKED_RANKS, tickformat="d")
     fig.update_yaxes(title="rank", autorange="reversed")
-    return base_layout(fig, title, height=int(min(600, max(MIN_PLOT_PX + 135, 135 + 3 * len(matrix)))))
+    # the title is plain text naming a job (run text): escaped, it carries no markup of its own
+    return base_layout(fig, esc(title) if title else None,
+                       height=int(min(600, max(MIN_PLOT_PX + 135, 135 + 3 * len(matrix)))))

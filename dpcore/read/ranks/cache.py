@@ -1,15 +1,19 @@
-"""A rank's reduced tables on disk: ``cache/`` beside the run (or the traces folder), Parquet.
+"""A rank's reduced tables on disk: a dpcore run's own ``cache/``, else the user's cache, Parquet.
 
 Why: every ``summarize``, ``analyze``, ``stragglers``, ``whatif`` and the dashboard's first open
 otherwise re-read every rank's trace (the parse is 95 % of their time). The first read of a rank
 stores its :class:`~dpcore.read.ranks.tables.RankTables` here; a later read whose trace has the
-same size and mtime, read by the same reduction (:data:`CACHE_VERSION`), loads them instead.
+same size, mtime, ctime and inode, read by the same reduction (:data:`CACHE_VERSION`), loads
+them instead (ctime: a trace rewritten and given its old mtime back still misses).
 
 Never authoritative: deleting ``cache/`` changes no number (tests compare the two paths), a
 cache file that cannot be read is a miss, and one that cannot be written is skipped (the read
-goes on). Where the folder is not writable (someone else's traces) the cache lives in the user's
-cache directory (``$XDG_CACHE_HOME/dpcore``, else ``~/.cache/dpcore``), one folder per traces
-folder. Nothing is pickled: one Parquet file per table per folder (``ranks``: rank, world size,
+goes on). Where it lives (:func:`cache_dir`): a dpcore run's ``cache/`` (a folder with run.json,
+when writable); a folder of someone's traces gets no files: reading must not write into a user's
+trace folder, so its cache lives in the user's cache directory (``$XDG_CACHE_HOME/dpcore``, else
+``~/.cache/dpcore``), one folder per traces folder. A ``cache`` that is a symlink is never
+written through (reading a run must not write outside it): the user's cache is used instead.
+Nothing is pickled: one Parquet file per table per folder (``ranks``: rank, world size,
 events and notes of each trace; one per table of :data:`TABLES` (``overlap``, ``comm``, the
 ``import_*`` tables): every trace's rows, a ``_trace`` column naming it), each listing the
 traces it holds and their keys in its schema metadata (JSON). One file per table, not per
@@ -19,13 +23,16 @@ cache (the same numbers, read every time).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.runformat import RUN_JSON
 from dpcore.read.ranks.tables import DTYPES, RankTables, typed
 
 TABLES = tuple(DTYPES)
@@ -37,6 +44,8 @@ TABLES = tuple(DTYPES)
 #: numbers cut them (a DDP all-reduce at backward's end).
 CACHE_VERSION = 5
 CACHE_DIR = "cache"
+#: the user's signing key for cache files (:func:`_key`), beside the user's caches
+_KEY_FILE = "key"
 _META = b"dpcore"
 
 
@@ -51,26 +60,62 @@ def _pa():
 
 
 def trace_key(path: Path, only: bool) -> list:
-    """What must match for a cache entry to stand for ``path``: size, mtime (ns), the version,
-    and ``only`` (a lone trace without a rank reads as rank 0; one of several is an error)."""
+    """What must match for a cache entry to stand for ``path``: size, mtime, ctime (ns), inode,
+    the version, and ``only`` (a lone trace without a rank reads as rank 0; one of several is
+    an error). ctime cannot be set back by a program (``os.utime`` sets mtime and moves ctime),
+    so a trace rewritten with its size and mtime kept is a miss; a copied run is one too."""
     st = path.stat()
-    return [int(st.st_size), int(st.st_mtime_ns), CACHE_VERSION, bool(only)]
+    return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino),
+            CACHE_VERSION, bool(only)]
+
+
+class CacheDirError(ValueError):
+    """``$DPCORE_CACHE_DIR`` is not an absolute path (one line naming it)."""
+
+
+def _folder_id(root: Path) -> str:
+    return hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
 
 
 def user_cache_dir(root: Path) -> Path:
-    """The user's cache folder for the traces under ``root`` (when ``root`` is not writable)."""
+    """The user's cache folder for the traces under ``root`` (a folder that is not a dpcore
+    run, or one whose ``cache/`` is not writable or not a real folder)."""
+    return _user_base() / _folder_id(root)
+
+
+def _user_base() -> Path:
+    """``$XDG_CACHE_HOME/dpcore``, else ``~/.cache/dpcore`` (a relative XDG_CACHE_HOME is
+    invalid by the XDG spec and ignored)."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dpcore"
-    return base / hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
+    return base if base.is_absolute() else Path.home() / ".cache" / "dpcore"
+
+
+def env_cache_dir() -> Path | None:
+    """``$DPCORE_CACHE_DIR`` when set, which must be absolute (CacheDirError else): a relative
+    one would land wherever the command happens to run, a different folder per working
+    directory."""
+    value = os.environ.get("DPCORE_CACHE_DIR")
+    if not value:
+        return None
+    if not os.path.isabs(value):
+        raise CacheDirError(f"DPCORE_CACHE_DIR must be an absolute path, got {value!r}; give "
+                            "one such as $HOME/.cache/dpcore, or unset it")
+    return Path(value)
 
 
 def cache_dir(root: Path) -> Path:
-    """``root/cache`` where root is writable, else :func:`user_cache_dir`; under
-    ``$DPCORE_CACHE_DIR`` (one folder per ``root``) when that is set: a test suite or a read-only
-    deployment keeps every cache out of the folders it reads."""
-    if os.environ.get("DPCORE_CACHE_DIR"):
-        return Path(os.environ["DPCORE_CACHE_DIR"]) / hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
+    """Where ``root``'s cache lives: under ``$DPCORE_CACHE_DIR`` (one folder per ``root``) when
+    that is set (a test suite or a read-only deployment keeps every cache out of the folders it
+    reads); ``root/cache`` when ``root`` is a dpcore run (it has run.json), is writable and its
+    ``cache`` is a real folder or absent (not a symlink: nothing is written outside the run);
+    else :func:`user_cache_dir`."""
+    env = env_cache_dir()
+    if env is not None:
+        return env / _folder_id(root)
     here = root / CACHE_DIR
-    if os.access(here if here.is_dir() else root, os.W_OK):
+    is_run = (root / RUN_JSON).is_file()
+    if is_run and not here.is_symlink() and (here.is_dir() or not os.path.lexists(here)) \
+            and os.access(here if here.is_dir() else root, os.W_OK):
         return here
     return user_cache_dir(root)
 
@@ -87,12 +132,51 @@ def _path(root: Path, table: str) -> Path:
     return cache_dir(root) / f"{table}.parquet"
 
 
-def _read(pq, root: Path, table: str) -> tuple[dict[str, list], object]:
-    """({trace name: key} of the entries a table file holds, the pyarrow table), or ({}, None)."""
+def _key() -> bytes | None:
+    """This user's secret for signing cache files (32 random bytes, mode 0600, made on first
+    use beside the user's caches, or in ``$DPCORE_CACHE_DIR``); None where it cannot be had
+    (then nothing is read from or written to the cache)."""
+    env = env_cache_dir()
+    base = env if env is not None else _user_base()
+    f = base / _KEY_FILE
     try:
-        t = pq.read_table(_path(root, table))
+        base.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "wb") as out:
+                out.write(secrets.token_bytes(32))
+        key = f.read_bytes()
+    except OSError:
+        return None
+    return key if len(key) == 32 else None
+
+
+def _mac(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).hexdigest().encode()
+
+
+def _read(pq, root: Path, table: str) -> tuple[dict[str, list], object]:
+    """({trace name: key} of the entries a table file holds, the pyarrow table), or ({}, None).
+
+    A file is read only when its ``.mac`` (an HMAC of its bytes with this user's key,
+    :func:`_key`) matches: the cache lives in folders others may write (a shared run), and a
+    doctored Parquet file would otherwise change numbers silently; unsigned or altered, it is a
+    miss, and the traces are read again."""
+    try:
+        key = _key()
+        f = _path(root, table)
+        raw = f.read_bytes()
+        if key is None or not hmac.compare_digest(f.with_name(f.name + ".mac").read_bytes(),
+                                                  _mac(key, raw)):
+            return {}, None
+        t = pq.read_table(_pa()[0].BufferReader(raw))
         entries = json.loads((t.schema.metadata or {}).get(_META, b"{}"))
-    except (OSError, ValueError, KeyError, TypeError):  # missing, truncated or foreign: all misses
+    except CacheDirError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # missing, truncated or foreign: all misses
         return {}, None
     return (entries, t) if isinstance(entries, dict) else ({}, None)
 
@@ -140,10 +224,23 @@ def load(root: Path, traces: list[Path], only: bool, need: tuple[str, ...] = TAB
     held = tuple(t for t in TABLES if t in frames)
     for name, rank, ws, events, notes in zip(ranks["_trace"], ranks["rank"], ranks["world_size"],
                                              ranks["events"], ranks["notes"]):
+        notes = _notes(notes)
+        if notes is None:
+            continue  # a doctored entry: a miss, read again
         tables = {table: parts[table].get(name, empty[table]) if table in parts else empty[table] for table in TABLES}
         out[want[name][0]] = RankTables(rank=int(rank), world_size=None if ws < 0 else int(ws), events=int(events),
-                                        notes=json.loads(notes), built=held, **tables)
+                                        notes=notes, built=held, **tables)
     return out
+
+
+def _notes(raw: object) -> list[str] | None:
+    """A cache entry's notes (a JSON list of strings), None when they are anything else
+    (nested lists deep enough to exhaust the parser's recursion included)."""
+    try:
+        notes = json.loads(raw) if isinstance(raw, (str, bytes)) else None
+    except (ValueError, RecursionError):
+        return None
+    return notes if isinstance(notes, list) and all(isinstance(n, str) for n in notes) else None
 
 
 def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]]) -> bool:
@@ -183,7 +280,14 @@ def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]]) -> boo
             f = _path(root, table)
             tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
             pq.write_table(at, tmp)
+            key = _key()
+            if key is None:
+                os.unlink(tmp)
+                return False
+            sig = f.with_name(f".{f.name}.mac.{os.getpid()}.tmp")
+            sig.write_bytes(_mac(key, tmp.read_bytes()))
             os.replace(tmp, f)
+            os.replace(sig, f.with_name(f.name + ".mac"))
     except (OSError, ValueError, TypeError):
         return False
     return True

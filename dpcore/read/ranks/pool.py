@@ -9,10 +9,9 @@ table it receives in the cache, so Dask workers need no write access to the run.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
+import re
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,13 +19,19 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract import runformat as rf
-from dpcore.contract.procs import exit_with_parent
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
 from dpcore.read.ranks import cache
 from dpcore.read.ranks.tables import DTYPES, EAGER, RankTables, built, reduce_trace, typed
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, _can_fork, _json_bytes, trace_files
+from dpcore.read.traces.reader import (
+    PARALLEL_MIN_BYTES,
+    TraceFormatError,
+    _can_fork,
+    _json_bytes,
+    trace_files,
+    worker_pool,
+)
 
 #: What a rank's read gives: its tables, or the error that names the file.
 Result = RankTables | TraceFormatError
@@ -35,6 +40,11 @@ Result = RankTables | TraceFormatError
 def cores() -> int:
     """CPU cores this process may run on (the default number of workers)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+#: A Dask scheduler address dpcore accepts: tcp:// or tls:// HOST:PORT (an IPv6 host in
+#: brackets), or inproc:// (a cluster in this process).
+_SCHEDULER = r"(tcp|tls)://([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}|inproc://\S+"
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,13 @@ class Scale:
     def __post_init__(self) -> None:
         if self.workers is not None and (isinstance(self.workers, bool) or int(self.workers) < 1):
             raise ValueError(f"--workers must be a whole number of processes >= 1, not {self.workers!r}")
+        if self.scheduler is not None and not re.fullmatch(_SCHEDULER, self.scheduler):
+            # checked here, not when first used: a read whose ranks all hit the cache never
+            # contacts the scheduler, and a typo must not pass unnoticed (nor reach Dask's
+            # comm layer, which fails on a scheme it has no backend for with a TypeError)
+            raise ValueError(f"--scheduler must be a Dask scheduler address tcp://HOST:PORT or "
+                             f"tls://HOST:PORT (e.g. tcp://127.0.0.1:8786; inproc:// for a cluster "
+                             f"in this process), got {self.scheduler!r}")
 
 
 def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:
@@ -67,8 +84,7 @@ def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[str
     if n < 2 or not _can_fork():  # see reader._can_fork: the app's threads read serially
         return [_reduce(str(f), only, tables) for f in files]
     try:
-        ex = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
-                                 initializer=exit_with_parent)  # no worker outlives a killed reader
+        ex = worker_pool(n)
     except (OSError, NotImplementedError):  # no usable worker processes here
         return [_reduce(str(f), only, tables) for f in files]
     with ex:
@@ -133,15 +149,45 @@ def folder_tables(p: Path, scale: Scale | None = None,
     file), sorted by rank, from the cache beside them where it matches (:mod:`dpcore.read.ranks`).
     TraceFormatError naming the file for a bad trace, or for two traces of one rank."""
     files = trace_files(p)
-    tables, seen = [], {}
+    tables, found = [], []
     for f, t in zip(files, rank_tables(files, p if p.is_dir() else p.parent, scale, need=need)):
         if isinstance(t, TraceFormatError):
             raise t
-        if t.events and t.rank in seen:
-            raise TraceFormatError(f"two traces for rank {t.rank}: {seen[t.rank]} and {f}")
-        seen[t.rank] = f
+        if t.events:
+            found.append((f, t.rank, t.world_size))
         tables.append(t)
+    check_one_world(found)
     return sorted(tables, key=lambda t: t.rank)
+
+
+#: Highest rank number a trace may claim: far above any real job (the largest run tens of
+#: thousands of ranks); a rank of 10**12 is a damaged or crafted trace, and tables are built
+#: over the ranks.
+MAX_RANK = 2**20 - 1
+
+
+def check_one_world(found: list[tuple[Path, int, int | None]]) -> None:
+    """Refuse, by file and in file order, traces that cannot be the ranks of one job:
+    (file, rank, world size from its metadata or None) with a rank beyond its world size or
+    :data:`MAX_RANK`, two traces of one rank, or different world sizes. ``import``, ``analyze``
+    and ``stragglers`` read folders of traces by this one rule (TraceFormatError)."""
+    by_rank: dict[int, Path] = {}
+    sizes: dict[int, Path] = {}
+    for f, rank, ws in found:
+        if rank < 0 or rank > MAX_RANK or (ws is not None and rank >= ws):
+            raise TraceFormatError(f"{f}: rank {rank} cannot be a rank of "
+                                   + (f"its world of {ws}" if ws is not None else "a job")
+                                   + f"; valid ranks: 0..{(ws if ws is not None else MAX_RANK + 1) - 1}")
+        if rank in by_rank:
+            raise TraceFormatError(f"two traces for rank {rank}: {by_rank[rank]} and {f} (several jobs or "
+                                   "profiling cycles in one folder? point at one of them)")
+        if ws is not None:
+            sizes.setdefault(ws, f)
+            if len(sizes) > 1:
+                (a, fa), (b, fb) = list(sizes.items())[:2]
+                raise TraceFormatError(f"traces of different world sizes: {fa} says {a}, {fb} says {b}; "
+                                       "give one job's traces at a time")
+        by_rank[rank] = f
 
 
 def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] = EAGER,

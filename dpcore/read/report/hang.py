@@ -27,12 +27,15 @@ def hang_text(path: str | Path, csv: bool = False) -> str:
         df = pd.concat(frames, ignore_index=True)
         df = df[["job_id", *[c for c in df.columns if c != "job_id"]]]
         for s in sets:
+            for line in s.skipped:
+                print(f"{s.job_id}: skipped: {line}", file=sys.stderr)
             print(f"{s.job_id}: {hang_verdict(s.dumps, s.world_size)['message']}", file=sys.stderr)
         return csv_table(df)
     parts = []
     for s in sets:
         v = hang_verdict(s.dumps, s.world_size)
+        skipped = "".join(f"skipped: {line}\n" for line in s.skipped)
         table = text_table(rank_table(s.dumps, s.stacks), float_format=None, formatters={"bytes": exact_size})
-        parts.append(f"{s.job_id} ({len(s.dumps)} rank dump(s))\n{table}\n"
+        parts.append(f"{s.job_id} ({len(s.dumps)} rank dump(s))\n{skipped}{table}\n"
                      f"verdict ({v['kind']}): {v['message']}")
     return "\n\n".join(parts)

@@ -22,9 +22,17 @@ from dpcore.read.rundir.load import Run, load_run
 PathKind = Literal["run", "traces"]
 
 
+def refuse_empty(path: str | Path, valid: str) -> None:
+    """ValueError for an empty PATH: ``Path("")`` is ``.``, so ``analyze ''`` (an unset shell
+    variable) would read, and cache, whatever folder the command runs in."""
+    if not str(path).strip():
+        raise ValueError(f"the path is empty; give {valid}")
+
+
 def resolve(path: str | Path) -> tuple[Path, PathKind]:
     """(path, "run") for a folder with run.json, (path, "traces") for anything else that exists
     (a folder of traces or one trace file). ValueError with one line when nothing is there."""
+    refuse_empty(path, "a run directory, a folder of traces or one trace file")
     p = Path(path)
     if not p.exists():
         raise ValueError(f"no such file or directory: {p}")
@@ -36,6 +44,7 @@ def resolve(path: str | Path) -> tuple[Path, PathKind]:
 def load_run_reporting(path: str | Path) -> Run:
     """:func:`load_run` for the CLI: what the loader worked around (rows with unreadable numbers
     it skipped) goes to stderr, one line each, so ``--csv`` output on stdout stays clean."""
+    refuse_empty(path, "a run directory")
     run = load_run(Path(path))
     warn(run.warnings)
     return run

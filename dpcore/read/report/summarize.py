@@ -22,7 +22,7 @@ from dpcore.read.analysis.summary import gpu_job_ids, job_summary
 from dpcore.read.ranks import Scale, run_steps_gpu
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
-from dpcore.read.report.resolve import load_run_reporting, trace_steps_reporting, warn
+from dpcore.read.report.resolve import load_run_reporting, refuse_empty, trace_steps_reporting, warn
 from dpcore.read.report.tables import csv_table, text_table
 from dpcore.read.rundir.load import Run
 
@@ -76,6 +76,7 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
     """The per-job table of a run: T over the timed steps (median, p10, p90, noisy), C/E/overlap
     over the traced steps with their source and the gap between the two methods. A run with
     all-reduce benchmark jobs and no training job prints its bandwidth table instead."""
+    refuse_empty(path, "a run directory")
     p = Path(path)
     run = load_run_reporting(p)
     s = summary_table(run, scale)

@@ -91,9 +91,15 @@ def complete_ranks(steps: pd.DataFrame, jobs: pd.DataFrame, f: Path) -> list[str
     """Complete jobs whose steps.csv rows lack a rank, or whose ranks have different steps:
     their numbers then cover only some ranks or steps, and the line says which."""
     out: list[str] = []
-    if steps.empty or jobs.empty:
+    if jobs.empty:
         return out
-    by_job = {str(k): g for k, g in steps.groupby(steps["job_id"].astype(str), sort=False)}
+    by_job = {str(k): g for k, g in steps.groupby(steps["job_id"].astype(str), sort=False)} \
+        if not steps.empty else {}
+    empty = [str(j["job_id"]) for _, j in jobs.iterrows() if j.get("status") == "complete"
+             and j.get("kind") in ("train", None) and str(j["job_id"]) not in by_job]
+    if empty:  # complete, yet not one timed step: every number of theirs would be "unknown"
+        out.append(f"{f}: {len(empty)} complete training job(s) have no rows ({_some(empty)}); "
+                   "their step numbers are unknown (the table holds no data for them)")
     for _, job in jobs.iterrows():
         rows = by_job.get(str(job["job_id"]))
         expected = _expected_ranks(job)

@@ -3,7 +3,15 @@ folder of dumps that PyTorch wrote for a user's own job (``TORCH_FR_DUMP_TEMP_FI
 
 Why one loader: ``hang`` and the Hang page take the same PATHs and must find the same dumps.
 Files are read through :func:`dpcore.contract.flightrec.load_dump` only (JSON, or a pickle that
-may name no global), and only regular files are opened.
+may name no global), and only regular files are opened. Stacks are read through
+:func:`dpcore.contract.tracefile.open_regular` and cut at :data:`MAX_STACK_BYTES`. With ``root``
+(the dashboard's profiles folder) no folder or file that resolves outside it is read: a
+symlinked ``hang/<job>`` or ``rank0.stack.txt`` is left out, as the run loader does.
+
+Why a folder of foreign dumps skips what it cannot read: PyTorch's dump prefix is any name, so
+a folder of dumps may hold other files ending in digits; one of them must not hide the others'
+verdict. Each skipped file is named (``HangSet.skipped``); a folder where nothing loads gives
+the first file's one-line error.
 """
 from __future__ import annotations
 
@@ -13,9 +21,13 @@ from pathlib import Path
 
 from dpcore.contract import flightrec
 from dpcore.contract import runformat as rf
+from dpcore.contract.tracefile import open_regular
+from dpcore.read.rundir.load import inside_root
 
 #: most dump files read from one folder (a folder of something else is refused, not read)
 MAX_DUMPS = 4096
+#: most of one rank's stack file shown (faulthandler writes a few KB per thread)
+MAX_STACK_BYTES = 1 << 20
 
 
 @dataclass
@@ -27,23 +39,45 @@ class HangSet:
     stacks: dict[int, str] = field(default_factory=dict)
     world_size: int | None = None
     source: Path | None = None
+    #: one line per file of the folder left out (not a dump)
+    skipped: list[str] = field(default_factory=list)
 
 
-def _job_folder(folder: Path, world_size: int | None = None) -> HangSet:
+def _ok(p: Path, root: Path | None) -> bool:
+    """A regular file (links followed) that, with ``root`` given, resolves inside it."""
+    return p.is_file() and (root is None or inside_root(p, root))
+
+
+def read_stack(p: Path) -> str:
+    """One rank's stack file, at most :data:`MAX_STACK_BYTES` of it ('' when unreadable)."""
+    try:
+        with open_regular(p, 1 << 62) as f:
+            raw = f.read(MAX_STACK_BYTES + 1)
+    except OSError:
+        return ""
+    text = raw[:MAX_STACK_BYTES].decode("utf-8", errors="replace")
+    return text + (f"\n... (cut at {MAX_STACK_BYTES >> 20} MiB)" if len(raw) > MAX_STACK_BYTES else "")
+
+
+def _job_folder(folder: Path, world_size: int | None = None,
+                root: Path | None = None) -> HangSet:
     dumps, stacks = {}, {}
-    for p in sorted(folder.glob("rank*.fr.json")):
+    for p in sorted(folder.glob("rank*.fr.json"))[:MAX_DUMPS]:
         r = flightrec.rank_of(p)
-        if r is not None and p.is_file():
+        if r is not None and _ok(p, root):
             dumps[r] = flightrec.load_dump(p)
-    for p in sorted(folder.glob("rank*.stack.txt")):
-        digits = p.name[4:-len(".stack.txt")]
-        if digits.isdigit() and p.is_file():
-            stacks[int(digits)] = p.read_text(encoding="utf-8", errors="replace")
-    if world_size is None and (folder / rf.VERDICT_FILE).is_file():
+    for p in sorted(folder.glob("rank*.stack.txt"))[:MAX_DUMPS]:
+        r = flightrec.plausible_rank(p.name[4:-len(".stack.txt")])
+        if r is not None and _ok(p, root):
+            stacks[r] = read_stack(p)
+    if world_size is None and _ok(folder / rf.VERDICT_FILE, root):
         try:
-            meta = json.loads((folder / rf.VERDICT_FILE).read_text())
-            world_size = max([*dumps, *meta.get("no_answer", []), -1]) + 1 or None
-        except ValueError:
+            with open_regular(folder / rf.VERDICT_FILE, MAX_STACK_BYTES) as f:
+                meta = json.loads(f.read(MAX_STACK_BYTES))
+            claimed = meta.get("no_answer", []) if isinstance(meta, dict) else []
+            told = [flightrec.plausible_rank(r) for r in claimed if isinstance(claimed, list)]
+            world_size = max([*dumps, *(r for r in told if r is not None), -1]) + 1 or None
+        except (OSError, ValueError, RecursionError):
             pass
     return HangSet(folder.name, dumps, stacks, world_size, folder)
 
@@ -51,12 +85,18 @@ def _job_folder(folder: Path, world_size: int | None = None) -> HangSet:
 def _dump_folder(folder: Path) -> HangSet:
     files = [p for p in sorted(folder.iterdir()) if p.is_file() and not p.is_symlink()]
     dumps: dict[int, dict] = {}
+    skipped: list[str] = []
     for p in files[:MAX_DUMPS]:
         r = flightrec.rank_of(p)
         if r is None or p.name.endswith((".txt", ".csv")):
             continue
-        dumps[r] = flightrec.load_dump(p)
-    return HangSet(folder.name, dumps, {}, None, folder)
+        try:
+            dumps[r] = flightrec.load_dump(p)
+        except flightrec.DumpError as exc:
+            skipped.append(str(exc))
+    if not dumps and skipped:
+        raise flightrec.DumpError(skipped[0])
+    return HangSet(folder.name, dumps, {}, None, folder, skipped)
 
 
 def hung_jobs(run_dir: str | Path) -> list[str]:
@@ -66,10 +106,17 @@ def hung_jobs(run_dir: str | Path) -> list[str]:
     return [d.name for d in sorted(root.iterdir()) if d.is_dir()] if root.is_dir() else []
 
 
-def load_hangs(path: str | Path) -> list[HangSet]:
+def load_hangs(path: str | Path, root: str | Path | None = None) -> list[HangSet]:
     """The dumps under ``path`` (a run, a job's hang folder, a folder of dumps, or one dump
-    file), one :class:`HangSet` per job. ValueError (one line) when there are none."""
+    file), one :class:`HangSet` per job; with ``root``, only what resolves inside it.
+    ValueError (one line) when there are none."""
+    if not str(path).strip():  # Path("") is "." : an empty argument would read the current folder
+        raise ValueError("the path is empty; give a run, a job's hang/ folder or a folder of "
+                         "flight-recorder dumps")
     p = Path(path)
+    r0 = Path(root) if root is not None else None
+    if r0 is not None and not inside_root(p, r0):
+        raise ValueError(f"{p} resolves outside the profiles folder {r0}; not read")
     if not p.exists():
         raise ValueError(f"no such file or directory: {p}")
     if p.is_file():
@@ -79,20 +126,25 @@ def load_hangs(path: str | Path) -> list[HangSet]:
         sizes: dict[str, int] = {}
         try:
             meta = json.loads((p / rf.RUN_JSON).read_text())
-            sizes = {j["id"]: int(j.get("processes") or j.get("world_size") or 0)
+            sizes = {str(j["id"]): flightrec.plausible_world(j.get("processes")
+                                                             or j.get("world_size")) or 0
                      for j in meta.get("jobs", []) if isinstance(j, dict) and "id" in j}
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             pass
-        sets = [_job_folder(p / rf.HANG_DIR / job, sizes.get(job) or None) for job in hung_jobs(p)]
+        hang_root = p / rf.HANG_DIR
+        sets = [_job_folder(d, sizes.get(d.name) or None, r0) for d in sorted(hang_root.iterdir())
+                if d.is_dir() and (r0 is None or inside_root(d, r0))] \
+            if hang_root.is_dir() and (r0 is None or inside_root(hang_root, r0)) else []
         if not sets:
             raise ValueError(f"{p}: this run has no hang/ folder: none of its jobs hung (the "
                              "hang watchdog writes hang/<job_id>/ when one does)")
         return sets
     if any(p.glob("rank*.fr.json")):
-        return [_job_folder(p)]
-    subs = [d for d in sorted(p.iterdir()) if d.is_dir() and any(d.glob("rank*.fr.json"))]
+        return [_job_folder(p, None, r0)]
+    subs = [d for d in sorted(p.iterdir()) if d.is_dir() and any(d.glob("rank*.fr.json"))
+            and (r0 is None or inside_root(d, r0))]
     if subs:
-        return [_job_folder(d) for d in subs]
+        return [_job_folder(d, None, r0) for d in subs]
     found = _dump_folder(p)
     if not found.dumps:
         raise ValueError(f"{p}: no flight-recorder dumps here; give a run, a job's hang/ folder "

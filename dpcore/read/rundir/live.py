@@ -4,26 +4,45 @@ Why drop a last line without its newline: the writer appends whole lines in one 
 crash (or a file system that splits the write) could leave half a row; a reader must never show
 half a row, so only complete lines are parsed. The file is read fresh every time (it is not one
 of the run files the loader's cache is keyed on: it changes while the run runs).
+
+Why bounded and regular-only: live.csv is a file anyone can replace; a link to a device or to
+``/proc/self/pagemap`` (a "regular" file of size 0 that reads forever) or a file of gigabytes
+without a newline must not run the page out of memory. It is opened through
+:func:`dpcore.contract.tracefile.open_regular` and at most :data:`MAX_LIVE_BYTES` (plus a
+header line of at most :data:`MAX_HEADER_BYTES`) is read, whatever its size says.
 """
 from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.tracefile import open_regular
 
 #: the most of live.csv read (its tail): a long run's early rows are not what a live view shows
 MAX_LIVE_BYTES = 64 * 2**20
+#: the longest header line read (live.csv's header is about 80 bytes)
+MAX_HEADER_BYTES = 64 * 2**10
+#: the largest run.json read for its status (the loader's own bound for run files)
+MAX_META_BYTES = 512 << 20
+#: live.csv of any length is accepted: only its tail is read
+_ANY_SIZE = 1 << 62
 
 
 def run_status(run_dir: Path | str, default: str = "?") -> str:
-    """run.json's status as it is now (a loaded run's may be older: the run is still running)."""
+    """run.json's status as it is now (a loaded run's may be older: the run is still running),
+    ``stale`` for a run marked ``running`` whose writer is gone (:func:`runformat.is_stale`,
+    the CLI's and the run list's rule), so no view keeps refreshing a killed run."""
     try:
-        return str(json.loads((Path(run_dir) / rf.RUN_JSON).read_text()).get("status", default))
-    except (OSError, ValueError, AttributeError):
+        with open_regular(Path(run_dir) / rf.RUN_JSON, MAX_META_BYTES) as f:
+            meta = json.loads(f.read(MAX_META_BYTES + 1))
+        status = str(meta.get("status", default))
+        return "stale" if status == "running" and rf.is_stale(meta) else status
+    except (OSError, ValueError, AttributeError, RecursionError):
         return default
 
 
@@ -35,16 +54,16 @@ def read_live(run_dir: Path | str) -> pd.DataFrame:
     """live.csv's complete rows (an empty frame with its columns when there is none yet)."""
     path = Path(run_dir) / rf.LIVE_FILE
     try:
-        if not path.is_file():
-            return empty_live()
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            header = f.readline()
-            if size > MAX_LIVE_BYTES:
+        with open_regular(path, _ANY_SIZE) as f:
+            size = os.fstat(f.fileno()).st_size
+            header = f.readline(MAX_HEADER_BYTES)
+            cut = size > MAX_LIVE_BYTES + len(header)
+            if cut:
                 f.seek(size - MAX_LIVE_BYTES)
-                f.readline()  # drop the partial first line of the tail
-            body = f.read()
-    except OSError:
+            body = f.read(MAX_LIVE_BYTES)
+            if cut:  # drop the partial first line of the tail
+                body = body[body.find(b"\n") + 1:] if b"\n" in body else b""
+    except OSError:  # missing, not a regular file (NotRegularFileError), unreadable
         return empty_live()
     body = body[: body.rfind(b"\n") + 1]  # whole lines only
     if not header.endswith(b"\n"):

@@ -66,11 +66,11 @@ class Run:
         files; with ``root`` set, only those that resolve inside it)."""
         d = rf.trace_dir(self.path, job_id)
         out: dict[str, Path] = {}
-        if not d.is_dir() or (self.root is not None and not _inside(d, self.root)):
+        if not d.is_dir() or (self.root is not None and not inside_root(d, self.root)):
             return out
         for f in sorted(d.iterdir()):
             key = rf.trace_key(f.name)
-            if key is not None and f.is_file() and (self.root is None or _inside(f, self.root)):
+            if key is not None and f.is_file() and (self.root is None or inside_root(f, self.root)):
                 out.setdefault(key, f)
         return out
 
@@ -91,7 +91,7 @@ class Run:
         return [f for k, f in self.trace_files(job_id).items() if rf.is_rank_trace(k)]
 
 
-def _inside(path: Path, root: Path) -> bool:
+def inside_root(path: Path, root: Path) -> bool:
     """True when ``path``, symlinks resolved, lies inside ``root`` (also resolved)."""
     try:
         return Path(path).resolve().is_relative_to(Path(root).resolve())
@@ -102,7 +102,7 @@ def _inside(path: Path, root: Path) -> bool:
 def _read_file(f: Path, root: Path | None) -> bytes | None:
     """The bytes of one run file, None when it does not exist; RunLoadError naming the file
     when it lies outside ``root``, is not a regular file, or is larger than MAX_RUN_FILE_BYTES."""
-    if root is not None and (os.path.lexists(f) and not _inside(f, root)):
+    if root is not None and (os.path.lexists(f) and not inside_root(f, root)):
         raise RunLoadError(f"{f} resolves outside the profiles folder {root}; not read")
     try:
         with open_regular(f, MAX_RUN_FILE_BYTES) as fh:
@@ -140,6 +140,12 @@ def _check_meta(meta: object, f: Path) -> dict:
         if jid is not None and not rf.is_safe_job_id(jid):
             raise RunLoadError(f"malformed {f}: jobs[{i}].id {jid!r} is not a job id (one name, without "
                                "'/', '\\' or '..'); it would lead outside the run: not read")
+    env = meta.get("environment") or {}
+    for key in ("cpu_cores", "gpus"):
+        v = env.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise RunLoadError(f"malformed {f}: environment.{key} must be a whole number >= 0, "
+                               f"got {v!r}")
     for key in ("run_id", "created", "finished", "status"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise RunLoadError(f"malformed {f}: {key!r} must be a string, got {type(meta[key]).__name__}")
@@ -236,7 +242,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     """
     p = Path(path)
     r = Path(root) if root is not None else None
-    if r is not None and not _inside(p, r):
+    if r is not None and not inside_root(p, r):
         raise RunLoadError(f"{p} resolves outside the profiles folder {r}; not read")
     if not p.is_dir():
         raise RunLoadError(f"not a run directory (a file, pipe or device): {p}" if p.exists()

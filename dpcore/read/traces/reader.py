@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpcore.contract.procs import exit_with_parent
+from dpcore.contract.procs import exit_with
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
 from dpcore.contract.tracefile import (
     DEVICE_CATS,
@@ -288,6 +288,16 @@ def _can_fork() -> bool:
     return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` forked processes that end with their parent, even when it is killed
+    with ``kill -9`` (:func:`dpcore.contract.procs.exit_with`: a pool's workers otherwise wait for
+    work forever, re-parented to init): the one way dpcore's read wing starts worker processes
+    (callers check :func:`_can_fork`). The parent's pid is taken here, not in the worker, so a
+    parent already gone when the worker starts is seen too."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=exit_with, initargs=(os.getpid(),))
+
+
 def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
     """read_trace of each file, in order; large multi-file sets are read in worker processes.
 
@@ -304,8 +314,7 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
         return
     ex = None
     try:
-        ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
-                                 initializer=exit_with_parent)  # no worker outlives a killed reader
+        ex = worker_pool(workers)
         results = ex.map(read, files)  # submits every file: starts the workers
     except (OSError, NotImplementedError):  # no usable worker processes here (no sem_open, ...)
         if ex is not None:

@@ -102,6 +102,8 @@ def record(out: str | Path = "profiles", *, name: str | None = None, model: nn.M
     and backward steps on the what-if calibration (no optimizer step; run.json's
     ``whatif_calibration``, as ``profile`` writes it: :func:`dpcore.write.commands.record_hooks.calibrate_recording`).
     """
+    if not str(out).strip():  # Path("") is the current folder: never write there unasked
+        raise ValueError("out is empty; give the folder the run is written into, e.g. 'profiles'")
     if calibration_steps < 1 and calibrate is not None:
         raise ValueError(f"calibration_steps must be >= 1 with calibrate=, got {calibration_steps}")
     if warmup < 0:

@@ -198,6 +198,8 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
         cpus = _pin(rank, world_size, threads) if pin else ()
         torch.set_num_threads(threads)
         flight_recorder_on()
+        if placement.backend == "gloo":
+            gloo_on_loopback()
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
                               timeout=_dt.timedelta(seconds=timeout_s))
         device = placement.rank_device(rank)  # before the group: NCCL binds the current GPU
@@ -217,6 +219,30 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
                 dist.destroy_process_group()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def loopback_interface() -> str | None:
+    """The name of this host's loopback interface (``lo`` on Linux, ``lo0`` on macOS), None
+    where none is listed."""
+    try:
+        names = [name for _i, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((n for n in ("lo", "lo0") if n in names), None)
+
+
+def gloo_on_loopback() -> None:
+    """Make this rank's gloo pairs use the loopback interface (``GLOO_SOCKET_IFNAME``) unless
+    the user named an interface.
+
+    Why: without it gloo binds its pair sockets to the address the host name resolves to,
+    which on many machines is a LAN address: a single-machine job then listens on the
+    network (gloo's pairs have no authentication) and breaks when that address changes. Every
+    rank spawned here is on this host, so loopback always reaches the peers. Under torchrun
+    ranks span hosts: the interface is the user's to choose, nothing is set there."""
+    name = loopback_interface()
+    if name is not None and not os.environ.get("GLOO_SOCKET_IFNAME"):
+        os.environ["GLOO_SOCKET_IFNAME"] = name
 
 
 _MP_CONTEXT: Any = None

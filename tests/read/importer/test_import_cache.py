@@ -95,13 +95,12 @@ def test_two_workers_really_parse_in_a_pool(sets: dict[str, Path], tmp_path: Pat
     if not pool._can_fork():
         pytest.skip("no fork here (threads running): the pool path is not taken")
     pools = []
-    real = pool.ProcessPoolExecutor
+    real = pool.worker_pool
 
-    class Counting(real):
-        def __init__(self, *a, **k):
-            pools.append(k.get("max_workers"))
-            super().__init__(*a, **k)
-    monkeypatch.setattr(pool, "ProcessPoolExecutor", Counting)
+    def counting(n: int):
+        pools.append(n)
+        return real(n)
+    monkeypatch.setattr(pool, "worker_pool", counting)
     two = import_traces(sets["hosts"], tmp_path / "two", "p", scale=Scale(workers=2, cache=False))
     assert pools == [2]
     one = import_traces(sets["hosts"], tmp_path / "one", "p", scale=Scale(workers=1, cache=False))

@@ -34,13 +34,12 @@ def _same(a: list, b: list) -> None:
 
 def test_one_and_several_workers_give_the_same_tables(traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pools = []
-    real = pool.ProcessPoolExecutor
+    real = pool.worker_pool
 
-    class Counting(real):  # the pool really runs (fork is available to a single-threaded pytest)
-        def __init__(self, *a, **k):
-            pools.append(k.get("max_workers"))
-            super().__init__(*a, **k)
-    monkeypatch.setattr(pool, "ProcessPoolExecutor", Counting)
+    def counting(n: int):  # the pool really runs (fork is available to a single-threaded pytest)
+        pools.append(n)
+        return real(n)
+    monkeypatch.setattr(pool, "worker_pool", counting)
     if not pool._can_fork():
         pytest.skip("no fork here (threads running): the pool path is not taken")
     one = folder_tables(traces, Scale(workers=1, cache=False))

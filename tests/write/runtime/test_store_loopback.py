@@ -16,7 +16,7 @@ from tests import workers
 LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp*
 
 
-def _my_socket_inodes() -> set[str]:
+def my_socket_inodes() -> set[str]:
     out = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -39,7 +39,7 @@ def _address(hex_addr: str) -> str:
 
 def listening_addresses() -> list[tuple[str, int]]:
     """(address, port) of every TCP socket this process listens on."""
-    mine, out = _my_socket_inodes(), []
+    mine, out = my_socket_inodes(), []
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]

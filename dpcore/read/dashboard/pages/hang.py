@@ -27,11 +27,20 @@ def render(run: Run) -> None:
         st.info("No job of this run hung (dpcore's watchdog writes hang/<job_id>/ when one "
                 "does; try `profile --inject-hang 1:3:sleep` to see one).")
         return
-    sets = load_hangs(run.path)
+    try:
+        sets = load_hangs(run.path, run.root)
+    except ValueError as exc:  # DumpError too: one line naming the file
+        st.error(f"Cannot show this run's hang: {md(str(exc))}")
+        return
+    if not sets:
+        st.info("This run's hang/ folder holds no job's dumps inside the profiles folder.")
+        return
     names = [s.job_id for s in sets]
     pick = st.selectbox("Hung job", names, key=f"hang-job-{run.path.name}")
     hs = sets[names.index(pick)]
     v = hang_verdict(hs.dumps, hs.world_size)
+    for line in hs.skipped:
+        st.caption(f"skipped: {md(line)}")
     (st.warning if v["kind"] in ("missing", "desync") else st.info)(
         f"**{v['kind']}**: {md(v['message'])}")
     st.plotly_chart(hang_figure(hang_collectives(hs.dumps), v), key=f"hang-fig-{run.path.name}")
