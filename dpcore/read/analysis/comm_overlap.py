@@ -194,13 +194,13 @@ class _Events:
         self.comm, self.comp, self.sync = kind == "comm", kind == "compute", kind == "sync"
         self.stream = ev["stream"].to_numpy() if "stream" in ev else np.full(self.ts.size, -1)
         self.threads = _threads(ev)
-        self.launch = ~self.comm & _by_name(names, lambda n: bool(_COMM_CALL_RE.match(n)))
+        self.launch = ~self.comm & by_name(names, lambda n: bool(_COMM_CALL_RE.match(n)))
         self.phase = _phase_mask(ev)
-        self.grad_sync = _by_name(names, lambda n: n == "grad_sync")
-        self.backward = _by_name(names, lambda n: n == "backward")
-        self.reducer = _by_name(names, lambda n: bool(_REDUCER_RE.search(n)))
-        self.accumulate = _by_name(names, lambda n: n == _ACCUMULATE)
-        self.marker = _by_name(names, lambda n: bool(_STEP_RE.match(n)))
+        self.grad_sync = by_name(names, lambda n: n == "grad_sync")
+        self.backward = by_name(names, lambda n: n == "backward")
+        self.reducer = by_name(names, lambda n: bool(_REDUCER_RE.search(n)))
+        self.accumulate = by_name(names, lambda n: n == _ACCUMULATE)
+        self.marker = by_name(names, lambda n: bool(_STEP_RE.match(n)))
         return self
 
     def take(self, idx: np.ndarray) -> _Events:
@@ -211,7 +211,7 @@ class _Events:
         return out
 
 
-def _trace_sets(ev: pd.DataFrame | _Events) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def trace_sets(ev: pd.DataFrame | _Events) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """(comm, compute) interval unions in µs of one rank's events.
 
     Compute on a CPU trace of dpcore's (one with its ``forward``/``backward``/``optimizer``
@@ -260,7 +260,7 @@ def _trace_sets(ev: pd.DataFrame | _Events) -> tuple[tuple[np.ndarray, np.ndarra
     return (ts[comm], end[comm]), compute
 
 
-def _by_name(col: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
+def by_name(col: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
     """``test(name)`` of every event, evaluated once per distinct name (the reader's names are
     categorical: a 250k-event trace has a few thousand of them)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
@@ -282,14 +282,14 @@ def _phase_mask(ev: pd.DataFrame) -> np.ndarray:
     foreign ``forward`` operator, such as a TorchScript module's, is no phase of ours)."""
     if "category" not in ev:
         return np.zeros(len(ev), dtype=bool)
-    return (_by_name(ev["name"], lambda n: n in _PHASE_RANGES)
-            & _by_name(ev["category"], lambda c: c.lower() == "user_annotation"))
+    return (by_name(ev["name"], lambda n: n in _PHASE_RANGES)
+            & by_name(ev["category"], lambda c: c.lower() == "user_annotation"))
 
 
 def _ddp_backward(e: _Events, phase: np.ndarray, on_comp: np.ndarray) -> list[tuple[float, float, float]]:
     """(start, end, end of the last gradient accumulation) of every dpcore ``backward`` range
     (``phase``: dpcore's phase ranges on the computing thread) in which DDP's reducer ran (see
-    :func:`_trace_sets`)."""
+    :func:`trace_sets`)."""
     bwd = np.flatnonzero(phase & e.backward)
     if not bwd.size or not e.reducer.any():
         return []
@@ -326,7 +326,7 @@ def _window(e: _Events, step: int) -> tuple[float, float]:
 
 def _row(rank: int, step: int, e: _Events) -> dict:
     a, b = _window(e, step)
-    comm, compute = _trace_sets(e)
+    comm, compute = trace_sets(e)
     s = overlap_stats(clip(*comm, a, b), clip(*compute, a, b))
     return {"rank": rank, "step": step, "step_ms": (b - a) / 1e3, "compute_ms": s["compute"] / 1e3,
             "comm_ms": s["comm"] / 1e3, "overlapped_ms": s["overlapped"] / 1e3, "exposed_ms": s["exposed"] / 1e3,

@@ -31,11 +31,11 @@ from dpcore.contract.intervals import merge
 from dpcore.read.analysis.comm_overlap import (
     MS_NS,
     TRACE_COLUMNS,
-    _by_name,
-    _trace_sets,
+    by_name,
     comm_start_ns,
     compute_intervals_ns,
     overlap_from_trace,
+    trace_sets,
 )
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.kinds import comm_op
@@ -73,7 +73,7 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
         rank = int(rank)
         ts, end = all_ev["ts"].to_numpy(np.float64), (all_ev["ts"] + all_ev["dur"]).to_numpy(np.float64)
         add(rank, -1, "rank", "", ts.min(keepdims=True), end.max(keepdims=True))
-        marks = _by_name(all_ev["name"], lambda n: n.startswith(SYNC_MARKER))
+        marks = by_name(all_ev["name"], lambda n: n.startswith(SYNC_MARKER))
         add(rank, -1, "sync", all_ev["name"][marks], ts[marks], end[marks])
         traced = all_ev[all_ev["step"] >= 0]
         for step, ev in traced.groupby("step", sort=True):
@@ -81,7 +81,7 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
                 continue
             ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
             add(rank, int(step), "step", "", ts.min(keepdims=True), end.max(keepdims=True))
-            _, (p_s, p_e) = _trace_sets(ev)
+            _, (p_s, p_e) = trace_sets(ev)
             p_s, p_e = merge(p_s, p_e)
             add(rank, int(step), "compute", "compute", p_s, p_e)
             comm = (ev["kind"] == "comm").to_numpy()

@@ -25,7 +25,7 @@ from dpcore.read.ranks import cache
 from dpcore.read.ranks.tables import EAGER, RankTables, built, reduce_trace
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, _can_fork, _json_bytes, trace_files
+from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, can_fork, json_bytes, trace_files
 
 #: What a rank's read gives: its tables, or the error that names the file.
 Result = RankTables | TraceFormatError
@@ -61,9 +61,9 @@ def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:
 
 def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[str, ...]) -> list[Result]:
     n = min(len(files), workers or cores())
-    if workers is None and sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+    if workers is None and sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
         n = 1
-    if n < 2 or not _can_fork():  # see reader._can_fork: the app's threads read serially
+    if n < 2 or not can_fork():  # see reader.can_fork: the app's threads read serially
         return [_reduce(str(f), only, tables) for f in files]
     try:
         ex = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))

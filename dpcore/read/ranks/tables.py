@@ -28,7 +28,7 @@ from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, overlap_from_trace
 from dpcore.read.analysis.timeline import trace_lanes
 from dpcore.read.analysis.trace_arrivals import TRACE_COMM_COLUMNS, trace_comm_rows
 from dpcore.read.importer.rows import rank_rows
-from dpcore.read.traces.reader import _rank_of, read_trace_meta, trace_notes
+from dpcore.read.traces.reader import rank_of, read_trace_meta, trace_notes
 
 #: The columns of a rank's comm table: trace_comm_rows' without job_id (the caller's to set).
 COMM_COLUMNS = [c for c in TRACE_COMM_COLUMNS if c != "job_id"]
@@ -130,5 +130,5 @@ def reduce_trace(path: str | Path, only: bool = False, tables: tuple[str, ...] =
     ``only``: see :func:`dpcore.read.traces.reader.read_trace`; ``tables``: see
     :func:`reduce_events`. Raises TraceFormatError."""
     meta, events = read_trace_meta(path, only)
-    rank = int(events["rank"].iloc[0]) if len(events) else (_rank_of(meta, Path(path)) or 0)
+    rank = int(events["rank"].iloc[0]) if len(events) else (rank_of(meta, Path(path)) or 0)
     return reduce_events(events, rank, _world_size(meta), meta, tables)

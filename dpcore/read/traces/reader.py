@@ -49,7 +49,7 @@ def _codes_to_cat(codes: np.ndarray, table: list) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=pd.Index(table, dtype=object))
 
 
-def _rank_of(meta: dict, path: Path) -> int | None:
+def rank_of(meta: dict, path: Path) -> int | None:
     """distributedInfo.rank, else 'rank<r>' in the file name, else None."""
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int) and info["rank"] >= 0:
@@ -128,7 +128,7 @@ def read_trace_meta(path: str | Path, only: bool = True) -> tuple[dict, pd.DataF
     if not p.exists():  # a FIFO or device exists but is refused, by name, when opened
         raise TraceFormatError(f"trace file not found: {p}")
     meta, cols = read_columns(p)
-    rank = _rank_of(meta, p)
+    rank = rank_of(meta, p)
     ranks = merged_ranks(p) if rank is None and len(set(cols.tables["pid"])) >= 2 else {}
     if ranks:  # one file, several ranks: each process's events read as that rank's trace
         parts, notes = [], []
@@ -264,7 +264,7 @@ def _latest_cycles(files: list[Path]) -> list[Path]:
     return sorted(out + [f for _, f in best.values()])
 
 
-def _json_bytes(path: Path) -> int:
+def json_bytes(path: Path) -> int:
     """Uncompressed size of a trace file (gzip's ISIZE trailer; exact below 4 GiB), 0 if unreadable."""
     try:  # regular files only: a FIFO would block here (the read proper reports it by name)
         with open_regular(path, MAX_TRACE_FILE_BYTES) as fh:
@@ -276,7 +276,7 @@ def _json_bytes(path: Path) -> int:
         return 0
 
 
-def _can_fork() -> bool:
+def can_fork() -> bool:
     """Worker processes only by fork, only on Linux, only from a single-threaded process.
 
     fork is cheap (workers inherit the imports); forking a multi-threaded process (the Streamlit
@@ -297,7 +297,7 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = min(len(files), cpus, MAX_WORKERS)
     read = read_trace if len(files) == 1 else _read_one_of_many
-    if workers < 2 or not _can_fork() or sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+    if workers < 2 or not can_fork() or sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
         yield from map(read, files)
         return
     ex = None
@@ -355,7 +355,7 @@ def read_trace_files(files: list[Path]) -> pd.DataFrame:
     reader = _read_traces(files)
     try:
         for f, df in zip(files, reader):
-            r = int(df["rank"].iloc[0]) if len(df) else _rank_of({}, f)
+            r = int(df["rank"].iloc[0]) if len(df) else rank_of({}, f)
             if r is not None and r in seen:
                 raise TraceFormatError(f"two traces for rank {r}: {seen[r]} and {f}")
             seen[r] = f

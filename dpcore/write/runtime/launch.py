@@ -38,7 +38,7 @@ import torch.distributed as dist
 from dpcore.contract.config import check_backend, check_timeout
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.write.runtime.context import DistContext
-from dpcore.write.runtime.resources import _pin, threads_per_rank
+from dpcore.write.runtime.resources import pin_rank, threads_per_rank
 
 #: What the forkserver always imports before forking a rank (the caller adds its own modules).
 BASE_PRELOAD = ("torch", "torch.distributed", "torch.profiler", "dpcore.write.runtime.launch")
@@ -102,7 +102,7 @@ def _worker(rank: int, world_size: int, backend: str, port: int, threads: int, t
     """Body of a spawned rank: pin, join the group, run ``fn``, report result or error."""
     _die_with_launcher(launcher_pid)
     try:
-        cpus = _pin(rank, world_size, threads) if pin else ()
+        cpus = pin_rank(rank, world_size, threads) if pin else ()
         torch.set_num_threads(threads)
         flight_recorder_on()
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
@@ -184,7 +184,7 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", env_ws))
     backend = resolve_backend(backend, env_ws, local_ws)
     threads = threads or threads_per_rank(local_ws)
-    cpus = _pin(local_rank, local_ws, threads) if pin else ()
+    cpus = pin_rank(local_rank, local_ws, threads) if pin else ()
     torch.set_num_threads(threads)
     if not dist.is_initialized():
         flight_recorder_on()

@@ -92,7 +92,7 @@ def test_two_workers_really_parse_in_a_pool(sets: dict[str, Path], tmp_path: Pat
     """The 2-worker import above compares equal; here, that it took the worker-pool path."""
     from dpcore.read.importer.write_run import import_traces
     from dpcore.read.ranks import Scale
-    if not pool._can_fork():
+    if not pool.can_fork():
         pytest.skip("no fork here (threads running): the pool path is not taken")
     pools = []
     real = pool.ProcessPoolExecutor
