@@ -35,6 +35,7 @@ import pandas as pd
 from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import clip, comm_start, overlap_stats, step_comm, subtract
 from dpcore.contract.runformat import parse_bools
+from dpcore.read.traces.kinds import STEP_RE
 
 MS_NS = 1e6
 BREAKDOWN_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "step", "step_ms", "fwd_ms", "bwd_ms",
@@ -55,7 +56,6 @@ _ACCUMULATE = "torch::autograd::AccumulateGrad"
 #: dpcore's own phase ranges (``record_function`` user annotations): where they are, they mark the
 #: step window exactly as steps.csv does (from the start of forward to the end of optimizer).
 _PHASE_RANGES = ("forward", "backward", "grad_sync", "optimizer")
-_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
 def peers_of(row: pd.Series | dict) -> object:
@@ -183,6 +183,20 @@ class _Events:
 
     __slots__ = ("ts", "end", "comm", "comp", "sync", "stream", "threads", "launch", "phase", "grad_sync",
                  "backward", "reducer", "accumulate", "marker")
+    ts: np.ndarray
+    end: np.ndarray
+    comm: np.ndarray
+    comp: np.ndarray
+    sync: np.ndarray
+    stream: np.ndarray
+    threads: np.ndarray
+    launch: np.ndarray
+    phase: np.ndarray
+    grad_sync: np.ndarray
+    backward: np.ndarray
+    reducer: np.ndarray
+    accumulate: np.ndarray
+    marker: np.ndarray
 
     @classmethod
     def of(cls, ev: pd.DataFrame) -> _Events:
@@ -200,7 +214,7 @@ class _Events:
         self.backward = by_name(names, lambda n: n == "backward")
         self.reducer = by_name(names, lambda n: bool(_REDUCER_RE.search(n)))
         self.accumulate = by_name(names, lambda n: n == _ACCUMULATE)
-        self.marker = by_name(names, lambda n: bool(_STEP_RE.match(n)))
+        self.marker = by_name(names, lambda n: bool(STEP_RE.match(n)))
         return self
 
     def take(self, idx: np.ndarray) -> _Events:

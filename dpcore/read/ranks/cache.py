@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -84,7 +85,7 @@ def _path(root: Path, table: str) -> Path:
     return cache_dir(root) / f"{table}.parquet"
 
 
-def _read(pq, root: Path, table: str) -> tuple[dict[str, list], object]:
+def _read(pq: Any, root: Path, table: str) -> tuple[dict[str, list], Any]:
     """({trace name: key} of the entries a table file holds, the pyarrow table), or ({}, None)."""
     try:
         t = pq.read_table(_path(root, table))

@@ -9,10 +9,7 @@ table it receives in the cache, so Dask workers need no write access to the run.
 """
 from __future__ import annotations
 
-import multiprocessing
-import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,20 +17,16 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.limits import usable_cpus
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
 from dpcore.read.ranks import cache
 from dpcore.read.ranks.tables import EAGER, RankTables, built, reduce_trace
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, can_fork, json_bytes, trace_files
+from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, fork_map, json_bytes, trace_files
 
 #: What a rank's read gives: its tables, or the error that names the file.
 Result = RankTables | TraceFormatError
-
-
-def cores() -> int:
-    """CPU cores this process may run on (the default number of workers)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -60,17 +53,10 @@ def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:
 
 
 def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[str, ...]) -> list[Result]:
-    n = min(len(files), workers or cores())
+    n = min(len(files), workers or usable_cpus())
     if workers is None and sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
         n = 1
-    if n < 2 or not can_fork():  # see reader.can_fork: the app's threads read serially
-        return [_reduce(str(f), only, tables) for f in files]
-    try:
-        ex = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))
-    except (OSError, NotImplementedError):  # no usable worker processes here
-        return [_reduce(str(f), only, tables) for f in files]
-    with ex:
-        return list(ex.map(_reduce, [str(f) for f in files], [only] * len(files), [tables] * len(files)))
+    return list(fork_map(_reduce, n, [str(f) for f in files], [only] * len(files), [tables] * len(files)))
 
 
 def _dask(files: list[Path], only: bool, address: str, tables: tuple[str, ...]) -> list[Result]:
@@ -131,7 +117,8 @@ def folder_tables(p: Path, scale: Scale | None = None,
     file), sorted by rank, from the cache beside them where it matches (:mod:`dpcore.read.ranks`).
     TraceFormatError naming the file for a bad trace, or for two traces of one rank."""
     files = trace_files(p)
-    tables, seen = [], {}
+    tables: list[RankTables] = []
+    seen: dict[int, Path] = {}
     for f, t in zip(files, rank_tables(files, p if p.is_dir() else p.parent, scale, need=need)):
         if isinstance(t, TraceFormatError):
             raise t

@@ -17,13 +17,15 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.limits import usable_cpus
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
 from dpcore.contract.tracefile import (
     DEVICE_CATS,
@@ -43,6 +45,7 @@ _TB_RE = re.compile(r"(?P<worker>.+)\.(?P<stamp>\d+)\.pt\.trace\.json(\.gz)?")
 # 250k events (~45 MB of JSON) ~0.35 s of CPU to read.
 PARALLEL_MIN_BYTES = 64 << 20
 MAX_WORKERS = 4
+T = TypeVar("T")
 
 
 def _codes_to_cat(codes: np.ndarray, table: list) -> pd.Categorical:
@@ -286,7 +289,7 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
-def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
+def _read_traces(files: list[Path]) -> Generator[pd.DataFrame, None, None]:
     """read_trace of each file, in order; large multi-file sets are read in worker processes.
 
     Processes, measured against threads and a serial read on 2 cores (4 x 250k events): threads
@@ -294,24 +297,33 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
     own freed memory (+35% peak RSS); workers return the compact events frame (~45 bytes per
     event) and keep the parent's peak below a serial read's. Errors surface in file order.
     """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = min(len(files), cpus, MAX_WORKERS)
+    workers = min(len(files), usable_cpus(), MAX_WORKERS)
     read = read_trace if len(files) == 1 else _read_one_of_many
-    if workers < 2 or not can_fork() or sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
-        yield from map(read, files)
+    if sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+        workers = 1
+    yield from fork_map(read, workers, files)
+
+
+def fork_map(fn: Callable[..., T], workers: int, *args: Iterable[Any]) -> Generator[T, None, None]:
+    """``map(fn, *args)``, in order, in ``workers`` forked worker processes where
+    :func:`can_fork` allows it (else, or with fewer than 2 workers, in this process). ``fn``
+    must be a module-level function (workers receive it by name). An error or an early close
+    drops the calls not yet started."""
+    if workers < 2 or not can_fork():
+        yield from map(fn, *args)
         return
     ex = None
     try:
         ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
-        results = ex.map(read, files)  # submits every file: starts the workers
+        results = ex.map(fn, *args)  # submits every call: starts the workers
     except (OSError, NotImplementedError):  # no usable worker processes here (no sem_open, ...)
         if ex is not None:
             ex.shutdown(wait=True, cancel_futures=True)
-        yield from map(read, files)
+        yield from map(fn, *args)
         return
     try:
         yield from results
-    finally:  # on an error or an early close, drop the ranks not yet parsed
+    finally:
         ex.shutdown(wait=True, cancel_futures=True)
 
 
@@ -351,7 +363,8 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def read_trace_files(files: list[Path]) -> pd.DataFrame:
     """Rank traces (one file per rank, in this order) in one events DataFrame; two files of one
     rank are an error. Categories are unified across ranks (sorted when the ranks differ)."""
-    frames, seen = [], {}
+    frames: list[pd.DataFrame] = []
+    seen: dict[int, Path] = {}
     reader = _read_traces(files)
     try:
         for f, df in zip(files, reader):

@@ -33,11 +33,12 @@ import torch.distributed as dist
 
 from dpcore.contract.config import COMPUTE_DTYPES, VERIFY_MODELS, TrainConfig, check_model_name, is_model_spec
 from dpcore.contract.errors import JobFailed
+from dpcore.contract.limits import in_torchrun
 from dpcore.contract.options import VerifyOptions
 from dpcore.write.capture.comm_log import PhaseTimer
 from dpcore.write.dp.variants import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 from dpcore.write.runtime.context import DistContext
-from dpcore.write.runtime.launch import in_torchrun, launch
+from dpcore.write.runtime.launch import launch
 from dpcore.write.training.trainer import local_context, make_trainer
 from dpcore.write.training.workload import load_workload, param_bytes
 

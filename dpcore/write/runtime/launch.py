@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from dpcore.contract.config import check_backend, check_timeout
 from dpcore.contract.errors import JobFailed, UsageError
+from dpcore.contract.limits import in_torchrun
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.resources import pin_rank, threads_per_rank
 
@@ -69,11 +70,6 @@ def flight_recorder_on() -> None:
     """Turn PyTorch's flight recorder on for process groups made after this (a user's own
     TORCH_FR_BUFFER_SIZE wins)."""
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
-
-
-def in_torchrun() -> bool:
-    """True when this process was started by ``torchrun`` (it sets RANK/WORLD_SIZE/LOCAL_RANK)."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
 def resolve_backend(backend: str, world_size: int, ranks_on_host: int | None = None) -> str:

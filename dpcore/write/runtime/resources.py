@@ -9,16 +9,15 @@ from __future__ import annotations
 import functools
 import os
 
+from dpcore.contract.limits import usable_cpus
+
 __all__ = ["physical_cores", "threads_per_rank", "rank_cpus", "pinning", "pin_rank", "is_oversubscribed"]
 
 
 @functools.lru_cache(maxsize=1)
 def physical_cores() -> int:
     """Physical CPU cores usable by this process (hyper-threads don't add matmul throughput)."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        usable = os.cpu_count() or 1
+    usable = usable_cpus()
     cores: set[tuple[str, str]] = set()
     try:
         phys = core = ""

@@ -33,12 +33,12 @@ import torch.distributed as dist
 
 from dpcore.contract.config import DEFAULT_TIMEOUT_S
 from dpcore.contract.errors import JobFailed
+from dpcore.contract.limits import in_torchrun
 from dpcore.write.runtime import cpu_claims
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.launch import (
     MONITOR_PERIOD_S,
     Monitor,
-    in_torchrun,
     launch,
     resolve_backend,
     torchrun_store,

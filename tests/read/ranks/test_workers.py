@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from dpcore.cli import main
-from dpcore.read.ranks import Scale, folder_tables, pool
+from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.analyze import analyze
+from dpcore.read.traces import reader
 from tests.synthetic import write_gpu_trace_dir
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -34,14 +35,14 @@ def _same(a: list, b: list) -> None:
 
 def test_one_and_several_workers_give_the_same_tables(traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pools = []
-    real = pool.ProcessPoolExecutor
+    real = reader.ProcessPoolExecutor
 
     class Counting(real):  # the pool really runs (fork is available to a single-threaded pytest)
         def __init__(self, *a, **k):
             pools.append(k.get("max_workers"))
             super().__init__(*a, **k)
-    monkeypatch.setattr(pool, "ProcessPoolExecutor", Counting)
-    if not pool.can_fork():
+    monkeypatch.setattr(reader, "ProcessPoolExecutor", Counting)
+    if not reader.can_fork():
         pytest.skip("no fork here (threads running): the pool path is not taken")
     one = folder_tables(traces, Scale(workers=1, cache=False))
     assert pools == []
