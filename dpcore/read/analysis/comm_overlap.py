@@ -125,7 +125,7 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
         c_start, c_end = comm_start_ns(collectives), collectives["t_end_ns"].to_numpy(np.float64)
         c_bytes = pd.to_numeric(collectives["bytes"], errors="coerce").to_numpy(np.float64)  # NaN: unknown
     call_groups = _groups(calls)
-    if call_groups:
+    if call_groups and calls is not None:
         k_start = pd.to_numeric(calls["t_begin_ns"], errors="coerce").to_numpy(np.float64)
         k_end = pd.to_numeric(calls["t_end_ns"], errors="coerce").to_numpy(np.float64)
     rows = []

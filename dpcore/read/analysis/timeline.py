@@ -60,7 +60,7 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
     cols: dict[str, list[np.ndarray]] = {c: [] for c in LANE_COLUMNS}
     want = None if steps is None else {int(s) for s in steps}
 
-    def add(rank: int, step: int, lane: str, names: object, start: np.ndarray, end: np.ndarray) -> None:
+    def add(rank: int, step: int, lane: str, names: str | Iterable[object], start: np.ndarray, end: np.ndarray) -> None:
         n = len(start)
         labels = np.empty(n, dtype=object)
         labels[:] = names if isinstance(names, str) else [str(x) for x in names]

@@ -96,7 +96,7 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
             raise
         raise UsageError(str(exc).splitlines()[0]) from None
     traces: list[_Trace] = []
-    by_rank: dict[int, _Trace] = {}
+    by_rank: dict[int, Path] = {}
     sizes: dict[int, Path] = {}
     for f, t in zip(files, got):
         if isinstance(t, TraceFormatError):

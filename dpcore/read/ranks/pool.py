@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -106,8 +107,8 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
         for i, r in zip(miss, got):
             out[i] = r
         if scale.cache:
-            cache.store(root, [(files[i], only, keys[i], out[i]) for i in miss
-                               if isinstance(out[i], RankTables) and i in keys])
+            cache.store(root, [(files[i], only, keys[i], t) for i in miss
+                               if isinstance(t := out[i], RankTables) and i in keys])
     return out  # type: ignore[return-value]
 
 
@@ -157,9 +158,10 @@ def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] 
         if bad:
             note_problem(problems, f"job {job_id}: {bad[0]}; {FALLBACK}")
             continue
-        if not sum(r.events for r in got):
+        ok = cast(list[RankTables], got)  # no error is left
+        if not sum(r.events for r in ok):
             continue
-        yield job_id, got
+        yield job_id, ok
 
 
 def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: Scale | None = None,
@@ -186,9 +188,10 @@ def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: 
             note_problem(problems, f"job {job_id}: two traces for rank {r.rank}: {seen[r.rank]} and {f}; {FALLBACK}")
             return None
         seen[r.rank] = f
-    if not sum(r.events for r in got):
+    ok = cast(list[RankTables], got)  # an error returned above
+    if not sum(r.events for r in ok):
         return None
-    return pd.concat([r.lanes for r in got], ignore_index=True)
+    return pd.concat([r.lanes for r in ok], ignore_index=True)
 
 
 def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | None = None) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,7 @@ from dpcore.read.traces.reader import rank_of, read_trace_meta, trace_notes
 COMM_COLUMNS = [c for c in TRACE_COMM_COLUMNS if c != "job_id"]
 #: dtype of every column of the tables, so that a table read from the cache and one just
 #: computed are the same frame (Parquet keeps dtypes, but an empty table has none to keep).
+DTYPES: dict[str, dict[str, Any]]
 DTYPES = {"overlap": {c: (np.int64 if c in ("rank", "step") else np.float64) for c in TRACE_COLUMNS},
           "comm": {"rank": np.int64, "step": np.int64, "op": object, "t_launch_ns": np.float64,
                    "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool},

@@ -149,6 +149,7 @@ class Scanner:
         """Scan the file; None when its traceEvents array is not found near its start."""
         pieces, self.window = iter_trace_bytes(self.path, window), window
         buf, start = b"", None
+        piece: bytes | None
         for piece in pieces:  # the array's "[" is in the first piece, but for huge metadata
             buf += piece
             start = find_events_array(buf)
@@ -319,7 +320,7 @@ class Scanner:
 
     def columns(self) -> Columns:
         """The kept values; strings and ids: each distinct span decoded and converted once."""
-        cols = {f: np.concatenate(v) if v else np.zeros(0, np.int32 if f in _TEXT else
+        cols: dict[str, np.ndarray] = {f: np.concatenate(v) if v else np.zeros(0, np.int32 if f in _TEXT else
                                                          np.float64 if f in ("ts", "dur") else np.int64)
                 for f, v in self.parts.items()}
         codes, tables = {}, {}
@@ -347,12 +348,12 @@ class Scanner:
         (long, strings, null, ...) one by one with the reference conversion. ``repeats``: the
         values repeat (durations, streams): cast each distinct text once."""
         is_float = dtype is np.float64
-        out = np.zeros(len(vs), dtype) if is_float else np.full(len(vs), -1, dtype)
+        out: np.ndarray = np.zeros(len(vs), dtype) if is_float else np.full(len(vs), -1, dtype)
         n = ve - vs  # ints: at most 15 characters, so at most 15 digits: exact as a float64
         fast = np.flatnonzero((ve >= 0) & (n <= (24 if is_float else 15)))
         words = (int(n.take(fast).max(initial=1)) + 7) // 8
         fast = fast.compress(ve.take(fast) >= 8 * words)
-        text = np.empty((len(fast), words), "<u8")  # little-endian: its bytes are the text
+        text: np.ndarray = np.empty((len(fast), words), "<u8")  # little-endian: its bytes are the text
         for j in range(words):  # word j holds bytes ve-8(words-j) .. ve-8(words-j)+7
             keep = ~_LOW_BYTES.take(8 - np.clip(n.take(fast) - 8 * (words - 1 - j), 0, 8))
             text[:, j] = (self.at(ve.take(fast) - 8 * (words - j)) & keep) | (_SPACES & ~keep)

@@ -270,9 +270,9 @@ def _cpu_kinds(ts: np.ndarray, dur: np.ndarray, names: list[str], cats: list[str
     # main thread: the one with the phase / ProfilerStep ranges, else the busiest cpu_op thread
     op_cat = np.asarray([c == "cpu_op" for c in cats], dtype=bool)
     if marker.any():
-        main = np.bincount(thread[marker]).argmax()
+        main = int(np.bincount(thread[marker]).argmax())
     elif op_cat[cat_c].any():
-        main = np.bincount(thread[op_cat[cat_c]]).argmax()
+        main = int(np.bincount(thread[op_cat[cat_c]]).argmax())
     else:
         main = -1
     on_main = thread == main

@@ -364,7 +364,7 @@ def read_trace_files(files: list[Path]) -> pd.DataFrame:
     """Rank traces (one file per rank, in this order) in one events DataFrame; two files of one
     rank are an error. Categories are unified across ranks (sorted when the ranks differ)."""
     frames: list[pd.DataFrame] = []
-    seen: dict[int, Path] = {}
+    seen: dict[int | None, Path] = {}
     reader = _read_traces(files)
     try:
         for f, df in zip(files, reader):

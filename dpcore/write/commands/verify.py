@@ -229,8 +229,9 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
     # the half-compute rows train with SGD: their reference is single with SGD
     sgd_ref = ref
     if cfg.optimizer != "sgd" and "fsdp" in wanted:
-        sgd_ref, _ = _train(local, "single", replace(cfg, optimizer="sgd"), world_size)
-        assert sgd_ref is not None
+        sgd, _ = _train(local, "single", replace(cfg, optimizer="sgd"), world_size)
+        assert sgd is not None
+        sgd_ref = sgd
     hooks = tuple(comm_hooks or ())
     multi = [v for v in verify_rows(wanted, cfg.optimizer, hooks) if _split_row(v)[0] in MULTIPROCESS]
     if multi:

@@ -362,8 +362,8 @@ def signals_deferred() -> Iterator[None]:
         for s, handler in previous.items():
             if handler is not None:  # None: installed outside Python; cannot be restored
                 signal.signal(s, handler)
-        for s in dict.fromkeys(caught):
-            signal.raise_signal(s)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
 
 
 _signals_deferred = signals_deferred  # the launcher's own name for it

@@ -92,7 +92,7 @@ class Trainer:
             for i, (_, p) in enumerate(named):
                 p.register_post_accumulate_grad_hook(self._make_grad_hook(i, log_grads))
 
-    def _make_grad_hook(self, index: int, log: bool):  # type: ignore[no-untyped-def]
+    def _make_grad_hook(self, index: int, log: bool):
         rec, split = self._recorder, self._split_backward
 
         def hook(_param: torch.Tensor) -> None:
