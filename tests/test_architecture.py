@@ -46,6 +46,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` reads from, a relative one resolved in ``package``."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(path: Path, source: str | None = None) -> list[tuple[int, str]]:
     """(line, absolute module name) of every import in a file, relative ones resolved.
 
@@ -60,11 +68,7 @@ def _imports(path: Path, source: str | None = None) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = _from_module(node, package)
             out.append((node.lineno, mod))
             # `from dpcore.read import analysis` imports the submodule dpcore.read.analysis
             out += [(node.lineno, f"{mod}.{a.name}") for a in node.names
@@ -240,11 +244,7 @@ def _private_uses(path: Path, source: str | None = None) -> list[str]:
                 if a.name.split(".")[0] == "dpcore":
                     modules[a.asname or "dpcore"] = a.name if a.asname else "dpcore"
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = _from_module(node, package)
             if mod.split(".")[0] != "dpcore":
                 continue
             for a in node.names:
