@@ -26,8 +26,8 @@ def _worker(rank: int, world: int, store_path: str, sizes: list[int], repeats: i
             algos: list[str], sub_bytes: int, inflight: int, threads: int,
             out: dict, pin: bool = True) -> None:
     if pin:  # as `python -m dpcore allreduce` does: each rank on its own CPUs
-        from dpcore.write.runtime.resources import _pin
-        _pin(rank, world, threads)
+        from dpcore.write.runtime.resources import pin_rank
+        pin_rank(rank, world, threads)
     torch.set_num_threads(threads)
     store = dist.FileStore(store_path, world)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)

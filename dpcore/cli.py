@@ -20,6 +20,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from dpcore.contract.config import (
     ALGOS,
@@ -48,6 +49,9 @@ from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import check_world_sizes
 from dpcore.contract.options import AllreduceOptions, ProfileOptions, RunOptions, VerifyOptions
 from dpcore.contract.procs import stop_helpers
+
+if TYPE_CHECKING:  # the read wing loads only for the read commands
+    from dpcore.read.ranks import Scale
 
 
 class _Parser(argparse.ArgumentParser):
@@ -302,7 +306,7 @@ def _scale_args(p: argparse.ArgumentParser) -> None:
                    help="read every trace again and store nothing in cache/ (the numbers are the same)")
 
 
-def _scale(args: argparse.Namespace) -> object:
+def _scale(args: argparse.Namespace) -> Scale:
     """The Scale of --workers / --scheduler / --no-cache; UsageError for a bad --workers."""
     from dpcore.read.ranks import Scale
     workers = args.workers

@@ -24,6 +24,7 @@ from and its cost; the write side computes it here so run.json holds it, the rea
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def service_ms(launch_ms: np.ndarray, end_ms: np.ndarray) -> np.ndarray:
     return np.asarray(out, float)
 
 
-def latest_launch(steps: list[dict]) -> dict[int, np.ndarray]:
+def latest_launch(steps: list[dict[str, Any]]) -> dict[int, np.ndarray]:
     """Per step index: each collective's latest launch over the ranks (one clock), by position
     in launch order; only where every rank of the step has the same number of collectives."""
     by: dict[int, list[np.ndarray]] = {}
@@ -86,7 +87,7 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def fit(plans: list[dict]) -> dict:
+def fit(plans: list[dict[str, Any]]) -> dict[str, Any]:
     """The calibration fit of two bucket plans of one job (module docstring).
 
     ``plans``: per plan ``{"bucket_mb": float, "steps": [{"rank", "step", "bwd_start_ms",

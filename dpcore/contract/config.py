@@ -92,7 +92,7 @@ MODEL_SPEC = "MODULE:FUNCTION"
 _SPEC_RE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)")
 
 
-def model_size_text(cfg: dict) -> str:
+def model_size_text(cfg: dict[str, Any]) -> str:
     """A run's model size in its own knob's words: 'width 256' for mlp (``--width``; ``--size``
     applies to the transformer only, so an mlp run's recorded ``size`` says nothing), the size
     for the transformer, '' for others (einsum, a user's module) or when not recorded."""
@@ -232,7 +232,7 @@ class TrainConfig:
                              f"is a multiple of every world size")
         return gb // world_size
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read the process umask once (os.umask can only be read by setting it)
@@ -56,7 +56,7 @@ def atomic_write_text(path: Path | str, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def csv_text(rows: list[dict], columns: list[str], header: bool = True) -> str:
+def csv_text(rows: list[dict[str, Any]], columns: list[str], header: bool = True) -> str:
     """Rows -> CSV text with a fixed column order (missing keys become empty cells); without
     the header line for a chunk that follows another."""
     buf = io.StringIO()

@@ -21,6 +21,7 @@ file has bytes (an honest dump spends at least one byte per element) or deeper t
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import pickle
@@ -83,7 +84,7 @@ def _check_shape(data: Any, max_nodes: int, path: Path) -> None:
             todo.extend((v, depth + 1) for v in obj)
 
 
-def load_dump(path: Path) -> dict:
+def load_dump(path: Path) -> dict[str, Any]:
     """One dump file as a dict: JSON, or a pickle read without any global whose elements fit
     its size and :data:`MAX_DEPTH` (DumpError else)."""
     try:
@@ -165,12 +166,12 @@ class Collective:
         return (self.op, self.sizes)
 
 
-def _op(entry: dict) -> str:
+def _op(entry: dict[str, Any]) -> str:
     name = str(entry.get("profiling_name") or "?")
     return name.split(":", 1)[1] if ":" in name else name
 
 
-def _bytes(entry: dict) -> int:
+def _bytes(entry: dict[str, Any]) -> int:
     total = 0
     for shape, dtype in zip(entry.get("input_sizes") or [], entry.get("input_dtypes") or []):
         n = 1
@@ -180,7 +181,7 @@ def _bytes(entry: dict) -> int:
     return total
 
 
-def collectives(dump: dict) -> list[Collective]:
+def collectives(dump: dict[str, Any]) -> list[Collective]:
     """The dump's collectives (p2p entries left out), oldest first."""
     out = []
     for e in dump.get("entries") or []:
@@ -236,7 +237,7 @@ class Verdict:
     pg: str
     message: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -248,7 +249,7 @@ def _main_pg(per_rank: dict[int, list[Collective]]) -> str:
     return counts.most_common(1)[0][0] if counts else "0"
 
 
-def rank_states(dumps: dict[int, dict], stacks: dict[int, str] | None = None) -> list[RankState]:
+def rank_states(dumps: dict[int, dict[str, Any]], stacks: dict[int, str] | None = None) -> list[RankState]:
     """One row per rank: its last enqueued collective (seq, op, bytes, state) and last
     completed seq in the hang's process group, and the top of its stack."""
     per = {r: collectives(d) for r, d in dumps.items()}
@@ -279,15 +280,15 @@ def _names(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
 
 
-def _rarity(sig: tuple, s: int, groups: dict[tuple, list[int]],
-            by_seq: dict[int, dict[int, Collective]], history: Counter) -> tuple[int, int]:
+def _rarity(sig: tuple[str, str], s: int, groups: dict[tuple[str, str], list[int]],
+            by_seq: dict[int, dict[int, Collective]], history: Counter[tuple[Any, ...]]) -> tuple[int, int]:
     """How usual the ranks with signature ``sig`` at seq ``s`` look: how often their (previous,
     this) pair occurred in the agreed history, then how many ranks share it."""
     prev = by_seq[groups[sig][0]].get(s - 1)
     return history[(prev.signature if prev else None, sig)], len(groups[sig])
 
 
-def verdict(dumps: dict[int, dict], world_size: int | None = None) -> Verdict:
+def verdict(dumps: dict[int, dict[str, Any]], world_size: int | None = None) -> Verdict:
     """The hang's verdict from every rank's dump (ranks without a dump count as missing when
     ``world_size`` says they exist).
 
@@ -301,19 +302,18 @@ def verdict(dumps: dict[int, dict], world_size: int | None = None) -> Verdict:
     pg = _main_pg(per)
     by_seq = {r: {c.seq: c for c in cs if c.pg == pg} for r, cs in per.items()}
     common = sorted(set.intersection(*(set(s) for s in by_seq.values()))) if by_seq else []
-    history: Counter = Counter()
+    history: Counter[tuple[Any, ...]] = Counter()
     for s in common:
         sigs = {by_seq[r][s].signature for r in by_seq}
         if len(sigs) == 1:
             prev = by_seq[next(iter(by_seq))].get(s - 1)
             history[(prev.signature if prev else None, sigs.pop())] += 1
             continue
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[str, str], list[int]] = {}
         for r in sorted(by_seq):
             groups.setdefault(by_seq[r][s].signature, []).append(r)
 
-        odd = min(groups, key=lambda sig, s=s, groups=groups: _rarity(sig, s, groups, by_seq,
-                                                                       history))
+        odd = min(groups, key=functools.partial(_rarity, s=s, groups=groups, by_seq=by_seq, history=history))
         lag = groups[odd]
         others = [r for r in sorted(by_seq) if r not in lag]
         ref = by_seq[others[0]][s]

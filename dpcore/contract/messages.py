@@ -15,7 +15,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dpcore.contract.runformat import MESSAGE_KEY
 
 
-def message_key(row: Mapping[str, object]) -> tuple:
+def message_key(row: Mapping[str, object]) -> tuple[str, ...]:
     """The key of one messages.csv row, as strings (so ``1`` and ``"1"`` from a CSV agree);
     a column the row lacks is ignored, as in a foreign file without ``job_id``."""
     return tuple(str(row[k]) for k in MESSAGE_KEY if k in row)
@@ -25,7 +25,7 @@ def piece_numbers(keys: Sequence[Hashable], sides: Sequence[str], posts: Sequenc
     """For each message row, its ``piece``: how many rows of the same key and side were posted
     before it (0 for the first). (key, piece) names one message on both of its sides."""
     order = sorted(range(len(keys)), key=lambda i: posts[i])  # stable: ties keep file order
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple[Hashable, str], int] = {}
     out = [0] * len(keys)
     for i in order:
         k = (keys[i], sides[i])

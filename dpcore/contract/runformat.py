@@ -271,7 +271,7 @@ def pid_alive(pid: int) -> bool:
         return True  # no /proc (not Linux): kill(0) answered, so it exists
 
 
-def is_stale(meta: dict, *, alive: Callable[[int], bool] = pid_alive,
+def is_stale(meta: dict[str, Any], *, alive: Callable[[int], bool] = pid_alive,
              host: str | None = None) -> bool:
     """True when run.json ``meta`` says ``running`` but the process writing it is gone.
 

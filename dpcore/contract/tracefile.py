@@ -128,7 +128,7 @@ def iter_trace_bytes(path: str | Path, chunk: int | None = CHUNK_BYTES,
         try:
             magic = fh.read(2)
             pieces = _gunzip(fh, magic, chunk, p, cap) if magic == GZIP_MAGIC else _plain(fh, magic, chunk)
-            seen = b""  # the document must start with { or [ (after whitespace)
+            seen: bytes | None = b""  # the document must start with { or [ (after whitespace)
             for piece in pieces:
                 total += len(piece)
                 if total > cap:

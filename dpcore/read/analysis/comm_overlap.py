@@ -35,6 +35,7 @@ import pandas as pd
 from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import clip, comm_start, overlap_stats, step_comm, subtract
 from dpcore.contract.runformat import parse_bools
+from dpcore.read.traces.kinds import STEP_RE
 
 MS_NS = 1e6
 BREAKDOWN_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "step", "step_ms", "fwd_ms", "bwd_ms",
@@ -55,7 +56,6 @@ _ACCUMULATE = "torch::autograd::AccumulateGrad"
 #: dpcore's own phase ranges (``record_function`` user annotations): where they are, they mark the
 #: step window exactly as steps.csv does (from the start of forward to the end of optimizer).
 _PHASE_RANGES = ("forward", "backward", "grad_sync", "optimizer")
-_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
 def peers_of(row: pd.Series | dict) -> object:
@@ -125,7 +125,7 @@ def step_breakdown(steps: pd.DataFrame, collectives: pd.DataFrame,
         c_start, c_end = comm_start_ns(collectives), collectives["t_end_ns"].to_numpy(np.float64)
         c_bytes = pd.to_numeric(collectives["bytes"], errors="coerce").to_numpy(np.float64)  # NaN: unknown
     call_groups = _groups(calls)
-    if call_groups:
+    if call_groups and calls is not None:
         k_start = pd.to_numeric(calls["t_begin_ns"], errors="coerce").to_numpy(np.float64)
         k_end = pd.to_numeric(calls["t_end_ns"], errors="coerce").to_numpy(np.float64)
     rows = []
@@ -183,6 +183,20 @@ class _Events:
 
     __slots__ = ("ts", "end", "comm", "comp", "sync", "stream", "threads", "launch", "phase", "grad_sync",
                  "backward", "reducer", "accumulate", "marker")
+    ts: np.ndarray
+    end: np.ndarray
+    comm: np.ndarray
+    comp: np.ndarray
+    sync: np.ndarray
+    stream: np.ndarray
+    threads: np.ndarray
+    launch: np.ndarray
+    phase: np.ndarray
+    grad_sync: np.ndarray
+    backward: np.ndarray
+    reducer: np.ndarray
+    accumulate: np.ndarray
+    marker: np.ndarray
 
     @classmethod
     def of(cls, ev: pd.DataFrame) -> _Events:
@@ -194,13 +208,13 @@ class _Events:
         self.comm, self.comp, self.sync = kind == "comm", kind == "compute", kind == "sync"
         self.stream = ev["stream"].to_numpy() if "stream" in ev else np.full(self.ts.size, -1)
         self.threads = _threads(ev)
-        self.launch = ~self.comm & _by_name(names, lambda n: bool(_COMM_CALL_RE.match(n)))
+        self.launch = ~self.comm & by_name(names, lambda n: bool(_COMM_CALL_RE.match(n)))
         self.phase = _phase_mask(ev)
-        self.grad_sync = _by_name(names, lambda n: n == "grad_sync")
-        self.backward = _by_name(names, lambda n: n == "backward")
-        self.reducer = _by_name(names, lambda n: bool(_REDUCER_RE.search(n)))
-        self.accumulate = _by_name(names, lambda n: n == _ACCUMULATE)
-        self.marker = _by_name(names, lambda n: bool(_STEP_RE.match(n)))
+        self.grad_sync = by_name(names, lambda n: n == "grad_sync")
+        self.backward = by_name(names, lambda n: n == "backward")
+        self.reducer = by_name(names, lambda n: bool(_REDUCER_RE.search(n)))
+        self.accumulate = by_name(names, lambda n: n == _ACCUMULATE)
+        self.marker = by_name(names, lambda n: bool(STEP_RE.match(n)))
         return self
 
     def take(self, idx: np.ndarray) -> _Events:
@@ -211,7 +225,7 @@ class _Events:
         return out
 
 
-def _trace_sets(ev: pd.DataFrame | _Events) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def trace_sets(ev: pd.DataFrame | _Events) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """(comm, compute) interval unions in µs of one rank's events.
 
     Compute on a CPU trace of dpcore's (one with its ``forward``/``backward``/``optimizer``
@@ -260,7 +274,7 @@ def _trace_sets(ev: pd.DataFrame | _Events) -> tuple[tuple[np.ndarray, np.ndarra
     return (ts[comm], end[comm]), compute
 
 
-def _by_name(col: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
+def by_name(col: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
     """``test(name)`` of every event, evaluated once per distinct name (the reader's names are
     categorical: a 250k-event trace has a few thousand of them)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
@@ -282,14 +296,14 @@ def _phase_mask(ev: pd.DataFrame) -> np.ndarray:
     foreign ``forward`` operator, such as a TorchScript module's, is no phase of ours)."""
     if "category" not in ev:
         return np.zeros(len(ev), dtype=bool)
-    return (_by_name(ev["name"], lambda n: n in _PHASE_RANGES)
-            & _by_name(ev["category"], lambda c: c.lower() == "user_annotation"))
+    return (by_name(ev["name"], lambda n: n in _PHASE_RANGES)
+            & by_name(ev["category"], lambda c: c.lower() == "user_annotation"))
 
 
 def _ddp_backward(e: _Events, phase: np.ndarray, on_comp: np.ndarray) -> list[tuple[float, float, float]]:
     """(start, end, end of the last gradient accumulation) of every dpcore ``backward`` range
     (``phase``: dpcore's phase ranges on the computing thread) in which DDP's reducer ran (see
-    :func:`_trace_sets`)."""
+    :func:`trace_sets`)."""
     bwd = np.flatnonzero(phase & e.backward)
     if not bwd.size or not e.reducer.any():
         return []
@@ -326,7 +340,7 @@ def _window(e: _Events, step: int) -> tuple[float, float]:
 
 def _row(rank: int, step: int, e: _Events) -> dict:
     a, b = _window(e, step)
-    comm, compute = _trace_sets(e)
+    comm, compute = trace_sets(e)
     s = overlap_stats(clip(*comm, a, b), clip(*compute, a, b))
     return {"rank": rank, "step": step, "step_ms": (b - a) / 1e3, "compute_ms": s["compute"] / 1e3,
             "comm_ms": s["comm"] / 1e3, "overlapped_ms": s["overlapped"] / 1e3, "exposed_ms": s["exposed"] / 1e3,

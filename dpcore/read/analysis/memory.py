@@ -188,8 +188,9 @@ def comm_volume(collectives: pd.DataFrame, jobs: pd.DataFrame, memory: pd.DataFr
     rows = []
     for job_id, g in c.groupby("job_id", sort=False):
         known = info is not None and job_id in info.index
-        variant = str(info.at[job_id, "variant"]) if known else ""
-        ws = pd.to_numeric(pd.Series([info.at[job_id, "world_size"] if known else None]), errors="coerce").iloc[0]
+        variant = str(info.at[job_id, "variant"]) if known and info is not None else ""
+        ws = pd.to_numeric(pd.Series([info.at[job_id, "world_size"] if known and info is not None else None]),
+                           errors="coerce").iloc[0]
         n = int(ws) if np.isfinite(ws) and ws >= 1 else int(g["rank"].nunique())
         pairs = g[["rank", "step"]].drop_duplicates().shape[0]
         measured = g.groupby("op").agg(calls=("bytes", "size"),

@@ -39,11 +39,11 @@ from dpcore.contract.intervals import merge
 from dpcore.read.analysis.comm_overlap import (
     MS_NS,
     TRACE_COLUMNS,
-    _by_name,
-    _trace_sets,
+    by_name,
     comm_start_ns,
     compute_intervals_ns,
     overlap_from_trace,
+    trace_sets,
 )
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.kinds import STEP_RE, comm_op
@@ -61,7 +61,7 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 #: event start .. last event end: the rank has events), per rank and traced step (``step`` >= 0)
 #: one "step" row (the step's first event start .. last event end: the step has events), its merged
 #: compute ("compute", named "compute") and its comm events ("comm", the event's name, its span as
-#: the overlap numbers take it: :func:`dpcore.read.analysis.comm_overlap._trace_sets`); per rank
+#: the overlap numbers take it: :func:`dpcore.read.analysis.comm_overlap.trace_sets`); per rank
 #: its clock-sync markers ("sync", step -1, named ``dpcore_clock_sync#k``). ``start_us`` and
 #: ``end_us`` are the trace's own ``ts`` and ``ts + dur`` (µs on the profiler's clock), unrounded.
 #: A rank with GPU events in a step also gets, for that step, lanes "thread <tid>" (each thread
@@ -79,8 +79,8 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
     cols: dict[str, list[np.ndarray]] = {c: [] for c in LANE_COLUMNS}
     want = None if steps is None else {int(s) for s in steps}
 
-    def add(rank: int, step: int, lane: str, names: object, start: np.ndarray, end: np.ndarray,
-            kind: object = "") -> None:
+    def add(rank: int, step: int, lane: str, names: str | Iterable[object], start: np.ndarray, end: np.ndarray,
+            kind: str | Iterable[object] = "") -> None:
         n = len(start)
         labels, kinds = np.empty(n, dtype=object), np.empty(n, dtype=object)
         labels[:] = names if isinstance(names, str) else [str(x) for x in names]
@@ -94,7 +94,7 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
         rank = int(rank)
         ts, end = all_ev["ts"].to_numpy(np.float64), (all_ev["ts"] + all_ev["dur"]).to_numpy(np.float64)
         add(rank, -1, "rank", "", ts.min(keepdims=True), end.max(keepdims=True))
-        marks = _by_name(all_ev["name"], lambda n: n.startswith(SYNC_MARKER))
+        marks = by_name(all_ev["name"], lambda n: n.startswith(SYNC_MARKER))
         add(rank, -1, "sync", all_ev["name"][marks], ts[marks], end[marks])
         traced = all_ev[all_ev["step"] >= 0]
         for step, ev in traced.groupby("step", sort=True):
@@ -104,7 +104,7 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
             add(rank, int(step), "step", "", ts.min(keepdims=True), end.max(keepdims=True))
             # the comm spans as the overlap numbers measure them (a DDP all-reduce ends with the
             # backward that waited for it), so a bar and the step's C and overlap agree
-            (c_s, c_e), (p_s, p_e) = _trace_sets(ev)
+            (c_s, c_e), (p_s, p_e) = trace_sets(ev)
             p_s, p_e = merge(p_s, p_e)
             add(rank, int(step), "compute", "compute", p_s, p_e, "compute")
             comm = (ev["kind"] == "comm").to_numpy()

@@ -11,6 +11,7 @@ error (and its traceback on demand), never take the whole app down.
 """
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,7 +76,7 @@ def each_run(render: Callable[[Run], None]) -> None:
             st.subheader(f"Run {md(run.path.name)}")
         offer_other_run(ctx.runs, ctx.page, run.path.name)
         problem_list([*run.warnings, *_trace_problems(run, ctx.page)], "problem(s) with this run's data")
-        safely(lambda run=run: render(run), f"{ctx.page.title} of run {md(run.path.name)}")
+        safely(functools.partial(render, run), f"{ctx.page.title} of run {md(run.path.name)}")
 
 
 def _trace_problems(run: Run, page: PageSpec) -> list[str]:

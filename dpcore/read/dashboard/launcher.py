@@ -139,7 +139,7 @@ def parse_event(line: str) -> dict | None:
 
 def _num(v: object, default: float) -> float:
     try:
-        return float(v)  # type: ignore[arg-type]
+        return float(v)
     except (TypeError, ValueError):
         return default
 

@@ -196,7 +196,7 @@ def featured_job(jobs: pd.DataFrame, bucket_mb: object = None) -> str | None:
     bucket = pd.to_numeric(ok["bucket_mb"], errors="coerce") if "bucket_mb" in ok else pd.Series(float("nan"),
                                                                                                  index=ok.index)
     try:
-        want = float(bucket_mb)  # type: ignore[arg-type]
+        want = float(bucket_mb)
     except (TypeError, ValueError):
         want = float("nan")
     order = pd.DataFrame({"v": ok["variant"].map(lambda v: rank.get(v, len(rank))),

@@ -93,7 +93,7 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
         if scale is None or not scale.scheduler:
             raise
         raise UsageError(str(exc).splitlines()[0]) from None
-    traces = []
+    traces: list[_Trace] = []
     for f, t in zip(files, got):
         if isinstance(t, TraceFormatError):
             raise t
@@ -129,7 +129,7 @@ def _check_one_job(traces: list[_Trace], by_rank: dict[int, Path]) -> None:
 def _environment(traces: list[_Trace]) -> dict:
     """What the traces say about where they ran; keys they do not have are left out. The first
     trace (in file order) with a distributedInfo object, or a deviceProperties list, speaks."""
-    info = next((t.meta["distributedInfo"] for t in traces if t.facts["dist_info"]), {})
+    info: dict = next((t.meta["distributedInfo"] for t in traces if t.facts["dist_info"]), {})
     props = next((t.facts for t in traces if t.facts["props"] >= 0), None)
     hosts = sorted({t.facts["host"] for t in traces if t.facts["host"]})
     gpu = any(bool(t.facts["gpu"]) for t in traces) or bool(props and props["props"] > 0)

@@ -151,7 +151,7 @@ def variant_rank(variants: pd.Series) -> pd.Series:
     return variants.map({v: i for i, v in enumerate(VARIANT_ORDER)}).fillna(len(VARIANT_ORDER))
 
 
-def job_label(variant: object, world_size: object, bucket_mb: object = None, show_bucket: bool = False) -> str:
+def job_label(variant: object, world_size: Any, bucket_mb: object = None, show_bucket: bool = False) -> str:
     """Short x-axis label of a job: 'ring ×4' or 'bucketed ×2 · 5 MiB' (binary units, as everywhere)."""
     label = f"{variant} ×{int(world_size)}" if world_size == world_size and world_size is not None else str(variant)
     if show_bucket and bucket_mb is not None and bucket_mb == bucket_mb:

@@ -9,37 +9,26 @@ table it receives in the cache, so Dask workers need no write access to the run.
 """
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from dpcore.contract import runformat as rf
+from dpcore.contract.limits import usable_cpus
 from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
 from dpcore.read.ranks import cache
 from dpcore.read.ranks.tables import DTYPES, EAGER, RankTables, built, reduce_trace, typed
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.reader import (
-    PARALLEL_MIN_BYTES,
-    TraceFormatError,
-    _can_fork,
-    _json_bytes,
-    trace_files,
-    worker_pool,
-)
+from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, fork_map, json_bytes, trace_files
 
 #: What a rank's read gives: its tables, or the error that names the file.
 Result = RankTables | TraceFormatError
-
-
-def cores() -> int:
-    """CPU cores this process may run on (the default number of workers)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 #: A Dask scheduler address dpcore accepts: tcp:// or tls:// HOST:PORT (an IPv6 host in
@@ -78,17 +67,10 @@ def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:
 
 
 def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[str, ...]) -> list[Result]:
-    n = min(len(files), workers or cores())
-    if workers is None and sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+    n = min(len(files), workers or usable_cpus())
+    if workers is None and sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
         n = 1
-    if n < 2 or not _can_fork():  # see reader._can_fork: the app's threads read serially
-        return [_reduce(str(f), only, tables) for f in files]
-    try:
-        ex = worker_pool(n)
-    except (OSError, NotImplementedError):  # no usable worker processes here
-        return [_reduce(str(f), only, tables) for f in files]
-    with ex:
-        return list(ex.map(_reduce, [str(f) for f in files], [only] * len(files), [tables] * len(files)))
+    return list(fork_map(_reduce, n, [str(f) for f in files], [only] * len(files), [tables] * len(files)))
 
 
 def _dask(files: list[Path], only: bool, address: str, tables: tuple[str, ...]) -> list[Result]:
@@ -138,8 +120,8 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
         for i, r in zip(miss, got):
             out[i] = r
         if scale.cache:
-            cache.store(root, [(files[i], only, keys[i], out[i]) for i in miss
-                               if isinstance(out[i], RankTables) and i in keys])
+            cache.store(root, [(files[i], only, keys[i], t) for i in miss
+                               if isinstance(t := out[i], RankTables) and i in keys])
     return out  # type: ignore[return-value]
 
 
@@ -149,7 +131,8 @@ def folder_tables(p: Path, scale: Scale | None = None,
     file), sorted by rank, from the cache beside them where it matches (:mod:`dpcore.read.ranks`).
     TraceFormatError naming the file for a bad trace, or for two traces of one rank."""
     files = trace_files(p)
-    tables, found = [], []
+    tables: list[RankTables] = []
+    found: list[tuple[Path, int, int | None]] = []
     for f, t in zip(files, rank_tables(files, p if p.is_dir() else p.parent, scale, need=need)):
         if isinstance(t, TraceFormatError):
             raise t
@@ -218,9 +201,10 @@ def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] 
         if bad:
             note_problem(problems, f"job {job_id}: {bad[0]}; {FALLBACK}")
             continue
-        if not sum(r.events for r in got):
+        ok = cast(list[RankTables], got)  # no error is left
+        if not sum(r.events for r in ok):
             continue
-        yield job_id, got
+        yield job_id, ok
 
 
 def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: Scale | None = None,
@@ -247,9 +231,10 @@ def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: 
             note_problem(problems, f"job {job_id}: two traces for rank {r.rank}: {seen[r.rank]} and {f}; {FALLBACK}")
             return None
         seen[r.rank] = f
-    if not sum(r.events for r in got):
+    ok = cast(list[RankTables], got)  # an error returned above
+    if not sum(r.events for r in ok):
         return None
-    return pd.concat([r.lanes for r in got], ignore_index=True)
+    return pd.concat([r.lanes for r in ok], ignore_index=True)
 
 
 def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | None = None) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,12 +36,13 @@ from dpcore.read.analysis.gpu_time import CAUSE_COLUMNS, LEDGER_COLUMNS, gpu_led
 from dpcore.read.analysis.timeline import trace_lanes
 from dpcore.read.analysis.trace_arrivals import TRACE_COMM_COLUMNS, trace_comm_rows
 from dpcore.read.importer.rows import rank_rows
-from dpcore.read.traces.reader import _rank_of, read_trace_meta, trace_notes
+from dpcore.read.traces.reader import rank_of, read_trace_meta, trace_notes
 
 #: The columns of a rank's comm table: trace_comm_rows' without job_id (the caller's to set).
 COMM_COLUMNS = [c for c in TRACE_COMM_COLUMNS if c != "job_id"]
 #: dtype of every column of the tables, so that a table read from the cache and one just
 #: computed are the same frame (Parquet keeps dtypes, but an empty table has none to keep).
+DTYPES: dict[str, dict[str, Any]]
 DTYPES = {"overlap": {c: (np.int64 if c in ("rank", "step") else np.float64) for c in TRACE_COLUMNS},
           "comm": {"rank": np.int64, "step": np.int64, "op": object, "t_launch_ns": np.float64,
                    "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool},
@@ -152,5 +154,5 @@ def reduce_trace(path: str | Path, only: bool = False, tables: tuple[str, ...] =
     ``only``: see :func:`dpcore.read.traces.reader.read_trace`; ``tables``: see
     :func:`reduce_events`. Raises TraceFormatError."""
     meta, events = read_trace_meta(path, only)
-    rank = int(events["rank"].iloc[0]) if len(events) else (_rank_of(meta, Path(path)) or 0)
+    rank = int(events["rank"].iloc[0]) if len(events) else (rank_of(meta, Path(path)) or 0)
     return reduce_events(events, rank, _world_size(meta), meta, tables)

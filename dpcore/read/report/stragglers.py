@@ -71,13 +71,13 @@ def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
     rows = pd.concat([t.comm for t in tables], ignore_index=True).assign(job_id=job)
     if rows.empty:
         raise ValueError(f"no comm events (NCCL kernels, gloo:* spans on a gloo thread) in the traces of {p}")
-    notes = trace_notes_from_rows(rows, ranks, world_size)
+    found = trace_notes_from_rows(rows, ranks, world_size)
     waits = stragglers_from_rows(rows, ranks)
     if waits.empty:
-        why = "; ".join(notes) or ("needs traces of 2 or more ranks with the same number of collectives per "
+        why = "; ".join(found) or ("needs traces of 2 or more ranks with the same number of collectives per "
                                   "ProfilerStep")
         raise ValueError(f"no comm event of the traces in {p} could be matched across ranks: {why}")
-    return waits, {}, {job: world_size}, {job: notes + wait_notes(waits)}
+    return waits, {}, {job: world_size}, {job: found + wait_notes(waits)}
 
 
 def stragglers_text(path: str, csv: bool = False, scale: Scale | None = None) -> str:

@@ -3,7 +3,7 @@
 Why a module of its own: it is the one intricate piece of trace reading (simdjson's structural
 index, vectorised with numpy), and it is easier to review and test apart from the small API
 around it. See columns.py's docstring for the method; every value it produces equals a full
-JSON parse's (``x_event_fields``), and anything unexpected raises :class:`_Odd` so the caller
+JSON parse's (``x_event_fields``), and anything unexpected raises :class:`OddTrace` so the caller
 falls back to that parse.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ _LOW_BYTES = np.asarray([(1 << 8 * k) - 1 for k in range(8)] + [(1 << 64) - 1], 
 _MIX = np.asarray([0xC2B2AE3D27D4EB4F] + [0x9E3779B97F4A7C15 + 2 * j for j in range(64)], np.uint64)
 
 
-class _Odd(Exception):
+class OddTrace(Exception):
     """The scanner met a layout it does not handle: use the full parse."""
 
 
@@ -98,7 +98,7 @@ def _key_index(word: int, keys: tuple[bytes, ...]) -> int:
     return next((j for j, k in enumerate(keys) if tail.endswith(k[-8:])), -1)
 
 
-class _Scanner:
+class Scanner:
     """Structural scan of one ``traceEvents`` array, window by window.
 
     The file's bytes arrive in pieces as they are decompressed; a window is the unfinished
@@ -149,6 +149,7 @@ class _Scanner:
         """Scan the file; None when its traceEvents array is not found near its start."""
         pieces, self.window = iter_trace_bytes(self.path, window), window
         buf, start = b"", None
+        piece: bytes | None
         for piece in pieces:  # the array's "[" is in the first piece, but for huge metadata
             buf += piece
             start = find_events_array(buf)
@@ -168,7 +169,7 @@ class _Scanner:
                 return None if meta is None else (meta, self.columns())
             piece = next(pieces, None)
             if piece is None:
-                raise _Odd  # cut short: the full parse reports it
+                raise OddTrace  # cut short: the full parse reports it
             if nxt >= 0:  # keep the unfinished event, start the next window with it
                 offset += nxt
                 buf, pos, first = buf[nxt:] + piece, 0, False
@@ -202,17 +203,17 @@ class _Scanner:
         left = np.flatnonzero(depth < self.d_arr)  # the array's closing bracket
         stop = int(left[0]) if left.size else len(ch)
         if left.size and ch[stop] != 93:
-            raise _Odd
+            raise OddTrace
         item = np.flatnonzero((depth[:stop] - (dl[:stop] > 0)) == self.d_arr)  # the array's own tokens
         seq = ch[item]
         if first:  # as if a comma came before the first entry: every entry is then ",{}"
             seq, item = np.concatenate((_ENTRY[:1], seq)), np.concatenate(([-1], item))
         k = self.entries = len(seq) // 3
         if not (seq[:3 * k].reshape(k, 3) == _ENTRY).all():
-            raise _Odd  # an entry that is not an object, or not JSON
+            raise OddTrace  # an entry that is not an object, or not JSON
         rest = seq[3 * k:].tobytes()
         if rest not in ((b"", b"," if first and k == 0 else b"") if left.size else (b"", b",", b",{")):
-            raise _Odd
+            raise OddTrace
         if k:
             last = int(item[3 * k - 1]) + 1
             self._events(p[:last], ch[:last], dl[:last], depth[:last], item[1:3 * k:3])
@@ -259,7 +260,7 @@ class _Scanner:
         codes, uniq = pd.factorize(word)
         lut = [_key_index(int(u), keys) for u in uniq]
         if -2 in lut:
-            raise _Odd  # spaces between a key and its colon: rare enough for the full parse
+            raise OddTrace  # spaces between a key and its colon: rare enough for the full parse
         tail = np.asarray([nk if k == -1 else k for k in lut] + [nk], np.int64).take(codes)  # nk: other keys
         kid, leads = tail.copy(), _leads(keys)
         for j, key in enumerate(keys):  # a group's first key comes first: it clears the group's hits
@@ -282,7 +283,7 @@ class _Scanner:
         cell *= nk + 1
         cell += kid
         if np.bincount(cell, minlength=nev * (nk + 1)).reshape(nev, nk + 1)[:, :nk].max(initial=0) > 1:
-            raise _Odd  # a duplicate key: the last one wins in a JSON parser
+            raise OddTrace  # a duplicate key: the last one wins in a JSON parser
         out = np.full(nev * (nk + 1), -1, np.int64)
         out[cell] = kc
         return out.reshape(nev, nk + 1)[:, :nk]
@@ -319,7 +320,7 @@ class _Scanner:
 
     def columns(self) -> Columns:
         """The kept values; strings and ids: each distinct span decoded and converted once."""
-        cols = {f: np.concatenate(v) if v else np.zeros(0, np.int32 if f in _TEXT else
+        cols: dict[str, np.ndarray] = {f: np.concatenate(v) if v else np.zeros(0, np.int32 if f in _TEXT else
                                                          np.float64 if f in ("ts", "dur") else np.int64)
                 for f, v in self.parts.items()}
         codes, tables = {}, {}
@@ -347,12 +348,12 @@ class _Scanner:
         (long, strings, null, ...) one by one with the reference conversion. ``repeats``: the
         values repeat (durations, streams): cast each distinct text once."""
         is_float = dtype is np.float64
-        out = np.zeros(len(vs), dtype) if is_float else np.full(len(vs), -1, dtype)
+        out: np.ndarray = np.zeros(len(vs), dtype) if is_float else np.full(len(vs), -1, dtype)
         n = ve - vs  # ints: at most 15 characters, so at most 15 digits: exact as a float64
         fast = np.flatnonzero((ve >= 0) & (n <= (24 if is_float else 15)))
         words = (int(n.take(fast).max(initial=1)) + 7) // 8
         fast = fast.compress(ve.take(fast) >= 8 * words)
-        text = np.empty((len(fast), words), "<u8")  # little-endian: its bytes are the text
+        text: np.ndarray = np.empty((len(fast), words), "<u8")  # little-endian: its bytes are the text
         for j in range(words):  # word j holds bytes ve-8(words-j) .. ve-8(words-j)+7
             keep = ~_LOW_BYTES.take(8 - np.clip(n.take(fast) - 8 * (words - 1 - j), 0, 8))
             text[:, j] = (self.at(ve.take(fast) - 8 * (words - j)) & keep) | (_SPACES & ~keep)
@@ -389,13 +390,13 @@ class _Scanner:
         n = ve - vs
         np.putmask(n, ve < 0, 0)
         if ((ve < 8) & (n > 0)).any():
-            raise _Odd  # no value of ours ends in a window's first 8 bytes
+            raise OddTrace  # no value of ours ends in a window's first 8 bytes
         top = int(n.max(initial=0))
         if top <= 8:  # one word holds the string: word and length are an exact key
             w = self.at(ve - 8) >> ((64 - 8 * n) & 63).astype(np.uint64)
             np.putmask(w, n == 0, 0)
             if top == 8 and (((w >> np.uint64(56)) - np.uint64(1) < 7) & (n == 8)).any():
-                raise _Odd  # a control character ends an 8-byte string: not JSON
+                raise OddTrace  # a control character ends an 8-byte string: not JSON
             key = np.where(n < 8, w | (n.astype(np.uint64) << np.uint64(56)), w)
             codes, uniq = pd.factorize(key)
             first = np.empty(len(uniq), np.int64)
@@ -423,7 +424,7 @@ class _Scanner:
         first[codes[::-1]] = np.arange(len(n) - 1, -1, -1)
         rep = first.take(codes)
         if not (n.take(rep) == n).all() or not (words(rep) == w).all():
-            raise _Odd  # a hash collision
+            raise OddTrace  # a hash collision
         return codes.astype(np.int32), first
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from dpcore.contract.tracefile import as_id, as_text, load_trace, x_event_fields
 from dpcore.read.traces import limits
-from dpcore.read.traces.bytescan import META_KEYS, META_TEXT, WINDOW_BYTES, Columns, _Odd, _Scanner
+from dpcore.read.traces.bytescan import META_KEYS, META_TEXT, WINDOW_BYTES, Columns, OddTrace, Scanner
 
 __all__ = ["Columns", "WINDOW_BYTES", "columns_from_events", "meta_event_fields", "read_columns"]
 
@@ -69,8 +69,8 @@ def read_columns(path: str | Path, window: int = WINDOW_BYTES) -> tuple[dict[str
     ``limits.MAX_PARSE_BYTES``.
     """
     try:
-        found = _Scanner(path).run(window)
-    except _Odd:
+        found = Scanner(path).run(window)
+    except OddTrace:
         found = None
     if found is None:
         meta, events = load_trace(path, max_json_bytes=limits.MAX_PARSE_BYTES)

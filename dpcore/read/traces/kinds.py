@@ -17,7 +17,7 @@ Classification (what the overlap numbers count):
   for gradients and ``*wait*`` ops are the main thread waiting: kind sync, and they are cut out
   of compute. Collective launches (``c10d::*``, ``record_param_comms``) are kind other (what the
   analysis counts as compute on dpcore's own traces, its phases minus its ``comm_call#`` ranges,
-  is :func:`dpcore.read.analysis.comm_overlap._trace_sets`'s).
+  is :func:`dpcore.read.analysis.comm_overlap.trace_sets`'s).
 * GPU traces without NCCL (gloo over CUDA tensors): when no kernel is comm by the GPU rules, the
   ``gloo:<op>`` spans on the host's worker threads are, by the CPU rule (barriers and spans on the
   main thread: sync); kernels keep their GPU kinds, so compute is the compute kernels. The

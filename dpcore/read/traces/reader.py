@@ -17,13 +17,15 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.limits import usable_cpus
 from dpcore.contract.procs import exit_with
 from dpcore.contract.runformat import RUN_JSON, TRACE_SUFFIXES
 from dpcore.contract.tracefile import (
@@ -44,13 +46,14 @@ _TB_RE = re.compile(r"(?P<worker>.+)\.(?P<stamp>\d+)\.pt\.trace\.json(\.gz)?")
 # 250k events (~45 MB of JSON) ~0.35 s of CPU to read.
 PARALLEL_MIN_BYTES = 64 << 20
 MAX_WORKERS = 4
+T = TypeVar("T")
 
 
 def _codes_to_cat(codes: np.ndarray, table: list) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=pd.Index(table, dtype=object))
 
 
-def _rank_of(meta: dict, path: Path) -> int | None:
+def rank_of(meta: dict, path: Path) -> int | None:
     """distributedInfo.rank, else 'rank<r>' in the file name, else None."""
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int) and info["rank"] >= 0:
@@ -130,7 +133,7 @@ def read_trace_meta(path: str | Path, only: bool = True) -> tuple[dict, pd.DataF
     if not p.exists():  # a FIFO or device exists but is refused, by name, when opened
         raise TraceFormatError(f"trace file not found: {p}")
     meta, cols = read_columns(p)
-    rank = _rank_of(meta, p)
+    rank = rank_of(meta, p)
     ranks = merged_ranks(p) if rank is None and len(set(cols.tables["pid"])) >= 2 else {}
     if ranks:  # one file, several ranks: each process's events read as that rank's trace
         parts, notes = [], []
@@ -266,7 +269,7 @@ def _latest_cycles(files: list[Path]) -> list[Path]:
     return sorted(out + [f for _, f in best.values()])
 
 
-def _json_bytes(path: Path) -> int:
+def json_bytes(path: Path) -> int:
     """Uncompressed size of a trace file (gzip's ISIZE trailer; exact below 4 GiB), 0 if unreadable."""
     try:  # regular files only: a FIFO would block here (the read proper reports it by name)
         with open_regular(path, MAX_TRACE_FILE_BYTES) as fh:
@@ -278,7 +281,7 @@ def _json_bytes(path: Path) -> int:
         return 0
 
 
-def _can_fork() -> bool:
+def can_fork() -> bool:
     """Worker processes only by fork, only on Linux, only from a single-threaded process.
 
     fork is cheap (workers inherit the imports); forking a multi-threaded process (the Streamlit
@@ -292,13 +295,13 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` forked processes that end with their parent, even when it is killed
     with ``kill -9`` (:func:`dpcore.contract.procs.exit_with`: a pool's workers otherwise wait for
     work forever, re-parented to init): the one way dpcore's read wing starts worker processes
-    (callers check :func:`_can_fork`). The parent's pid is taken here, not in the worker, so a
+    (callers check :func:`can_fork`). The parent's pid is taken here, not in the worker, so a
     parent already gone when the worker starts is seen too."""
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
                                initializer=exit_with, initargs=(os.getpid(),))
 
 
-def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
+def _read_traces(files: list[Path]) -> Generator[pd.DataFrame, None, None]:
     """read_trace of each file, in order; large multi-file sets are read in worker processes.
 
     Processes, measured against threads and a serial read on 2 cores (4 x 250k events): threads
@@ -306,24 +309,33 @@ def _read_traces(files: list[Path]) -> Iterator[pd.DataFrame]:
     own freed memory (+35% peak RSS); workers return the compact events frame (~45 bytes per
     event) and keep the parent's peak below a serial read's. Errors surface in file order.
     """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = min(len(files), cpus, MAX_WORKERS)
+    workers = min(len(files), usable_cpus(), MAX_WORKERS)
     read = read_trace if len(files) == 1 else _read_one_of_many
-    if workers < 2 or not _can_fork() or sum(_json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
-        yield from map(read, files)
+    if sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+        workers = 1
+    yield from fork_map(read, workers, files)
+
+
+def fork_map(fn: Callable[..., T], workers: int, *args: Iterable[Any]) -> Generator[T, None, None]:
+    """``map(fn, *args)``, in order, in ``workers`` forked worker processes where
+    :func:`can_fork` allows it (else, or with fewer than 2 workers, in this process). ``fn``
+    must be a module-level function (workers receive it by name). An error or an early close
+    drops the calls not yet started."""
+    if workers < 2 or not can_fork():
+        yield from map(fn, *args)
         return
     ex = None
     try:
         ex = worker_pool(workers)
-        results = ex.map(read, files)  # submits every file: starts the workers
+        results = ex.map(fn, *args)  # submits every call: starts the workers
     except (OSError, NotImplementedError):  # no usable worker processes here (no sem_open, ...)
         if ex is not None:
             ex.shutdown(wait=True, cancel_futures=True)
-        yield from map(read, files)
+        yield from map(fn, *args)
         return
     try:
         yield from results
-    finally:  # on an error or an early close, drop the ranks not yet parsed
+    finally:
         ex.shutdown(wait=True, cancel_futures=True)
 
 
@@ -363,11 +375,12 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def read_trace_files(files: list[Path]) -> pd.DataFrame:
     """Rank traces (one file per rank, in this order) in one events DataFrame; two files of one
     rank are an error. Categories are unified across ranks (sorted when the ranks differ)."""
-    frames, seen = [], {}
+    frames: list[pd.DataFrame] = []
+    seen: dict[int | None, Path] = {}
     reader = _read_traces(files)
     try:
         for f, df in zip(files, reader):
-            r = int(df["rank"].iloc[0]) if len(df) else _rank_of({}, f)
+            r = int(df["rank"].iloc[0]) if len(df) else rank_of({}, f)
             if r is not None and r in seen:
                 raise TraceFormatError(f"two traces for rank {r}: {seen[r]} and {f}")
             seen[r] = f

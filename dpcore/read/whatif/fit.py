@@ -23,6 +23,7 @@ the CLI and the view can say where a number came from:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -364,7 +365,7 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
     the allreduce rows (same algorithm, nearest world size), then the job's own collectives
     (α only where its buckets differ enough in size; else from allreduce rows, else 0)."""
     n = src.world_size
-    out = {"alpha_us": latency_us, "bandwidth_gbps": bandwidth_gbps,
+    out: dict[str, Any] = {"alpha_us": latency_us, "bandwidth_gbps": bandwidth_gbps,
            "alpha_source": "given" if latency_us is not None else "",
            "bandwidth_source": "given" if bandwidth_gbps is not None else ""}
     if latency_us is not None and bandwidth_gbps is not None:

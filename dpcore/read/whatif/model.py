@@ -212,7 +212,8 @@ def replay(ranks: list[RankStep], buckets: list[list[int]], latency_ms: np.ndarr
     lat_left, xfer_left = np.asarray(latency_ms, float).copy(), np.asarray(transfer_ms, float).copy()
     rate_c = max(1.0 - kappa, 1e-6)
     rate_k = max(1.0 - kappa_comm, 1e-6)
-    t, k_next, flying = 0.0, 0, []
+    t, k_next = 0.0, 0
+    flying: list[int] = []
     trace_t, trace_done = [0.0], [done.copy()]
     for _ in range(8 * (nb + n + 2) ** 2):
         while (k_next < nb and len(flying) < max(streams, 1) and np.all(t >= fwd)

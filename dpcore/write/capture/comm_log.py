@@ -319,7 +319,7 @@ class NullRecorder(Recorder):
     def __init__(self) -> None:
         """Nothing to set up: the class attributes are the whole state."""
 
-    @property  # type: ignore[override]
+    @property
     def step(self) -> int:
         """Always -1 (outside any step); assignments are dropped."""
         return -1

@@ -50,7 +50,7 @@ class HangInjection:
             if kwargs.get("async_op", len(args) >= 3 and args[2]):
                 fut: torch.futures.Future = torch.futures.Future()
                 fut.set_result([tensor])
-                from torch._C._distributed_c10d import _create_work_from_future
+                from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]  # no stub
                 return _create_work_from_future(fut)
             return None
 

@@ -147,7 +147,7 @@ def merge_job_traces(rank_traces: dict[int, Path], sync: dict[int, list],
         events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
                        "args": {"sort_index": rank}})
     msg_events = []
-    if lo is not None:
+    if lo is not None and hi is not None:
         msg_events = _message_events(list(messages), int(lo * 1e3), int(hi * 1e3))
     events.extend(msg_events)
     doc = {"traceEvents": events, "displayTimeUnit": "ms",

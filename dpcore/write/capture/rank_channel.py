@@ -23,6 +23,7 @@ import io
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch.distributed as dist
@@ -78,7 +79,7 @@ def live_row(steps_row: dict) -> dict:
 def fr_json() -> bytes:
     """This process's flight-recorder entries as JSON (b"" when the recorder is unavailable)."""
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
+        from torch._C._distributed_c10d import _dump_fr_trace_json  # type: ignore[attr-defined]  # no stub
         return bytes(_dump_fr_trace_json(True, False))
     except Exception:  # noqa: BLE001 - an old torch or a build without the recorder
         return b""
@@ -114,7 +115,7 @@ class RankChannel:
                                             daemon=True)
             self._thread.start()
 
-    def put(self, row: dict, collectives: list[list[Any]] = ()) -> None:
+    def put(self, row: dict, collectives: Sequence[list[Any]] = ()) -> None:
         """Queue one step's live row. ``collectives``: the step's collective rows
         (:meth:`Recorder.rows_since`), from which the thread computes ``comm_ms`` with the
         steps.csv rule once every one has ended (an async one is stamped by its callback).

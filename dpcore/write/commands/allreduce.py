@@ -19,6 +19,7 @@ size), rank 0 writing. Options are validated when built (:class:`AllreduceOption
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -181,6 +182,6 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | 
             if refused[algo]:  # ranks sharing GPUs over gloo: no send/recv on CUDA tensors
                 life.add_job({"id": jid, "status": "skipped", "skip_reason": refused[algo]})
                 continue
-            life.run_job(jid, len(opts.sizes), lambda jid=jid, algo=algo, n=n:
-                         run_cell(world, life.writer, jid, algo, n, opts, progress))
+            life.run_job(jid, len(opts.sizes),
+                         functools.partial(run_cell, world, life.writer, jid, algo, n, opts, progress))
     return EXIT_CODES[life.status], (life.run_dir if life.writer else None)

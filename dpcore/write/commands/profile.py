@@ -14,6 +14,7 @@ the read side; this module never imports pandas or the analysis.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -164,5 +165,5 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
                           **world.placement.job_fields(spec.processes)})
         for spec in jobs:
             life.run_job(spec.job_id, steps_total,
-                         lambda spec=spec: run_job(world, life.writer, spec, opts, progress), steps_note)
+                         functools.partial(run_job, world, life.writer, spec, opts, progress), steps_note)
     return rf.EXIT_CODES[life.status], (life.run_dir if life.writer else None)

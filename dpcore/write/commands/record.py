@@ -118,6 +118,7 @@ class _Step:
     """``with rec.step():`` (a reusable object, so a step costs no generator)."""
 
     __slots__ = ("rec", "samples")
+    samples: int | None
 
     def __init__(self, rec: Recording) -> None:
         self.rec, self.samples = rec, None
@@ -132,6 +133,7 @@ class _Step:
 
 class _Phase:
     __slots__ = ("rec", "name", "key", "_rf", "_t0")
+    _rf: torch.profiler.record_function | None
 
     def __init__(self, rec: Recording, name: str) -> None:
         self.rec, self.name, self.key, self._rf, self._t0 = rec, name, PHASES[name], None, 0

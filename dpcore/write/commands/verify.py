@@ -40,11 +40,12 @@ from dpcore.contract.config import (
     is_model_spec,
 )
 from dpcore.contract.errors import JobFailed
+from dpcore.contract.limits import in_torchrun
 from dpcore.contract.options import VerifyOptions
 from dpcore.write.capture.comm_log import PhaseTimer
 from dpcore.write.dp.variants import MULTIPROCESS, SINGLE_PROCESS, VARIANTS
 from dpcore.write.runtime.context import DistContext
-from dpcore.write.runtime.launch import in_torchrun, launch, place
+from dpcore.write.runtime.launch import launch, place
 from dpcore.write.training.precision import resolve_dtype
 from dpcore.write.training.trainer import local_context, make_trainer
 from dpcore.write.training.workload import load_workload, param_bytes
@@ -252,8 +253,9 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
     # the half-compute rows train with SGD: their reference is single with SGD
     sgd_ref = ref
     if cfg.optimizer != "sgd" and "fsdp" in wanted:
-        sgd_ref, _ = _train(local, "single", replace(cfg, optimizer="sgd"), world_size)
-        assert sgd_ref is not None
+        sgd, _ = _train(local, "single", replace(cfg, optimizer="sgd"), world_size)
+        assert sgd is not None
+        sgd_ref = sgd
     hooks = tuple(comm_hooks or ())
     multi = [v for v in verify_rows(wanted, cfg.optimizer, hooks, cfg.dtype) if _split_row(v)[0] in MULTIPROCESS]
     if multi:

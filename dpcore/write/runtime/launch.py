@@ -38,9 +38,10 @@ import torch.distributed as dist
 
 from dpcore.contract.config import DEVICES, check_backend, check_timeout
 from dpcore.contract.errors import JobFailed, UsageError, choices_error
+from dpcore.contract.limits import in_torchrun
 from dpcore.contract.procs import LAUNCHER_ENV, bind_forkserver_to_launcher, exit_with
 from dpcore.write.runtime.context import DistContext
-from dpcore.write.runtime.resources import _pin, threads_per_rank
+from dpcore.write.runtime.resources import pin_rank, threads_per_rank
 
 #: What the forkserver always imports before forking a rank (the caller adds its own modules).
 BASE_PRELOAD = ("torch", "torch.distributed", "torch.profiler", "dpcore.write.runtime.launch")
@@ -71,11 +72,6 @@ def flight_recorder_on() -> None:
     """Turn PyTorch's flight recorder on for process groups made after this (a user's own
     TORCH_FR_BUFFER_SIZE wins)."""
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
-
-
-def in_torchrun() -> bool:
-    """True when this process was started by ``torchrun`` (it sets RANK/WORLD_SIZE/LOCAL_RANK)."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
 def gpu_count() -> int:
@@ -195,7 +191,7 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
     forkserver, not the launcher, so it watches the launcher itself (:func:`exit_with`)."""
     exit_with(launcher_pid)
     try:
-        cpus = _pin(rank, world_size, threads) if pin else ()
+        cpus = pin_rank(rank, world_size, threads) if pin else ()
         torch.set_num_threads(threads)
         flight_recorder_on()
         if placement.backend == "gloo":
@@ -305,7 +301,7 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
     local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", env_ws))
     placement = place(device, backend, local_ws)
     threads = threads or threads_per_rank(local_ws)
-    cpus = _pin(local_rank, local_ws, threads) if pin else ()
+    cpus = pin_rank(local_rank, local_ws, threads) if pin else ()
     torch.set_num_threads(threads)
     rank_device = placement.rank_device(local_rank)
     if not dist.is_initialized():
@@ -495,8 +491,8 @@ def signals_deferred() -> Iterator[None]:
         for s, handler in previous.items():
             if handler is not None:  # None: installed outside Python; cannot be restored
                 signal.signal(s, handler)
-        for s in dict.fromkeys(caught):
-            signal.raise_signal(s)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
 
 
 _signals_deferred = signals_deferred  # the launcher's own name for it

@@ -9,16 +9,15 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["physical_cores", "threads_per_rank", "rank_cpus", "pinning", "is_oversubscribed"]
+from dpcore.contract.limits import usable_cpus
+
+__all__ = ["physical_cores", "threads_per_rank", "rank_cpus", "pinning", "pin_rank", "is_oversubscribed"]
 
 
 @functools.lru_cache(maxsize=1)
 def physical_cores() -> int:
     """Physical CPU cores usable by this process (hyper-threads don't add matmul throughput)."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        usable = os.cpu_count() or 1
+    usable = usable_cpus()
     cores: set[tuple[str, str]] = set()
     try:
         phys = core = ""
@@ -69,7 +68,9 @@ def pinning(ranks_on_host: int, threads: int) -> str:
     return "per-rank"
 
 
-def _pin(local_rank: int, ranks_on_host: int, threads: int) -> tuple[int, ...]:
+def pin_rank(local_rank: int, ranks_on_host: int, threads: int) -> tuple[int, ...]:
+    """Pin this process to its :func:`rank_cpus` and return them; () where the slices don't fit
+    or the OS refuses (a container may: the rank then runs unpinned rather than fail)."""
     cpus = rank_cpus(local_rank, ranks_on_host, threads)
     if cpus:
         try:

@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from dpcore.contract.config import DEFAULT_TIMEOUT_S
 from dpcore.contract.errors import JobFailed
+from dpcore.contract.limits import in_torchrun
 from dpcore.write.runtime import cpu_claims
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.launch import (
@@ -40,7 +41,6 @@ from dpcore.write.runtime.launch import (
     Monitor,
     Placement,
     gpu_count,
-    in_torchrun,
     launch,
     place,
     torchrun_store,

@@ -119,7 +119,7 @@ class Trainer:
         return [(p, p.register_post_accumulate_grad_hook(self._make_grad_hook(i, log)))
                 for i, p in enumerate(q for q in module.parameters() if q.requires_grad)]
 
-    def _make_grad_hook(self, index: int, log: bool):  # type: ignore[no-untyped-def]
+    def _make_grad_hook(self, index: int, log: bool):
         rec, split = self._recorder, self._split_backward
 
         def hook(_param: torch.Tensor) -> None:

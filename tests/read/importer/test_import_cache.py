@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.read.ranks import cache, pool
+from dpcore.read.ranks import cache
+from dpcore.read.traces import reader
 from dpcore.read.traces.reader import read_trace_files, step_ranges, trace_files
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
@@ -92,15 +93,15 @@ def test_two_workers_really_parse_in_a_pool(sets: dict[str, Path], tmp_path: Pat
     """The 2-worker import above compares equal; here, that it took the worker-pool path."""
     from dpcore.read.importer.write_run import import_traces
     from dpcore.read.ranks import Scale
-    if not pool._can_fork():
+    if not reader.can_fork():
         pytest.skip("no fork here (threads running): the pool path is not taken")
     pools = []
-    real = pool.worker_pool
+    real = reader.worker_pool
 
     def counting(n: int):
         pools.append(n)
         return real(n)
-    monkeypatch.setattr(pool, "worker_pool", counting)
+    monkeypatch.setattr(reader, "worker_pool", counting)
     two = import_traces(sets["hosts"], tmp_path / "two", "p", scale=Scale(workers=2, cache=False))
     assert pools == [2]
     one = import_traces(sets["hosts"], tmp_path / "one", "p", scale=Scale(workers=1, cache=False))

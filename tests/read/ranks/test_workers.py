@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from dpcore.cli import main
-from dpcore.read.ranks import Scale, folder_tables, pool
+from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.analyze import analyze
+from dpcore.read.traces import reader
 from tests.synthetic import write_gpu_trace_dir
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -34,13 +35,13 @@ def _same(a: list, b: list) -> None:
 
 def test_one_and_several_workers_give_the_same_tables(traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pools = []
-    real = pool.worker_pool
+    real = reader.worker_pool
 
     def counting(n: int):  # the pool really runs (fork is available to a single-threaded pytest)
         pools.append(n)
         return real(n)
-    monkeypatch.setattr(pool, "worker_pool", counting)
-    if not pool._can_fork():
+    monkeypatch.setattr(reader, "worker_pool", counting)
+    if not reader.can_fork():
         pytest.skip("no fork here (threads running): the pool path is not taken")
     one = folder_tables(traces, Scale(workers=1, cache=False))
     assert pools == []

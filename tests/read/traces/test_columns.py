@@ -185,12 +185,12 @@ def test_events_frame_same_as_full_parse(tmp_path, monkeypatch):
     d = tmp_path / "gpu"
     write_gpu_trace_dir(d, world_size=1, steps=3, kernels_per_step=60, seed=5)
     fast = read_trace(d / "rank0.json.gz")
-    monkeypatch.setattr(tf._Scanner, "run", lambda self, window: None)
+    monkeypatch.setattr(tf.Scanner, "run", lambda self, window: None)
     pd.testing.assert_frame_equal(fast, read_trace(d / "rank0.json.gz"), check_exact=True)
     for f in sorted(DATA.glob("*.json.gz")):
         monkeypatch.undo()
         fast = read_trace(f)
-        monkeypatch.setattr(tf._Scanner, "run", lambda self, window: None)
+        monkeypatch.setattr(tf.Scanner, "run", lambda self, window: None)
         pd.testing.assert_frame_equal(fast, read_trace(f), check_exact=True)
 
 
@@ -199,7 +199,7 @@ def test_time_that_is_not_a_number(tmp_path, monkeypatch):
     for _ in range(2):  # the scanner, then the full parse
         with pytest.raises(contract.TraceFormatError, match="'soon' is not a number.*t.json"):
             tf.read_columns(path)
-        monkeypatch.setattr(tf._Scanner, "run", lambda self, window: None)
+        monkeypatch.setattr(tf.Scanner, "run", lambda self, window: None)
 
 
 def test_duplicate_keys_fall_back_to_the_full_parse(tmp_path):

@@ -179,7 +179,7 @@ def broadcast_module(module: nn.Module, group: Any = None,
     for ts in groups.values():
         chunk: list[torch.Tensor] = []
         size = 0
-        for t in ts + [None]:  # type: ignore[list-item]
+        for t in ts + [None]:
             if t is not None and (not chunk or size + t.numel() * t.element_size()
                                   <= BROADCAST_CHUNK_BYTES):
                 chunk.append(t)
