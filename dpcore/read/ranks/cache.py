@@ -33,8 +33,9 @@ TABLES = tuple(DTYPES)
 #: Bump when the reader or the reduction changes what a rank's tables hold: every cache entry
 #: written by an older version is then a miss. 2: the ``lanes`` and ``import_*`` tables. 3: gloo's spans
 #: are comm in a GPU trace without NCCL kernels (gloo over CUDA tensors). 4: the lanes' ``kind``
-#: column and GPU ranks' launch-thread and stream lanes.
-CACHE_VERSION = 4
+#: column and GPU ranks' launch-thread and stream lanes. 5: the GEMMs' FLOPs, TFLOP/s and MFU in
+#: ``gpu_kernels`` (the reader keeps matrix products' shapes).
+CACHE_VERSION = 5
 CACHE_DIR = "cache"
 _META = b"dpcore"
 

@@ -22,7 +22,7 @@ from dpcore.read.traces.reader import TraceFormatError
 
 #: docs/DESIGN.md's columns of `gpu --csv`.
 GPU_COLUMNS = ["job_id", *LEDGER_COLUMNS]
-#: docs/DESIGN.md's columns of `gpu --kernels --csv` (tflops and mfu_pct empty: shapes are not read).
+#: docs/DESIGN.md's columns of `gpu --kernels --csv` (tflops and mfu_pct empty where shapes are not recorded).
 KERNEL_COLUMNS = ["job_id", *KERNEL_CSV_COLUMNS]
 #: `gpu --collectives --csv`'s columns: one row per collective call.
 COLLECTIVE_COLUMNS = ["job_id", *CALL_COLUMNS]
@@ -94,24 +94,27 @@ def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale 
 
 
 def _kernels_text(classes: pd.DataFrame, csv: bool) -> str:
-    """`gpu --kernels`: per rank the GPU time by kernel class, and the fp32-GEMM line where it applies."""
-    table = classes.assign(tflops=float("nan"), mfu_pct=float("nan"))
+    """`gpu --kernels`: per rank the GPU time by kernel class with the GEMMs' achieved TFLOP/s and MFU
+    where the trace records their shapes, and the fp32-GEMM line where it applies."""
     if csv:
-        return csv_table(table[KERNEL_COLUMNS])
+        return csv_table(classes[KERNEL_COLUMNS])
     parts = []
-    for (job_id, rank), df in table.groupby(["job_id", "rank"], sort=False):
+    for (job_id, rank), df in classes.groupby(["job_id", "rank"], sort=False):
         device = str(df["device"].iloc[0]) or "device not named in the trace"
         lines = [f"{job_id} rank {rank}  ({device})",
-                 text_table(df[["kernel_class", "dtype", "calls", "total_ms", "share_pct"]].rename(
-                     columns={"share_pct": "share_%"}), formatters={"share_%": percent_number})]
+                 text_table(df[["kernel_class", "dtype", "calls", "total_ms", "share_pct", "tflops", "mfu_pct"]].rename(
+                     columns={"share_pct": "share_%", "mfu_pct": "mfu_%"}),
+                     formatters={"share_%": percent_number, "mfu_%": percent_number})]
         note = fp32_matmul_note(df)
         if note:
             lines.append(f"note: {note}")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + ("\n\ntotal_ms: sum of the kernels' durations (streams overlap, so it can exceed "
                                   "the span); share_%: of all GPU event time of the rank; dtype: as the GEMM's name "
-                                  "states it. Achieved TFLOP/s and MFU need the matrix products' shapes "
-                                  "(record_shapes), which dpcore does not read yet.\n")
+                                  "states it, else its inputs'. tflops = FLOPs (2·M·N·K from the matrix products' "
+                                  "recorded shapes) / their kernels' time; mfu_% = tflops / the GPU's dense peak for "
+                                  "the dtype (peaks.csv, datasheet per row); empty where the trace has no shapes "
+                                  "(record_shapes) or the GPU is not in the table.\n")
 
 
 def collectives_text(path: str, csv: bool = False, scale: Scale | None = None) -> str:
