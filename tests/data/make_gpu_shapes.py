@@ -130,13 +130,43 @@ def mfu_trace() -> dict:
             "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": ev}
 
 
-SHAPES = {"gpu_ledger_rank0.json.gz": ledger_trace, "gpu_mfu_rank0.json.gz": mfu_trace}
+def nccl_rank_trace(rank: int) -> dict:
+    """Rank ``rank`` of a 2-rank NCCL job (``gpu_nccl_2r/``): per-collective transfer and wait.
+
+    Step 1, rank 0: all-reduce kernel [100,400] (300 µs), all-gather [600,700] (100 µs); rank 1:
+    all-reduce [300,400] (100 µs), all-gather [550,700] (150 µs). Matched: the all-reduce's
+    transfer is 100 µs (rank 1's), rank 0 waited 200; the all-gather's transfer 100 (rank 0's),
+    rank 1 waited 50. Step 2: rank 0 runs two all-reduces, rank 1 one: not matchable, no split.
+    Bytes from the kernels' args: all-reduce 1,048,576 bf16 (2 MiB), all-gather 262,144 fp32.
+    """
+    ar = {"Collective name": "allreduce", "In msg nelems": 1048576, "Out msg nelems": 1048576,
+          "dtype": "BFloat16", "Group size": 2}
+    ag = {"Collective name": "_allgather_base", "In msg nelems": 131072, "Out msg nelems": 262144,
+          "dtype": "Float", "Group size": 2}
+    k_ar = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    k_ag = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    spans = {0: [(k_ar, ar, 100, 400), (k_ag, ag, 600, 700), (k_ar, ar, 1100, 1200), (k_ar, ar, 1300, 1400)],
+             1: [(k_ar, ar, 300, 400), (k_ag, ag, 550, 700), (k_ar, ar, 1100, 1250)]}[rank]
+    ev: list[Event] = [x("ProfilerStep#1", "user_annotation", 0, 1000),
+                       x("ProfilerStep#2", "user_annotation", 1000, 2000)]
+    for i, (name, meta, ts, end) in enumerate(spans, start=1):
+        kernel, launch = gpu(name, ts, end, i, ts - 50, stream=20)
+        kernel["args"].update(meta)
+        ev += [kernel, launch]
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": ev}
+
+
+SHAPES = {"gpu_ledger_rank0.json.gz": ledger_trace, "gpu_mfu_rank0.json.gz": mfu_trace,
+          "gpu_nccl_2r/rank0.json.gz": lambda: nccl_rank_trace(0),
+          "gpu_nccl_2r/rank1.json.gz": lambda: nccl_rank_trace(1)}
 
 
 def main() -> None:
     for name, make in SHAPES.items():
         doc = make()
         doc["traceEvents"].sort(key=lambda e: e["ts"])
+        (DATA / name).parent.mkdir(exist_ok=True)
         (DATA / name).write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=9, mtime=0))
         print(f"{name}: {len(doc['traceEvents'])} events")
 

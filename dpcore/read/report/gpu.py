@@ -15,6 +15,7 @@ from dpcore.contract.units import percent_number
 from dpcore.read.analysis.comm import CALL_COLUMNS, call_bandwidth
 from dpcore.read.analysis.gpu_kernels import KERNEL_CSV_COLUMNS, fp32_matmul_note
 from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
+from dpcore.read.analysis.stragglers import call_transfer_wait
 from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
 from dpcore.read.report.resolve import load_run_reporting, resolve, warn
 from dpcore.read.report.tables import csv_table, text_table
@@ -25,7 +26,7 @@ GPU_COLUMNS = ["job_id", *LEDGER_COLUMNS]
 #: docs/DESIGN.md's columns of `gpu --kernels --csv` (tflops and mfu_pct empty where shapes are not recorded).
 KERNEL_COLUMNS = ["job_id", *KERNEL_CSV_COLUMNS]
 #: `gpu --collectives --csv`'s columns: one row per collective call.
-COLLECTIVE_COLUMNS = ["job_id", *CALL_COLUMNS]
+COLLECTIVE_COLUMNS = ["job_id", *CALL_COLUMNS, "transfer_ms", "wait_ms"]
 #: How many host causes the text lists per rank.
 TOP_CAUSES = 5
 _TEXT_COLUMNS = {"step": "step", "span_ms": "span_ms", "compute_ms": "compute", "non_compute_ms": "non_compute",
@@ -135,13 +136,17 @@ def collectives_text(path: str, csv: bool = False, scale: Scale | None = None) -
               if len(t.import_comm)]
     if not frames:
         raise ValueError(f"no collective calls in the traces at {p}")
-    calls = pd.concat(frames, ignore_index=True)[COLLECTIVE_COLUMNS]
+    calls = call_transfer_wait(pd.concat(frames, ignore_index=True))[COLLECTIVE_COLUMNS]
     if csv:
         return csv_table(calls)
     g = calls.groupby(["job_id", "rank", "op"], sort=False)
     per = g.agg(calls=("seq", "size"), bytes=("bytes", lambda b: b.sum(min_count=1)), time_ms=("time_ms", "sum"),
-                algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median")).reset_index()
+                algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median"),
+                transfer_ms=("transfer_ms", lambda t: t.sum(min_count=1)),
+                wait_ms=("wait_ms", lambda w: w.sum(min_count=1))).reset_index()
     return (text_table(per) + "\n\nper (job, rank, collective): calls, Σ bytes (where the trace's collective "
             "metadata gives them), Σ kernel time, median algbw = bytes / time and busbw = algbw x nccl-tests' "
             "factor (all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N, broadcast 1) per call, GB/s. "
-            "--csv: one row per call.\n")
+            "transfer / wait: each call matched across the job's ranks (the n-th of a step), transfer = its "
+            "shortest time over the ranks, wait = the rest (time spent waiting for a late peer); Σ over the "
+            "matched calls, empty for a job of one rank. --csv: one row per call.\n")
