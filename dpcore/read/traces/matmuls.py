@@ -91,10 +91,13 @@ def kernel_matmuls(cols: Columns, kernels: np.ndarray) -> tuple[np.ndarray, np.n
         return flops, codes, list(table)
     types_t = cols.tables["in_types"]
     per_op: dict[int, tuple[float, str]] = {}
+    parsed: dict[tuple[int, int, int], tuple[float, str]] = {}  # each distinct (op, shapes, types) parsed once
     for o in np.unique(op).tolist():
-        name = names[cols.codes["name"][o]]
-        per_op[o] = (matmul_flops(name, _dims(dims_t[cols.codes["in_dims"][o]])),
-                     input_dtype(_dims(types_t[cols.codes["in_types"][o]]), name))
+        key = (int(cols.codes["name"][o]), int(cols.codes["in_dims"][o]), int(cols.codes["in_types"][o]))
+        if key not in parsed:
+            name = names[key[0]]
+            parsed[key] = (matmul_flops(name, _dims(dims_t[key[1]])), input_dtype(_dims(types_t[key[2]]), name))
+        per_op[o] = parsed[key]
     op_time = np.bincount(np.searchsorted(np.unique(op), op), weights=cols.dur[idx])
     share = cols.dur[idx] / op_time[np.searchsorted(np.unique(op), op)]
     for k, o, s in zip(idx.tolist(), op.tolist(), share.tolist()):
