@@ -16,7 +16,9 @@ Achieved TFLOP/s and MFU: for the kernels of matrix products whose shapes the tr
 one row per GPU and dtype, each with its datasheet source; no sparsity; the device matched from
 the trace's deviceProperties name; CPU traces and unlisted GPUs get none). A GEMM's dtype is the
 one its kernel name states, else its inputs' (``Input type``): a TF32 kernel on fp32 inputs is
-measured against the TF32 peak.
+measured against the TF32 peak, but a kernel whose name states no dtype (cuBLAS's ``nvjet_*``) on
+fp32 inputs is measured against the fp32 peak even where TF32 was allowed, so its MFU can then
+read above 100 %: a sign that the tensor cores ran it.
 """
 from __future__ import annotations
 
