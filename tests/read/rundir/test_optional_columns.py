@@ -56,3 +56,26 @@ def test_a_recorded_reserve_is_split_above_the_peak(run: Path) -> None:
     fig = memory_breakdown_figure(table)
     assert next(t for t in fig.data if t.name == RESERVE_LABEL).x[0] == pytest.approx(2.0)
     assert sum(float(t.x[0]) for t in fig.data if t.type == "bar") == pytest.approx(6.0)  # bars reach reserved
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_memory_page_shows_the_reserve_where_recorded(run: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      recorded: bool) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app_pages import APP, open_page, problems
+
+    header = OLD_HEADER.replace("\n", ",reserved_bytes\n") if recorded else OLD_HEADER
+    (run / "memory.csv").write_text(header + ROW + (",6291456" if recorded else "") + "\n")
+    monkeypatch.setenv("DPCORE_PROFILES", str(run.parent))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    open_page(at, "Memory")
+    assert not problems(at)
+    captions = " ".join(c.value for c in at.caption)
+    shown = at.dataframe[0].value
+    if recorded:
+        assert "Allocator reserve (dotted) = reserved − peak" in captions
+        assert shown["reserve_mib"].tolist() == [pytest.approx(2.0)]
+    else:
+        assert "was not recorded in this run's memory.csv" in captions and shown["reserve_mib"].isna().all()
