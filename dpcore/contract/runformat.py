@@ -103,7 +103,7 @@ SCHEMA: dict[str, dict[str, str]] = {
     "memory": {
         "job_id": "str", "rank": "int", "variant": "str", "world_size": "int", "device": "str",
         "param_bytes": "int", "grad_bytes": "int", "optim_bytes": "int", "other_bytes": "int",
-        "peak_bytes": "int", "peak_method": "str",
+        "peak_bytes": "int", "peak_method": "str", "reserved_bytes": "int",
     },
     # comm_calls: when a rank's thread was inside a communication call for collective ``seq``
     # of collectives.csv: ``launch`` (the call that started an async collective), ``blocking``
@@ -114,6 +114,10 @@ SCHEMA: dict[str, dict[str, str]] = {
         "t_begin_ns": "ns", "t_end_ns": "ns",
     },
 }
+#: Columns a reader accepts as absent (a run written before they existed): it adds them empty (NaN).
+#: memory's ``reserved_bytes``: torch.cuda.max_memory_reserved over the measured step (the caching
+#: allocator's peak reserve: the peak handed out plus what it kept cached); empty on CPU.
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"memory": ("reserved_bytes",)}
 #: The tables docs/DESIGN.md itself lists (the others are dpcore's documented additions).
 DESIGN_TABLES = ("steps", "collectives", "messages", "allreduce")
 TABLES: dict[str, list[str]] = {t: list(cols) for t, cols in SCHEMA.items()}

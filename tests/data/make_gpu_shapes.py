@@ -86,13 +86,87 @@ def ledger_trace() -> dict:
             "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": ev}
 
 
-SHAPES = {"gpu_ledger_rank0.json.gz": ledger_trace}
+def mfu_trace() -> dict:
+    """Matrix products with recorded shapes (``record_shapes=True``) on an H100 SXM, for
+    achieved TFLOP/s and MFU (dpcore.read.traces.matmuls, analysis.gpu_kernels; peaks.csv's
+    H100 SXM: bf16 989.5, fp16 989.5, fp32 67 TFLOP/s dense):
+
+    * ``aten::matmul`` [0,50] around ``aten::mm`` [5,45] of 4096x4096 @ 4096x4096 bf16: one
+      ``nvjet`` kernel (no dtype in its name) [100,1100]: 2·4096³ = 137.438953472 GFLOP in 1 ms.
+    * ``aten::linear`` [60,80], input 8x512x1024, weight 2048x1024: a bf16 xmma kernel [1100,1200]:
+      2·8·512·1024·2048 = 17.179869184 GFLOP in 0.1 ms. The bf16 GEMM row: 154.618822656 GFLOP
+      in 1.1 ms = 140.5625660509 TFLOP/s, MFU 14.205413 %.
+    * ``aten::bmm`` [90,95] 16x256x64 @ 16x64x256 fp32: an ffma kernel [1200,1250]: 2·16·256·256·64
+      = 134,217,728 FLOP in 0.05 ms = 2.68435456 TFLOP/s, MFU 4.0065 %.
+    * ``aten::linear`` [100,130] around ``aten::addmm`` [105,125] (bias 1024, 64x8192 @ 8192x1024,
+      fp16): split-K, a GEMM [1250,1280] and cuBLAS's reduction [1280,1290] (also a GEMM-class
+      kernel, dtype from the inputs): 3/4 and 1/4 of 1.073741824 GFLOP; the fp16 row: 0.04 ms,
+      26.8435456 TFLOP/s, MFU 2.712839 %.
+    * a GEMM launched outside any op [1300,1400] (launch at 140): no shapes, no rate.
+    """
+    mm = {"aten::mm": ([[4096, 4096], [4096, 4096]], ["c10::BFloat16", "c10::BFloat16"])}
+    bf = ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]
+    ev: list[Event] = [
+        x("ProfilerStep#1", "user_annotation", -10, 2000),
+        x("aten::matmul", "cpu_op", 0, 50, **{"Input Dims": [[4096, 4096], [4096, 4096]],
+                                             "Input type": bf[:2]}),
+        x("aten::mm", "cpu_op", 5, 45, **{"Input Dims": mm["aten::mm"][0], "Input type": mm["aten::mm"][1]}),
+        *gpu("nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_TNT", 100, 1100, 1, 10),
+        x("aten::linear", "cpu_op", 60, 80, **{"Input Dims": [[8, 512, 1024], [2048, 1024], [2048]],
+                                              "Input type": bf}),
+        *gpu("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 1100, 1200, 2, 65),
+        x("aten::bmm", "cpu_op", 90, 95, **{"Input Dims": [[16, 256, 64], [16, 64, 256]],
+                                           "Input type": ["float", "float"]}),
+        *gpu("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma", 1200, 1250, 3, 91),
+        x("aten::linear", "cpu_op", 100, 130, **{"Input Dims": [[64, 8192], [1024, 8192], [1024]],
+                                                "Input type": ["c10::Half"] * 3}),
+        x("aten::addmm", "cpu_op", 105, 125, **{"Input Dims": [[1024], [64, 8192], [8192, 1024], [], []],
+                                               "Input type": ["c10::Half"] * 3 + ["Scalar", "Scalar"]}),
+        *gpu("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", 1250, 1280, 4, 110),
+        *gpu("void cublasLt::splitKreduce_kernel<32, 16, int, __half>(Params)", 1280, 1290, 5, 115),
+        *gpu("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN", 1300, 1400, 6, 140),
+    ]
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": ev}
+
+
+def nccl_rank_trace(rank: int) -> dict:
+    """Rank ``rank`` of a 2-rank NCCL job (``gpu_nccl_2r/``): per-collective transfer and wait.
+
+    Step 1, rank 0: all-reduce kernel [100,400] (300 µs), all-gather [600,700] (100 µs); rank 1:
+    all-reduce [300,400] (100 µs), all-gather [550,700] (150 µs). Matched: the all-reduce's
+    transfer is 100 µs (rank 1's), rank 0 waited 200; the all-gather's transfer 100 (rank 0's),
+    rank 1 waited 50. Step 2: rank 0 runs two all-reduces, rank 1 one: not matchable, no split.
+    Bytes from the kernels' args: all-reduce 1,048,576 bf16 (2 MiB), all-gather 262,144 fp32.
+    """
+    ar = {"Collective name": "allreduce", "In msg nelems": 1048576, "Out msg nelems": 1048576,
+          "dtype": "BFloat16", "Group size": 2}
+    ag = {"Collective name": "_allgather_base", "In msg nelems": 131072, "Out msg nelems": 262144,
+          "dtype": "Float", "Group size": 2}
+    k_ar = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    k_ag = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    spans = {0: [(k_ar, ar, 100, 400), (k_ag, ag, 600, 700), (k_ar, ar, 1100, 1200), (k_ar, ar, 1300, 1400)],
+             1: [(k_ar, ar, 300, 400), (k_ag, ag, 550, 700), (k_ar, ar, 1100, 1250)]}[rank]
+    ev: list[Event] = [x("ProfilerStep#1", "user_annotation", 0, 1000),
+                       x("ProfilerStep#2", "user_annotation", 1000, 2000)]
+    for i, (name, meta, ts, end) in enumerate(spans, start=1):
+        kernel, launch = gpu(name, ts, end, i, ts - 50, stream=20)
+        kernel["args"].update(meta)
+        ev += [kernel, launch]
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": ev}
+
+
+SHAPES = {"gpu_ledger_rank0.json.gz": ledger_trace, "gpu_mfu_rank0.json.gz": mfu_trace,
+          "gpu_nccl_2r/rank0.json.gz": lambda: nccl_rank_trace(0),
+          "gpu_nccl_2r/rank1.json.gz": lambda: nccl_rank_trace(1)}
 
 
 def main() -> None:
     for name, make in SHAPES.items():
         doc = make()
         doc["traceEvents"].sort(key=lambda e: e["ts"])
+        (DATA / name).parent.mkdir(exist_ok=True)
         (DATA / name).write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=9, mtime=0))
         print(f"{name}: {len(doc['traceEvents'])} events")
 

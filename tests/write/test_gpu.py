@@ -50,6 +50,7 @@ def test_cuda_memory_row_is_the_allocators_peak() -> None:
     weights = sum(p.numel() * p.element_size() for p in tr.module.parameters())
     assert row["peak_method"] == GPU_METHOD and row["device"].startswith("cuda")
     assert row["peak_bytes"] >= 2 * weights
+    assert row["reserved_bytes"] >= row["peak_bytes"]  # torch.cuda.max_memory_reserved over the same step
 
 
 def test_auto_dtype_is_bf16_on_this_gpu_when_it_has_bf16() -> None:

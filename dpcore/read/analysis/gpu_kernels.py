@@ -10,13 +10,21 @@ GEMM's data type is in its name where the library writes it (``bf16``, ``f16``, 
 GEMM on a GPU with tensor cores leaves them idle (TF32 or bf16 would use them), which is worth
 one line.
 
-Not here: achieved TFLOP/s and MFU. They need each matrix product's shapes (the launching op's
-``Input Dims``, recorded with ``record_shapes=True``), which the trace reader does not keep; the
-columns stay empty.
+Achieved TFLOP/s and MFU: for the kernels of matrix products whose shapes the trace records
+(:mod:`dpcore.read.traces.matmuls`: the events' ``flops`` and ``mm_dtype``), tflops = Σ FLOPs /
+Σ their kernel time, and mfu_pct = tflops / the device's dense peak for the dtype (``peaks.csv``:
+one row per GPU and dtype, each with its datasheet source; no sparsity; the device matched from
+the trace's deviceProperties name; CPU traces and unlisted GPUs get none). A GEMM's dtype is the
+one its kernel name states, else its inputs' (``Input type``): a TF32 kernel on fp32 inputs is
+measured against the TF32 peak, but a kernel whose name states no dtype (cuBLAS's ``nvjet_*``) on
+fp32 inputs is measured against the fp32 peak even where TF32 was allowed, so its MFU can then
+read above 100 %: a sign that the tensor cores ran it.
 """
 from __future__ import annotations
 
 import re
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,9 +32,13 @@ import pandas as pd
 from dpcore.read.analysis.gpu_time import GPU_CATS, codes
 
 KERNEL_CLASSES = ("gemm", "attention", "elementwise", "reduction", "communication", "memory", "other")
-#: Per (rank, class, dtype): what the lazy ``gpu_kernels`` rank table holds (device: the GPU's name).
-KERNEL_COLUMNS = ["rank", "kernel_class", "dtype", "calls", "total_ms", "share_pct", "device"]
-#: `gpu --kernels --csv`'s columns after job_id (docs/DESIGN.md); tflops and mfu_pct stay empty.
+#: Per (rank, class, dtype): what the lazy ``gpu_kernels`` rank table holds (device: the GPU's name;
+#: flops and flops_ms: the FLOPs and kernel time of the calls whose shapes are known, tflops =
+#: flops / flops_ms, mfu_pct against the device's dense peak: NaN where unknown).
+KERNEL_COLUMNS = ["rank", "kernel_class", "dtype", "calls", "total_ms", "share_pct", "device",
+                  "flops", "flops_ms", "tflops", "mfu_pct"]
+PEAKS_CSV = Path(__file__).with_name("peaks.csv")
+#: `gpu --kernels --csv`'s columns after job_id (docs/DESIGN.md); tflops and mfu_pct NaN where unknown.
 KERNEL_CSV_COLUMNS = ["rank", "kernel_class", "calls", "total_ms", "share_pct", "dtype", "tflops", "mfu_pct"]
 _CLASS_RE = (("attention", re.compile(r"flash|fmha|attention|attn|sdpa", re.I)),
              ("gemm", re.compile(r"gemm|gemv|cutlass|cublas|xmma|nvjet|wgmma|matmul|Cijk_|^bmm_", re.I)),
@@ -67,7 +79,8 @@ def gemm_dtype(name: str) -> str:
 def kernel_classes(events: pd.DataFrame, device: str = "") -> pd.DataFrame:
     """Per (rank, class, dtype) of an events frame's GPU events (KERNEL_COLUMNS): calls, total
     time (sum of durations, ms) and its share of all GPU event time of the rank; dtype only for
-    GEMM and attention kernels ("" unknown). ``device``: the GPU's name (deviceProperties)."""
+    GEMM and attention kernels ("" unknown); FLOPs, TFLOP/s and MFU of the GEMMs with known
+    shapes (module docstring). ``device``: the GPU's name (deviceProperties)."""
     dev = (events["stream"].to_numpy() >= 0) & events["category"].isin(GPU_CATS).to_numpy()
     g = events[dev]
     if g.empty:
@@ -78,13 +91,44 @@ def kernel_classes(events: pd.DataFrame, device: str = "") -> pd.DataFrame:
     uniq, inv = np.unique(pair, return_inverse=True)
     c = [kernel_class(str(names[u // (len(kinds) + 1)]), str(kinds[u % (len(kinds) + 1)])) for u in uniq]
     dt = [gemm_dtype(str(names[u // (len(kinds) + 1)])) if k in ("gemm", "attention") else "" for u, k in zip(uniq, c)]
-    df = pd.DataFrame({"rank": g["rank"].to_numpy(), "kernel_class": np.asarray(c, dtype=object)[inv],
-                       "dtype": np.asarray(dt, dtype=object)[inv], "dur": g["dur"].to_numpy(np.float64) / 1e3})
-    out = df.groupby(["rank", "kernel_class", "dtype"], as_index=False).agg(calls=("dur", "size"),
-                                                                           total_ms=("dur", "sum"))
+    dtype, cls = np.asarray(dt, dtype=object)[inv], np.asarray(c, dtype=object)[inv]
+    flops = g["flops"].to_numpy(np.float64) if "flops" in g else np.full(len(g), np.nan)
+    flops = np.where(cls == "gemm", flops, np.nan)  # a split-K reduction's share is not a GEMM's rate
+    if "mm_dtype" in g:  # the inputs' dtype where the kernel's name states none
+        mm = g["mm_dtype"].astype(object).to_numpy()
+        dtype = np.where((dtype == "") & ~np.isnan(flops), mm, dtype)
+    dur = g["dur"].to_numpy(np.float64) / 1e3
+    known = ~np.isnan(flops)
+    df = pd.DataFrame({"rank": g["rank"].to_numpy(), "kernel_class": cls,
+                       "dtype": dtype, "dur": dur, "flops": np.where(known, flops, 0.0),
+                       "flops_ms": np.where(known, dur, 0.0), "known": known})
+    out = df.groupby(["rank", "kernel_class", "dtype"], as_index=False).agg(
+        calls=("dur", "size"), total_ms=("dur", "sum"), flops=("flops", "sum"), flops_ms=("flops_ms", "sum"),
+        known=("known", "any"))
     out["share_pct"] = 100 * out["total_ms"] / out.groupby("rank")["total_ms"].transform("sum")
     out["device"] = device
+    out.loc[~out["known"], ["flops", "flops_ms"]] = np.nan
+    out["tflops"] = out["flops"] / out["flops_ms"].where(out["flops_ms"] > 0) / 1e9  # FLOPs / ms / 1e9 = TFLOP/s
+    peak = np.asarray([peak_tflops(device, str(d)) for d in out["dtype"]], np.float64)
+    out["mfu_pct"] = 100 * out["tflops"] / peak
     return out.sort_values(["rank", "total_ms"], ascending=[True, False])[KERNEL_COLUMNS].reset_index(drop=True)
+
+
+@cache
+def _peaks(path: Path = PEAKS_CSV) -> pd.DataFrame:
+    return pd.read_csv(path)
+
+
+def peak_tflops(device: str, dtype: str) -> float:
+    """The dense peak TFLOP/s of the GPU named ``device`` (deviceProperties) for ``dtype``, from
+    ``peaks.csv`` (the first row whose name pattern the name matches); NaN where none."""
+    if not device or not dtype:
+        return float("nan")
+    peaks = _peaks()
+    for row in peaks[peaks["dtype"] == dtype].itertuples():
+        if re.search(str(row.name_pattern), device):
+            return float(row.tflops)
+    return float("nan")
 
 
 def fp32_matmul_note(kernels: pd.DataFrame) -> str:

@@ -23,9 +23,10 @@ from dpcore.contract.bandwidth import bus_factor
 
 KINDS = ["param_bytes", "grad_bytes", "optim_bytes", "other_bytes"]
 MEMORY_TABLE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "device", *KINDS, "held_bytes",
-                        "activation_bytes", "peak_bytes", "peak_method", "step_ms", "step_ms_p10", "step_ms_p90"]
+                        "activation_bytes", "peak_bytes", "reserved_bytes", "reserve_bytes", "peak_method", "step_ms",
+                        "step_ms_p10", "step_ms_p90"]
 JOB_MEMORY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "ranks", *KINDS, "held_bytes",
-                      "activation_bytes", "peak_bytes",
+                      "activation_bytes", "peak_bytes", "reserved_bytes", "reserve_bytes",
                       "peak_bytes_max", "peak_method", "step_ms", "step_ms_p10", "step_ms_p90"]
 VOLUME_COLUMNS = ["job_id", "variant", "world_size", "op", "calls_per_step", "bytes_per_step", "bus_bytes_per_step",
                   "expected_bytes_per_step", "expected_bus_bytes_per_step", "param_bytes", "replicated_bytes"]
@@ -97,8 +98,12 @@ def memory_table(memory: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     activation column. On a GPU the peak is the allocator's (``cuda_allocator``: everything handed
     out during the step), so what the peak holds beyond the tensors the rank keeps is what the
     step allocates on the way: activations saved for backward and temporaries. Without it a GPU
-    rank's breakdown stops at a fifth of its peak. The allocator's reserve (cached, not handed
-    out) is not recorded, so it cannot be inferred."""
+    rank's breakdown stops at a fifth of its peak.
+
+    ``reserve_bytes`` = reserved − peak (≥ 0): what the CUDA caching allocator held from the driver
+    beyond the most it handed out (blocks kept cached, fragmentation), from memory.csv's
+    ``reserved_bytes`` (torch.cuda.max_memory_reserved); NaN on CPU and for runs recorded before
+    it was (their memory.csv has no such column)."""
     if memory is None or memory.empty:
         return pd.DataFrame(columns=MEMORY_TABLE_COLUMNS)
     m = memory.copy()
@@ -106,6 +111,8 @@ def memory_table(memory: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
         m[c] = pd.to_numeric(m[c], errors="coerce")
     m["held_bytes"] = m[KINDS].sum(axis=1, min_count=1)
     m["activation_bytes"] = (m["peak_bytes"] - m["held_bytes"]).clip(lower=0)
+    m["reserved_bytes"] = pd.to_numeric(m["reserved_bytes"], errors="coerce") if "reserved_bytes" in m else float("nan")
+    m["reserve_bytes"] = (m["reserved_bytes"] - m["peak_bytes"]).clip(lower=0)
     t = summary[["job_id", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90"]] if not summary.empty else \
         pd.DataFrame(columns=["job_id", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90"])
     out = m.merge(t, on="job_id", how="left")
@@ -117,7 +124,7 @@ def job_memory(table: pd.DataFrame) -> pd.DataFrame:
     if table is None or table.empty:
         return pd.DataFrame(columns=JOB_MEMORY_COLUMNS)
     g = table.groupby("job_id", sort=False)
-    out = g[KINDS + ["held_bytes", "activation_bytes", "peak_bytes"]].mean()
+    out = g[KINDS + ["held_bytes", "activation_bytes", "peak_bytes", "reserved_bytes", "reserve_bytes"]].mean()
     out["peak_bytes_max"] = g["peak_bytes"].max()
     out["ranks"] = g["rank"].nunique()
     first = g[["variant", "world_size", "bucket_mb", "peak_method", "step_ms", "step_ms_p10", "step_ms_p90"]].first()

@@ -151,6 +151,32 @@ def stragglers_from_rows(rows: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
     return collective_waits(rows)
 
 
+def call_transfer_wait(calls: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's time in each collective call split into transfer and wait, across the ranks of
+    its job (docs/DESIGN.md "ring step wait vs transfer", applied to a whole call): ``calls`` has
+    one row per call and rank (job_id, rank, step, seq, op, time_ms: ``gpu --collectives``' rows,
+    the kernel's duration on a GPU). Calls are matched as :func:`stragglers_from_rows` matches
+    them: point-to-point calls left out, the n-th call of every rank in one step is the same
+    call, and a step whose ranks saw different numbers of calls is dropped. transfer_ms = the
+    shortest time of the matched call over the ranks (what moving the data took on the rank that
+    waited least: its peers were already there), wait_ms = the rank's time − transfer_ms (≥ 0:
+    the part spent waiting inside the kernel for a late peer). Returns ``calls`` with the two
+    columns added, NaN where the call is not matched on every rank of the job (or the job has
+    one rank)."""
+    out = calls.assign(transfer_ms=np.nan, wait_ms=np.nan)
+    for _, c in calls.groupby("job_id", sort=False):
+        ranks = sorted(int(r) for r in c["rank"].unique())
+        c = c[c["op"].astype(str) != "send_recv"]
+        if len(ranks) < 2 or c.empty:
+            continue
+        c = c[c["step"].isin(_same_count_steps(c, ranks))]
+        order = c.groupby(["rank", "step"]).cumcount()
+        transfer = c["time_ms"].groupby([c["step"], order]).transform("min")
+        out.loc[c.index, "transfer_ms"] = transfer
+        out.loc[c.index, "wait_ms"] = (c["time_ms"] - transfer).clip(lower=0.0)
+    return out
+
+
 def _same_count_steps(rows: pd.DataFrame, ranks: list[int]) -> pd.Index:
     """Steps in which every rank of the traces has the same number of rows."""
     counts = rows.groupby(["step", "rank"]).size().unstack(fill_value=0).reindex(columns=ranks, fill_value=0)

@@ -31,6 +31,8 @@ KIND_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optim_by
                "other_bytes": "other"}
 #: The inferred segment (``memory_table``'s activation_bytes = peak − held).
 INFERRED_LABEL = "activations + temporaries (inferred: peak − held)"
+#: The measured segment above the peak (``memory_table``'s reserve_bytes = reserved − peak).
+RESERVE_LABEL = "allocator reserve (reserved − peak)"
 #: The trade figure's height and the plot area it leaves in a half-width column (px; a slight
 #: under-estimate, so that labels judged apart are apart on screen).
 TRADE_HEIGHT = 460
@@ -81,8 +83,9 @@ def memory_tradeoff_figure(jobs: pd.DataFrame, title: str | None = None) -> go.F
 
 def memory_breakdown_figure(table: pd.DataFrame, title: str | None = None) -> go.Figure:
     """Stacked MiB a rank holds per job (mean over its ranks): parameters, gradients, optimizer
-    state, other, then the inferred rest of the peak (activations and temporaries, hatched); the
-    largest rank's peak as a black diamond (``memory_table`` rows).
+    state, other, then the inferred rest of the peak (activations and temporaries, hatched), then
+    on GPU ranks that recorded it the allocator's reserve above the peak (dotted); the largest
+    rank's peak as a black diamond (``memory_table`` rows).
 
     Why horizontal, one row per job: the job names are long and a sweep has dozens of jobs; as
     rows, every name gets its own line (ROW_PX apart, more than a label's height) instead of
@@ -100,6 +103,8 @@ def memory_breakdown_figure(table: pd.DataFrame, title: str | None = None) -> go
     rest = (df["activation_bytes"] if "activation_bytes" in df else
             (df["peak_bytes"].astype(float) - df[kinds].astype(float).sum(axis=1)).clip(lower=0))
     per["activation_bytes"] = rest.astype(float).groupby(df["job_id"], sort=False).mean()
+    reserve = df["reserve_bytes"].astype(float) if "reserve_bytes" in df else pd.Series(np.nan, index=df.index)
+    per["reserve_bytes"] = reserve.groupby(df["job_id"], sort=False).mean()
     y = per["label"].tolist()
     fig = go.Figure()
     for col, label in KIND_LABELS.items():
@@ -113,6 +118,11 @@ def memory_breakdown_figure(table: pd.DataFrame, title: str | None = None) -> go
                                 pattern_fgcolor="#9d8fc4"),
                     hovertemplate="%{y}<br>activations + temporaries: %{x:.3f} MiB (peak − held: inferred, "
                                   "not measured)<extra></extra>")
+    if (per["reserve_bytes"] > 0).any():
+        fig.add_bar(y=y, x=per["reserve_bytes"] / MIB, name=RESERVE_LABEL, orientation="h",
+                    marker=dict(color="#f2f2f2", line=dict(color="#7f7f7f", width=1), pattern_shape="."),
+                    hovertemplate="%{y}<br>allocator reserve: %{x:.3f} MiB (torch.cuda.max_memory_reserved − "
+                                  "peak: cached by the allocator, not handed out)<extra></extra>")
     fig.add_scatter(y=y, x=per["peak"].astype(float) / MIB, mode="markers", name="peak (largest rank)",
                     marker=dict(symbol="diamond", size=9, color="black"), customdata=per["method"].fillna(""),
                     hovertemplate="%{y}<br>peak %{x:.3f} MiB (%{customdata})<extra></extra>")

@@ -42,7 +42,8 @@ TABLES = tuple(DTYPES)
 #: are comm in a GPU trace without NCCL kernels (gloo over CUDA tensors). 4: the lanes' ``kind``
 #: column and GPU ranks' launch-thread and stream lanes. 5: the lanes' comm spans cut as the overlap
 #: numbers cut them (a DDP all-reduce at backward's end).
-CACHE_VERSION = 5
+#: 6: the GEMMs' FLOPs, TFLOP/s and MFU in ``gpu_kernels`` (the reader keeps matrix products' shapes).
+CACHE_VERSION = 6
 CACHE_DIR = "cache"
 #: the user's signing key for cache files (:func:`_key`), beside the user's caches
 _KEY_FILE = "key"

@@ -15,6 +15,7 @@ from dpcore.contract.units import percent_number
 from dpcore.read.analysis.comm import CALL_COLUMNS, call_bandwidth
 from dpcore.read.analysis.gpu_kernels import KERNEL_CSV_COLUMNS, fp32_matmul_note
 from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
+from dpcore.read.analysis.stragglers import call_transfer_wait
 from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
 from dpcore.read.report.resolve import load_run_reporting, resolve, warn
 from dpcore.read.report.tables import csv_table, text_table
@@ -22,10 +23,10 @@ from dpcore.read.traces.reader import TraceFormatError
 
 #: docs/DESIGN.md's columns of `gpu --csv`.
 GPU_COLUMNS = ["job_id", *LEDGER_COLUMNS]
-#: docs/DESIGN.md's columns of `gpu --kernels --csv` (tflops and mfu_pct empty: shapes are not read).
+#: docs/DESIGN.md's columns of `gpu --kernels --csv` (tflops and mfu_pct empty where shapes are not recorded).
 KERNEL_COLUMNS = ["job_id", *KERNEL_CSV_COLUMNS]
 #: `gpu --collectives --csv`'s columns: one row per collective call.
-COLLECTIVE_COLUMNS = ["job_id", *CALL_COLUMNS]
+COLLECTIVE_COLUMNS = ["job_id", *CALL_COLUMNS, "transfer_ms", "wait_ms"]
 #: How many host causes the text lists per rank.
 TOP_CAUSES = 5
 _TEXT_COLUMNS = {"step": "step", "span_ms": "span_ms", "compute_ms": "compute", "non_compute_ms": "non_compute",
@@ -94,24 +95,27 @@ def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale 
 
 
 def _kernels_text(classes: pd.DataFrame, csv: bool) -> str:
-    """`gpu --kernels`: per rank the GPU time by kernel class, and the fp32-GEMM line where it applies."""
-    table = classes.assign(tflops=float("nan"), mfu_pct=float("nan"))
+    """`gpu --kernels`: per rank the GPU time by kernel class with the GEMMs' achieved TFLOP/s and MFU
+    where the trace records their shapes, and the fp32-GEMM line where it applies."""
     if csv:
-        return csv_table(table[KERNEL_COLUMNS])
+        return csv_table(classes[KERNEL_COLUMNS])
     parts = []
-    for (job_id, rank), df in table.groupby(["job_id", "rank"], sort=False):
+    for (job_id, rank), df in classes.groupby(["job_id", "rank"], sort=False):
         device = str(df["device"].iloc[0]) or "device not named in the trace"
         lines = [f"{job_id} rank {rank}  ({device})",
-                 text_table(df[["kernel_class", "dtype", "calls", "total_ms", "share_pct"]].rename(
-                     columns={"share_pct": "share_%"}), formatters={"share_%": percent_number})]
+                 text_table(df[["kernel_class", "dtype", "calls", "total_ms", "share_pct", "tflops", "mfu_pct"]].rename(
+                     columns={"share_pct": "share_%", "mfu_pct": "mfu_%"}),
+                     formatters={"share_%": percent_number, "mfu_%": percent_number})]
         note = fp32_matmul_note(df)
         if note:
             lines.append(f"note: {note}")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + ("\n\ntotal_ms: sum of the kernels' durations (streams overlap, so it can exceed "
                                   "the span); share_%: of all GPU event time of the rank; dtype: as the GEMM's name "
-                                  "states it. Achieved TFLOP/s and MFU need the matrix products' shapes "
-                                  "(record_shapes), which dpcore does not read yet.\n")
+                                  "states it, else its inputs'. tflops = FLOPs (2·M·N·K from the matrix products' "
+                                  "recorded shapes) / their kernels' time; mfu_% = tflops / the GPU's dense peak for "
+                                  "the dtype (peaks.csv, datasheet per row); empty where the trace has no shapes "
+                                  "(record_shapes) or the GPU is not in the table.\n")
 
 
 def collectives_text(path: str, csv: bool = False, scale: Scale | None = None) -> str:
@@ -132,13 +136,17 @@ def collectives_text(path: str, csv: bool = False, scale: Scale | None = None) -
               if len(t.import_comm)]
     if not frames:
         raise ValueError(f"no collective calls in the traces at {p}")
-    calls = pd.concat(frames, ignore_index=True)[COLLECTIVE_COLUMNS]
+    calls = call_transfer_wait(pd.concat(frames, ignore_index=True))[COLLECTIVE_COLUMNS]
     if csv:
         return csv_table(calls)
     g = calls.groupby(["job_id", "rank", "op"], sort=False)
     per = g.agg(calls=("seq", "size"), bytes=("bytes", lambda b: b.sum(min_count=1)), time_ms=("time_ms", "sum"),
-                algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median")).reset_index()
+                algbw_gbps=("algbw_gbps", "median"), busbw_gbps=("busbw_gbps", "median"),
+                transfer_ms=("transfer_ms", lambda t: t.sum(min_count=1)),
+                wait_ms=("wait_ms", lambda w: w.sum(min_count=1))).reset_index()
     return (text_table(per) + "\n\nper (job, rank, collective): calls, Σ bytes (where the trace's collective "
             "metadata gives them), Σ kernel time, median algbw = bytes / time and busbw = algbw x nccl-tests' "
             "factor (all-reduce 2(N-1)/N, all-gather and reduce-scatter (N-1)/N, broadcast 1) per call, GB/s. "
-            "--csv: one row per call.\n")
+            "transfer / wait: each call matched across the job's ranks (the n-th of a step), transfer = its "
+            "shortest time over the ranks, wait = the rest (time spent waiting for a late peer); Σ over the "
+            "matched calls, empty for a job of one rank. --csv: one row per call.\n")

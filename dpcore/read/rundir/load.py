@@ -179,9 +179,13 @@ def _read_csv(path: Path, table: str, root: Path | None = None,
         df = pd.read_csv(io.BytesIO(data))
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise RunLoadError(f"truncated or malformed CSV {f}: {str(exc).splitlines()[0]}") from None
-    missing = [c for c in cols if c not in df.columns]
+    optional = rf.OPTIONAL_COLUMNS.get(table, ())
+    missing = [c for c in cols if c not in df.columns and c not in optional]
     if missing:
         raise RunLoadError(f"not a dpcore {table}.csv (missing columns {', '.join(missing)}): {f}")
+    for c in optional:  # an older run: the column did not exist yet
+        if c not in df.columns:
+            df[c] = float("nan")
     for col, kind in rf.SCHEMA[table].items():
         if kind == "bool":  # "True"/"False" from Python's csv, 1/0 or true/false by hand
             df[col] = pd.Series(rf.parse_bools(df[col].tolist()), index=df.index, dtype=bool)

@@ -59,7 +59,8 @@ def collective_meta(cols: Columns, comm: np.ndarray) -> tuple[np.ndarray, list[s
     src = np.where(has[kernels], kernels, -1)  # the event whose args describe each kernel
     need = kernels[src < 0]
     if need.size:
-        src[src < 0] = _range_of_launch(cols, has, need)
+        is_range = np.asarray([x == _RANGE for x in cols.tables["name"]] + [False], bool)[cols.codes["name"]]
+        src[src < 0] = range_of_launch(cols, is_range & has, need)
     seen: set[int] = set()
     table = {"": 0}
     for k, s in sorted(zip(kernels.tolist(), src.tolist()), key=lambda p: cols.ts[p[0]]):
@@ -72,16 +73,17 @@ def collective_meta(cols: Columns, comm: np.ndarray) -> tuple[np.ndarray, list[s
     return codes, list(table), out_bytes
 
 
-def _range_of_launch(cols: Columns, has: np.ndarray, kernels: np.ndarray) -> np.ndarray:
-    """For each kernel, the innermost record_param_comms range with metadata on the thread of its
-    launch that contains the launch's start; -1 when there is no launch or no such range."""
-    name_t, cat_t = cols.tables["name"], cols.tables["cat"]
-    is_range = np.asarray([x == _RANGE for x in name_t] + [False], bool)[cols.codes["name"]]
+def range_of_launch(cols: Columns, is_range: np.ndarray, kernels: np.ndarray) -> np.ndarray:
+    """For each GPU event (indices ``kernels``), the innermost of the ranges ``is_range`` (a mask
+    over the events) on the thread of its launch call (same correlation id) that contains the
+    launch's start; -1 when there is no launch or no such range. What links a kernel to the CPU
+    op or range that asked for it."""
+    cat_t = cols.tables["cat"]
     is_launch = np.asarray([c in _LAUNCH_CATS for c in cat_t] + [False], bool)[cols.codes["cat"]]
     host = cols.stream < 0
     pid, tid = cols.codes["pid"], cols.codes["tid"]
     by_thread: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
-    for i in np.flatnonzero(is_range & has & host).tolist():
+    for i in np.flatnonzero(is_range & host).tolist():
         starts, idx = by_thread.setdefault((int(pid[i]), int(tid[i])), ([], []))
         starts.append(float(cols.ts[i]))
         idx.append(i)

@@ -38,6 +38,7 @@ from dpcore.contract.tracefile import (
 from dpcore.read.traces.collectives import collective_meta
 from dpcore.read.traces.columns import Columns, read_columns
 from dpcore.read.traces.kinds import KINDS, STEP_RE, classify
+from dpcore.read.traces.matmuls import kernel_matmuls
 
 _RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _ITER_RE = re.compile(r"iteration_(\d+)")
@@ -103,13 +104,16 @@ def _no_rank(path: Path) -> TraceFormatError:
 def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
     """Columns -> events DataFrame (see ANALYSIS_API.md) with kind, step, the correlation id
     (``corr``, -1 where none: what links a kernel to its launch call) and, for comm kernels,
-    the collective's name and bytes where the trace's metadata says (else "" and NaN).
+    the collective's name and bytes where the trace's metadata says (else "" and NaN), and for
+    kernels of a matrix product with recorded shapes its FLOPs and input dtype (``flops``,
+    ``mm_dtype``; else NaN and "": :mod:`dpcore.read.traces.matmuls`).
     ``attrs["notes"]``: the rules this trace needed (kinds.classify's notes)."""
     kind, step, notes = classify(cols)  # first: it renames legacy categories in cols
     ts, dur, stream = cols.ts, cols.dur, cols.stream
     names, cats = cols.tables["name"], cols.tables["cat"]
     name_c, cat_c = cols.codes["name"], cols.codes["cat"]
     coll_c, coll_t, nbytes = collective_meta(cols, kind == KINDS.index("comm"))
+    flops, mm_c, mm_t = kernel_matmuls(cols, (stream >= 0) & (kind == KINDS.index("compute")))
     df = pd.DataFrame({
         "ts": ts, "dur": dur,
         "name": _codes_to_cat(name_c, names),
@@ -120,6 +124,7 @@ def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
         "kind": pd.Categorical.from_codes(kind, categories=list(KINDS)),
         "step": step,
         "collective": _codes_to_cat(coll_c, coll_t), "bytes": nbytes,
+        "flops": flops, "mm_dtype": _codes_to_cat(mm_c, mm_t),
     }, copy=False)
     df.attrs["notes"] = notes
     return df

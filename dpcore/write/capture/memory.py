@@ -13,7 +13,9 @@ How the peak is taken (``peak_method``):
 
 * GPU (``cuda_allocator``): ``torch.cuda.max_memory_allocated`` over the measured step, after
   ``reset_peak_memory_stats`` at its start: everything the caching allocator handed out,
-  activations and temporaries included.
+  activations and temporaries included; ``reserved_bytes``: ``torch.cuda.max_memory_reserved``
+  over the same step (what the caching allocator held from the driver at most: the peak plus
+  blocks it kept cached), empty on CPU.
 * CPU (``tensor_storage+saved_activations``): there is no allocator to ask, so the step is
   sampled at four points (after forward, after backward, after gradient sync, after the
   optimizer step and before gradients are zeroed); at each point the unique-storage total of
@@ -158,11 +160,13 @@ def measure_step(trainer: Any, run_step: Callable[[], None], *, job_id: str, var
     finally:
         trainer.probe = None
     by_kind, peak = sampler.result()
+    reserved = None  # CPU: no caching allocator, the cell stays empty
     if cuda:
         peak, method = int(torch.cuda.max_memory_allocated(device)), GPU_METHOD
+        reserved = int(torch.cuda.max_memory_reserved(device))
     else:
         method = CPU_METHOD if not sampler.hooks_failed else CPU_METHOD_NO_ACTIVATIONS
     return {"job_id": job_id, "rank": rank, "variant": variant, "world_size": world_size,
             "device": str(device), "param_bytes": by_kind["params"], "grad_bytes": by_kind["grads"],
             "optim_bytes": by_kind["optim"], "other_bytes": by_kind["other"],
-            "peak_bytes": int(peak), "peak_method": method}
+            "peak_bytes": int(peak), "peak_method": method, "reserved_bytes": reserved}

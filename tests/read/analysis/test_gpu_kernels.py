@@ -6,12 +6,22 @@ import contextlib
 import io
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from dpcore.cli import main
-from dpcore.read.analysis.gpu_kernels import KERNEL_COLUMNS, fp32_matmul_note, gemm_dtype, kernel_class, kernel_classes
+from dpcore.read.analysis.gpu_kernels import (
+    KERNEL_COLUMNS,
+    PEAKS_CSV,
+    fp32_matmul_note,
+    gemm_dtype,
+    kernel_class,
+    kernel_classes,
+    peak_tflops,
+)
 from dpcore.read.report.gpu import KERNEL_COLUMNS as CSV_COLUMNS
+from dpcore.read.traces.matmuls import matmul_flops
 from dpcore.read.traces.reader import read_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "data" / "gpu_ledger_rank0.json.gz"
@@ -68,3 +78,78 @@ def test_kernels_csv_columns() -> None:
     assert list(df.columns) == CSV_COLUMNS
     assert df["kernel_class"].tolist() == ["elementwise", "gemm", "communication", "reduction", "memory"]
     assert (df["tflops"] == "").all() and (df["mfu_pct"] == "").all()  # shapes are not read
+
+
+MFU_TRACE = TRACE.with_name("gpu_mfu_rank0.json.gz")
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_tflops_and_mfu_of_matrix_products_with_shapes() -> None:
+    """Hand-computed answers of tests/data/make_gpu_shapes.py's mfu_trace."""
+    df = kernel_classes(read_trace(MFU_TRACE), H100)
+    assert list(df.columns) == KERNEL_COLUMNS
+    rows = {r.dtype: r for r in df.itertuples()}
+    assert set(rows) == {"bf16", "fp32", "fp16", ""}
+    bf16 = rows["bf16"]  # the nvjet kernel has no dtype in its name: its inputs' (Input type) is bf16
+    assert (bf16.calls, bf16.flops, bf16.flops_ms) == (2, pytest.approx(2 * 4096 ** 3 + 2 * 8 * 512 * 1024 * 2048),
+                                                       pytest.approx(1.1))
+    assert bf16.tflops == pytest.approx(140.5625660509, rel=1e-9)
+    assert bf16.mfu_pct == pytest.approx(100 * 140.5625660509 / 989.5, rel=1e-9)
+    assert rows["fp32"].tflops == pytest.approx(2.68435456) and rows["fp32"].mfu_pct == pytest.approx(
+        100 * 2.68435456 / 67)
+    assert rows["fp16"].calls == 2 and rows["fp16"].flops == pytest.approx(2 * 64 * 8192 * 1024)  # split-K: once
+    assert rows["fp16"].tflops == pytest.approx(26.8435456) and rows["fp16"].mfu_pct == pytest.approx(2.712839, 1e-6)
+    assert np.isnan(rows[""].tflops) and np.isnan(rows[""].mfu_pct)  # launched outside any op: no shapes
+
+
+def test_a_4096_cubed_bf16_gemm_of_1_ms_on_an_h100() -> None:
+    events = read_trace(MFU_TRACE)
+    one = events[(events["stream"] < 0) | (events["corr"] == 1)]  # only the aten::mm's kernel
+    row = kernel_classes(one, H100).iloc[0]
+    assert row.tflops == pytest.approx(137.438953472) and row.mfu_pct == pytest.approx(13.8897376, rel=1e-7)
+    other = kernel_classes(one, "NVIDIA GeForce RTX 4090").iloc[0]  # not in the peak table: a rate, no MFU
+    assert other.tflops == pytest.approx(137.438953472) and np.isnan(other.mfu_pct)
+
+
+@pytest.mark.parametrize("device,dtype,peak", [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989.5), ("NVIDIA H100 80GB HBM3", "tf32", 494.5),
+    ("NVIDIA H200", "fp16", 989.5), ("NVIDIA A100-SXM4-80GB", "tf32", 156), ("NVIDIA B200", "bf16", 2250),
+    ("AMD Instinct MI300X", "bf16", 1307.4), ("NVIDIA H100 PCIe", "bf16", None), ("NVIDIA H200 NVL", "bf16", None),
+    ("NVIDIA H100 80GB HBM3", "fp8", None), ("", "bf16", None), ("cpu", "fp32", None)])
+def test_peak_table(device, dtype, peak) -> None:
+    got = peak_tflops(device, dtype)
+    assert (np.isnan(got) if peak is None else got == peak)
+
+
+def test_peak_table_rows_have_a_source() -> None:
+    peaks = pd.read_csv(PEAKS_CSV)
+    assert list(peaks.columns) == ["device", "name_pattern", "dtype", "tflops", "source"]
+    assert peaks["source"].str.len().min() > 20 and (peaks["tflops"] > 0).all()
+    assert set(peaks["device"]) == {"H100 SXM", "H200 SXM", "A100 SXM 80GB", "B200", "MI300X"}
+    assert all(set(peaks[peaks["device"] == d]["dtype"]) == {"bf16", "fp16", "tf32", "fp32"} for d in peaks["device"])
+
+
+@pytest.mark.parametrize("op,dims,flops", [
+    ("aten::mm", [[4096, 4096], [4096, 4096]], 2 * 4096 ** 3),
+    ("aten::addmm", [[1024], [64, 8192], [8192, 1024], [], []], 2 * 64 * 8192 * 1024),
+    ("aten::bmm", [[16, 256, 64], [16, 64, 256]], 2 * 16 * 256 * 256 * 64),
+    ("aten::baddbmm", [[16, 256, 256], [16, 256, 64], [16, 64, 256], [], []], 2 * 16 * 256 * 256 * 64),
+    ("aten::matmul", [[2, 1, 128, 64], [3, 64, 32]], 2 * 6 * 128 * 32 * 64),  # broadcast batch
+    ("aten::matmul", [[8, 128, 64], [64, 32]], 2 * 8 * 128 * 32 * 64),
+    ("aten::linear", [[8, 512, 1024], [2048, 1024], [2048]], 2 * 8 * 512 * 1024 * 2048),
+    ("aten::mm", [[4, 5], [6, 7]], None),  # inner dimensions differ
+    ("aten::matmul", [[64], [64, 32]], None),  # a 1-D operand: not counted
+    ("aten::mm", [[4, 5]], None), ("aten::add", [[4, 5], [5, 6]], None),
+])
+def test_matmul_flops(op, dims, flops) -> None:
+    got = matmul_flops(op, dims)
+    assert (np.isnan(got) if flops is None else got == flops)
+
+
+def test_kernels_csv_has_tflops_and_mfu() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["gpu", str(MFU_TRACE), "--kernels", "--csv"]) == 0
+    df = pd.read_csv(io.StringIO(out.getvalue()), keep_default_na=False, na_values=[""])
+    bf16 = df[df["dtype"] == "bf16"].iloc[0]
+    assert bf16["tflops"] == pytest.approx(140.5626, abs=1e-3) and bf16["mfu_pct"] == pytest.approx(14.2054, abs=1e-3)

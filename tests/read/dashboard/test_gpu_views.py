@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from dpcore.read.plots.timeline import timeline_figure
 from tests.app_pages import APP, data_problems, open_page, problems
 
 GPU_RUNS = Path(__file__).resolve().parents[3].parent / "shared" / "gpu" / "runs"
+DATA = Path(__file__).resolve().parents[2] / "data"
 RUNS = sorted(p.name for p in GPU_RUNS.iterdir() if (p / "run.json").is_file()) if GPU_RUNS.is_dir() else []
 shared = pytest.mark.skipif(not RUNS, reason=f"no GPU runs at {GPU_RUNS} (recorded on an H200; a fresh clone "
                                              "lacks them)")
@@ -249,3 +251,23 @@ def test_only_runs_recorded_with_a_gpu_are_read_for_the_ledger() -> None:
     env = lambda **e: SimpleNamespace(meta={"environment": e})  # noqa: E731
     assert may_have_gpu(env(device="cuda", gpus=1)) and may_have_gpu(env(device="cpu", gpus=1))
     assert not may_have_gpu(env(device="cpu", gpus=0)) and not may_have_gpu(SimpleNamespace(meta={}))
+
+
+def test_gpu_page_shows_tflops_and_mfu_of_a_trace_with_shapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/data/gpu_mfu_rank0.json.gz imported as a run: the kernel table has the bf16 GEMMs'
+    140.56 TFLOP/s and 14.21 % MFU of the H100 SXM's 989.5 (make_gpu_shapes.mfu_trace)."""
+    from dpcore.read.importer.write_run import import_traces
+
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(DATA / "gpu_mfu_rank0.json.gz", src / "rank0.json.gz")
+    import_traces(src, tmp_path / "profiles", "mfu")
+    monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path / "profiles"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    open_page(at, "GPU")
+    assert not problems(at)
+    table = next(d.value for d in at.dataframe if "mfu_pct" in d.value.columns)
+    bf16 = table[table["dtype"] == "bf16"].iloc[0]
+    assert bf16["tflops"] == pytest.approx(140.5625660509) and bf16["mfu_pct"] == pytest.approx(14.205413, 1e-6)
+    assert not any("records no matrix shapes" in c.value for c in at.caption)

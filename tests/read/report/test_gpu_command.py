@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from dpcore.cli import main
+from dpcore.read.analysis.stragglers import call_transfer_wait
 from dpcore.read.report.gpu import GPU_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -177,8 +178,35 @@ def test_collectives_bytes_algbw_busbw_per_call() -> None:
     """tests/data/shape_coll_meta.json.gz (make_shapes.coll_meta, world size 8): a broadcast of 80
     bytes in 50 µs, an all-reduce of 2,000 bytes in 200 µs, an all-gather of unknown bytes."""
     df = gpu_csv(DATA / "shape_coll_meta.json.gz", "--collectives")
-    assert list(df.columns) == ["job_id", "rank", "step", "seq", "op", "bytes", "time_ms", "algbw_gbps", "busbw_gbps"]
+    assert list(df.columns) == ["job_id", "rank", "step", "seq", "op", "bytes", "time_ms", "algbw_gbps", "busbw_gbps",
+                                "transfer_ms", "wait_ms"]
+    assert (df["transfer_ms"] == "").all() and (df["wait_ms"] == "").all()  # one rank: nothing to match against
     assert df["op"].tolist() == ["broadcast", "all_reduce", "all_gather"]
     assert df["algbw_gbps"].iloc[:2].astype(float).tolist() == pytest.approx([80 / 50e3, 2000 / 200e3])
     assert df["busbw_gbps"].iloc[:2].astype(float).tolist() == pytest.approx([80 / 50e3, 2000 / 200e3 * 2 * 7 / 8])
     assert df["bytes"].iloc[2] == "" and df["busbw_gbps"].iloc[2] == ""  # no metadata: unknown, not 0
+
+
+def test_collectives_transfer_and_wait_across_ranks() -> None:
+    """tests/data/gpu_nccl_2r (make_gpu_shapes.nccl_rank_trace): step 1's all-reduce took 300 µs on
+    rank 0 and 100 on rank 1 (transfer 100, rank 0 waited 200), its all-gather 100 and 150 (transfer
+    100, rank 1 waited 50); step 2 has 2 calls on rank 0 and 1 on rank 1: unmatched, no split."""
+    df = gpu_csv(DATA / "gpu_nccl_2r", "--collectives")
+    def num(v: object) -> object:  # "" (unknown) stays ""
+        return v if v == "" else round(float(v), 6)
+
+    got = {(r.rank, r.step, r.seq): (r.op, r.time_ms, num(r.transfer_ms), num(r.wait_ms)) for r in df.itertuples()}
+    assert got == {(0, 1, 0): ("all_reduce", 0.3, 0.1, 0.2), (0, 1, 1): ("all_gather", 0.1, 0.1, 0.0),
+                   (1, 1, 0): ("all_reduce", 0.1, 0.1, 0.0), (1, 1, 1): ("all_gather", 0.15, 0.1, 0.05),
+                   (0, 2, 0): ("all_reduce", 0.1, "", ""), (0, 2, 1): ("all_reduce", 0.1, "", ""),
+                   (1, 2, 0): ("all_reduce", 0.15, "", "")}
+    assert df.loc[(df["rank"] == 0) & (df["step"] == 1), "bytes"].tolist() == [2 * 1048576, 4 * 262144]
+
+
+def test_transfer_and_wait_leave_point_to_point_out() -> None:
+    calls = pd.DataFrame({"job_id": "j", "rank": [0, 0, 1, 1], "step": 1, "seq": [0, 1, 0, 1],
+                          "op": ["send_recv", "all_reduce", "send_recv", "all_reduce"],
+                          "time_ms": [5.0, 2.0, 1.0, 3.0]})
+    out = call_transfer_wait(calls)
+    assert out["transfer_ms"].tolist()[1::2] == [2.0, 2.0] and out["wait_ms"].tolist()[1::2] == [0.0, 1.0]
+    assert out["transfer_ms"].iloc[::2].isna().all()  # a send and a recv are no collective of both ranks

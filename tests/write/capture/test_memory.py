@@ -88,6 +88,7 @@ def test_cpu_peak_holds_params_grads_and_saved_activations() -> None:
     p = sum(q.numel() * 4 for q in tr.module.parameters())
     assert row["param_bytes"] == row["grad_bytes"] == p and row["optim_bytes"] == 0
     assert row["peak_method"] == CPU_METHOD and tr.probe is None
+    assert row["reserved_bytes"] is None  # no caching allocator on CPU: the cell stays empty
     assert row["peak_bytes"] >= row["param_bytes"] + row["grad_bytes"]
     # after forward the first Linear still holds its input (512 x 256 floats) for backward
     assert row["peak_bytes"] >= p + x.numel() * 4
@@ -115,7 +116,7 @@ def test_profile_writes_memory_csv_with_the_model_bytes(tmp_path: Path) -> None:
         [("bucketed-ws2-b25", 0), ("bucketed-ws2-b25", 1), ("torch_ddp-ws2-b25", 0), ("torch_ddp-ws2-b25", 1)]
     for r in rows:
         assert r["device"] == "cpu" and int(r["optim_bytes"]) == 0
-        assert int(r["peak_bytes"]) >= 2 * expected and r["peak_method"] == CPU_METHOD
+        assert int(r["peak_bytes"]) >= 2 * expected and r["peak_method"] == CPU_METHOD and r["reserved_bytes"] == ""
         if r["variant"] == "bucketed":  # gradients are views into the bucket buffers: P once
             assert int(r["param_bytes"]) == int(r["grad_bytes"]) + int(r["other_bytes"]) == expected
         else:  # DDP keeps its reducer buckets beside the gradients: P twice
@@ -289,6 +290,7 @@ def test_gpu_peak_comes_from_the_allocator() -> None:
                        world_size=1, rank=0)
     assert row["peak_method"] == "cuda_allocator" and row["device"].startswith("cuda")
     assert row["peak_bytes"] >= row["param_bytes"] + row["grad_bytes"] > 0
+    assert row["reserved_bytes"] >= row["peak_bytes"]  # the allocator reserves at least what it hands out
 
 
 def test_breakdown_gives_each_job_of_a_bucket_sweep_its_own_bars() -> None:

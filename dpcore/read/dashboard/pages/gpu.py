@@ -50,10 +50,15 @@ LEDGER_CONFIG = {
 }
 KERNEL_CONFIG = {
     "kernel_class": st.column_config.TextColumn("class"),
-    "dtype": st.column_config.TextColumn("dtype", help="The data type a GEMM or attention kernel's name states."),
+    "dtype": st.column_config.TextColumn("dtype", help="The data type a GEMM or attention kernel's name states, "
+                                         "else a GEMM's inputs' (recorded shapes)."),
     "calls": NUM("calls", format="%d"),
     "total_ms": NUM("total (ms)", help="Sum of the events' durations over the whole trace.", format="%.3f"),
     "share_pct": NUM("share %", help="Of all GPU event time of the rank.", format="%.1f%%"),
+    "tflops": NUM("TFLOP/s", help="Achieved: FLOPs (2·M·N·K from the matrix products' recorded shapes) / the "
+                  "time of their kernels.", format="%.2f"),
+    "mfu_pct": NUM("MFU %", help="Achieved TFLOP/s / the GPU's dense peak for the dtype (datasheet, no "
+                   "sparsity; dpcore/read/analysis/peaks.csv).", format="%.1f%%"),
 }
 MEANING = (
     "**span**: the window, from its first GPU event's start to its last GPU event's end (the whole trace, "
@@ -163,10 +168,14 @@ def _kernels(mine: pd.DataFrame, rank: int, chart_key: str) -> None:
     note = fp32_matmul_note(mine)
     if note:
         st.warning(md(note))
+    shapes = "" if mine["tflops"].notna().any() else (
+        " This trace records no matrix shapes (profile with record_shapes=True), so no TFLOP/s or MFU.")
     st.caption("Each kernel, copy and set counted by its own duration (overlapping streams both count), "
                "classed by its name: GEMM, attention, elementwise, reduction, communication (NCCL), memory "
-               "(copies and sets), other. dtype is what a GEMM's kernel name states. Achieved TFLOP/s and MFU "
-               "need the matrix shapes, which these traces do not record: not shown.")
+               "(copies and sets), other. dtype is what a GEMM's kernel name states, else its inputs'. TFLOP/s "
+               "= the GEMMs' FLOPs (from the recorded shapes) / their kernel time; MFU % = TFLOP/s / the GPU's "
+               "dense peak for that dtype (vendor datasheet, no sparsity), empty for a GPU not in the table."
+               + shapes)
 
 
 def page() -> None:

@@ -36,8 +36,11 @@ PEAK = {"cuda_allocator": "peak = torch.cuda.max_memory_allocated over one step 
 INFERRED = ("Activations + temporaries (hatched) = peak − held: inferred, since memory.csv records no "
             "activation column; it is what the step allocates beyond the tensors the rank keeps.")
 RESERVE = ("The CUDA caching allocator's reserve (memory it keeps cached beyond what it handed out, "
-           "torch.cuda.max_memory_reserved) is not recorded in memory.csv, so it is not shown: nvidia-smi "
-           "reports the peak plus that reserve plus the CUDA context.")
+           "torch.cuda.max_memory_reserved) was not recorded in this run's memory.csv (runs before dpcore "
+           "recorded it), so it is not shown: nvidia-smi reports the peak plus that reserve plus the CUDA context.")
+RESERVE_SHOWN = ("Allocator reserve (dotted) = reserved − peak, measured: torch.cuda.max_memory_reserved over the "
+                 "same step, what the CUDA caching allocator held from the driver beyond the most it handed out "
+                 "(blocks kept cached for reuse, fragmentation). nvidia-smi adds the CUDA context to peak + reserve.")
 MEMORY_CONFIG = {
     "world_size": NUM("N", format="%d"),
     "ranks": NUM("ranks", format="%d"),
@@ -53,6 +56,9 @@ MEMORY_CONFIG = {
                           "temporaries).", format="%.3f"),
     "peak_mib": NUM("peak (MiB)", help="Peak per rank, mean over ranks; see 'peak method'.", format="%.3f"),
     "peak_max_mib": NUM("peak, max rank (MiB)", format="%.3f"),
+    "reserve_mib": NUM("allocator reserve (MiB)", help="torch.cuda.max_memory_reserved − peak over the measured "
+                       "step: cached by the CUDA allocator, not handed out. Empty on CPU and in older runs.",
+                       format="%.3f"),
     "step_ms": NUM("step T (ms)", help=FORMULAS["step_ms"], format="%.2f"),
 }
 VOLUME_CONFIG = {
@@ -88,6 +94,13 @@ def _mib(df: pd.DataFrame, cols: dict[str, str]) -> pd.DataFrame:
     return df.assign(**{new: pd.to_numeric(df[old], errors="coerce") / MIB for old, new in cols.items()})
 
 
+def _reserve_text(table: pd.DataFrame, methods: list[str]) -> str:
+    """The caption's line on the allocator's reserve: what it shows where recorded, why not where not."""
+    if "cuda_allocator" not in methods:
+        return ""
+    return f" {RESERVE_SHOWN}" if table["reserve_bytes"].notna().any() else f" {RESERVE}"
+
+
 def render(run: Run) -> None:
     """The trade (scatter), the breakdown per rank (stacked bars), the per-job table, and the
     communication volume against the expected formulas, each with its formula beside it."""
@@ -106,16 +119,16 @@ def render(run: Run) -> None:
         shown = _mib(jobs, {"param_bytes": "param_mib", "grad_bytes": "grad_mib", "optim_bytes": "optim_mib",
                             "other_bytes": "other_mib", "held_bytes": "held_mib",
                             "activation_bytes": "activation_mib", "peak_bytes": "peak_mib",
-                            "peak_bytes_max": "peak_max_mib"})
+                            "peak_bytes_max": "peak_max_mib", "reserve_bytes": "reserve_mib"})
         shown = shown.assign(_o=variant_rank(shown["variant"])).sort_values(["_o", "world_size", "job_id"])
         st.dataframe(shown[["job_id", "variant", "world_size", "ranks", "param_mib", "grad_mib", "optim_mib",
-                            "other_mib", "held_mib", "activation_mib", "peak_mib", "peak_max_mib", "step_ms",
-                            "peak_method"]],
+                            "other_mib", "held_mib", "activation_mib", "peak_mib", "peak_max_mib", "reserve_mib",
+                            "step_ms", "peak_method"]],
                      hide_index=True, width="stretch", column_config=MEMORY_CONFIG, placeholder=EMPTY)
         methods = [m for m in dict.fromkeys(table["peak_method"].dropna().astype(str)) if m in PEAK]
         st.caption(f"MiB = 2^20 bytes, per rank (mean over ranks). {HELD} "
                    + " ".join(f"{PEAK[m].capitalize()} ({m})." for m in methods)
-                   + f" {INFERRED}" + (f" {RESERVE}" if "cuda_allocator" in methods else "")
+                   + f" {INFERRED}" + _reserve_text(table, methods)
                    + f" {FORMULAS['step_ms']}")
     st.subheader("Communication volume per step")
     st.plotly_chart(vol, key=f"mem-vol-{run.path}")
