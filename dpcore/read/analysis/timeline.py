@@ -116,7 +116,7 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
     return pd.DataFrame({c: np.concatenate(v) if v else np.empty(0, empty[c]) for c, v in cols.items()})
 
 
-def gpu_lanes(ev: pd.DataFrame) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, object]]:
+def gpu_lanes(ev: pd.DataFrame) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, str | np.ndarray]]:
     """A GPU rank's lanes of one step's events: ``(lane, names, start_us, end_us, kind)`` per
     launch thread ("thread <tid>", its outermost ops, kind "cpu") and per stream ("stream <n>",
     every GPU event, kind its event kind). Empty when the events hold no GPU event (a CPU trace).
@@ -201,8 +201,13 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
         to_ms = lambda us, shift_us=shift_us: ((np.asarray(us) + shift_us) * 1e3 - t0_ns) / MS_NS  # noqa: E731
         lane = rows["lane"].astype(str)
         gpu = lane.str.startswith("stream ")
-        drawn = rows[lane.str.startswith("thread ") | gpu] if gpu.any() else rows[lane.isin(["compute", "comm"])]
-        kind = drawn["kind"] if "kind" in drawn else drawn["lane"]  # a lanes table without kinds: CPU lanes
+        kind = rows["kind"] if "kind" in rows else rows["lane"]  # a lanes table without kinds: CPU lanes
+        if gpu.any():  # launch threads and streams; gloo's host spans too where no kernel is comm
+            host_comm = (lane == "comm") & ~(gpu & (kind == "comm")).any()
+            drawn = rows[lane.str.startswith("thread ") | gpu | host_comm]
+        else:
+            drawn = rows[lane.isin(["compute", "comm"])]
+        kind = kind.loc[drawn.index]
         for c, v in (("rank", np.full(len(drawn), int(rank), np.int64)), ("lane", drawn["lane"].to_numpy(object)),
                      ("name", drawn["name"].to_numpy(object)), ("kind", kind.to_numpy(object)),
                      ("start_ms", to_ms(drawn["start_us"])), ("end_ms", to_ms(drawn["end_us"]))):

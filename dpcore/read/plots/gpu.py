@@ -30,7 +30,7 @@ ROW_PX = 34
 TOP_CAUSES = 8
 
 
-def window_label(step: object) -> str:
+def window_label(step: int | float | str) -> str:
     """A ledger row's window as the chart names it: the whole trace, or the traced step."""
     return "whole trace" if int(step) < 0 else f"step {int(step)}"
 

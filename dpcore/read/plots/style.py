@@ -6,6 +6,7 @@ from the overview to the scaling curve without reading legends twice.
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -189,11 +190,11 @@ def _distinct(labels: pd.Series, ids: pd.Series) -> pd.Series:
     return out
 
 
-def mib_ticks(sizes: object, most: int = 10) -> dict:
+def mib_ticks(sizes: Iterable[Any], most: int = 10) -> dict:
     """A log axis's ticks at the given sizes in MiB, labelled in binary units ("256 KiB",
     "25 MiB"), at most ``most`` of them (every k-th, the largest kept): plotly's own log ticks
     label the minor steps by their first digit only ("2 5 1 2 5 10")."""
-    vals = sorted({float(v) for v in sizes if v == v and v is not None and float(v) > 0})  # type: ignore[union-attr]
+    vals = sorted({float(v) for v in sizes if v == v and v is not None and float(v) > 0})
     step = -(-len(vals) // most) if vals else 1
     vals = vals[::-1][::step][::-1]
     return dict(tickmode="array", tickvals=vals, ticktext=[mib_size(v) for v in vals])

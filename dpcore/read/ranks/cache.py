@@ -28,6 +28,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -159,7 +160,7 @@ def _mac(key: bytes, data: bytes) -> bytes:
     return hmac.new(key, data, hashlib.sha256).hexdigest().encode()
 
 
-def _read(pq, root: Path, table: str) -> tuple[dict[str, list], object]:
+def _read(pq: Any, root: Path, table: str) -> tuple[dict[str, list], Any]:
     """({trace name: key} of the entries a table file holds, the pyarrow table), or ({}, None).
 
     A file is read only when its ``.mac`` (an HMAC of its bytes with this user's key,

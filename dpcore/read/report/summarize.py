@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -139,7 +140,7 @@ def inflation_lines(summary: pd.DataFrame, gpu_jobs: Collection[str]) -> list[st
     return out
 
 
-def samples_text(v: object) -> str:
+def samples_text(v: Any) -> str:
     """Throughput in whole samples/s with thousands separators ("104,148"), "—" when unknown."""
     return EMPTY if pd.isna(v) else f"{float(v):,.0f}"
 

@@ -106,7 +106,8 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     reps = {s: replay(r, buckets, parts[:, 0], parts[:, 1], model.kappa, model.streams, model.tail_ms,
                       model.kappa_comm)
             for s, r in _rank_steps(model, world_size).items()}
-    cols = {"step_ms": [], "comm_ms": [], "exposed_comm_ms": [], "compute_ms": [], "comm_end_ms": []}
+    cols: dict[str, list[float]] = {"step_ms": [], "comm_ms": [], "exposed_comm_ms": [], "compute_ms": [],
+                                    "comm_end_ms": []}
     for rp in reps.values():
         last = float(np.nanmax(rp.bucket_end)) if np.isfinite(rp.bucket_end).any() else 0.0
         cols["comm_end_ms"] += [last] * len(rp.step_ms)
