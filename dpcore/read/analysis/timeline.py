@@ -133,7 +133,7 @@ def gpu_lanes(ev: pd.DataFrame) -> list[tuple[str, np.ndarray, np.ndarray, np.nd
     names = ev["name"].astype(str).to_numpy()
     host = on_host(ev)
     tid = ev["tid"].astype(str).to_numpy()
-    out: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, object]] = []
+    out: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, str | np.ndarray]] = []
     launchers = sorted(set(tid[host & np.isin(cat, ("cuda_runtime", "cuda_driver"))]))
     marker = np.fromiter((bool(STEP_RE.match(n)) for n in names), bool, len(names))
     for t in launchers:

@@ -49,8 +49,8 @@ def matmul_flops(op: str, dims: list) -> float:
     pick = {"aten::mm": (0, 1), "aten::bmm": (0, 1), "aten::matmul": (0, 1),
             "aten::addmm": (1, 2), "aten::baddbmm": (1, 2)}.get(op)
     if op == "aten::linear" and len(shapes) >= 2 and shapes[0] and shapes[1] and len(shapes[1]) == 2:
-        a, (n, k) = shapes[0], shapes[1]
-        return 2.0 * math.prod(a[:-1]) * k * n if a[-1] == k else float("nan")
+        x, (n, k) = shapes[0], shapes[1]
+        return 2.0 * math.prod(x[:-1]) * k * n if x[-1] == k else float("nan")
     if pick is None or len(shapes) <= max(pick):
         return float("nan")
     a, b = shapes[pick[0]], shapes[pick[1]]
