@@ -37,6 +37,9 @@ HANG_FLOOR_S = 20.0
 HANG_STEPS = 50
 #: how long the watchdog waits for the ranks' flight-recorder entries and stacks
 COLLECT_S = 10.0
+#: the verdict where no rank could dump a flight recorder (an older torch: has_flight_recorder)
+NO_RECORDER = ("this torch has no flight recorder dump (torch._C._distributed_c10d._dump_fr_trace_json): "
+               "the hung rank and collective cannot be named; the ranks' Python stacks are in the hang folder")
 
 
 def default_hang_timeout(median_step_s: float | None, timeout_s: float) -> float:
@@ -141,6 +144,8 @@ class HangWatch:
             except ValueError:
                 dumps[r] = {"entries": []}
         v = flightrec.verdict(dumps, self.world_size)
+        if got and not any(fr for fr, _ in got.values()):  # no rank could dump its recorder
+            v = flightrec.Verdict("unknown", [], -1, "", 0, "", NO_RECORDER)
         if self.run_dir is not None:
             out = rf.hang_dir(self.run_dir, self.job_id)
             out.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,17 @@ def live_row(steps_row: dict) -> dict:
             "comm_ms": None, "exposed_comm_ms": None}
 
 
+def has_flight_recorder() -> bool:
+    """Can this torch dump its flight recorder as JSON for every backend (``_dump_fr_trace_json``)?
+    torch 2.4, the floor, has only NCCL's pickled dump: there a hang is caught and the ranks'
+    stacks are kept, but no dump can name the rank or the collective."""
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace_json  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def fr_json() -> bytes:
     """This process's flight-recorder entries as JSON (b"" when the recorder is unavailable)."""
     try:

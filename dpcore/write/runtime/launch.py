@@ -428,9 +428,31 @@ def loopback_store(clients: int, timeout_s: float) -> dist.TCPStore:
         sock.close()
         raise
     fd = sock.detach()  # the store owns the descriptor from here on, and closes it
-    return dist.TCPStore("127.0.0.1", port, clients, is_master=True,
-                         timeout=_dt.timedelta(seconds=timeout_s), wait_for_workers=False,
-                         master_listen_fd=fd)
+    kwargs: dict[str, Any] = {"timeout": _dt.timedelta(seconds=timeout_s), "wait_for_workers": False,
+                              "master_listen_fd": fd}
+    if not _LIBUV_TAKES_LISTEN_FD:
+        kwargs["use_libuv"] = False
+    try:
+        return dist.TCPStore("127.0.0.1", port, clients, is_master=True, **kwargs)
+    except NotImplementedError:
+        if "use_libuv" in kwargs:
+            raise
+    # the default libuv server of an older torch cannot start on a given socket (it says so
+    # before touching the descriptor); its legacy server can, so it serves this process's
+    # stores from now on (c10d logs the refusal once, on the first store only)
+    _remember_legacy_store()
+    return dist.TCPStore("127.0.0.1", port, clients, is_master=True, use_libuv=False, **kwargs)
+
+
+#: Does this torch's default (libuv) store server accept ``master_listen_fd``? Learned from the
+#: first loopback store: torch 2.4's refuses it with NotImplementedError, later ones accept it.
+_LIBUV_TAKES_LISTEN_FD = True
+
+
+def _remember_legacy_store() -> None:
+    """The libuv server refused a listening socket: use the legacy server from now on."""
+    global _LIBUV_TAKES_LISTEN_FD
+    _LIBUV_TAKES_LISTEN_FD = False
 
 
 def _death_text(exitcode: int) -> str:

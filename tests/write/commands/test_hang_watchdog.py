@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from dpcore.write.capture.rank_channel import has_flight_recorder
 from tests import proctable
 from tests.write.commands.test_profile import ROOT, _env, _wait_gone
 
@@ -42,6 +43,8 @@ def _watch(out: Path, seen: list[tuple[int, str]], stop: threading.Event) -> Non
         time.sleep(0.05)
 
 
+@pytest.mark.skipif(not has_flight_recorder(), reason="this torch has no flight recorder dump "
+                    "(_dump_fr_trace_json, absent on torch 2.4): the hang is caught, not named")
 @pytest.mark.parametrize("ws,inject,kind,lagging", [
     (2, "1:3:sleep", "missing", 1),
     (3, "2:3", "desync", 2),

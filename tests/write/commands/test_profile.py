@@ -73,8 +73,13 @@ def test_run_json_has_every_job(full_run):
     assert set(jobs) == expected
     assert jobs["data_parallel-ws2"]["status"] == "skipped"
     assert "GPU" in jobs["data_parallel-ws2"]["skip_reason"]
+    import torch.distributed.fsdp as torch_fsdp_api
+
     for jid, job in jobs.items():
-        if jid != "data_parallel-ws2":
+        if jid.startswith("torch_fsdp") and not hasattr(torch_fsdp_api, "fully_shard"):
+            # torch 2.4/2.5 (the floor): fully_shard is not public yet, the job says so
+            assert job["status"] == "skipped" and "fully_shard" in job["skip_reason"], job
+        elif jid != "data_parallel-ws2":
             assert job["status"] == "complete", (jid, job.get("error"))
             assert job["kind"] == "train"
     assert set(jobs["flat-ws2"]["clock_offsets_ns"]) == {"0", "1"}

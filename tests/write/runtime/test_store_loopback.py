@@ -10,6 +10,10 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+import torch.distributed as dist
+
+from dpcore.write.runtime import launch as launch_mod
 from dpcore.write.runtime.launch import launch
 from tests import workers
 
@@ -93,3 +97,40 @@ def test_the_job_store_listens_on_loopback_only(tmp_path: Path) -> None:
     assert result.get("out") == [0, 1], result
     assert during, "the launcher's store was not found among this process's listening sockets"
     assert {addr for addr, _port in during} == {"127.0.0.1"}, during
+
+
+def test_loopback_store_falls_back_to_the_legacy_server(monkeypatch) -> None:
+    """torch 2.4's default (libuv) store server refuses a listening socket with
+    NotImplementedError; the launcher then serves the same socket with the legacy server, and
+    every later store of the process goes there directly (one refusal, not one per job).
+    Simulated here on the installed torch by a TCPStore that refuses as 2.4's does."""
+    real, calls = dist.TCPStore, []
+
+    def old_store(*args, **kwargs):
+        calls.append(kwargs.get("use_libuv", True))
+        if kwargs.get("master_listen_fd") is not None and kwargs.get("use_libuv", True):
+            raise NotImplementedError("The libuv TCPStore backend does not support initialization "
+                                      "with an listen fd.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "TCPStore", old_store)
+    monkeypatch.setattr(launch_mod, "_LIBUV_TAKES_LISTEN_FD", True)
+    first = launch_mod.loopback_store(1, 30.0)
+    first.set("k", "v")
+    assert first.get("k") == b"v"
+    second = launch_mod.loopback_store(1, 30.0)
+    second.set("k", "w")
+    assert second.get("k") == b"w" and first.get("k") == b"v"  # two stores, two sockets
+    assert calls == [True, False, False]
+
+
+def test_loopback_store_passes_other_refusals_on(monkeypatch) -> None:
+    """Only the libuv server's refusal of the socket is retried: a legacy server that refuses
+    too is the caller's error, not a loop."""
+    def refusing(*args, **kwargs):
+        raise NotImplementedError("no store here")
+
+    monkeypatch.setattr(dist, "TCPStore", refusing)
+    monkeypatch.setattr(launch_mod, "_LIBUV_TAKES_LISTEN_FD", True)
+    with pytest.raises(NotImplementedError, match="no store here"):
+        launch_mod.loopback_store(1, 30.0)

@@ -9,14 +9,24 @@ trainable parameter, the sum over the N owner broadcasts).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.profiler import record_function
 
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 from dpcore.write.dp.variants.torch_ddp import TorchDDP
+
+with warnings.catch_warnings(record=True) as _caught:
+    # older torch (2.4) warns, with the filter forced to "always", when torch.distributed.optim
+    # is imported that its TorchScript functional optimizers are deprecated: dpcore uses none,
+    # and the warning would be two more lines on stderr of every command (a bad option must
+    # print exactly one). It is caught here and dropped; any other warning is passed on.
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+for _w in _caught:
+    if "`TorchScript` support for functional optimizers" not in str(_w.message):
+        warnings.warn_explicit(_w.message, _w.category, _w.filename, _w.lineno)
 
 
 class _RecordedZeRO(ZeroRedundancyOptimizer):
