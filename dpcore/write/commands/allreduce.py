@@ -159,8 +159,6 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | 
     world = open_world(opts.backend, opts.world_sizes, timeout_s=opts.timeout_s, preload=PRELOAD,
                        device=opts.device)
     opts = replace(opts, world_sizes=world.world_sizes)
-    if world.writes:  # before the first job: where each world size runs, and why
-        print(f"dpcore: {world.placement.describe(opts.world_sizes)}", file=sys.stderr, flush=True)
     config = {"algos": list(opts.algos), "world_sizes": list(opts.world_sizes),
               "sizes": list(opts.sizes), "warmup": opts.warmup, "repeats": opts.repeats,
               "dtype": "float32"}
@@ -168,6 +166,8 @@ def run_allreduce(opts: AllreduceOptions, argv: list[str]) -> tuple[int, Path | 
                                             environment=world.environment(), kind="allreduce",
                                             run_id=opts.run_id))
     with life:
+        if world.writes:  # before the first job (and once --out proved writable): where each world size runs, and why
+            print(f"dpcore: {world.placement.describe(opts.world_sizes)}", file=sys.stderr, flush=True)
         cells = [(a, n) for n in opts.world_sizes for a in opts.algos]
         progress = Progress(opts.progress if world.writes else "none", len(cells))
         life.start(progress)

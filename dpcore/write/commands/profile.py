@@ -140,8 +140,6 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
     opts = replace(opts, world_sizes=world.world_sizes,
                    train=replace(opts.train, dtype=resolve_dtype(opts.train.dtype, world.device)))
     cfg = opts.train
-    if world.writes:  # before the first job: where each world size runs, and why
-        print(f"dpcore: {world.placement.describe(opts.world_sizes)}", file=sys.stderr, flush=True)
     config = {**cfg.to_dict(), "variants": list(opts.variants),
               "world_sizes": list(opts.world_sizes), "bucket_sweep": list(opts.bucket_sweep),
               "trace": opts.trace}
@@ -150,6 +148,8 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
     # From the moment run.json exists: a Ctrl-C while jobs are planned or listed must end the
     # run "interrupted", never leave it "running" with nobody writing it.
     with life:
+        if world.writes:  # before the first job (and once --out proved writable): where each world size runs, and why
+            print(f"dpcore: {world.placement.describe(opts.world_sizes)}", file=sys.stderr, flush=True)
         jobs, skipped = plan(world, opts, life.run_dir)
         traced = cfg.profile_steps + 1 if opts.trace else 0  # the profiler's own warm-up step, then its active ones
         steps_total = cfg.warmup + cfg.steps + traced
