@@ -80,11 +80,9 @@ def has_flight_recorder() -> bool:
     """Can this torch dump its flight recorder as JSON for every backend (``_dump_fr_trace_json``)?
     torch 2.4, the floor, has only NCCL's pickled dump: there a hang is caught and the ranks'
     stacks are kept, but no dump can name the rank or the collective."""
-    try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import torch._C._distributed_c10d as c10d
+
+    return hasattr(c10d, "_dump_fr_trace_json")
 
 
 def fr_json() -> bytes:
