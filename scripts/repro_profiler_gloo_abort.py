@@ -34,10 +34,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, port: int, out: str, handler_kind: str, sched_args: tuple[int, int, int, int]) -> None:
+def _held_allreduce(hold_s: float, bucket):
+    """DDP's default all-reduce hook, plus a callback that keeps gloo's worker thread for
+    ``hold_s`` after DDP's future has completed: the window between the future's completion
+    and the end of the collective's profiler range (``Work::finish``), made wide."""
+    import torch.distributed as dist
+    buf = bucket.buffer().div_(dist.get_world_size())
+    fut = dist.all_reduce(buf, async_op=True).get_future()
+    done = fut.then(lambda f: f.value()[0])  # DDP waits on this one; runs first
+    fut.then(lambda _f: time.sleep(hold_s))  # then gloo's thread is held, range still open
+    return done
+
+
+def _worker(rank: int, port: int, out: str, handler_kind: str, sched_args: tuple[int, int, int, int],
+            hold_ms: float = 0.0, sync: str = "none") -> None:
     import torch
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -46,6 +59,8 @@ def _worker(rank: int, port: int, out: str, handler_kind: str, sched_args: tuple
     model = torch.nn.parallel.DistributedDataParallel(
         torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if hold_ms:
+        model.register_comm_hook(hold_ms / 1000, _held_allreduce)
 
     def export(prof) -> None:
         path = os.path.join(out, f"r{rank}-{time.monotonic_ns()}.json")
@@ -70,7 +85,11 @@ def _worker(rank: int, port: int, out: str, handler_kind: str, sched_args: tuple
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if sync == "barrier" and prof.current_action == ProfilerAction.RECORD_AND_SAVE:
+                dist.barrier()  # the next prof.step() stops the profiler
             prof.step()
+    if hold_ms:
+        dist.barrier()  # the last step's held callbacks end before the group is destroyed
     dist.destroy_process_group()
 
 
@@ -79,6 +98,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--handler", choices=["dpcore", "export", "barrier", "none"], default="dpcore")
     ap.add_argument("--repeat", type=int, default=2, help="profiler cycles per job (default 2)")
+    ap.add_argument("--hold-ms", type=float, default=0.0,
+                    help="hold gloo's thread this long after each DDP all-reduce's future completes "
+                         "(widens the race; default 0: off)")
+    ap.add_argument("--sync", choices=["none", "barrier"], default="none",
+                    help="barrier: dist.barrier() before each prof.step() that stops the profiler")
     ap.add_argument("--schedule", default="1,1,2", help="wait,warmup,active steps of a cycle (default 1,1,2)")
     args = ap.parse_args()
     import torch.multiprocessing as tmp
@@ -88,7 +112,8 @@ def main() -> int:
     for i in range(args.runs):
         with tempfile.TemporaryDirectory() as out:
             try:
-                job = (_free_port(), out, args.handler, (wait, warmup, active, args.repeat))
+                job = (_free_port(), out, args.handler, (wait, warmup, active, args.repeat),
+                       args.hold_ms, args.sync)
                 tmp.spawn(_worker, args=job, nprocs=2, join=True)
                 ends["ok"] += 1
                 print(f"run {i}: ok", flush=True)
@@ -98,7 +123,8 @@ def main() -> int:
             except tmp.ProcessRaisedException as exc:
                 ends["exception"] += 1
                 print(f"run {i}: {str(exc).strip().splitlines()[-1]}", flush=True)
-    print(f"handler={args.handler} schedule={args.schedule} repeat={args.repeat} runs={args.runs} "
+    print(f"handler={args.handler} hold_ms={args.hold_ms:g} sync={args.sync} schedule={args.schedule} "
+          f"repeat={args.repeat} runs={args.runs} "
           f"{dict(ends)} in {time.monotonic() - t0:.0f} s", flush=True)
     return 0 if ends["ok"] == args.runs else 1
 

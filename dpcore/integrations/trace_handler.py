@@ -3,8 +3,9 @@
 Usage, on every rank (plain loop, Accelerate's ``ProfileKwargs(on_trace_ready=...)``,
 Lightning's ``PyTorchProfiler(on_trace_ready=...)``)::
 
-    with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=2),
-                                on_trace_ready=dpcore.trace_handler("profiles", name="mine")) as prof:
+    handler = dpcore.trace_handler("profiles", name="mine")
+    with torch.profiler.profile(schedule=handler.schedule(wait=1, warmup=1, active=3, repeat=2),
+                                on_trace_ready=handler) as prof:
         for batch in loader:
             train_step(batch)
             prof.step()
@@ -20,6 +21,16 @@ after each cycle (a handler is never told which cycle is the last). Every rank c
 handler at the same step (the schedule is the same on every rank), so the collectives here
 cannot deadlock a job that profiles on every rank, which is the only way torch.profiler
 schedules run.
+
+Why ``handler.schedule``: over gloo, a collective's future completes (what DDP waits on) before
+gloo's worker thread closes the collective's profiler range (``Work::finish`` runs the range's
+end after ``markCompleted``). A ``prof.step()`` that ends a cycle in that window stops the
+profiler, which frees its event lists while that thread still writes the range's end time into
+one of them: a use-after-free in PyTorch that later aborts the rank ("malloc(): unsorted double
+linked list corrupted", SIGABRT; README, "trace_handler"). ``handler.schedule(...)`` is
+``torch.profiler.schedule(...)`` plus, on every rank, a ``dist.barrier()`` just before the
+profiler stops: gloo's barrier waits until every earlier collective has finished, range
+included (the same for every rank, as the schedule is).
 """
 from __future__ import annotations
 
@@ -28,10 +39,13 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+from torch.profiler import ProfilerAction
+from torch.profiler import schedule as torch_schedule
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.files import atomic_write_bytes, new_run_id
@@ -46,6 +60,14 @@ def trace_handler(out: str | Path = "profiles", name: str | None = None) -> Trac
     """A callable for ``torch.profiler.profile(on_trace_ready=...)`` that writes one run under
     ``out`` (see the module docstring). Build one per process; every rank builds its own."""
     return TraceHandler(Path(out), name)
+
+
+def settle_collectives() -> None:
+    """Wait until every collective this process issued on the default gloo group has ended its
+    profiler range (see the module docstring); nothing without a process group or on another
+    backend. Call it before the ``prof.step()`` that stops torch.profiler; every rank must."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        dist.barrier()
 
 
 def _world() -> tuple[int, int]:
@@ -81,6 +103,21 @@ class TraceHandler:
             index_run(self.run_dir, name=self.name, kind="trace_handler", command=list(sys.argv),
                       config={"cycles": self.cycles, "source": "dpcore.trace_handler",
                               **self.where})
+
+    def schedule(self, inner: Callable[[int], ProfilerAction] | None = None,
+                 **kwargs: Any) -> Callable[[int], ProfilerAction]:
+        """``torch.profiler.schedule(**kwargs)`` (or ``inner``, any schedule callable) that calls
+        :func:`settle_collectives` when the profiler is about to stop: torch.profiler asks the
+        schedule about step ``n`` after step ``n - 1`` ended, and stops when step ``n - 1`` was
+        ``RECORD_AND_SAVE``. (A loop that ends on such a step without a last ``prof.step()``
+        stops at the ``with`` block's exit, unsettled.)"""
+        sched = inner if inner is not None else torch_schedule(**kwargs)
+
+        def settled(step: int) -> ProfilerAction:
+            if step > 0 and sched(step - 1) == ProfilerAction.RECORD_AND_SAVE:
+                settle_collectives()
+            return sched(step)
+        return settled
 
     def _open(self, rank: int, ws: int) -> Path:
         """Rank 0 makes the run folder; every rank learns its name."""
