@@ -12,6 +12,17 @@ counts how each run ended, so that a cause can be told apart by switching one th
 ``export`` only calls ``prof.export_chrome_trace`` (no barrier, no pandas, no dpcore);
 ``barrier`` exports and then meets in a ``dist.barrier()`` as dpcore's handler does;
 ``none`` profiles without a handler. Load the machine beside it (busy loops) to make it likelier.
+
+The cause (README, "trace_handler"): gloo completes a collective's future before its worker
+thread ends the collective's profiler range, so a cycle that ends in between frees the event
+that the range's end is then written into. Two switches show it:
+
+    python scripts/repro_profiler_gloo_abort.py --runs 3 --handler export --hold-ms 50
+    python scripts/repro_profiler_gloo_abort.py --runs 3 --handler export --hold-ms 50 --sync barrier
+
+``--hold-ms`` keeps gloo's thread that long after each DDP all-reduce's future completes (the
+window made wide); ``--sync barrier`` meets in ``dist.barrier()`` before each ``prof.step()``
+that stops the profiler (what ``handler.schedule`` does), which waits for those ranges to end.
 """
 from __future__ import annotations
 

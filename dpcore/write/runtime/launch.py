@@ -209,6 +209,11 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
         tb = traceback.format_exc(limit=8)
         results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{tb}"))
+        # put() hands the report to a feeder thread; flushed here, it is in the pipe before the
+        # group is destroyed below, so before any peer can fail on this rank's leaving and
+        # report that echo first (which would be blamed on the peer)
+        results.close()
+        results.join_thread()
     finally:
         if dist.is_initialized():
             try:
