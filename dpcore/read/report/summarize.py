@@ -168,7 +168,8 @@ def compression_lines(run: Run, summary: pd.DataFrame) -> list[str]:
 
 def run_end_table(path: str) -> tuple[str, int]:
     """What ``profile`` prints when its run ends: the completed jobs' summary (median step time,
-    comm fraction, overlap, throughput), then one line per failed, skipped or interrupted job.
+    comm fraction, overlap, throughput), then one line per failed, skipped or interrupted job
+    and one per job note (what the job did not do that its options asked for).
     Returns the text and the number of failed jobs."""
     run = load_run_reporting(path)
     summary = run_job_summary(run)
@@ -191,4 +192,6 @@ def run_end_table(path: str) -> tuple[str, int]:
             failed += job.get("status") == "failed"
             why = (job.get("error") or job.get("skip_reason") or "").strip().splitlines()
             lines.append(f"{job['id']}: {job['status']}" + (f" - {why[0]}" if why else ""))
+        if isinstance(job, dict) and isinstance(job.get("notes"), list):
+            lines += [f"{job.get('id')}: note - {n}" for n in job["notes"] if isinstance(n, str)]
     return "\n".join(lines), failed

@@ -135,6 +135,9 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
         "cpus_per_rank": {str(i): r.get("cpus", []) for i, r in enumerate(results)},
     }
     extra.update(hook_entry(results))
+    notes = list(dict.fromkeys(n for r in results for n in r.get("notes", [])))
+    if notes:  # shown by summarize and at the run's end beside the job's numbers
+        extra["notes"] = notes
     cals = [r["calibration"] for r in results if r.get("calibration")]
     if cals:
         extra["whatif_calibration"] = calibration_entry(cals)
