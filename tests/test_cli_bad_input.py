@@ -362,3 +362,17 @@ def test_calibration_steps_bounds() -> None:
     for bad in (-1, 101):
         with pytest.raises(UsageError, match="--calibration-steps"):
             TrainConfig(calibration_steps=bad)
+
+
+def test_repeated_comm_hooks_run_once():
+    """'none,none' is the plain job once (as repeated variants run once); 'fp16,none,fp16' adds
+    one fp16 job beside it, at world sizes of 2 or more only."""
+    from dpcore.contract.config import COMM_HOOKS, parse_choices
+    from dpcore.contract.options import ProfileOptions
+    from dpcore.write.commands.profile import plan_jobs
+
+    def planned(text: str) -> list[str]:
+        hooks = tuple(parse_choices(text, "comm hook", COMM_HOOKS, all_ok=False))
+        return [j.job_id for j in plan_jobs(ProfileOptions(("torch_ddp",), (1, 2), comm_hooks=hooks), None)]
+    assert planned("none,none") == ["torch_ddp-ws1-b25", "torch_ddp-ws2-b25"]
+    assert planned("fp16,none,fp16") == ["torch_ddp-ws1-b25", "torch_ddp-ws2-b25", "torch_ddp-ws2-b25-fp16"]

@@ -73,6 +73,12 @@ def ranks_text(n: object) -> str:
     return f"{k} rank" if k == 1 else f"{k} ranks"
 
 
+def number(value: object, spec: str) -> str:
+    """A value by a format spec ('.3f', '+.2f'), or '—' when unknown: a text line never
+    prints 'nan' for a number its run does not hold."""
+    return EMPTY if _missing(value) else format(float(value), spec)  # type: ignore[arg-type]
+
+
 def percent_number(value: object, digits: int = 1) -> str:
     """A value already in percent as a bare number with one fixed number of decimals, for a
     column whose header says '%': 62.987 -> '63.0'; None/NaN -> '—'."""

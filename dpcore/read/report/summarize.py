@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from dpcore.contract.runformat import is_stale
-from dpcore.contract.units import EMPTY, percent, percent_number
+from dpcore.contract.units import EMPTY, number, percent, percent_number
 from dpcore.read.analysis.comm_hooks import compression
 from dpcore.read.analysis.gpu_time import job_gpu
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
@@ -158,17 +158,19 @@ def compression_lines(run: Run, summary: pd.DataFrame) -> list[str]:
         if r["status"] != "complete":
             out.append(f"  {r['hook']:>8} {r['job_id']}: {r['status']}" + (f" - {r['reason']}" if r["reason"] else ""))
             continue
-        out.append(f"  {r['hook']:>8} {r['job_id']}: wire {r['bytes_wire'] / 2**20:.3f} of "
-                   f"{r['bytes_in'] / 2**20:.3f} MiB/step ({r['saved_pct']:.1f}% saved), "
-                   f"{r['collectives']:.0f} collectives/step, step {r['added_ms']:+.2f} ms, hook compute "
-                   f"{r['compress_ms']:.3f} + {r['decompress_ms']:.3f} ms, loss after "
-                   f"{r['loss_after_steps']:.0f} steps {r['loss']:.7g} (diff {r['loss_diff']:+.3g})")
+        out.append(f"  {r['hook']:>8} {r['job_id']}: wire {number(r['bytes_wire'] / 2**20, '.3f')} of "
+                   f"{number(r['bytes_in'] / 2**20, '.3f')} MiB/step ({percent(r['saved_pct'])} saved), "
+                   f"{number(r['collectives'], '.0f')} collectives/step, step {number(r['added_ms'], '+.2f')} ms, "
+                   f"hook compute {number(r['compress_ms'], '.3f')} + {number(r['decompress_ms'], '.3f')} ms, "
+                   f"loss after {number(r['loss_after_steps'], '.0f')} steps {number(r['loss'], '.7g')} "
+                   f"(diff {number(r['loss_diff'], '+.3g')})")
     return out
 
 
 def run_end_table(path: str) -> tuple[str, int]:
     """What ``profile`` prints when its run ends: the completed jobs' summary (median step time,
-    comm fraction, overlap, throughput), then one line per failed, skipped or interrupted job.
+    comm fraction, overlap, throughput), then one line per failed, skipped or interrupted job
+    and one per job note (what the job did not do that its options asked for).
     Returns the text and the number of failed jobs."""
     run = load_run_reporting(path)
     summary = run_job_summary(run)
@@ -191,4 +193,6 @@ def run_end_table(path: str) -> tuple[str, int]:
             failed += job.get("status") == "failed"
             why = (job.get("error") or job.get("skip_reason") or "").strip().splitlines()
             lines.append(f"{job['id']}: {job['status']}" + (f" - {why[0]}" if why else ""))
+        if isinstance(job, dict) and isinstance(job.get("notes"), list):
+            lines += [f"{job.get('id')}: note - {n}" for n in job["notes"] if isinstance(n, str)]
     return "\n".join(lines), failed

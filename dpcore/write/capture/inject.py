@@ -10,7 +10,9 @@ can see what the hang lab says about each kind of hang.
 
 Why patch ``dist.all_reduce`` for the one step: every variant's gradient all-reduce goes
 through it (looked up at call time), so no variant carries injection code. Variants that
-reduce gradients otherwise (``ring``, ``fsdp``, ...) are not affected.
+reduce gradients otherwise (``ring``, ``fsdp``, ...) are not affected: ``during`` tells the
+caller whether the injection fired, and such a job completes with a note that says so
+(:func:`missed_note`).
 """
 from __future__ import annotations
 
@@ -33,13 +35,15 @@ class HangInjection:
     mode: str = "skip"
 
     @contextlib.contextmanager
-    def during(self, rank: int, step: int) -> Iterator[None]:
-        """Patch ``dist.all_reduce`` on the chosen rank for the chosen step only."""
+    def during(self, rank: int, step: int) -> Iterator[list[bool]]:
+        """Patch ``dist.all_reduce`` on the chosen rank for the chosen step only. Yields a list
+        that holds ``True`` once the injection fired (it stays empty on every other rank and
+        step, and on the chosen one when the step never called ``dist.all_reduce``)."""
+        fired: list[bool] = []
         if rank != self.rank or step != self.step:
-            yield
+            yield fired
             return
         real = dist.all_reduce
-        fired: list[bool] = []
 
         def injected(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if fired:
@@ -56,6 +60,14 @@ class HangInjection:
 
         dist.all_reduce = injected
         try:
-            yield
+            yield fired
         finally:
             dist.all_reduce = real
+
+
+def missed_note(inject: HangInjection, variant: str) -> str:
+    """The job note of a job whose injected rank ran the chosen step without calling
+    ``dist.all_reduce``: the job completed, and the user asked for a hang."""
+    return (f"--inject-hang {inject.rank}:{inject.step}:{inject.mode} did not fire: {variant} "
+            f"reduces its gradients without torch.distributed.all_reduce, the call the injection "
+            f"replaces; flat, naive, overlap and bucketed call it")

@@ -135,6 +135,9 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
         "cpus_per_rank": {str(i): r.get("cpus", []) for i, r in enumerate(results)},
     }
     extra.update(hook_entry(results))
+    notes = list(dict.fromkeys(n for r in results for n in r.get("notes", [])))
+    if notes:  # shown by summarize and at the run's end beside the job's numbers
+        extra["notes"] = notes
     cals = [r["calibration"] for r in results if r.get("calibration")]
     if cals:
         extra["whatif_calibration"] = calibration_entry(cals)
@@ -194,6 +197,8 @@ class World(Protocol):
     def broadcast(self, box: list[Any]) -> None: ...
 
     def finish(self, status: str) -> None: ...
+
+    def shared_during_job(self) -> dict[int, list[int]]: ...
 
 
 def open_run(world: World, make_writer: Callable[[], RunWriter]) -> tuple[RunWriter | None, Path]:
@@ -263,8 +268,22 @@ class RunLife:
         except JobFailed as exc:
             self.failed += 1
             fields = {"status": "failed", "error": exc.message.strip(), "failed_rank": exc.rank}
+        self._note_shared(fields)
         self.end_job(job_id, fields)
         return fields
+
+    def _note_shared(self, fields: dict[str, Any]) -> None:
+        """Another dpcore run pinned to this job's CPUs while it ran (it may have started after
+        this run did): the job and the run's environment are oversubscribed."""
+        shared = self.world.shared_during_job()
+        if not shared:
+            return
+        fields["oversubscribed"] = True
+        if self.writer is not None:
+            env = self.writer.meta.setdefault("environment", {})
+            env["cpus_shared_with"] = {**env.get("cpus_shared_with", {}),
+                                       **{str(pid): cpus for pid, cpus in shared.items()}}
+            env["oversubscribed"] = True
 
     def end_job(self, job_id: str, fields: dict[str, Any]) -> None:
         """Write a finished job's fields (``status`` among them) and report its end."""
@@ -279,11 +298,12 @@ class RunLife:
             return "failed" if self.failed else "complete"
         return "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
 
-    def close(self, status: str) -> None:
-        """The final status: no job stays running, progress reports the end."""
+    def close(self, status: str, why: str = "") -> None:
+        """The final status: no job stays running, progress reports the end; ``why``: what
+        ended a failed run early, the error of its jobs that were left (RunWriter.close)."""
         self.status = status
         if self.writer is not None:
-            self.writer.close(status)
+            self.writer.close(status, why)
         if self.progress is not None:
             self.progress.run_end(str(self.run_dir), status)
 
@@ -295,8 +315,9 @@ class RunLife:
         status = self.outcome(exc_type)
         # a second Ctrl-C (people press it twice) lands here more often than anywhere: held
         # until run.json is final, then delivered (the CLI exits 130), never a run left running
+        why = f"{exc_type.__name__}: {exc}" if exc_type is not None and exc is not None else ""
         with signals_deferred():
-            self.close(status)
+            self.close(status, why)
         if exc_type is not None and status != "interrupted":
             return False  # a bug or a broken disk: the CLI reports it; the run says failed
         self.world.finish(status)

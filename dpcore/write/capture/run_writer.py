@@ -95,12 +95,18 @@ class RunWriter:
             if not path.exists():
                 atomic_write_text(path, csv_text([], cols))
 
-    def close(self, status: str) -> None:
+    def close(self, status: str, why: str = "") -> None:
         """End the run, whatever ended it: a job still ``running``/``pending`` becomes
-        ``interrupted`` (Ctrl-C) or ``failed`` (anything else), then :meth:`finish`."""
+        ``interrupted`` (Ctrl-C) or ``failed`` (anything else), then :meth:`finish`. A failed
+        job left so gets an error that says it never started or was cut off, and by what
+        (``why``, e.g. the disk's error): a failed job with no error reads as a dpcore bug."""
         leftover = "interrupted" if status == "interrupted" else "failed"
+        cause = f" ({why.strip()})" if why.strip() else ""
         for job in self.meta["jobs"]:
             if job.get("status") in ("running", "pending"):
+                if leftover == "failed" and not job.get("error"):
+                    job["error"] = ("never started: the run ended before it" if job["status"] == "pending"
+                                    else "the run ended while this job ran") + cause
                 job["status"] = leftover
         self.finish(status)
 

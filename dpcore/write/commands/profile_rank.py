@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
-from dpcore.write.capture.inject import HangInjection
+from dpcore.write.capture.inject import HangInjection, missed_note
 from dpcore.write.capture.rank_channel import RankChannel, connect, live_row
 from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
 from dpcore.write.capture.tracing import TraceCapture
@@ -62,6 +62,7 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
     rows: list[dict] = []
     losses: dict[int, float] = {}  # kept step -> this rank's loss (run.json's loss after K steps)
     done = 0
+    missed: list[str] = []  # the injection's note, when its step ran without firing
 
     def one_step(step: int, profiled: bool, keep: bool) -> None:
         nonlocal done
@@ -70,8 +71,10 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
             dist.barrier()  # every rank starts the step together
         rec.step = step
         mark = rec.collective_count()
-        with inject.during(ctx.rank, step):
+        with inject.during(ctx.rank, step) as fired:
             loss = trainer.step(x, y, timer)
+        if (ctx.rank, step) == (inject.rank, inject.step) and not fired:
+            missed.append(missed_note(inject, spec.variant))
         rec.step = -1
         if not math.isfinite(loss):  # a diverged job measures nothing worth keeping as complete
             raise FloatingPointError(f"the loss became {loss} at step {step} (training diverged; "
@@ -137,7 +140,7 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
     calls = [c for c in rec.call_rows() if c["step"] in keep]
     return {"steps": rows, "collectives": coll, "loss": _last_loss(losses, cfg),
             "hook_ms": _hook_ms(trainer, cfg), "messages": msgs, "grads": grads, "memory": memory,
-            "comm_calls": calls, "calibration": cal,
+            "comm_calls": calls, "calibration": cal, "notes": missed,
             "offset_ns": offset,
             "rtt_ns": rtt, "trace": str(trace_file) if trace_file else None,
             "trace_error": trace_error, "sync": capture.sync if capture else [],

@@ -7,6 +7,11 @@ folder shared by the machine's runs (``$DPCORE_LOCK_DIR``, default the temporary
 removes it when it ends; a run that starts reads the live claims of others, and records the
 CPUs it shares (``environment.cpus_shared_with``) and its jobs as oversubscribed. A claim
 whose process is gone (``kill -9``) is ignored and removed by the next reader.
+
+The run that started first learns of the later one too: the later run leaves it a note
+(:func:`tell`, a ``<pid>.seen-by-<pid>`` file beside the claims), which the first reads at its
+next job's end (:func:`told`). So of two concurrent runs both flag the jobs that overlapped,
+even when the later run starts and ends within one of the first run's jobs.
 """
 from __future__ import annotations
 
@@ -50,11 +55,16 @@ def claim(cpus: Iterable[int]) -> Path | None:
 
 
 def release(path: Path | None) -> None:
-    if path is not None:
-        try:
-            path.unlink(missing_ok=True)
-        except OSError:
-            pass
+    """Remove a claim (and the notes left to its run) or one note."""
+    if path is None:
+        return
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    if path.suffix == ".json" and path.stem.isdigit():
+        for note in _notes_to(int(path.stem)):
+            release(note)
 
 
 def shared_with(cpus: Iterable[int]) -> dict[int, list[int]]:
@@ -77,4 +87,36 @@ def shared_with(cpus: Iterable[int]) -> dict[int, list[int]]:
             continue
         if mine & theirs:
             out[pid] = sorted(mine & theirs)
+    return out
+
+
+def _notes_to(pid: int) -> list[Path]:
+    try:
+        return list(claim_dir().glob(f"{pid}.seen-by-*"))
+    except OSError:
+        return []
+
+
+def tell(shared: dict[int, list[int]]) -> None:
+    """Leave each run of ``shared`` ({pid: CPUs}, from :func:`shared_with`) a note that this
+    run's ranks are pinned to those CPUs too (best effort, as :func:`claim`)."""
+    for pid, cpus in shared.items():
+        path = claim_dir() / f"{pid}.seen-by-{os.getpid()}"
+        try:
+            path.write_text(json.dumps({"pid": os.getpid(), "cpus": sorted(cpus)}))
+        except OSError:
+            continue
+
+
+def told() -> dict[int, list[int]]:
+    """{pid: CPUs} of the runs that started beside this one and left it a note since the last
+    call (:func:`tell`); the notes are removed as they are read."""
+    out: dict[int, list[int]] = {}
+    for note in _notes_to(os.getpid()):
+        try:
+            doc = json.loads(note.read_text())
+            out[int(doc["pid"])] = sorted({int(c) for c in doc["cpus"]})
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        release(note)
     return out

@@ -171,6 +171,9 @@ class LocalWorld:
                 if self.pin else set())
         self.shared = cpu_claims.shared_with(cpus) if cpus else {}
         self._claim = cpu_claims.claim(cpus) if cpus else None
+        cpu_claims.tell(self.shared)  # the runs already there learn of this one
+        self._cpus = cpus
+        self._job_shared: dict[int, list[int]] = {}
 
     def environment(self) -> dict:
         env = environment(self.backend, list(self.world_sizes), threads=self.threads, pin=self.pin,
@@ -191,10 +194,23 @@ class LocalWorld:
             on_progress: Callable[[dict], None] | None = None,
             monitor: Monitor | None = None) -> list[Any] | None:
         """Every rank's result; JobFailed when a rank raised, died, timed out or hung
-        (``monitor``'s watchdog)."""
-        return launch(fn, processes, backend=self.backend, args=args, timeout_s=self.timeout_s,
-                      on_progress=on_progress, threads=self.threads, pin=self.pin,
-                      preload=self.preload, monitor=monitor, device=self.device)
+        (``monitor``'s watchdog). Which other runs shared this job's CPUs is then
+        :meth:`shared_during_job`."""
+        before = cpu_claims.shared_with(self._cpus) if self._cpus else {}
+        try:
+            return launch(fn, processes, backend=self.backend, args=args, timeout_s=self.timeout_s,
+                          on_progress=on_progress, threads=self.threads, pin=self.pin,
+                          preload=self.preload, monitor=monitor, device=self.device)
+        finally:
+            # a run there at the job's start or end, or one that started (and maybe ended)
+            # within it and left a note, measured its CPUs as this job did
+            after = {**cpu_claims.shared_with(self._cpus), **cpu_claims.told()} if self._cpus else {}
+            self._job_shared = {**before, **after}
+            self.shared.update(self._job_shared)
+
+    def shared_during_job(self) -> dict[int, list[int]]:
+        """{pid: CPUs} of the other dpcore runs pinned to the last job's CPUs while it ran."""
+        return dict(self._job_shared)
 
     def finish(self, status: str) -> None:
         """launch() reaped every rank of every job: only the CPU claim is given back (also at
@@ -258,6 +274,10 @@ class TorchrunWorld:
         if failed:
             raise JobFailed(*failed[0])
         return gathered
+
+    def shared_during_job(self) -> dict[int, list[int]]:
+        """torchrun placed the ranks: dpcore claims no CPUs for them."""
+        return {}
 
     def finish(self, status: str) -> None:
         """A clean goodbye, except after Ctrl-C: the other ranks are stopping too."""
@@ -330,6 +350,10 @@ class UserWorld:
     def broadcast(self, box: list[Any]) -> None:
         if self.ctx.world_size > 1:
             dist.broadcast_object_list(box, src=0)
+
+    def shared_during_job(self) -> dict[int, list[int]]:
+        """The user's processes: dpcore claims no CPUs for them."""
+        return {}
 
     def finish(self, status: str) -> None:
         """The user's process group is the user's to end."""

@@ -12,7 +12,8 @@ axis (their boxes are slanted), closer than one line height is an overlap.
 A cut label is one drawn only in part: plotly clips a text marker at its plot area and the rest
 at the figure (the Compression panel showed "e ×2" of "none ×2"); Streamlit ends a label that
 does not fit with "…" (a failed run's name in the sidebar). A table or figure past the window's
-right edge, or a page that scrolls sideways, is wider than the page.
+right edge, or a page that scrolls sideways, is wider than the page; a table's key columns
+pushed past its own right edge (it scrolls sideways inside) are out of view.
 """
 from __future__ import annotations
 
@@ -163,6 +164,22 @@ def wider_than_the_page(page) -> list[str]:
     """Tables and figures that reach past the window's right edge, and a page that scrolls
     sideways (empty: none)."""
     return page.evaluate(_WIDE_JS)
+
+
+_SHOWN_COLUMNS_JS = """() => Array.from(document.querySelectorAll('[data-testid=stDataFrame]'), e =>
+  Array.from(e.querySelectorAll('[role=columnheader]'), h => (h.textContent || '').trim()))"""
+
+
+def columns_out_of_view(page, wanted: list[str], table: int = 0) -> list[str]:
+    """The columns of ``wanted`` (header labels) that the ``table``-th dataframe on the page does
+    not show without scrolling it sideways (empty: all in view). Why from the grid's accessible
+    headers: the table draws on a canvas and lists as column headers only the columns that
+    intersect its visible area, so a wide cell that widens a column (a long skip reason) and
+    pushes the numbers past the table's right edge removes them from that list, while the
+    table's own box stays inside the page (``wider_than_the_page`` cannot see it)."""
+    shown = page.evaluate(_SHOWN_COLUMNS_JS)
+    have = set(shown[table]) if table < len(shown) else set()
+    return [c for c in wanted if c not in have]
 
 
 def start_server(root, log, port: int):

@@ -163,3 +163,19 @@ def test_summarize_prints_whole_samples_per_second(tmp_path: Path) -> None:
     assert any("," in c for c in cells)  # the synthetic jobs run above 1,000 samples/s
     end = run_end_table(str(run))[0]
     assert all(c in end for c in cells if c != "—")  # the same text as profile's end table
+
+
+def test_summarize_prints_a_dash_not_nan_for_a_hook_job_without_rows(tmp_path: Path) -> None:
+    """A run whose CSVs hold only headers: the comm hooks' compression lines say '—' for every
+    number the rows would give (never 'nan'), and keep what run.json holds (the loss)."""
+    from dpcore.read.report.summarize import summarize
+
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE / "sample-train", run, ignore=shutil.ignore_patterns("traces"))
+    for f in run.glob("*.csv"):
+        f.write_text(f.read_text().splitlines()[0] + "\n")
+    text = summarize(str(run))
+    lines = [ln for ln in text.splitlines() if "torch_ddp-ws2-b25-fp16: wire" in ln]
+    assert len(lines) == 1 and "nan" not in text
+    assert "wire — of — MiB/step (— saved), — collectives/step, step — ms" in lines[0]
+    assert "loss after 12 steps 2.307601" in lines[0]

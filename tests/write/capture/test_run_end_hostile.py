@@ -68,6 +68,9 @@ def test_a_full_disk_still_ends_the_run_and_leaves_no_temp_file(tmp_path: Path, 
     meta = _meta(tmp_path)
     assert meta["status"] == "failed" and meta["finished"]
     assert [j["status"] for j in meta["jobs"]] == ["failed", "failed"]
+    disk = "(OSError: [Errno 28] No space left on device)"
+    assert [j["error"] for j in meta["jobs"]] == [f"the run ended while this job ran {disk}",
+                                                 f"never started: the run ended before it {disk}"]
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["run.json"]
 
 

@@ -108,3 +108,21 @@ def test_injected_hang_is_caught_named_and_the_run_goes_on(tmp_path, ws, inject,
     rep = subprocess.run([sys.executable, "-m", "dpcore", "hang", str(run)], capture_output=True,
                          text=True, env=_env(), cwd=ROOT, timeout=60)
     assert rep.returncode == 0 and f"verdict ({kind})" in rep.stdout
+
+
+def test_an_injected_hang_a_variant_never_reaches_is_a_note(tmp_path):
+    """ring reduces its gradients with its own send/recv, never dist.all_reduce: the job
+    completes, and the run says the hang it was asked for did not happen."""
+    out = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "dpcore", "profile", "--variants", "ring", "--world-sizes", "2",
+           "--inject-hang", "1:3:sleep", *ARGS, "--progress", "none", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = next(p for p in out.iterdir() if p.is_dir())
+    job = json.loads((run / "run.json").read_text())["jobs"][0]
+    assert job["id"] == "ring-ws2" and job["status"] == "complete"
+    assert len(job["notes"]) == 1 and job["notes"][0].startswith("--inject-hang 1:3:sleep did not fire: ring")
+    assert "ring-ws2: note - --inject-hang 1:3:sleep did not fire" in proc.stdout
+    rep = subprocess.run([sys.executable, "-m", "dpcore", "summarize", str(run)], capture_output=True,
+                         text=True, env=_env(), cwd=ROOT, timeout=60)
+    assert "note: ring-ws2: --inject-hang 1:3:sleep did not fire" in rep.stdout

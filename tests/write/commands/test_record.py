@@ -270,6 +270,9 @@ def test_a_profile_job_missing_a_rank_trace_does_not_complete(tmp_path: Path) ->
         def finish(self, status: str) -> None:
             pass
 
+        def shared_during_job(self) -> dict:
+            return {}
+
     spec = JobSpec("flat-ws2", "flat", 2, 2, None, str(tmp_path / "t"))
     row = {"job_id": "flat-ws2", "variant": "flat", "world_size": 2, "rank": 0, "step": 3, "profiled": True,
            "t_start_ns": 0, "step_ms": 1.0}

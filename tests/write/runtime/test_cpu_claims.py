@@ -5,6 +5,7 @@ whose process is gone is ignored and removed. Real ``profile`` CLI runs."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,47 @@ def test_a_dead_runs_claim_is_ignored_and_removed(tmp_path: Path, monkeypatch) -
     (folder / f"{dead}.json").write_text(json.dumps({"pid": int(dead), "cpus": [0, 1]}))
     assert cpu_claims.shared_with([0, 1]) == {}
     assert not (folder / f"{dead}.json").exists()
+
+
+def test_a_run_that_starts_and_ends_within_a_job_flags_that_job(tmp_path: Path, monkeypatch) -> None:
+    """Run A's job runs while run B starts (B finds A's claim) and ends: A's job, and A's
+    environment, say oversubscribed with B's pid; A's next job, run alone, does not. B is a
+    real process opening a real LocalWorld; A's ranks are replaced by B's whole life."""
+    from dpcore.write.capture.run_lifecycle import RunLife
+    from dpcore.write.capture.run_writer import RunWriter
+    from dpcore.write.runtime import world as world_mod
+
+    monkeypatch.setenv("DPCORE_LOCK_DIR", str(tmp_path / "locks"))
+    a = world_mod.LocalWorld("gloo", [1], ranks_on_host=1, device="cpu")
+    if not a.pin:  # pragma: no cover - a container that forbids affinity: nothing is claimed
+        return
+    others: list[int] = []
+
+    def b_runs_within_the_job(*args, **kwargs) -> list:
+        b = subprocess.run(
+            [sys.executable, "-c", "import os\nfrom dpcore.write.runtime.world import LocalWorld\n"
+             "w = LocalWorld('gloo', [1], ranks_on_host=1, device='cpu')\nprint(os.getpid(), w.shared)"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "DPCORE_LOCK_DIR": str(tmp_path / "locks")})
+        pid, seen = b.stdout.split(" ", 1)
+        assert str(os.getpid()) in seen, b.stderr  # B saw A
+        others.append(int(pid))
+        return [{}]
+
+    monkeypatch.setattr(world_mod, "launch", b_runs_within_the_job)
+    life = RunLife(a, lambda: RunWriter(tmp_path / "runs", command=["t"], config={},
+                                        environment=a.environment(), run_id="a"))
+    life.add_job({"id": "j1", "status": "pending", "oversubscribed": False})
+    life.add_job({"id": "j2", "status": "pending", "oversubscribed": False})
+    j1 = life.run_job("j1", 1, lambda: {"x": a.run(None, 1, ())})
+    monkeypatch.setattr(world_mod, "launch", lambda *args, **kwargs: [{}])
+    j2 = life.run_job("j2", 1, lambda: {"x": a.run(None, 1, ())})
+    a.finish("complete")
+    meta = json.loads((tmp_path / "runs" / "a" / "run.json").read_text())
+    (pid,) = others
+    assert j1["oversubscribed"] is True and "oversubscribed" not in j2
+    jobs = {j["id"]: j for j in meta["jobs"]}
+    assert jobs["j1"]["oversubscribed"] is True and jobs["j2"]["oversubscribed"] is False
+    assert meta["environment"]["oversubscribed"] is True
+    assert list(meta["environment"]["cpus_shared_with"]) == [str(pid)]
+    assert list((tmp_path / "locks" / "dpcore-cpu-claims").iterdir()) == []  # claims and notes gone
