@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpcore.contract.intervals import clip, union_length
+from dpcore.contract.intervals import clip, merge, union_length
 
 #: All-reduce algorithms the alpha-beta model knows (docs/DESIGN.md's --algos).
 ALGOS = ("ring", "native", "central", "naive")
@@ -133,18 +133,9 @@ def line_from_alpha_beta(algo: str, n: int, alpha_us: float, bandwidth_gbps: flo
 def inflight_before(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each time in ``t``: how long comm was in flight before it (union of [start, end))."""
     t = np.asarray(t, float)
-    if len(starts) == 0:
+    ms_a, me_a = merge(starts, ends)
+    if ms_a.size == 0:
         return np.zeros_like(t)
-    order = np.argsort(starts)
-    s, e = np.asarray(starts, float)[order], np.asarray(ends, float)[order]
-    ms, me = [s[0]], [e[0]]
-    for a, b in zip(s[1:], e[1:]):
-        if a <= me[-1]:
-            me[-1] = max(me[-1], b)
-        else:
-            ms.append(a)
-            me.append(b)
-    ms_a, me_a = np.array(ms), np.array(me)
     return np.clip(t[:, None] - ms_a[None, :], 0, (me_a - ms_a)[None, :]).sum(axis=1)
 
 
