@@ -18,7 +18,7 @@ from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.fabrics import Network, ring_parts
 from dpcore.read.whatif.fit import Source
-from dpcore.read.whatif.model import RankStep, Replay, allreduce_parts, replay, undilate
+from dpcore.read.whatif.model import RankStep, Replay, allreduce_parts, rebucket_work, replay, undilate
 
 #: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
 #: ``step_ms_lo``/``step_ms_hi``: the band (:mod:`dpcore.read.whatif.advice`); ``in_band``: the
@@ -58,18 +58,24 @@ class Model:
     kappa_band: tuple[float, float] | None = None
     #: the user's (latency_us, bandwidth_gbps) over a fabric's, None where not given
     network_given: tuple[float | None, float | None] = (None, None)
+    #: compute the closing of one bucket costs backward (ms, :func:`dpcore.read.whatif.model.rebucket_work`)
+    bucket_overhead_ms: float = 0.0
+    bucket_overhead_source: str = "unmeasured: assumed 0"
 
 
-def _rank_steps(model: Model, n: int) -> dict[int, list[RankStep]]:
-    """Per source step: up to ``n`` ranks in model units (source ranks reused cyclically)."""
+def _rank_steps(model: Model, n: int, buckets: list[list[int]]) -> dict[int, list[RankStep]]:
+    """Per source step: up to ``n`` ranks in model units (source ranks reused cyclically), the
+    per-bucket cost of backward moved from the source's buckets to ``buckets``."""
     scale = model.src.world_size / n if model.strong else 1.0
+    src_plan = pack_reverse(model.src.sizes.tolist(), model.src.bucket_mb, rule_for(model.src.variant))
     by_step: dict[int, list[RankStep]] = {}
     for tl in model.src.timelines:
         work = undilate(np.r_[tl.ready_ms, tl.fwd_ms + tl.bwd_ms], tl.comm_start, tl.comm_end,
                         model.kappa) - tl.fwd_ms
+        ready, total = rebucket_work(np.maximum(work[:-1], 0), max(work[-1], 0), src_plan, buckets,
+                                     model.bucket_overhead_ms)
         by_step.setdefault(tl.step, []).append(
-            RankStep(tl.fwd_ms * scale, np.maximum(work[:-1], 0) * scale, max(work[-1], 0) * scale, tl.opt_ms,
-                     tl.start_ms))
+            RankStep(tl.fwd_ms * scale, ready * scale, total * scale, tl.opt_ms, tl.start_ms))
     # ranks beyond the source's world size are copies of its ranks: the replay takes the max over
     # ranks of when each bucket is ready, which copies do not change, so at most the source's
     # ranks are replayed (1,024 ranks cost what the source's do; 65,536 took > 300 s)
@@ -105,7 +111,7 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
         parts = np.c_[np.zeros(len(buckets)), np.asarray(bucket_ms, float)]
     reps = {s: replay(r, buckets, parts[:, 0], parts[:, 1], model.kappa, model.streams, model.tail_ms,
                       model.kappa_comm)
-            for s, r in _rank_steps(model, world_size).items()}
+            for s, r in _rank_steps(model, world_size, buckets).items()}
     cols: dict[str, list[float]] = {"step_ms": [], "comm_ms": [], "exposed_comm_ms": [], "compute_ms": [],
                                     "comm_end_ms": []}
     for rp in reps.values():

@@ -38,6 +38,8 @@ def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
                      "assumed" if model.fabric.inter_assumed else "fabric", inter.source))
         rows.append((f"B between nodes ({inter.name}; the ring takes the slower link)", f"{inter.busbw_gbps:g} GB/s",
                      "assumed" if model.fabric.inter_assumed else "fabric", inter.source))
+    rows.append(("backward per bucket (staging, hook, launch)", f"{model.bucket_overhead_ms:.3f} ms",
+                 kind_of(model.bucket_overhead_source), model.bucket_overhead_source))
     rows.append(("gradient ready times", f"{len(model.src.sizes)} gradients", "measured",
                  f"the source job's own backward ({model.src.grads_source})"))
     cal = model.calibration_source

@@ -420,3 +420,28 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
                                         f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s; give --bandwidth-gbps)")
     out["alpha_source"] += rejected
     return out
+
+
+def fit_bucket_overhead(steps: pd.DataFrame, src: Source) -> tuple[float, str]:
+    """(ms of backward per bucket, where it came from): the slope of the median backward over
+    bucket count across the run's jobs of the source's variant at world size 1, where no comm
+    is in flight to slow backward, so what grows with the buckets is their own cost on the
+    compute thread (staging, the hook, the launch). Needs two bucket counts; else 0, said so.
+
+    Why it matters: the replay keeps the source's backward, and with it the cost of the
+    source's buckets. Without this term a 1-bucket source predicted a 30-bucket cell low by the
+    29 buckets' cost and a 30-bucket source every other cell high (the sample's mlp: backward
+    4.9 ms with 1 bucket, 11.2 ms with 30, at world size 1)."""
+    st = steps[(steps["variant"] == src.variant) & (steps["world_size"] == 1) & ~steps["profiled"].astype(bool)]
+    rule = rule_for(src.variant)
+    pts = [(len(pack_reverse(src.sizes.tolist(), float(mb), rule)), float(g["bwd_ms"].median()))
+           for mb, g in st.groupby("bucket_mb") if np.isfinite(mb) and mb > 0]
+    counts = {n for n, _ in pts}
+    if len(counts) < 2:
+        return 0.0, ("unmeasured (no world-size-1 jobs of the variant at two bucket counts): assumed 0 ms "
+                     "per bucket; profile world size 1 at two bucket sizes to measure it")
+    x, y = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+    _, b = fit_line(x, y)
+    b = max(float(b), 0.0)
+    return b, (f"across jobs: backward of {len(pts)} world-size-1 {src.variant} jobs "
+               f"({int(x.min())}-{int(x.max())} buckets, no comm), slope per bucket")
