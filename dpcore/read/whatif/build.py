@@ -109,6 +109,17 @@ def _with_overhead(run: Run, model: Model) -> None:
     model.bucket_overhead_ms, model.bucket_overhead_source = fit_bucket_overhead(run.steps, model.src)
 
 
+def _ranks_that_fit(run: Run) -> float:
+    """Ranks whose compute threads a CPU run's cores hold at once (cores / threads per rank),
+    from run.json's environment; 0 for GPU runs and where it is not recorded."""
+    env = run.meta.get("environment") or {}
+    try:
+        cores, threads = float(env.get("cpu_cores") or 0), float(env.get("threads_per_rank") or 1)
+    except (TypeError, ValueError):
+        return 0.0
+    return cores / threads if env.get("device") == "cpu" and cores > 0 and threads > 0 else 0.0
+
+
 def _tail(src: Source) -> float:
     """Median bookkeeping after the last bucket (ms) over the source's timed rank-steps."""
     tails = [tl.sync_end_ms - max(tl.fwd_ms + tl.bwd_ms, float(np.max(tl.comm_end, initial=0.0)))
@@ -188,6 +199,7 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     model = Model(src, kappa, ksrc, _tail(src), algo, float(net["alpha_us"]),
                   float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
     _with_overhead(run, model)
+    model.ranks_that_fit = _ranks_that_fit(run)
     if latency_us is not None and bandwidth_gbps is not None:
         model.calibration_source = "none (alpha and B given: used as they are)"
         return model

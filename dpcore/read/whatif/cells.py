@@ -61,12 +61,27 @@ class Model:
     #: compute the closing of one bucket costs backward (ms, :func:`dpcore.read.whatif.model.rebucket_work`)
     bucket_overhead_ms: float = 0.0
     bucket_overhead_source: str = "unmeasured: assumed 0"
+    #: ranks whose compute threads the CPU's cores hold at once (cores / threads per rank; 0: not
+    #: a CPU run, or unknown): see :func:`core_share`
+    ranks_that_fit: float = 0.0
+
+
+def core_share(model: Model, n: int) -> float:
+    """How much slower each rank computes at ``n`` ranks than at the source's, from sharing the
+    machine's cores: ``max(1, n x threads per rank / cores)`` over the same at the source's world
+    size. An assumption of the model (compute divides the cores evenly; gloo's own threads are
+    left out): 1 where the ranks fit the cores, on GPU runs, and where the cores are unknown."""
+    fit = model.ranks_that_fit
+    if fit <= 0:
+        return 1.0
+    return max(1.0, n / fit) / max(1.0, model.src.world_size / fit)
 
 
 def _rank_steps(model: Model, n: int, buckets: list[list[int]]) -> dict[int, list[RankStep]]:
     """Per source step: up to ``n`` ranks in model units (source ranks reused cyclically), the
     per-bucket cost of backward moved from the source's buckets to ``buckets``."""
     scale = model.src.world_size / n if model.strong else 1.0
+    share = core_share(model, n)
     src_plan = pack_reverse(model.src.sizes.tolist(), model.src.bucket_mb, rule_for(model.src.variant))
     by_step: dict[int, list[RankStep]] = {}
     for tl in model.src.timelines:
@@ -75,7 +90,8 @@ def _rank_steps(model: Model, n: int, buckets: list[list[int]]) -> dict[int, lis
         ready, total = rebucket_work(np.maximum(work[:-1], 0), max(work[-1], 0), src_plan, buckets,
                                      model.bucket_overhead_ms)
         by_step.setdefault(tl.step, []).append(
-            RankStep(tl.fwd_ms * scale, ready * scale, total * scale, tl.opt_ms, tl.start_ms))
+            RankStep(tl.fwd_ms * scale * share, ready * scale * share, total * scale * share,
+                     tl.opt_ms * share, tl.start_ms))
     # ranks beyond the source's world size are copies of its ranks: the replay takes the max over
     # ranks of when each bucket is ready, which copies do not change, so at most the source's
     # ranks are replayed (1,024 ranks cost what the source's do; 65,536 took > 300 s)

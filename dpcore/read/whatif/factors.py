@@ -49,6 +49,11 @@ def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
     if model.strong:
         rows.append(("forward/backward x N_source/N", f"{model.src.world_size}/N", "assumed",
                      "strong scaling (fixed global batch): per-rank compute divides by the ranks"))
+    if model.ranks_that_fit > 0:
+        rows.append(("compute x max(1, N / ranks the cores hold) / the same at the source's N",
+                     f"{model.ranks_that_fit:g} ranks fit", "assumed",
+                     "run.json's cpu_cores / threads_per_rank: ranks beyond that share the cores evenly "
+                     "(gloo's own threads left out)"))
     rows.append(("bookkeeping after the last bucket", f"{model.tail_ms:.2f} ms", "measured",
                  "median over the source job's timed rank-steps"))
     return rows

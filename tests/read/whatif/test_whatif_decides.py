@@ -217,3 +217,22 @@ def test_each_two_rank_cell_from_every_other_two_rank_job_on_the_quiet_sample() 
     assert (errs[0.25].abs() < 10).all(), errs[0.25].tolist()
     mae = float(np.mean([e.abs().mean() for e in errs.values()]))
     assert mae < 9.0 and max(e.abs().max() for e in errs.values()) < 20, errs
+
+
+def test_ranks_beyond_the_cores_share_them() -> None:
+    from dataclasses import replace
+
+    from dpcore.read.whatif.cells import core_share
+
+    model = build_model(load_run(QUIET / "sample-train"), "bucketed-ws1-b25",
+                        allreduce=load_run(QUIET / "sample-allreduce").allreduce)
+    assert model.ranks_that_fit == 2.0            # the quiet sample: 2 cores, 1 thread per rank
+    assert [core_share(model, n) for n in (1, 2, 3, 8)] == [1.0, 1.0, 1.5, 4.0]
+    from_two = replace(model, src=replace(model.src, world_size=2))
+    assert [core_share(from_two, n) for n in (1, 3, 4)] == [1.0, 1.5, 2.0]
+    assert core_share(replace(model, ranks_that_fit=0.0), 64) == 1.0   # a GPU run: no cores to share
+    # the compute of a 3-rank cell is the source's x 1.5: forward, backward and optimizer alike
+    one = predict(replace(model, ranks_that_fit=0.0), [25.0], [3]).iloc[0]
+    shared = predict(model, [25.0], [3]).iloc[0]
+    assert shared["compute_ms"] == pytest.approx(1.5 * one["compute_ms"], rel=0.15)
+    assert shared["step_ms"] > one["step_ms"]
