@@ -138,13 +138,15 @@ HELD_OUT_BUCKETS = (0.25, 1.0, 4.0, 16.0, 64.0)
 
 
 def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path]:
-    """One 2-rank run per model: bucketed and torch_ddp at every bucket size of the sweep, each
-    job with its in-job calibration (profile's default)."""
+    """One run per model: bucketed and torch_ddp at every bucket size of the sweep at 2 ranks,
+    each job with its in-job calibration (profile's default), and at 1 rank, where backward's
+    per-bucket cost is measured without comm (``whatif.fit.fit_bucket_overhead``; the 1-rank
+    cells are not predicted)."""
     runs = {}
     for name, args in MODELS:
         if name not in models:
             continue
-        _dpcore("profile", *args, "--variants", "bucketed,torch_ddp", "--world-sizes", "2", "--bucket-sweep",
+        _dpcore("profile", *args, "--variants", "bucketed,torch_ddp", "--world-sizes", "1,2", "--bucket-sweep",
                 ",".join(f"{b:g}" for b in HELD_OUT_BUCKETS), "--bucket-mb", "4", "--steps", str(steps),
                 "--warmup", "3", "--no-trace", "--out", str(out), "--run-id", name)
         runs[name] = out / name
@@ -153,6 +155,10 @@ def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path
 
 #: The modelled terms the ablation replaces by the predicted job's measured value, one at a time.
 TERMS = ("ready", "messages", "kappa")
+#: Terms the ablation turns off, one at a time, to show what each adds: ``bucket_cost``, backward's
+#: per-bucket cost moved from the source's buckets to the cell's (``whatif.model.rebucket_work``).
+OFF = ("bucket_cost",)
+_LABEL = {"bucket_cost": "model without the per-bucket backward cost"}
 
 
 def measured_bucket_ms(src: Source) -> np.ndarray:
@@ -165,14 +171,15 @@ def ablate(run, model, target: str, bucket_mb: float) -> dict[str, float]:
     """The predicted step of one held-out cell with one modelled term at a time replaced by the
     target job's measured value: ``ready`` (its own backward: gradient ready times from grads.csv,
     forward and optimizer), ``messages`` (its own all-reduce times per bucket, from
-    collectives.csv), ``kappa`` (compute slowed by comm, fitted on its own phases). NaN where the
-    target lacks what the term needs."""
+    collectives.csv), ``kappa`` (compute slowed by comm, fitted on its own phases); and with one
+    term of :data:`OFF` turned off (``bucket_cost``). NaN where the target lacks what the term needs."""
     from dpcore.read.whatif.fit import fit_kappa, job_timelines
     from dpcore.read.whatif.predict import replay_cell
 
     tgt = job_timelines(run.steps, run.collectives, run.grads, target)
     out = {}
-    own = replace(model, src=replace(model.src, timelines=tgt.timelines))
+    # its own plan too: the per-bucket cost in its timeline is its own buckets', moved nowhere
+    own = replace(model, src=replace(model.src, timelines=tgt.timelines, bucket_mb=tgt.bucket_mb))
     out["ready"] = replay_cell(own, 2, bucket_mb)[0]["step_ms"]
     try:
         out["messages"] = replay_cell(model, 2, bucket_mb, bucket_ms=measured_bucket_ms(tgt))[0]["step_ms"]
@@ -181,19 +188,30 @@ def ablate(run, model, target: str, bucket_mb: float) -> dict[str, float]:
     base = run.steps[(run.steps["variant"] == tgt.variant) & (run.steps["world_size"] == 1)]["bwd_ms"].median()
     k, _ = fit_kappa(tgt, float(base) if np.isfinite(base) else float("nan"))
     out["kappa"] = replay_cell(replace(model, kappa=k), 2, bucket_mb)[0]["step_ms"]
+    out["bucket_cost"] = replay_cell(replace(model, bucket_overhead_ms=0.0), 2, bucket_mb)[0]["step_ms"]
     return out
 
 
 def ablation_table(df: pd.DataFrame) -> str:
     """Per term: mean |error| with that term measured, and how much of the model's error it carries
-    (mean |error| of the model minus that)."""
+    (mean |error| of the model minus that); then per term of :data:`OFF` present in ``df``: mean
+    |error| with it turned off, and what it removes (that minus the model's)."""
     base = df["error_pct"].abs().mean()
     lines = ["| term replaced by the measured value | cells | MAE with it measured | error it carries |",
              "|---|---:|---:|---:|", f"| none (the model) | {len(df)} | {base:.1f} % | — |"]
+
+    def mae(col: str) -> tuple[pd.DataFrame, float]:
+        ok = df[np.isfinite(df[col])]
+        return ok, float((100 * (ok[col] - ok["measured_step_ms"]) / ok["measured_step_ms"]).abs().mean())
+
     for t in TERMS:
-        ok = df[np.isfinite(df[f"step_{t}"])]
-        err = (100 * (ok[f"step_{t}"] - ok["measured_step_ms"]) / ok["measured_step_ms"]).abs().mean()
+        ok, err = mae(f"step_{t}")
         lines.append(f"| {t} | {len(ok)} | {err:.1f} % | {ok['error_pct'].abs().mean() - err:+.1f} points |")
+    for t in OFF:
+        if f"step_{t}" in df:
+            ok, err = mae(f"step_{t}")
+            lines.append(f"| ({_LABEL[t]}) | {len(ok)} | {err:.1f} % | "
+                         f"{err - ok['error_pct'].abs().mean():+.1f} points removed by it |")
     return "\n".join(lines)
 
 
@@ -294,7 +312,7 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
                 table, _ = banded(model, with_measured(pred, cells), summary)
                 table = table.dropna(subset=["measured_step_ms"])
                 abl = [ablate(run, model, str(j), float(b)) for j, b in zip(table["measured_job"], table["bucket_mb"])]
-                for t in TERMS:
+                for t in TERMS + OFF:
                     table[f"step_{t}"] = [a[t] for a in abl]
                 rows.append(table.assign(model=name, variant=variant, source=src.job_id,
                                          source_bucket_mb=src.bucket_mb, source_world_size=src.world_size,

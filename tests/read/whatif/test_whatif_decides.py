@@ -100,19 +100,21 @@ def test_many_ranks_and_tiny_buckets_cost_what_the_source_ranks_do(capsys: pytes
 
 
 def test_bench_find_the_term_and_family_bands_on_known_errors(sample) -> None:
-    from benchmarks.bench_whatif import TERMS, ablate, ablation_table, family_bands
+    from benchmarks.bench_whatif import OFF, TERMS, ablate, ablation_table, family_bands
 
     # ablation on the sample: the predicted job's own messages replace the model's, exactly its own
     model = build_model(sample, "torch_ddp-ws2-b25")
     steps = ablate(sample, model, "torch_ddp-ws2-b1", 1.0)
-    assert set(steps) == set(TERMS) and all(np.isfinite(v) and v > 0 for v in steps.values())
+    assert set(steps) == set(TERMS + OFF) and all(np.isfinite(v) and v > 0 for v in steps.values())
     df = pd.DataFrame({"model": "m", "variant": "v", "source": ["a", "a", "b", "b", "c", "c", "d"],
                        "source_bucket_mb": [1.0, 1.0, 4.0, 4.0, 16.0, 16.0, 1.0],
                        "bucket_mb": [4.0, 16.0, 16.0, 1.0, 1.0, 4.0, 16.0],
                        "error_pct": [10.0, 20.0, 30.0, -5.0, -15.0, -25.0, 5.0], "measured_step_ms": 100.0,
                        "step_ready": 100.0, "step_messages": [110.0, 120.0, 130.0, 95.0, 85.0, 75.0, 105.0],
-                       "step_kappa": np.nan})
+                       "step_kappa": np.nan, "step_bucket_cost": [130.0, 80.0, 100.0, 100.0, 100.0, 100.0, 100.0]})
     text = ablation_table(df)
+    # without the per-bucket cost: |error| 30, 20, 0 x 5 -> 7.1 %, 8.6 points below the model's 15.7 %
+    assert "| (model without the per-bucket backward cost) | 7 | 7.1 % | -8.6 points removed by it |" in text
     assert "| none (the model) | 7 | 15.7 % | — |" in text
     assert "| ready | 7 | 0.0 % | +15.7 points |" in text          # measured ready times: no error left
     assert "| messages | 7 | 15.7 % | +0.0 points |" in text and "| kappa | 0 |" in text
