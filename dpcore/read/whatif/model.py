@@ -50,9 +50,16 @@ The model, and every assumption it makes:
    2(N-1)·(α + S/B); naive (every rank sends its tensor to every other) (N-1)·(α + S/B).
    One rank moves nothing: 0. ``B`` is the per-link bandwidth the formula divides by.
 
+6. **Closing a bucket costs backward** a fixed ``overhead_ms`` (staging, the hook, the launch),
+   comm or not: :func:`rebucket_work` moves it from the source's buckets to the cell's. Measured
+   across the run's world-size-1 jobs (``whatif.fit.fit_bucket_overhead``), else 0, said so.
+7. **Ranks beyond a CPU's cores share them** (``whatif.cells.core_share``): compute is scaled by
+   max(1, N / ranks the cores hold) over the same at the source's N. Assumed, printed.
+
 What it cannot know: changes in compute with world size beyond the batch (weak scaling keeps
 the per-rank batch; strong scaling scales forward/backward by N_src/N), memory effects of other
-bucket sizes, stragglers, and (on a machine with fewer cores than ranks) oversubscription.
+bucket sizes, stragglers, and how much slower comm runs in training than alone where the source
+has no comm to calibrate it on (a world-size-1 source on oversubscribed cores).
 """
 from __future__ import annotations
 
