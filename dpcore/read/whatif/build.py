@@ -200,6 +200,7 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
                   float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
     _with_overhead(run, model)
     model.ranks_that_fit = _ranks_that_fit(run)
+    model.network_by_ws = dict(net.get("by_world_size") or {})
     if latency_us is not None and bandwidth_gbps is not None:
         model.calibration_source = "none (alpha and B given: used as they are)"
         return model

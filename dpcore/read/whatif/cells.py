@@ -9,7 +9,7 @@ is :mod:`dpcore.read.whatif.build`'s; the bands and the recommendation are
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -64,6 +64,9 @@ class Model:
     #: ranks whose compute threads the CPU's cores hold at once (cores / threads per rank; 0: not
     #: a CPU run, or unknown): see :func:`core_share`
     ranks_that_fit: float = 0.0
+    #: (alpha_us, bandwidth_gbps) per world size an allreduce run measured: a cell at one of them
+    #: takes that line (:func:`dpcore.read.whatif.fit.allreduce_lines`); empty otherwise
+    network_by_ws: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
 def core_share(model: Model, n: int) -> float:
@@ -108,6 +111,8 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     benchmark's ablation) instead of the network model's."""
     bw = model.bandwidth_gbps if bandwidth_gbps is None else bandwidth_gbps
     lat = model.alpha_us if latency_us is None else latency_us
+    if bandwidth_gbps is None and latency_us is None and world_size in model.network_by_ws:
+        lat, bw = model.network_by_ws[world_size]
     buckets = pack_reverse(model.src.sizes.tolist(), bucket_mb, rule_for(model.src.variant))
     if model.fabric is not None:
         lat_o = latency_us if latency_us is not None else model.network_given[0]

@@ -32,6 +32,10 @@ def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
              model.alpha_source),
             ("B", f"{model.bandwidth_gbps:.3f} GB/s", kind_of(model.bandwidth_source),
              model.bandwidth_source)]
+    if len(model.network_by_ws) > 1:
+        lines = "; ".join(f"{n} ranks {a:.1f} µs, {b:.3f} GB/s" for n, (a, b) in sorted(model.network_by_ws.items()))
+        rows.append(("alpha and B per world size", lines, "fitted",
+                     "allreduce.csv: a cell at a world size it measured takes that line, others the one above"))
     if model.fabric is not None and model.network_given[0] is None:
         inter = model.fabric.inter
         rows.append((f"alpha between nodes ({inter.name})", f"{inter.alpha_us:g} µs",

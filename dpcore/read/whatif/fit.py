@@ -359,6 +359,23 @@ def line_from_allreduce(allreduce: pd.DataFrame, algo: str, n: int) -> tuple[flo
     return a, b, ws
 
 
+def allreduce_lines(allreduce: pd.DataFrame, algo: str) -> dict[int, tuple[float, float]]:
+    """(α µs, B GB/s) of ``algo`` at every world size >= 2 the allreduce rows measured (each
+    fitted as :func:`line_from_allreduce` does; implausible fits left out). Why per world size:
+    gloo on a CPU box does not follow the ring formula from 2 ranks to 3 (the committed-style
+    run at 3 ranks on 2 cores: 0.83 ms per message against 0.22 ms at 2), so a cell at a world
+    size the run measured takes that world size's line, not the one nearest the source's."""
+    out: dict[int, tuple[float, float]] = {}
+    rows = allreduce[(allreduce["algo"] == ("native" if algo == "ring" else algo)) & (allreduce["world_size"] >= 2)]
+    for ws in sorted({int(w) for w in rows["world_size"]}):
+        line = line_from_allreduce(rows, "native" if algo == "ring" else algo, ws)
+        if line is not None and line[2] == ws:
+            alpha, bw = alpha_beta_from_line(algo, ws, line[0], line[1])
+            if plausible_network(alpha, bw):
+                out[ws] = (alpha, bw)
+    return out
+
+
 def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
                 latency_us: float | None, bandwidth_gbps: float | None) -> dict:
     """α (µs) and B (GB/s) for ``algo``, with their sources. Priority: the user's values, then
@@ -380,6 +397,8 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
                         f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s: not used)")
             line = None
     if line is not None:
+        if latency_us is None and bandwidth_gbps is None:
+            out["by_world_size"] = allreduce_lines(allreduce, algo)
         for key, val in (("alpha_us", alpha), ("bandwidth_gbps", bw)):
             if out[key] is None:
                 out[key] = val

@@ -238,3 +238,26 @@ def test_ranks_beyond_the_cores_share_them() -> None:
     shared = predict(model, [25.0], [3]).iloc[0]
     assert shared["compute_ms"] == pytest.approx(1.5 * one["compute_ms"], rel=0.15)
     assert shared["step_ms"] > one["step_ms"]
+
+
+def test_a_cell_at_a_world_size_the_allreduce_run_measured_takes_that_line() -> None:
+    from dpcore.read.whatif.fit import allreduce_lines
+    from dpcore.read.whatif.model import alpha_beta_from_line
+
+    sizes = np.array([1024.0, 65536.0, 2**20, 2**24])
+    # native at 2 ranks: 0.4 ms + 2e-6 ms per byte; at 3 ranks 3.2 ms + 3e-6 (gloo on 2 cores)
+    ar = pd.DataFrame({"algo": "native", "world_size": [2] * 4 + [3] * 4, "bytes": np.r_[sizes, sizes],
+                       "time_ms": np.r_[0.4 + 2e-6 * sizes, 3.2 + 3e-6 * sizes]})
+    lines = allreduce_lines(ar, "ring")
+    assert sorted(lines) == [2, 3]
+    for n, (a, b) in ((2, (0.4, 2e-6)), (3, (3.2, 3e-6))):
+        assert lines[n] == pytest.approx(alpha_beta_from_line("ring", n, a, b), rel=1e-6)
+    model = build_model(load_run(QUIET / "sample-train"), "bucketed-ws1-b25", allreduce=ar)
+    assert model.alpha_us == pytest.approx(lines[2][0])          # the source's nearest: 2 ranks
+    got = predict(model, [1.0], [2, 3, 4]).set_index("world_size")
+    assert got.loc[3, "latency_us"] == pytest.approx(lines[3][0]) and got.loc[3, "bandwidth_gbps"] == \
+        pytest.approx(lines[3][1])
+    assert got.loc[4, "latency_us"] == pytest.approx(lines[2][0])  # not measured at 4: the source's line
+    rows = {name: value for name, value, _, _ in scale_factors(model)}
+    # ring: 2(N-1) messages and 2(N-1)/N bytes per byte: 0.4 ms / 2, 3.2 ms / 4; 1 / 2e-9, (4/3) / 3e-9 B/s
+    assert rows["alpha and B per world size"] == "2 ranks 200.0 µs, 0.500 GB/s; 3 ranks 800.0 µs, 0.444 GB/s"
