@@ -140,8 +140,11 @@ HELD_OUT_BUCKETS = (0.25, 1.0, 4.0, 16.0, 64.0)
 def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path]:
     """One run per model: bucketed and torch_ddp at every bucket size of the sweep at 2 ranks,
     each job with its in-job calibration (profile's default), and at 1 rank, where backward's
-    per-bucket cost is measured without comm (``whatif.fit.fit_bucket_overhead``; the 1-rank
-    cells are not predicted)."""
+    per-bucket cost is measured without comm (``whatif.fit.fit_bucket_overhead``) and from where
+    the 2-rank cells are predicted too, with alpha and B of the ``allreduce`` run measured first
+    (``out/allreduce``)."""
+    _dpcore("allreduce", "--algos", "native", "--world-sizes", "2", "--sizes", "4KB,64KB,1MB,4MB,16MB,64MB",
+            "--out", str(out), "--run-id", "allreduce")
     runs = {}
     for name, args in MODELS:
         if name not in models:
@@ -254,6 +257,9 @@ def bands_table(df: pd.DataFrame, where: str, q: float = 0.9) -> pd.DataFrame:
     source out: how well the band holds on cells it was not taken from), and ``where``."""
     from dpcore.read.whatif.advice import family_of
 
+    # the errors as the per-cell table prints them, so a table taken again from the printed cells
+    # (--cells-from) is this one
+    df = df.assign(error_pct=df["error_pct"].round(1))
     fam = [family_of(s, n0, b, n) for s, n0, b, n in
            zip(df["source_bucket_mb"], df["source_world_size"], df["bucket_mb"], df["world_size"])]
     df = df.assign(buckets=[f[0] for f in fam], ranks=[f[1] for f in fam])
@@ -272,12 +278,13 @@ def bands_table(df: pd.DataFrame, where: str, q: float = 0.9) -> pd.DataFrame:
 #: bands.csv's columns (docs/DESIGN.md).
 BAND_COLUMNS = ["variant", "buckets", "ranks", "cells", "mae_pct", "half_width_pct", "inside_held_out_pct", "where"]
 _JOB = re.compile(r"-ws(\d+)-b([0-9.]+)$")
+_AT = re.compile(r" at (\d+) ranks")
 
 
 def cells_from_markdown(text: str) -> pd.DataFrame:
     """The per-cell rows of a held-out table this benchmark printed (:func:`markdown_held_out`,
     e.g. the README's): model, variant, source, source_bucket_mb, source_world_size, bucket_mb,
-    world_size (the held-out sweep predicts at its source's world size), error_pct. Lets the
+    world_size (the source's, or the N of "at N ranks" in the cell), error_pct. Lets the
     bands be taken again from a printed run without profiling it again."""
     rows = []
     for line in text.splitlines():
@@ -285,16 +292,19 @@ def cells_from_markdown(text: str) -> pd.DataFrame:
         m = _JOB.search(f[2]) if len(f) == 8 else None
         if m is None:
             continue
+        at = _AT.search(f[3])
         rows.append({"model": f[0], "variant": f[1], "source": f[2], "source_world_size": int(m.group(1)),
-                     "source_bucket_mb": float(m.group(2)), "world_size": int(m.group(1)),
+                     "source_bucket_mb": float(m.group(2)), "world_size": int(at.group(1) if at else m.group(1)),
                      "bucket_mb": float(f[3].split()[0]), "error_pct": float(f[6].split()[0])})
     return pd.DataFrame(rows)
 
 
-def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
-    """Every measured 2-rank cell predicted from every OTHER job of the same model and variant
-    (the source's in-job calibration never ran the predicted cell's plan, except where its
-    second plan happens to be that bucket size: ``cal_saw`` says so), with its band."""
+def evaluate_held_out(runs: dict[str, Path], allreduce: Path | None = None) -> pd.DataFrame:
+    """Every measured 2-rank cell predicted from every OTHER 2-rank job of the same model and
+    variant (the source's in-job calibration never ran the predicted cell's plan, except where
+    its second plan happens to be that bucket size: ``cal_saw`` says so), with its band; and,
+    given an ``allreduce`` run, from every 1-rank job of the same model and variant (one rank to
+    two: alpha and B from that run; no ablation, its ``step_*`` columns are NaN)."""
     from dpcore.contract.calibration import second_plan_mb
     from dpcore.read.whatif.predict import banded
 
@@ -303,8 +313,11 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
         run = load_run(path)
         summary = job_summary(run, run_trace_steps(run))
         for variant in ("bucketed", "torch_ddp"):
-            meas = measured_cells(summary, variant)
-            meas = meas[meas["world_size"] == 2]
+            every = measured_cells(summary, variant)
+            meas = every[every["world_size"] == 2]
+            if allreduce is not None:
+                rows += [_one_to_two(run, summary, name, variant, src, meas, load_run(allreduce).allreduce)
+                         for src in every[every["world_size"] == 1].itertuples()]
             for src in meas.itertuples():
                 model = build_model(run, src.job_id)
                 cells = meas[meas["job_id"] != src.job_id]
@@ -321,23 +334,49 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
+def _one_to_two(run, summary: pd.DataFrame, name: str, variant: str, src, cells: pd.DataFrame,
+                ar: pd.DataFrame) -> pd.DataFrame:
+    """The 2-rank ``cells`` predicted from the 1-rank job ``src`` with the allreduce rows ``ar``."""
+    from dpcore.read.whatif.predict import banded
+
+    model = build_model(run, src.job_id, allreduce=ar)
+    pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
+    table, _ = banded(model, with_measured(pred, cells), summary)
+    table = table.dropna(subset=["measured_step_ms"])
+    for t in TERMS + OFF:
+        table[f"step_{t}"] = np.nan
+    return table.assign(model=name, variant=variant, source=src.job_id, source_bucket_mb=src.bucket_mb,
+                        source_world_size=1, kappa_src=model.kappa_source[:40], cal_saw=False)
+
+
+def _cell(r) -> str:
+    at = f" at {r.world_size} ranks" if r.world_size != r.source_world_size else ""
+    return f"{r.bucket_mb:g} MiB{at}{' (cal)' if r.cal_saw else ''}"
+
+
 def markdown_held_out(df: pd.DataFrame) -> str:
     """Every cell, then MAE and band coverage per model/variant and overall."""
     lines = ["| model | variant | source job | predicted cell | predicted ms (band) | measured ms | error | in band |",
              "|---|---|---|---|---:|---:|---:|:---:|"]
     for r in df.sort_values(["model", "variant", "source_bucket_mb", "bucket_mb"]).itertuples():
-        lines.append(f"| {r.model} | {r.variant} | {r.source} | {r.bucket_mb:g} MiB{' (cal)' if r.cal_saw else ''} | "
+        lines.append(f"| {r.model} | {r.variant} | {r.source} | {_cell(r)} | "
                      f"{r.step_ms:.1f} ({r.step_ms_lo:.1f}-{r.step_ms_hi:.1f}) | {r.measured_step_ms:.1f} | "
                      f"{r.error_pct:+.1f} % | {'yes' if r.in_band else 'no'} |")
-    lines += ["", "| model | variant | predictions | MAE | inside band |", "|---|---|---:|---:|---:|"]
-    for (m, v), g in df.groupby(["model", "variant"]):
-        lines.append(f"| {m} | {v} | {len(g)} | {g['error_pct'].abs().mean():.1f} % | "
-                     f"{100 * g['in_band'].astype(bool).mean():.0f} % |")
+    lines += ["", "| model | variant | ranks | predictions | MAE | inside band |", "|---|---|---|---:|---:|---:|"]
+    for (m, v, n0), g in df.groupby(["model", "variant", "source_world_size"]):
+        lines.append(f"| {m} | {v} | {'2 from 2' if n0 == 2 else f'2 from {n0}'} | {len(g)} | "
+                     f"{g['error_pct'].abs().mean():.1f} % | {100 * g['in_band'].astype(bool).mean():.0f} % |")
+    up = df[df["source_world_size"] != df["world_size"]]
+    df = df[df["source_world_size"] == df["world_size"]]
     held = df[~df["cal_saw"]]
     lines += ["", f"All: MAE **{df['error_pct'].abs().mean():.1f} %** over {len(df)} predictions, "
               f"{100 * df['in_band'].astype(bool).mean():.0f} % of measured cells inside their band; "
               f"cells the source's calibration never ran: MAE {held['error_pct'].abs().mean():.1f} % "
               f"({len(held)}), {100 * held['in_band'].astype(bool).mean():.0f} % inside."]
+    if not up.empty:
+        lines.append(f"One rank to two (alpha and B from the `allreduce` run): MAE "
+                     f"{up['error_pct'].abs().mean():.1f} % over {len(up)} predictions, "
+                     f"{100 * up['in_band'].astype(bool).mean():.0f} % inside.")
     return "\n".join(lines)
 
 
@@ -383,17 +422,18 @@ def main(argv: list[str] | None = None) -> None:
         return
     if a.held_out:
         models = [m for m in a.models.split(",") if m]
+        root = Path(a.runs) if a.runs else Path(a.keep or tempfile.mkdtemp())
         if a.runs:
-            runs = {n: Path(a.runs) / n for n in models if (Path(a.runs) / n / "run.json").is_file()}
+            runs = {n: root / n for n in models if (root / n / "run.json").is_file()}
         else:
-            out = Path(a.keep or tempfile.mkdtemp())
-            runs = measure_held_out(out, a.steps, models)
-        df = evaluate_held_out(runs)
+            runs = measure_held_out(root, a.steps, models)
+        df = evaluate_held_out(runs, root / "allreduce" if (root / "allreduce" / "run.json").is_file() else None)
         print(markdown_held_out(df))
+        same = df[df["world_size"] == df["source_world_size"]]
         print("\n**Find the term**: each held-out cell predicted again with one modelled term replaced by the "
               "predicted job's measured value.\n")
-        print(ablation_table(df))
-        fam = family_bands(df)
+        print(ablation_table(same))
+        fam = family_bands(same)
         print("\n**Bands per family** (model, variant, direction of extrapolation; 90th percentile of the |error| "
               "of the family's cells from other sources):\n")
         print("| family | cells | mean half-width | inside |\n|---|---:|---:|---:|")

@@ -146,6 +146,12 @@ def test_bench_bands_table_from_printed_cells_on_known_errors() -> None:
     # source out: b1's cells get 40 (inside), b4's 40 (inside), b16's 30 (40 outside): 3 of 4
     assert (up["cells"], up["mae_pct"], up["half_width_pct"], up["inside_held_out_pct"]) == (4, 25.0, 40.0, 75.0)
     assert table.loc[("smaller", "same"), "cells"] == 1 and table.loc[("smaller", "same"), "where"] == "test"
+    # one rank to two: the cell names its world size; the family is "more" ranks
+    one = cells_from_markdown(head + "| m | bucketed | bucketed-ws1-b4 | 1 MiB at 2 ranks | 1.0 (0.5-1.5) | 1.0 | "
+                              "-12.3 % | yes |\n")
+    assert one[["source_world_size", "world_size", "source_bucket_mb", "bucket_mb", "error_pct"]].iloc[0].tolist() \
+        == [1, 2, 4.0, 1.0, -12.3]
+    assert bands_table(one, "t").set_index(["buckets", "ranks"]).loc[("smaller", "more"), "mae_pct"] == 12.3
 
 
 def test_the_committed_bands_are_the_benchmarks_table_of_the_readme_cells() -> None:
