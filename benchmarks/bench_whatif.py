@@ -138,13 +138,18 @@ HELD_OUT_BUCKETS = (0.25, 1.0, 4.0, 16.0, 64.0)
 
 
 def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path]:
-    """One 2-rank run per model: bucketed and torch_ddp at every bucket size of the sweep, each
-    job with its in-job calibration (profile's default)."""
+    """One run per model: bucketed and torch_ddp at every bucket size of the sweep at 2 ranks,
+    each job with its in-job calibration (profile's default), and at 1 rank, where backward's
+    per-bucket cost is measured without comm (``whatif.fit.fit_bucket_overhead``) and from where
+    the 2-rank cells are predicted too, with alpha and B of the ``allreduce`` run measured first
+    (``out/allreduce``)."""
+    _dpcore("allreduce", "--algos", "native", "--world-sizes", "2", "--sizes", "4KB,64KB,1MB,4MB,16MB,64MB",
+            "--out", str(out), "--run-id", "allreduce")
     runs = {}
     for name, args in MODELS:
         if name not in models:
             continue
-        _dpcore("profile", *args, "--variants", "bucketed,torch_ddp", "--world-sizes", "2", "--bucket-sweep",
+        _dpcore("profile", *args, "--variants", "bucketed,torch_ddp", "--world-sizes", "1,2", "--bucket-sweep",
                 ",".join(f"{b:g}" for b in HELD_OUT_BUCKETS), "--bucket-mb", "4", "--steps", str(steps),
                 "--warmup", "3", "--no-trace", "--out", str(out), "--run-id", name)
         runs[name] = out / name
@@ -153,6 +158,10 @@ def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path
 
 #: The modelled terms the ablation replaces by the predicted job's measured value, one at a time.
 TERMS = ("ready", "messages", "kappa")
+#: Terms the ablation turns off, one at a time, to show what each adds: ``bucket_cost``, backward's
+#: per-bucket cost moved from the source's buckets to the cell's (``whatif.model.rebucket_work``).
+OFF = ("bucket_cost",)
+_LABEL = {"bucket_cost": "model without the per-bucket backward cost"}
 
 
 def measured_bucket_ms(src: Source) -> np.ndarray:
@@ -165,14 +174,15 @@ def ablate(run, model, target: str, bucket_mb: float) -> dict[str, float]:
     """The predicted step of one held-out cell with one modelled term at a time replaced by the
     target job's measured value: ``ready`` (its own backward: gradient ready times from grads.csv,
     forward and optimizer), ``messages`` (its own all-reduce times per bucket, from
-    collectives.csv), ``kappa`` (compute slowed by comm, fitted on its own phases). NaN where the
-    target lacks what the term needs."""
+    collectives.csv), ``kappa`` (compute slowed by comm, fitted on its own phases); and with one
+    term of :data:`OFF` turned off (``bucket_cost``). NaN where the target lacks what the term needs."""
     from dpcore.read.whatif.fit import fit_kappa, job_timelines
     from dpcore.read.whatif.predict import replay_cell
 
     tgt = job_timelines(run.steps, run.collectives, run.grads, target)
     out = {}
-    own = replace(model, src=replace(model.src, timelines=tgt.timelines))
+    # its own plan too: the per-bucket cost in its timeline is its own buckets', moved nowhere
+    own = replace(model, src=replace(model.src, timelines=tgt.timelines, bucket_mb=tgt.bucket_mb))
     out["ready"] = replay_cell(own, 2, bucket_mb)[0]["step_ms"]
     try:
         out["messages"] = replay_cell(model, 2, bucket_mb, bucket_ms=measured_bucket_ms(tgt))[0]["step_ms"]
@@ -181,19 +191,30 @@ def ablate(run, model, target: str, bucket_mb: float) -> dict[str, float]:
     base = run.steps[(run.steps["variant"] == tgt.variant) & (run.steps["world_size"] == 1)]["bwd_ms"].median()
     k, _ = fit_kappa(tgt, float(base) if np.isfinite(base) else float("nan"))
     out["kappa"] = replay_cell(replace(model, kappa=k), 2, bucket_mb)[0]["step_ms"]
+    out["bucket_cost"] = replay_cell(replace(model, bucket_overhead_ms=0.0), 2, bucket_mb)[0]["step_ms"]
     return out
 
 
 def ablation_table(df: pd.DataFrame) -> str:
     """Per term: mean |error| with that term measured, and how much of the model's error it carries
-    (mean |error| of the model minus that)."""
+    (mean |error| of the model minus that); then per term of :data:`OFF` present in ``df``: mean
+    |error| with it turned off, and what it removes (that minus the model's)."""
     base = df["error_pct"].abs().mean()
     lines = ["| term replaced by the measured value | cells | MAE with it measured | error it carries |",
              "|---|---:|---:|---:|", f"| none (the model) | {len(df)} | {base:.1f} % | — |"]
+
+    def mae(col: str) -> tuple[pd.DataFrame, float]:
+        ok = df[np.isfinite(df[col])]
+        return ok, float((100 * (ok[col] - ok["measured_step_ms"]) / ok["measured_step_ms"]).abs().mean())
+
     for t in TERMS:
-        ok = df[np.isfinite(df[f"step_{t}"])]
-        err = (100 * (ok[f"step_{t}"] - ok["measured_step_ms"]) / ok["measured_step_ms"]).abs().mean()
+        ok, err = mae(f"step_{t}")
         lines.append(f"| {t} | {len(ok)} | {err:.1f} % | {ok['error_pct'].abs().mean() - err:+.1f} points |")
+    for t in OFF:
+        if f"step_{t}" in df:
+            ok, err = mae(f"step_{t}")
+            lines.append(f"| ({_LABEL[t]}) | {len(ok)} | {err:.1f} % | "
+                         f"{err - ok['error_pct'].abs().mean():+.1f} points removed by it |")
     return "\n".join(lines)
 
 
@@ -236,6 +257,9 @@ def bands_table(df: pd.DataFrame, where: str, q: float = 0.9) -> pd.DataFrame:
     source out: how well the band holds on cells it was not taken from), and ``where``."""
     from dpcore.read.whatif.advice import family_of
 
+    # the errors as the per-cell table prints them, so a table taken again from the printed cells
+    # (--cells-from) is this one
+    df = df.assign(error_pct=df["error_pct"].round(1))
     fam = [family_of(s, n0, b, n) for s, n0, b, n in
            zip(df["source_bucket_mb"], df["source_world_size"], df["bucket_mb"], df["world_size"])]
     df = df.assign(buckets=[f[0] for f in fam], ranks=[f[1] for f in fam])
@@ -254,12 +278,13 @@ def bands_table(df: pd.DataFrame, where: str, q: float = 0.9) -> pd.DataFrame:
 #: bands.csv's columns (docs/DESIGN.md).
 BAND_COLUMNS = ["variant", "buckets", "ranks", "cells", "mae_pct", "half_width_pct", "inside_held_out_pct", "where"]
 _JOB = re.compile(r"-ws(\d+)-b([0-9.]+)$")
+_AT = re.compile(r" at (\d+) ranks")
 
 
 def cells_from_markdown(text: str) -> pd.DataFrame:
     """The per-cell rows of a held-out table this benchmark printed (:func:`markdown_held_out`,
     e.g. the README's): model, variant, source, source_bucket_mb, source_world_size, bucket_mb,
-    world_size (the held-out sweep predicts at its source's world size), error_pct. Lets the
+    world_size (the source's, or the N of "at N ranks" in the cell), error_pct. Lets the
     bands be taken again from a printed run without profiling it again."""
     rows = []
     for line in text.splitlines():
@@ -267,16 +292,19 @@ def cells_from_markdown(text: str) -> pd.DataFrame:
         m = _JOB.search(f[2]) if len(f) == 8 else None
         if m is None:
             continue
+        at = _AT.search(f[3])
         rows.append({"model": f[0], "variant": f[1], "source": f[2], "source_world_size": int(m.group(1)),
-                     "source_bucket_mb": float(m.group(2)), "world_size": int(m.group(1)),
+                     "source_bucket_mb": float(m.group(2)), "world_size": int(at.group(1) if at else m.group(1)),
                      "bucket_mb": float(f[3].split()[0]), "error_pct": float(f[6].split()[0])})
     return pd.DataFrame(rows)
 
 
-def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
-    """Every measured 2-rank cell predicted from every OTHER job of the same model and variant
-    (the source's in-job calibration never ran the predicted cell's plan, except where its
-    second plan happens to be that bucket size: ``cal_saw`` says so), with its band."""
+def evaluate_held_out(runs: dict[str, Path], allreduce: Path | None = None) -> pd.DataFrame:
+    """Every measured 2-rank cell predicted from every OTHER 2-rank job of the same model and
+    variant (the source's in-job calibration never ran the predicted cell's plan, except where
+    its second plan happens to be that bucket size: ``cal_saw`` says so), with its band; and,
+    given an ``allreduce`` run, from every 1-rank job of the same model and variant (one rank to
+    two: alpha and B from that run; no ablation, its ``step_*`` columns are NaN)."""
     from dpcore.contract.calibration import second_plan_mb
     from dpcore.read.whatif.predict import banded
 
@@ -285,8 +313,11 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
         run = load_run(path)
         summary = job_summary(run, run_trace_steps(run))
         for variant in ("bucketed", "torch_ddp"):
-            meas = measured_cells(summary, variant)
-            meas = meas[meas["world_size"] == 2]
+            every = measured_cells(summary, variant)
+            meas = every[every["world_size"] == 2]
+            if allreduce is not None:
+                rows += [_one_to_two(run, summary, name, variant, src, meas, load_run(allreduce).allreduce)
+                         for src in every[every["world_size"] == 1].itertuples()]
             for src in meas.itertuples():
                 model = build_model(run, src.job_id)
                 cells = meas[meas["job_id"] != src.job_id]
@@ -294,7 +325,7 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
                 table, _ = banded(model, with_measured(pred, cells), summary)
                 table = table.dropna(subset=["measured_step_ms"])
                 abl = [ablate(run, model, str(j), float(b)) for j, b in zip(table["measured_job"], table["bucket_mb"])]
-                for t in TERMS:
+                for t in TERMS + OFF:
                     table[f"step_{t}"] = [a[t] for a in abl]
                 rows.append(table.assign(model=name, variant=variant, source=src.job_id,
                                          source_bucket_mb=src.bucket_mb, source_world_size=src.world_size,
@@ -303,23 +334,49 @@ def evaluate_held_out(runs: dict[str, Path]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
+def _one_to_two(run, summary: pd.DataFrame, name: str, variant: str, src, cells: pd.DataFrame,
+                ar: pd.DataFrame) -> pd.DataFrame:
+    """The 2-rank ``cells`` predicted from the 1-rank job ``src`` with the allreduce rows ``ar``."""
+    from dpcore.read.whatif.predict import banded
+
+    model = build_model(run, src.job_id, allreduce=ar)
+    pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
+    table, _ = banded(model, with_measured(pred, cells), summary)
+    table = table.dropna(subset=["measured_step_ms"])
+    for t in TERMS + OFF:
+        table[f"step_{t}"] = np.nan
+    return table.assign(model=name, variant=variant, source=src.job_id, source_bucket_mb=src.bucket_mb,
+                        source_world_size=1, kappa_src=model.kappa_source[:40], cal_saw=False)
+
+
+def _cell(r) -> str:
+    at = f" at {r.world_size} ranks" if r.world_size != r.source_world_size else ""
+    return f"{r.bucket_mb:g} MiB{at}{' (cal)' if r.cal_saw else ''}"
+
+
 def markdown_held_out(df: pd.DataFrame) -> str:
     """Every cell, then MAE and band coverage per model/variant and overall."""
     lines = ["| model | variant | source job | predicted cell | predicted ms (band) | measured ms | error | in band |",
              "|---|---|---|---|---:|---:|---:|:---:|"]
     for r in df.sort_values(["model", "variant", "source_bucket_mb", "bucket_mb"]).itertuples():
-        lines.append(f"| {r.model} | {r.variant} | {r.source} | {r.bucket_mb:g} MiB{' (cal)' if r.cal_saw else ''} | "
+        lines.append(f"| {r.model} | {r.variant} | {r.source} | {_cell(r)} | "
                      f"{r.step_ms:.1f} ({r.step_ms_lo:.1f}-{r.step_ms_hi:.1f}) | {r.measured_step_ms:.1f} | "
                      f"{r.error_pct:+.1f} % | {'yes' if r.in_band else 'no'} |")
-    lines += ["", "| model | variant | predictions | MAE | inside band |", "|---|---|---:|---:|---:|"]
-    for (m, v), g in df.groupby(["model", "variant"]):
-        lines.append(f"| {m} | {v} | {len(g)} | {g['error_pct'].abs().mean():.1f} % | "
-                     f"{100 * g['in_band'].astype(bool).mean():.0f} % |")
+    lines += ["", "| model | variant | ranks | predictions | MAE | inside band |", "|---|---|---|---:|---:|---:|"]
+    for (m, v, n0), g in df.groupby(["model", "variant", "source_world_size"]):
+        lines.append(f"| {m} | {v} | {'2 from 2' if n0 == 2 else f'2 from {n0}'} | {len(g)} | "
+                     f"{g['error_pct'].abs().mean():.1f} % | {100 * g['in_band'].astype(bool).mean():.0f} % |")
+    up = df[df["source_world_size"] != df["world_size"]]
+    df = df[df["source_world_size"] == df["world_size"]]
     held = df[~df["cal_saw"]]
     lines += ["", f"All: MAE **{df['error_pct'].abs().mean():.1f} %** over {len(df)} predictions, "
               f"{100 * df['in_band'].astype(bool).mean():.0f} % of measured cells inside their band; "
               f"cells the source's calibration never ran: MAE {held['error_pct'].abs().mean():.1f} % "
               f"({len(held)}), {100 * held['in_band'].astype(bool).mean():.0f} % inside."]
+    if not up.empty:
+        lines.append(f"One rank to two (alpha and B from the `allreduce` run): MAE "
+                     f"{up['error_pct'].abs().mean():.1f} % over {len(up)} predictions, "
+                     f"{100 * up['in_band'].astype(bool).mean():.0f} % inside.")
     return "\n".join(lines)
 
 
@@ -365,17 +422,18 @@ def main(argv: list[str] | None = None) -> None:
         return
     if a.held_out:
         models = [m for m in a.models.split(",") if m]
+        root = Path(a.runs) if a.runs else Path(a.keep or tempfile.mkdtemp())
         if a.runs:
-            runs = {n: Path(a.runs) / n for n in models if (Path(a.runs) / n / "run.json").is_file()}
+            runs = {n: root / n for n in models if (root / n / "run.json").is_file()}
         else:
-            out = Path(a.keep or tempfile.mkdtemp())
-            runs = measure_held_out(out, a.steps, models)
-        df = evaluate_held_out(runs)
+            runs = measure_held_out(root, a.steps, models)
+        df = evaluate_held_out(runs, root / "allreduce" if (root / "allreduce" / "run.json").is_file() else None)
         print(markdown_held_out(df))
+        same = df[df["world_size"] == df["source_world_size"]]
         print("\n**Find the term**: each held-out cell predicted again with one modelled term replaced by the "
               "predicted job's measured value.\n")
-        print(ablation_table(df))
-        fam = family_bands(df)
+        print(ablation_table(same))
+        fam = family_bands(same)
         print("\n**Bands per family** (model, variant, direction of extrapolation; 90th percentile of the |error| "
               "of the family's cells from other sources):\n")
         print("| family | cells | mean half-width | inside |\n|---|---:|---:|---:|")

@@ -102,5 +102,6 @@ def whatif_text(path: str | None, job: str | None, bucket_mb: str | None = None,
     if cores and int(table["world_size"].max()) > int(cores) and \
             (run.meta.get("environment") or {}).get("device", "cpu") == "cpu":
         notes.append(f"caveat: this run's machine has {cores} cores; more ranks than that share cores "
-                     "(oversubscribed), which the model does not know.")
+                     "(oversubscribed): the model slows their compute evenly (the factor above), but not "
+                     "how much slower gloo's all-reduces get in training there.")
     return "\n".join(_header(model) + ["", text_table(view)] + notes + ["", advice]) + "\n"

@@ -25,6 +25,7 @@ from dpcore.read.whatif.fit import (
     PER_MESSAGE_RANGE_MS,
     Source,
     calibration_of,
+    fit_bucket_overhead,
     fit_kappa,
     fit_network,
     job_timelines,
@@ -102,6 +103,23 @@ def _kappa(run: Run, src: Source, cal: dict | None) -> tuple[float, str]:
     return kappa, ksrc
 
 
+def _with_overhead(run: Run, model: Model) -> None:
+    """Set the model's per-bucket backward cost (:func:`fit_bucket_overhead`), before any
+    calibration on the source's comm (which replays with it)."""
+    model.bucket_overhead_ms, model.bucket_overhead_source = fit_bucket_overhead(run.steps, model.src)
+
+
+def _ranks_that_fit(run: Run) -> float:
+    """Ranks whose compute threads a CPU run's cores hold at once (cores / threads per rank),
+    from run.json's environment; 0 for GPU runs and where it is not recorded."""
+    env = run.meta.get("environment") or {}
+    try:
+        cores, threads = float(env.get("cpu_cores") or 0), float(env.get("threads_per_rank") or 1)
+    except (TypeError, ValueError):
+        return 0.0
+    return cores / threads if env.get("device") == "cpu" and cores > 0 and threads > 0 else 0.0
+
+
 def _tail(src: Source) -> float:
     """Median bookkeeping after the last bucket (ms) over the source's timed rank-steps."""
     tails = [tl.sync_end_ms - max(tl.fwd_ms + tl.bwd_ms, float(np.max(tl.comm_end, initial=0.0)))
@@ -139,6 +157,7 @@ def _fabric_model(run: Run, job_id: str, net: Network, latency_us: float | None,
                   f"fabric {net.label}: {net.intra.source}" if latency_us is None else given,
                   f"fabric {net.label}: {net.intra.source}" if bandwidth_gbps is None else given,
                   strong, 1, fabric=net, kappa_band=band, network_given=(latency_us, bandwidth_gbps))
+    _with_overhead(run, model)
     model.calibration_source = ("none (messages from a fabric preset, one NCCL stream; the source job's comm "
                                 "does not describe that fabric)")
     return model
@@ -179,6 +198,9 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     streams = 1 if net["bandwidth_source"].startswith((JOB_FIT, "in-job")) else STREAMS.get(backend, 1)
     model = Model(src, kappa, ksrc, _tail(src), algo, float(net["alpha_us"]),
                   float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
+    _with_overhead(run, model)
+    model.ranks_that_fit = _ranks_that_fit(run)
+    model.network_by_ws = dict(net.get("by_world_size") or {})
     if latency_us is not None and bandwidth_gbps is not None:
         model.calibration_source = "none (alpha and B given: used as they are)"
         return model

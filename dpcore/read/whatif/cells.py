@@ -9,7 +9,7 @@ is :mod:`dpcore.read.whatif.build`'s; the bands and the recommendation are
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,7 @@ from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.fabrics import Network, ring_parts
 from dpcore.read.whatif.fit import Source
-from dpcore.read.whatif.model import RankStep, Replay, allreduce_parts, replay, undilate
+from dpcore.read.whatif.model import RankStep, Replay, allreduce_parts, rebucket_work, replay, undilate
 
 #: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
 #: ``step_ms_lo``/``step_ms_hi``: the band (:mod:`dpcore.read.whatif.advice`); ``in_band``: the
@@ -58,18 +58,43 @@ class Model:
     kappa_band: tuple[float, float] | None = None
     #: the user's (latency_us, bandwidth_gbps) over a fabric's, None where not given
     network_given: tuple[float | None, float | None] = (None, None)
+    #: compute the closing of one bucket costs backward (ms, :func:`dpcore.read.whatif.model.rebucket_work`)
+    bucket_overhead_ms: float = 0.0
+    bucket_overhead_source: str = "unmeasured: assumed 0"
+    #: ranks whose compute threads the CPU's cores hold at once (cores / threads per rank; 0: not
+    #: a CPU run, or unknown): see :func:`core_share`
+    ranks_that_fit: float = 0.0
+    #: (alpha_us, bandwidth_gbps) per world size an allreduce run measured: a cell at one of them
+    #: takes that line (:func:`dpcore.read.whatif.fit.allreduce_lines`); empty otherwise
+    network_by_ws: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
-def _rank_steps(model: Model, n: int) -> dict[int, list[RankStep]]:
-    """Per source step: up to ``n`` ranks in model units (source ranks reused cyclically)."""
+def core_share(model: Model, n: int) -> float:
+    """How much slower each rank computes at ``n`` ranks than at the source's, from sharing the
+    machine's cores: ``max(1, n x threads per rank / cores)`` over the same at the source's world
+    size. An assumption of the model (compute divides the cores evenly; gloo's own threads are
+    left out): 1 where the ranks fit the cores, on GPU runs, and where the cores are unknown."""
+    fit = model.ranks_that_fit
+    if fit <= 0:
+        return 1.0
+    return max(1.0, n / fit) / max(1.0, model.src.world_size / fit)
+
+
+def _rank_steps(model: Model, n: int, buckets: list[list[int]]) -> dict[int, list[RankStep]]:
+    """Per source step: up to ``n`` ranks in model units (source ranks reused cyclically), the
+    per-bucket cost of backward moved from the source's buckets to ``buckets``."""
     scale = model.src.world_size / n if model.strong else 1.0
+    share = core_share(model, n)
+    src_plan = pack_reverse(model.src.sizes.tolist(), model.src.bucket_mb, rule_for(model.src.variant))
     by_step: dict[int, list[RankStep]] = {}
     for tl in model.src.timelines:
         work = undilate(np.r_[tl.ready_ms, tl.fwd_ms + tl.bwd_ms], tl.comm_start, tl.comm_end,
                         model.kappa) - tl.fwd_ms
+        ready, total = rebucket_work(np.maximum(work[:-1], 0), max(work[-1], 0), src_plan, buckets,
+                                     model.bucket_overhead_ms)
         by_step.setdefault(tl.step, []).append(
-            RankStep(tl.fwd_ms * scale, np.maximum(work[:-1], 0) * scale, max(work[-1], 0) * scale, tl.opt_ms,
-                     tl.start_ms))
+            RankStep(tl.fwd_ms * scale * share, ready * scale * share, total * scale * share,
+                     tl.opt_ms * share, tl.start_ms))
     # ranks beyond the source's world size are copies of its ranks: the replay takes the max over
     # ranks of when each bucket is ready, which copies do not change, so at most the source's
     # ranks are replayed (1,024 ranks cost what the source's do; 65,536 took > 300 s)
@@ -86,6 +111,8 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     benchmark's ablation) instead of the network model's."""
     bw = model.bandwidth_gbps if bandwidth_gbps is None else bandwidth_gbps
     lat = model.alpha_us if latency_us is None else latency_us
+    if bandwidth_gbps is None and latency_us is None and world_size in model.network_by_ws:
+        lat, bw = model.network_by_ws[world_size]
     buckets = pack_reverse(model.src.sizes.tolist(), bucket_mb, rule_for(model.src.variant))
     if model.fabric is not None:
         lat_o = latency_us if latency_us is not None else model.network_given[0]
@@ -105,7 +132,7 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
         parts = np.c_[np.zeros(len(buckets)), np.asarray(bucket_ms, float)]
     reps = {s: replay(r, buckets, parts[:, 0], parts[:, 1], model.kappa, model.streams, model.tail_ms,
                       model.kappa_comm)
-            for s, r in _rank_steps(model, world_size).items()}
+            for s, r in _rank_steps(model, world_size, buckets).items()}
     cols: dict[str, list[float]] = {"step_ms": [], "comm_ms": [], "exposed_comm_ms": [], "compute_ms": [],
                                     "comm_end_ms": []}
     for rp in reps.values():

@@ -32,12 +32,18 @@ def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
              model.alpha_source),
             ("B", f"{model.bandwidth_gbps:.3f} GB/s", kind_of(model.bandwidth_source),
              model.bandwidth_source)]
+    if len(model.network_by_ws) > 1:
+        lines = "; ".join(f"{n} ranks {a:.1f} µs, {b:.3f} GB/s" for n, (a, b) in sorted(model.network_by_ws.items()))
+        rows.append(("alpha and B per world size", lines, "fitted",
+                     "allreduce.csv: a cell at a world size it measured takes that line, others the one above"))
     if model.fabric is not None and model.network_given[0] is None:
         inter = model.fabric.inter
         rows.append((f"alpha between nodes ({inter.name})", f"{inter.alpha_us:g} µs",
                      "assumed" if model.fabric.inter_assumed else "fabric", inter.source))
         rows.append((f"B between nodes ({inter.name}; the ring takes the slower link)", f"{inter.busbw_gbps:g} GB/s",
                      "assumed" if model.fabric.inter_assumed else "fabric", inter.source))
+    rows.append(("backward per bucket (staging, hook, launch)", f"{model.bucket_overhead_ms:.3f} ms",
+                 kind_of(model.bucket_overhead_source), model.bucket_overhead_source))
     rows.append(("gradient ready times", f"{len(model.src.sizes)} gradients", "measured",
                  f"the source job's own backward ({model.src.grads_source})"))
     cal = model.calibration_source
@@ -47,6 +53,11 @@ def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
     if model.strong:
         rows.append(("forward/backward x N_source/N", f"{model.src.world_size}/N", "assumed",
                      "strong scaling (fixed global batch): per-rank compute divides by the ranks"))
+    if model.ranks_that_fit > 0:
+        rows.append(("compute x max(1, N / ranks the cores hold) / the same at the source's N",
+                     f"{model.ranks_that_fit:g} ranks fit", "assumed",
+                     "run.json's cpu_cores / threads_per_rank: ranks beyond that share the cores evenly "
+                     "(gloo's own threads left out)"))
     rows.append(("bookkeeping after the last bucket", f"{model.tail_ms:.2f} ms", "measured",
                  "median over the source job's timed rank-steps"))
     return rows

@@ -359,6 +359,23 @@ def line_from_allreduce(allreduce: pd.DataFrame, algo: str, n: int) -> tuple[flo
     return a, b, ws
 
 
+def allreduce_lines(allreduce: pd.DataFrame, algo: str) -> dict[int, tuple[float, float]]:
+    """(α µs, B GB/s) of ``algo`` at every world size >= 2 the allreduce rows measured (each
+    fitted as :func:`line_from_allreduce` does; implausible fits left out). Why per world size:
+    gloo on a CPU box does not follow the ring formula from 2 ranks to 3 (the committed-style
+    run at 3 ranks on 2 cores: 0.83 ms per message against 0.22 ms at 2), so a cell at a world
+    size the run measured takes that world size's line, not the one nearest the source's."""
+    out: dict[int, tuple[float, float]] = {}
+    rows = allreduce[(allreduce["algo"] == ("native" if algo == "ring" else algo)) & (allreduce["world_size"] >= 2)]
+    for ws in sorted({int(w) for w in rows["world_size"]}):
+        line = line_from_allreduce(rows, "native" if algo == "ring" else algo, ws)
+        if line is not None and line[2] == ws:
+            alpha, bw = alpha_beta_from_line(algo, ws, line[0], line[1])
+            if plausible_network(alpha, bw):
+                out[ws] = (alpha, bw)
+    return out
+
+
 def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
                 latency_us: float | None, bandwidth_gbps: float | None) -> dict:
     """α (µs) and B (GB/s) for ``algo``, with their sources. Priority: the user's values, then
@@ -380,6 +397,8 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
                         f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s: not used)")
             line = None
     if line is not None:
+        if latency_us is None and bandwidth_gbps is None:
+            out["by_world_size"] = allreduce_lines(allreduce, algo)
         for key, val in (("alpha_us", alpha), ("bandwidth_gbps", bw)):
             if out[key] is None:
                 out[key] = val
@@ -420,3 +439,28 @@ def fit_network(src: Source, algo: str, allreduce: pd.DataFrame | None,
                                         f"{BANDWIDTH_RANGE_GBPS[1]:g} GB/s; give --bandwidth-gbps)")
     out["alpha_source"] += rejected
     return out
+
+
+def fit_bucket_overhead(steps: pd.DataFrame, src: Source) -> tuple[float, str]:
+    """(ms of backward per bucket, where it came from): the slope of the median backward over
+    bucket count across the run's jobs of the source's variant at world size 1, where no comm
+    is in flight to slow backward, so what grows with the buckets is their own cost on the
+    compute thread (staging, the hook, the launch). Needs two bucket counts; else 0, said so.
+
+    Why it matters: the replay keeps the source's backward, and with it the cost of the
+    source's buckets. Without this term a 1-bucket source predicted a 30-bucket cell low by the
+    29 buckets' cost and a 30-bucket source every other cell high (the sample's mlp: backward
+    4.9 ms with 1 bucket, 11.2 ms with 30, at world size 1)."""
+    st = steps[(steps["variant"] == src.variant) & (steps["world_size"] == 1) & ~steps["profiled"].astype(bool)]
+    rule = rule_for(src.variant)
+    pts = [(len(pack_reverse(src.sizes.tolist(), float(mb), rule)), float(g["bwd_ms"].median()))
+           for mb, g in st.groupby("bucket_mb") if np.isfinite(mb) and mb > 0]
+    counts = {n for n, _ in pts}
+    if len(counts) < 2:
+        return 0.0, ("unmeasured (no world-size-1 jobs of the variant at two bucket counts): assumed 0 ms "
+                     "per bucket; profile world size 1 at two bucket sizes to measure it")
+    x, y = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+    _, b = fit_line(x, y)
+    b = max(float(b), 0.0)
+    return b, (f"across jobs: backward of {len(pts)} world-size-1 {src.variant} jobs "
+               f"({int(x.min())}-{int(x.max())} buckets, no comm), slope per bucket")
