@@ -14,11 +14,12 @@ One command, three steps, a Markdown table on stdout ready for the README:
 
 The headline is the mean absolute error (MAE) over the bucket-sweep pairs at 2 ranks (1 MB and
 4 MB predicted from 32 MB, and 32 MB from each of them). World-size rows are reported apart:
-above 2 ranks on a 2-core machine the ranks share cores (oversubscribed), which the model does
-not know; and the 1-rank jobs are also the comm-free baseline kappa is measured against, so
-their rows are not independent of the measurement. Measurements on a shared machine are noisy:
-every number is a median over ``--steps`` timed steps of every rank and over the rounds, and
-the table shows each measured cell's spread over rounds; run it on a quiet machine for the README.
+above 2 ranks on a 2-core machine the ranks share cores (oversubscribed: the model slows their
+compute evenly, not their all-reduces in training); and the 1-rank jobs are also the comm-free
+baseline kappa is measured against, so their rows are not independent of the measurement.
+Measurements on a shared machine are noisy: every number is a median over ``--steps`` timed
+steps of every rank and over the rounds, and the table shows each measured cell's spread over
+rounds; run it on a quiet machine for the README.
 """
 from __future__ import annotations
 
@@ -126,7 +127,8 @@ def markdown(df: pd.DataFrame, cores: int, job_fit: pd.DataFrame | None = None) 
                 f"({nh}), all pairs {a:.1f} % ({na}).", ""]
     if not ws.empty:
         out += [f"**Other world sizes** (this machine has {cores} cores: above {cores} ranks they share "
-                "cores, oversubscribed, which the model does not know)", "", *table(ws), "",
+                "cores, oversubscribed: the model slows their compute evenly, not their all-reduces in training)",
+                "", *table(ws), "",
                 f"MAE over world sizes: {ws['error_pct'].abs().mean():.1f} % ({len(ws)} predictions).", ""]
     return "\n".join(out)
 
