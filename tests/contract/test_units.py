@@ -13,3 +13,10 @@ def test_exact_size_is_readable_and_exact() -> None:
     assert exact_size(16) == "16 B" and exact_size(0) == "0 B"  # below 1 KiB: once
     assert exact_size(None) == exact_size(math.nan) == exact_size("x") == EMPTY
     assert exact_size(301_352).startswith(binary_size(301_352))
+
+
+def test_number_formats_by_spec_and_dashes_the_unknown():
+    from dpcore.contract.units import number
+    assert number(1.23456, "+.2f") == "+1.23" and number(3, ".0f") == "3"
+    assert number(2.3074841, ".7g") == "2.307484"
+    assert [number(v, ".3f") for v in (float("nan"), None, float("inf"), "x")] == ["—"] * 4

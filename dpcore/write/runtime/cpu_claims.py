@@ -72,8 +72,13 @@ def shared_with(cpus: Iterable[int]) -> dict[int, list[int]]:
     mine, out = set(cpus), {}
     try:
         files = list(claim_dir().glob("*.json"))
+        notes = list(claim_dir().glob("*.seen-by-*"))
     except OSError:
         return {}
+    for note in notes:  # left to a run that ended before the note was written
+        target = note.name.split(".", 1)[0]
+        if target.isdigit() and not _alive(int(target)):
+            release(note)
     for f in files:
         try:
             doc = json.loads(f.read_text())

@@ -327,8 +327,11 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     assert names == ["forward", "backward", "bookkeeping", "optimizer", "bucket", "bucket ready (all ranks)"]
     meas = table.rename(columns={"measured_job": "job_id"}).dropna(subset=["job_id"])
     meas = meas.assign(step_ms=meas["measured_step_ms"])
-    assert [t.name for t in sweep_figure(table, meas).data] == ["band, 2 ranks", "predicted, 2 ranks",
-                                                                 "measured, 2 ranks"]
+    sweep = sweep_figure(table, meas)
+    assert [t.name for t in sweep.data] == ["band, 2 ranks", "predicted, 2 ranks", "measured, 2 ranks"]
+    # the log axis is labelled at the swept sizes in binary units, never plotly's "2 5 1 2 5 10"
+    assert sweep.layout.xaxis.type == "log" and list(sweep.layout.xaxis.tickvals) == [4.0, 8.0, 16.0]
+    assert list(sweep.layout.xaxis.ticktext) == ["4 MiB", "8 MiB", "16 MiB"]
     # a measured cell far outside its band is marked as such, in both figures
     off = table.assign(measured_step_ms=table["measured_step_ms"] * 3)
     assert [t.name for t in breakdown_figure(off, 8.0).data][-1] == "measured, outside the band"

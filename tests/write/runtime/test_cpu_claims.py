@@ -57,8 +57,12 @@ def test_a_dead_runs_claim_is_ignored_and_removed(tmp_path: Path, monkeypatch) -
     folder = cpu_claims.claim_dir()
     folder.mkdir(parents=True)
     (folder / f"{dead}.json").write_text(json.dumps({"pid": int(dead), "cpus": [0, 1]}))
+    # a note a later run left to a run that had ended meanwhile, and one left to this process
+    (folder / f"{dead}.seen-by-1").write_text(json.dumps({"pid": 1, "cpus": [0]}))
+    (folder / f"{os.getpid()}.seen-by-1").write_text(json.dumps({"pid": 1, "cpus": [0]}))
     assert cpu_claims.shared_with([0, 1]) == {}
-    assert not (folder / f"{dead}.json").exists()
+    assert not (folder / f"{dead}.json").exists() and not (folder / f"{dead}.seen-by-1").exists()
+    assert cpu_claims.told() == {1: [0]} and list(folder.iterdir()) == []  # read once, then gone
 
 
 def test_a_run_that_starts_and_ends_within_a_job_flags_that_job(tmp_path: Path, monkeypatch) -> None:
