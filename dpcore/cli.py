@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING
 
 from dpcore.contract.config import (
     MODELS,
-    OPTIMIZERS,
-    SIZES,
     TrainConfig,
     check_timeout,
     default_of,
@@ -35,7 +33,7 @@ from dpcore.contract.config import (
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import check_world_sizes
 from dpcore.contract.option_fields import field_default, option_fields, option_values
-from dpcore.contract.options import DTYPE_HELP, AllreduceOptions, ProfileOptions, VerifyOptions
+from dpcore.contract.options import AllreduceOptions, ProfileOptions, VerifyOptions
 from dpcore.contract.procs import stop_helpers
 
 if TYPE_CHECKING:  # the read wing loads only for the read commands
@@ -49,47 +47,33 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def add_options(p: argparse.ArgumentParser, cls: type) -> None:
-    """Every option field of the options dataclass ``cls`` as an argument of ``p`` (its flag,
-    help, metavar and choices; the default as the text the field's parser reads back)."""
+def add_options(p: argparse.ArgumentParser, cls: type, only: tuple[str, ...] | None = None,
+                defaults: dict[str, object] | None = None, helps: dict[str, str] | None = None) -> None:
+    """Every option field of the options dataclass ``cls`` (or those named in ``only``) as an
+    argument of ``p``: its flag, help, metavar and choices, the default as the text the field's
+    parser reads back. ``defaults`` and ``helps`` are a command's own, where they differ from the
+    field's (verify's model-dependent learning rate; a batch size resolved from the model)."""
+    defaults, helps = defaults or {}, helps or {}
     for f, spec in option_fields(cls):
-        if spec.negate:
-            p.add_argument(spec.flag, dest=f.name, action="store_true", help=spec.help)
+        if only is not None and f.name not in only:
             continue
-        kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(field_default(f)),
-                                     "help": spec.help,
-                                     "metavar": spec.metavar or spec.flag.lstrip("-").replace("-", "_").upper()}
+        help_text = helps.get(f.name, spec.help)
+        if spec.negate:
+            p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
+            continue
+        default = defaults[f.name] if f.name in defaults else field_default(f)
+        kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(default), "help": help_text}
         if spec.type is not None:
             kwargs["type"] = spec.type
-        if spec.choices is not None:
+        if spec.choices is not None:  # argparse shows them: {sgd,adam,adamw}
             kwargs["choices"] = spec.choices
+        else:
+            kwargs["metavar"] = spec.shown_metavar()
         p.add_argument(spec.flag, **kwargs)  # type: ignore[arg-type]
 
 
-def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: float | None) -> None:
-    """The training options of ``profile`` and ``verify`` (defaults: TrainConfig's, except the
-    ones each command passes)."""
-    train = lambda name: default_of(TrainConfig, name)  # noqa: E731
-    p.add_argument("--model", default=model,
-                   help=f"one of {', '.join(MODELS)}, or MODULE:FUNCTION: your own model, "
-                        "FUNCTION() in MODULE (found in the current directory or on PYTHONPATH) "
-                        "returning a dpcore.Workload(model, make_batch, loss_fn) (default %(default)s)")
-    p.add_argument("--size", default=train("size"),
-                   help=f"transformer size: {', '.join(SIZES)} (ignored for MODULE:FUNCTION) (default %(default)s)")
-    p.add_argument("--width", type=int, default=train("width"),
-                   help="mlp hidden width (ignored for MODULE:FUNCTION) (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help=f"per-rank batch (weak scaling) or global batch (strong); default "
-                        f"{train('batch_size')}, einsum 5120 (docs/DESIGN.md's b), MODULE:FUNCTION its "
-                        f"Workload.batch_size or {train('batch_size')}")
-    p.add_argument("--steps", type=int, default=steps, help="(default %(default)s)")
-    p.add_argument("--lr", type=float, default=lr,
-                   help="learning rate (default " + ("%(default)g)" if lr is not None else "the model's)"))
-    p.add_argument("--optimizer", default=train("optimizer"), choices=OPTIMIZERS,
-                   help="torch.optim class of every variant: sgd (default), adam, adamw. SGD keeps "
-                        "no state, so ZeRO-1's saving (zero1, torch_zero1) only shows with adam/adamw")
-    p.add_argument("--seed", type=int, default=train("seed"),
-                   help="seed of the model's weights and the data, the same in every variant (default %(default)s)")
+#: The training options ``verify`` takes (the rest of TrainConfig's are profile's only).
+_VERIFY_TRAIN = ("model", "size", "width", "batch_size", "steps", "lr", "optimizer", "seed")
 
 
 def prog_name(argv0: str | None = None) -> str:
@@ -105,26 +89,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     verify = lambda name: default_of(VerifyOptions, name)  # noqa: E731
     v = sub.add_parser("verify", help="prove every variant trains exactly like single-process")
-    _train_args(v, verify("model"), verify("steps"), None)  # None: the model's verify defaults
+    add_options(v, TrainConfig, only=_VERIFY_TRAIN,  # lr None: the model's verify default
+                defaults={"model": verify("model"), "steps": verify("steps"), "lr": None, "batch_size": None},
+                helps={"lr": "learning rate (default the model's)"})
     add_options(v, VerifyOptions)
 
-    train = lambda name: default_of(TrainConfig, name)  # noqa: E731
     p = sub.add_parser("profile", help="profile variants x world sizes into a run directory")
-    _train_args(p, train("model"), train("steps"), train("lr"))
-    p.add_argument("--dtype", default=train("dtype"), help=DTYPE_HELP)
-    p.add_argument("--warmup", type=int, default=train("warmup"),
-                   help="untimed steps before the timed ones, 0 or more (default %(default)s)")
-    p.add_argument("--scaling", default=train("scaling"),
-                   help="weak (fixed per-rank batch) or strong (fixed global batch) (default %(default)s)")
-    p.add_argument("--bucket-mb", type=float, default=train("bucket_mb"),
-                   help="gradient bucket cap in MiB of the bucketed variants (default %(default)g)")
-    p.add_argument("--profile-steps", type=int, default=train("profile_steps"),
-                   help="steps traced by torch.profiler after the timed ones, 0: none (default %(default)s)")
-    p.add_argument("--calibration-steps", type=int, default=train("calibration_steps"),
-                   help="untimed steps per bucket plan of the what-if calibration after each 2+-rank "
-                        "bucketed/torch_ddp job (0: none) (default %(default)s)")
-    p.add_argument("--powersgd-rank", type=int, default=train("powersgd_rank"),
-                   help="PowerSGD's matrix approximation rank (default %(default)s)")
+    add_options(p, TrainConfig, defaults={"batch_size": None})  # None: the model's own batch
     p.add_argument("--inject-delay", default=None, metavar="RANK:MS",
                    help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
     add_options(p, ProfileOptions)
@@ -285,13 +256,9 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
             batch = default_batch_size(args.model)
         batch = batch or default_of(TrainConfig, "batch_size")
     delay = parse_delay(args.inject_delay) if args.inject_delay is not None else (-1, 0.0)
-    train = TrainConfig(model=args.model, size=args.size, width=args.width,
-                        delay_rank=delay[0], delay_ms=delay[1],
-                        batch_size=batch, scaling=args.scaling, steps=args.steps,
-                        warmup=args.warmup, profile_steps=args.profile_steps if given["trace"] else 0,
-                        bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed,
-                        optimizer=args.optimizer, calibration_steps=args.calibration_steps,
-                        powersgd_rank=args.powersgd_rank, dtype=args.dtype)
+    train = TrainConfig(**{**option_values(args, TrainConfig), "batch_size": batch,
+                           "profile_steps": args.profile_steps if given["trace"] else 0,
+                           "delay_rank": delay[0], "delay_ms": delay[1]})
     opts = ProfileOptions(train=train, **given)
     from dpcore.write.commands.profile import run_profile
 

@@ -42,8 +42,8 @@ def table(command: str, cls: type) -> str:
             flag, default = spec.flag, "off"
         else:
             shown = spec.default_text(field_default(f))
-            metavar = spec.metavar or spec.flag.lstrip("-").replace("-", "_").upper()
-            flag = f"{spec.flag} {metavar}"
+            value = "{" + ",".join(spec.choices) + "}" if spec.choices else spec.shown_metavar()
+            flag = f"{spec.flag} {value}"
             default = "" if shown is None or shown == "" else (f"{shown:g}" if isinstance(shown, float) else
                                                                str(shown))
         what = _DEFAULT_NOTE.sub("", spec.help).replace("%(default)s", default).replace("%(default)g", default)

@@ -31,6 +31,10 @@ class OptionSpec:
     text: Callable[[Any], str] | None = None
     negate: bool = False
 
+    def shown_metavar(self) -> str:
+        """The value's name in usage lines: the given metavar, else the flag's (``--run-id`` RUN_ID)."""
+        return self.metavar or self.flag.lstrip("-").replace("-", "_").upper()
+
     def default_text(self, default: Any) -> Any:
         """What argparse holds as the default: the text form where the value is parsed from text."""
         return self.text(default) if self.text is not None and default is not None else default

@@ -19,6 +19,7 @@ from dpcore.contract.config import (
     COMM_HOOKS,
     DEFAULT_TIMEOUT_S,
     DEVICES,
+    DTYPE_HELP,
     DTYPES,
     MAX_REPEATS,
     MAX_STEPS,
@@ -65,8 +66,6 @@ DEVICE_HELP = (f"{', '.join(DEVICES)}: auto = cuda where a GPU is present, else 
 BACKEND_HELP = (f"{', '.join(BACKENDS)}: auto = nccl on cuda when every rank has its own GPU, else gloo "
                 "(default %(default)s)")
 TIMEOUT_HELP = "seconds before a hung job is killed and reported (default %(default)g)"
-DTYPE_HELP = (f"{', '.join(DTYPES)}: fp32, or bf16 / fp16 autocast with float32 master weights (fp16 with "
-              "a gradient scaler); auto = bf16 on a GPU that supports it, fp32 on the CPU (default %(default)s)")
 VARIANTS_HELP = "comma-separated variants, or all: " + ", ".join(VARIANTS) + " (default %(default)s)"
 
 
