@@ -33,7 +33,7 @@ from dpcore.contract.config import (
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import check_world_sizes
 from dpcore.contract.option_fields import field_default, option_fields, option_values
-from dpcore.contract.options import AllreduceOptions, ProfileOptions, VerifyOptions
+from dpcore.contract.options import COMMAND_OPTIONS, AllreduceOptions, ProfileOptions, VerifyOptions
 from dpcore.contract.procs import stop_helpers
 
 if TYPE_CHECKING:  # the read wing loads only for the read commands
@@ -47,33 +47,27 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def add_options(p: argparse.ArgumentParser, cls: type, only: tuple[str, ...] | None = None,
-                defaults: dict[str, object] | None = None, helps: dict[str, str] | None = None) -> None:
-    """Every option field of the options dataclass ``cls`` (or those named in ``only``) as an
-    argument of ``p``: its flag, help, metavar and choices, the default as the text the field's
-    parser reads back. ``defaults`` and ``helps`` are a command's own, where they differ from the
-    field's (verify's model-dependent learning rate; a batch size resolved from the model)."""
-    defaults, helps = defaults or {}, helps or {}
-    for f, spec in option_fields(cls):
-        if only is not None and f.name not in only:
-            continue
-        help_text = helps.get(f.name, spec.help)
-        if spec.negate:
-            p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
-            continue
-        default = defaults[f.name] if f.name in defaults else field_default(f)
-        kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(default), "help": help_text}
-        if spec.type is not None:
-            kwargs["type"] = spec.type
-        if spec.choices is not None:  # argparse shows them: {sgd,adam,adamw}
-            kwargs["choices"] = spec.choices
-        else:
-            kwargs["metavar"] = spec.shown_metavar()
-        p.add_argument(spec.flag, **kwargs)  # type: ignore[arg-type]
-
-
-#: The training options ``verify`` takes (the rest of TrainConfig's are profile's only).
-_VERIFY_TRAIN = ("model", "size", "width", "batch_size", "steps", "lr", "optimizer", "seed")
+def add_options(p: argparse.ArgumentParser, command: str) -> None:
+    """Every option of ``command`` (:data:`~dpcore.contract.options.COMMAND_OPTIONS`) as an
+    argument of ``p``: the field's flag, help, metavar and choices, the default as the text the
+    field's parser reads back."""
+    for group in COMMAND_OPTIONS[command]:
+        for f, spec in option_fields(group.cls):
+            if group.only is not None and f.name not in group.only:
+                continue
+            help_text = group.helps.get(f.name, spec.help)
+            if spec.negate:
+                p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
+                continue
+            default = group.defaults[f.name] if f.name in group.defaults else field_default(f)
+            kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(default), "help": help_text}
+            if spec.type is not None:
+                kwargs["type"] = spec.type
+            if spec.choices is not None:  # argparse shows them: {sgd,adam,adamw}
+                kwargs["choices"] = spec.choices
+            else:
+                kwargs["metavar"] = spec.shown_metavar()
+            p.add_argument(spec.flag, **kwargs)  # type: ignore[arg-type]
 
 
 def prog_name(argv0: str | None = None) -> str:
@@ -87,18 +81,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     ap = _Parser(prog=prog or prog_name(), description="Profile data-parallel training variants.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    verify = lambda name: default_of(VerifyOptions, name)  # noqa: E731
     v = sub.add_parser("verify", help="prove every variant trains exactly like single-process")
-    add_options(v, TrainConfig, only=_VERIFY_TRAIN,  # lr None: the model's verify default
-                defaults={"model": verify("model"), "steps": verify("steps"), "lr": None, "batch_size": None},
-                helps={"lr": "learning rate (default the model's)"})
-    add_options(v, VerifyOptions)
+    add_options(v, "verify")
 
     p = sub.add_parser("profile", help="profile variants x world sizes into a run directory")
-    add_options(p, TrainConfig, defaults={"batch_size": None})  # None: the model's own batch
+    add_options(p, "profile")
     p.add_argument("--inject-delay", default=None, metavar="RANK:MS",
                    help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
-    add_options(p, ProfileOptions)
 
     a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)",
                        description="Time every all-reduce algorithm at every world size and message size "
@@ -106,7 +95,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                                    "(repeats, median time, algbw, busbw = algbw * 2(N-1)/N, #wrong) is printed and "
                                    "written as a run that the dashboard's Bandwidth and Ring messages views open. "
                                    "Under torchrun it runs on torchrun's ranks (its one world size).")
-    add_options(a, AllreduceOptions)
+    add_options(a, "allreduce")
 
     z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
     z.add_argument("path")

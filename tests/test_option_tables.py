@@ -32,21 +32,29 @@ def test_check_fails_on_a_stale_table_and_the_rewrite_fixes_it(tmp_path: Path) -
 
 def test_every_option_of_the_dataclasses_is_a_row_with_its_default() -> None:
     from dpcore.contract.option_fields import field_default, option_fields
-    from dpcore.contract.options import AllreduceOptions, ProfileOptions, VerifyOptions
+    from dpcore.contract.options import COMMAND_OPTIONS
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for command, cls in (("profile", ProfileOptions), ("allreduce", AllreduceOptions), ("verify", VerifyOptions)):
+    for command, groups in COMMAND_OPTIONS.items():
         start = readme.index(f"| `{command}` | default | what it does |")
         block = readme[start:readme.index("\n\n", start)]
-        for f, spec in option_fields(cls):
-            line = next((ln for ln in block.splitlines() if ln.startswith(f"| `{spec.flag}")), None)
-            assert line is not None, (command, spec.flag)
-            shown = spec.default_text(field_default(f))
-            if not spec.negate and shown not in (None, ""):
-                text = f"{shown:g}" if isinstance(shown, float) else str(shown)
-                assert f"| `{text}` |" in line, (command, spec.flag, line)
+        for group in groups:
+            for f, spec in option_fields(group.cls):
+                line = next((ln for ln in block.splitlines() if ln.startswith(f"| `{spec.flag} ")
+                             or ln.startswith(f"| `{spec.flag}`")), None)
+                if group.only is not None and f.name not in group.only:
+                    continue
+                assert line is not None, (command, spec.flag)
+                shown = spec.default_text(group.defaults.get(f.name, field_default(f)))
+                if not spec.negate and shown not in (None, ""):
+                    text = f"{shown:g}" if isinstance(shown, float) else str(shown)
+                    assert f"| `{text}` |" in line, (command, spec.flag, line)
     assert "| `--sizes SIZES` | `1KB,64KB,1MB,16MB,64MB` |" in readme
     assert "| `--timeout TIMEOUT` | `300` |" in readme
+    verify = readme[readme.index("| `verify` | default"):]
+    assert "| `--model MODEL` | `toy` |" in verify
+    assert "| `--lr LR` |  | learning rate (default the model's) |" in verify
+    assert "--bucket-mb" not in verify[:verify.index("<!-- end of option tables -->")]
 
 
 def test_the_parser_takes_its_defaults_and_values_from_the_fields() -> None:

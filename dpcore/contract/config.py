@@ -164,7 +164,8 @@ class TrainConfig:
              "(docs/DESIGN.md's b), MODULE:FUNCTION its Workload.batch_size or 32")
     scaling: str = option("weak", flag="--scaling",
                           help="weak (fixed per-rank batch) or strong (fixed global batch) (default %(default)s)")
-    steps: int = option(10, flag="--steps", type=int, help="(default %(default)s)")
+    steps: int = option(10, flag="--steps", type=int,
+                        help="steps each job trains (profile: the timed ones, after --warmup) (default %(default)s)")
     warmup: int = option(3, flag="--warmup", type=int,
                          help="untimed steps before the timed ones, 0 or more (default %(default)s)")
     #: 0 == no trace

@@ -286,3 +286,29 @@ class VerifyOptions:
         check_at_most("--steps", self.steps, MAX_STEPS, "each step is compared across variants")
         check_choices(self.variants, "variant", VARIANTS, all_ok=True)
         check_backend(self.backend)
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """The options one command takes from one options class: all its option fields or those in
+    ``only``, with the command's own ``defaults`` and ``helps`` where they differ from the field's."""
+
+    cls: type
+    only: tuple[str, ...] | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    helps: dict[str, str] = field(default_factory=dict)
+
+
+#: Each command's options, in the order ``--help`` and the README list them: the CLI's parser
+#: and ``scripts/option_tables.py`` both read this. ``batch_size`` None: the model's own batch
+#: (a Workload's, einsum's b, else TrainConfig's); verify's learning rate is the model's.
+COMMAND_OPTIONS: dict[str, tuple[OptionGroup, ...]] = {
+    "profile": (OptionGroup(TrainConfig, defaults={"batch_size": None}), OptionGroup(ProfileOptions)),
+    "allreduce": (OptionGroup(AllreduceOptions),),
+    "verify": (OptionGroup(TrainConfig, only=("model", "size", "width", "batch_size", "steps", "lr", "optimizer",
+                                             "seed"),
+                           defaults={"model": VerifyOptions.model, "steps": VerifyOptions.steps, "lr": None,
+                                     "batch_size": None},
+                           helps={"lr": "learning rate (default the model's)"}),
+               OptionGroup(VerifyOptions)),
+}
