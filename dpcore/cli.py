@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from dpcore.contract.config import (
+    ALGOS,
     MODELS,
     TrainConfig,
     check_timeout,
@@ -146,7 +147,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     w.add_argument("--latency-us", type=float, default=None,
                    help="per-message latency alpha in us (default: fitted like B)")
     w.add_argument("--algo", default="ring", help="all-reduce algorithm of the alpha-beta model: "
-                                                  "ring, native, central, naive (default ring)")
+                                                  f"{', '.join(ALGOS)} (default ring)")
     w.add_argument("--allreduce-run", default=None,
                    help="fit alpha and B from this `allreduce` run (default: the run's own allreduce rows, "
                         "else the job's collectives)")
