@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dpcore.contract import runformat as rf
+from dpcore.contract import runformat
 from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS
 from dpcore.contract.options import ProfileOptions
 from dpcore.write.capture.inject import HangInjection
@@ -61,8 +61,8 @@ def plan_jobs(opts: ProfileOptions, run_dir: Path | None) -> list[JobSpec]:
             hooks = [h for h in opts.comm_hooks if h != "none" or "none" in opts.comm_hooks] \
                 if variant == "torch_ddp" and ws > 1 else ["none"]
             for hook in dict.fromkeys(["none", *hooks]):  # the plain job always: the reference
-                jid = rf.job_id(variant, ws, b) + ("" if hook == "none" else f"-{hook}")
-                tdir = str(rf.trace_dir(run_dir, jid)) if (opts.trace and run_dir) else None
+                jid = runformat.job_id(variant, ws, b) + ("" if hook == "none" else f"-{hook}")
+                tdir = str(runformat.trace_dir(run_dir, jid)) if (opts.trace and run_dir) else None
                 jobs.append(JobSpec(jid, variant, ws, procs, b, tdir, hook))
     return jobs
 
@@ -160,7 +160,7 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
         progress = Progress(opts.progress if world.writes else "none", len(jobs))
         life.start(progress)
         for v in skipped:
-            life.add_job({"id": rf.job_id(v, 1, cfg.bucket_mb), "kind": "train", "variant": v,
+            life.add_job({"id": runformat.job_id(v, 1, cfg.bucket_mb), "kind": "train", "variant": v,
                           "world_size": 1, "status": "skipped", **world.placement.job_fields(1),
                           "skip_reason": "single-process variant: run it without torchrun"})
         for spec in jobs:
@@ -169,4 +169,4 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
         for spec in jobs:
             life.run_job(spec.job_id, steps,
                          functools.partial(run_job, world, life.writer, spec, opts, progress), steps_note)
-    return rf.EXIT_CODES[life.status], (life.run_dir if life.writer else None)
+    return runformat.EXIT_CODES[life.status], (life.run_dir if life.writer else None)
