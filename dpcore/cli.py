@@ -8,7 +8,8 @@ Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one 
 exit status 2. The CLI computes nothing itself; it parses text into values and calls the
 modules the dashboard calls too, so both show the same numbers. Validation is not here: the
 options objects (:mod:`dpcore.contract.options`) refuse bad values when they are built, and the
-defaults shown below are their fields' defaults.
+options of ``profile``, ``allreduce`` and ``verify`` are generated from their fields
+(:func:`add_options`, :data:`~dpcore.contract.options.COMMAND_OPTIONS`).
 """
 from __future__ import annotations
 

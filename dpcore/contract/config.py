@@ -5,8 +5,9 @@ Why validation lives in ``TrainConfig.__post_init__`` (and in the command option
 :mod:`dpcore.contract.options`): a config that no job can run must be refused wherever it is
 built (the CLI, a test, a library caller), before any rank starts or any run folder exists,
 with one line naming the option and its valid values (:class:`UsageError`, exit 2 in the CLI).
-The CLI only turns text into values and takes its defaults from these classes' fields, so a
-rule or a default is written once.
+TrainConfig's fields are also the training options of ``profile`` and ``verify`` (flag, help;
+:mod:`dpcore.contract.option_fields`): the CLI's parser is generated from them and only turns
+text into values, so a rule, a default or a help text is written once.
 """
 from __future__ import annotations
 
