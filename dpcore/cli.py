@@ -8,7 +8,8 @@ Bad input never produces a traceback: :class:`UsageError` becomes ``error: <one 
 exit status 2. The CLI computes nothing itself; it parses text into values and calls the
 modules the dashboard calls too, so both show the same numbers. Validation is not here: the
 options objects (:mod:`dpcore.contract.options`) refuse bad values when they are built, and the
-defaults shown below are their fields' defaults.
+options of ``profile``, ``allreduce`` and ``verify`` are generated from their fields
+(:func:`add_options`, :data:`~dpcore.contract.options.COMMAND_OPTIONS`).
 """
 from __future__ import annotations
 
@@ -24,30 +25,17 @@ from typing import TYPE_CHECKING
 
 from dpcore.contract.config import (
     ALGOS,
-    BACKENDS,
-    COMM_HOOKS,
-    DEVICES,
-    DTYPES,
     MODELS,
-    OPTIMIZERS,
-    PROGRESS_MODES,
-    SIZES,
-    VARIANTS,
     TrainConfig,
     check_timeout,
     default_of,
     is_model_spec,
-    parse_bucket_sweep,
-    parse_choices,
     parse_delay,
-    parse_hang,
-    parse_int_list,
-    parse_size_list,
-    size_text,
 )
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import check_world_sizes
-from dpcore.contract.options import AllreduceOptions, ProfileOptions, RunOptions, VerifyOptions
+from dpcore.contract.option_fields import field_default, option_fields, option_values
+from dpcore.contract.options import COMMAND_OPTIONS, AllreduceOptions, ProfileOptions, VerifyOptions
 from dpcore.contract.procs import stop_helpers
 
 if TYPE_CHECKING:  # the read wing loads only for the read commands
@@ -61,72 +49,27 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _list_text(values: tuple | list, every: tuple[str, ...] | None = None) -> str:
-    """A tuple default as the option's text: '1,2'; 'all' when it names every choice."""
-    return "all" if every is not None and tuple(values) == tuple(every) else ",".join(map(str, values))
-
-
-#: --variants of profile and verify: the valid names, and what "all" means.
-_VARIANTS_HELP = ("comma-separated variants, or all: " + ", ".join(VARIANTS) + " (default %(default)s)")
-
-
-def _train_args(p: argparse.ArgumentParser, model: str, steps: int, lr: float | None) -> None:
-    """The training options of ``profile`` and ``verify`` (defaults: TrainConfig's, except the
-    ones each command passes)."""
-    train = lambda name: default_of(TrainConfig, name)  # noqa: E731
-    p.add_argument("--model", default=model,
-                   help=f"one of {', '.join(MODELS)}, or MODULE:FUNCTION: your own model, "
-                        "FUNCTION() in MODULE (found in the current directory or on PYTHONPATH) "
-                        "returning a dpcore.Workload(model, make_batch, loss_fn) (default %(default)s)")
-    p.add_argument("--size", default=train("size"),
-                   help=f"transformer size: {', '.join(SIZES)} (ignored for MODULE:FUNCTION) (default %(default)s)")
-    p.add_argument("--width", type=int, default=train("width"),
-                   help="mlp hidden width (ignored for MODULE:FUNCTION) (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help=f"per-rank batch (weak scaling) or global batch (strong); default "
-                        f"{train('batch_size')}, einsum 5120 (docs/DESIGN.md's b), MODULE:FUNCTION its "
-                        f"Workload.batch_size or {train('batch_size')}")
-    p.add_argument("--steps", type=int, default=steps, help="(default %(default)s)")
-    p.add_argument("--lr", type=float, default=lr,
-                   help="learning rate (default " + ("%(default)g)" if lr is not None else "the model's)"))
-    p.add_argument("--optimizer", default=train("optimizer"), choices=OPTIMIZERS,
-                   help="torch.optim class of every variant: sgd (default), adam, adamw. SGD keeps "
-                        "no state, so ZeRO-1's saving (zero1, torch_zero1) only shows with adam/adamw")
-    p.add_argument("--seed", type=int, default=train("seed"),
-                   help="seed of the model's weights and the data, the same in every variant (default %(default)s)")
-
-
-def _world_args(p: argparse.ArgumentParser, backend: str, timeout_s: float, device: str) -> None:
-    """Where the ranks compute, which backend they use and how long a job may take."""
-    p.add_argument("--device", default=device,
-                   help=f"{', '.join(DEVICES)}: auto = cuda where a GPU is present, else cpu; with "
-                        "more ranks than GPUs, rank r computes on GPU r mod G and the ranks share "
-                        "the GPUs over gloo (default %(default)s)")
-    p.add_argument("--backend", default=backend,
-                   help=f"{', '.join(BACKENDS)}: auto = nccl on cuda when every rank has its own GPU, "
-                        "else gloo (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=timeout_s,
-                   help="seconds before a hung job is killed and reported (default %(default)g)")
-
-
-def _dtype_arg(p: argparse.ArgumentParser, default: str) -> None:
-    """The precision every job trains in."""
-    p.add_argument("--dtype", default=default,
-                   help=f"{', '.join(DTYPES)}: fp32, or bf16 / fp16 autocast with float32 master "
-                        "weights (fp16 with a gradient scaler); auto = bf16 on a GPU that supports "
-                        "it, fp32 on the CPU (default %(default)s)")
-
-
-def _run_args(p: argparse.ArgumentParser) -> None:
-    """Where and how a command that writes a run writes it (RunOptions' fields)."""
-    run = lambda name: default_of(RunOptions, name)  # noqa: E731
-    p.add_argument("--out", default=run("out"),
-                   help="folder the run directory is written into (default %(default)s)")
-    p.add_argument("--name", default=run("name"), help="label added to the generated run id")
-    p.add_argument("--run-id", default=run("run_id"), help="exact run directory name (must not exist)")
-    p.add_argument("--progress", default=run("progress"),
-                   help=f"one of {', '.join(PROGRESS_MODES)}: a terminal bar, JSON lines (for the "
-                        "dashboard), or nothing (default %(default)s)")
+def add_options(p: argparse.ArgumentParser, command: str) -> None:
+    """Every option of ``command`` (:data:`~dpcore.contract.options.COMMAND_OPTIONS`) as an
+    argument of ``p``: the field's flag, help, metavar and choices, the default as the text the
+    field's parser reads back."""
+    for group in COMMAND_OPTIONS[command]:
+        for f, spec in option_fields(group.cls):
+            if group.only is not None and f.name not in group.only:
+                continue
+            help_text = group.helps.get(f.name, spec.help)
+            if spec.negate:
+                p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
+                continue
+            default = group.defaults[f.name] if f.name in group.defaults else field_default(f)
+            kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(default), "help": help_text}
+            if spec.type is not None:
+                kwargs["type"] = spec.type
+            if spec.choices is not None:  # argparse shows them: {sgd,adam,adamw}
+                kwargs["choices"] = spec.choices
+            else:
+                kwargs["metavar"] = spec.shown_metavar()
+            p.add_argument(spec.flag, **kwargs)  # type: ignore[arg-type]
 
 
 def prog_name(argv0: str | None = None) -> str:
@@ -140,85 +83,21 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     ap = _Parser(prog=prog or prog_name(), description="Profile data-parallel training variants.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    verify = lambda name: default_of(VerifyOptions, name)  # noqa: E731
     v = sub.add_parser("verify", help="prove every variant trains exactly like single-process")
-    _train_args(v, verify("model"), verify("steps"), None)  # None: the model's verify defaults
-    _world_args(v, verify("backend"), verify("timeout_s"), verify("device"))
-    _dtype_arg(v, verify("dtype"))
-    v.add_argument("--world-size", type=int, default=verify("world_size"),
-                   help="ranks of every variant's job (default %(default)s)")
-    v.add_argument("--variants", default=_list_text(verify("variants"), VARIANTS), help=_VARIANTS_HELP)
-    v.add_argument("--comm-hook", default="",
-                   help="also train torch_ddp with these DDP comm hooks (" + ",".join(COMM_HOOKS[1:])
-                        + "): rows torch_ddp[<hook>], reported as lossy with their difference (default: none)")
+    add_options(v, "verify")
 
-    train = lambda name: default_of(TrainConfig, name)  # noqa: E731
-    prof = lambda name: default_of(ProfileOptions, name)  # noqa: E731
     p = sub.add_parser("profile", help="profile variants x world sizes into a run directory")
-    _train_args(p, train("model"), train("steps"), train("lr"))
-    _world_args(p, prof("backend"), prof("timeout_s"), prof("device"))
-    _dtype_arg(p, train("dtype"))
-    p.add_argument("--variants", default=_list_text(prof("variants"), VARIANTS), help=_VARIANTS_HELP)
-    p.add_argument("--world-sizes", default=_list_text(prof("world_sizes")),
-                   help="comma-separated numbers of ranks; every variant runs at each (default %(default)s)")
-    p.add_argument("--warmup", type=int, default=train("warmup"),
-                   help="untimed steps before the timed ones, 0 or more (default %(default)s)")
-    p.add_argument("--scaling", default=train("scaling"),
-                   help="weak (fixed per-rank batch) or strong (fixed global batch) (default %(default)s)")
-    p.add_argument("--bucket-mb", type=float, default=train("bucket_mb"),
-                   help="gradient bucket cap in MiB of the bucketed variants (default %(default)g)")
-    p.add_argument("--bucket-sweep", default=_list_text(prof("bucket_sweep")),
-                   help="more bucket caps in MiB, one more job of each bucketed variant per cap, e.g. "
-                        "1,10,25,100 (default: none)")
-    p.add_argument("--profile-steps", type=int, default=train("profile_steps"),
-                   help="steps traced by torch.profiler after the timed ones, 0: none (default %(default)s)")
-    p.add_argument("--no-trace", action="store_true", help="skip the torch.profiler steps")
-    p.add_argument("--calibration-steps", type=int, default=train("calibration_steps"),
-                   help="untimed steps per bucket plan of the what-if calibration after each 2+-rank "
-                        "bucketed/torch_ddp job (0: none) (default %(default)s)")
-    p.add_argument("--comm-hook", default=_list_text(prof("comm_hooks")),
-                   help="DDP comm hooks, one torch_ddp job each at world sizes >= 2: "
-                        + ",".join(COMM_HOOKS) + " (e.g. none,fp16,powersgd) (default %(default)s)")
-    p.add_argument("--powersgd-rank", type=int, default=train("powersgd_rank"),
-                   help="PowerSGD's matrix approximation rank (default %(default)s)")
-    _run_args(p)
-    p.add_argument("--no-pin", action="store_true",
-                   help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
+    add_options(p, "profile")
     p.add_argument("--inject-delay", default=None, metavar="RANK:MS",
                    help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
-    p.add_argument("--inject-hang", default=None, metavar="RANK:STEP[:sleep]",
-                   help="rank RANK skips the first all-reduce of timed step STEP (a desync), or "
-                        "with :sleep sleeps forever there (a missing rank): what a hang looks like")
-    p.add_argument("--hang-timeout", type=float, default=prof("hang_timeout_s"), metavar="S",
-                   help="a job in which no step ends for S seconds is hung: dpcore collects every "
-                        "rank's flight recorder and stack into hang/<job_id>/ and fails it "
-                        "(default: 50 median steps, at least 20 s, below --timeout)")
-    p.add_argument("--threads-per-rank", type=int, default=prof("threads_per_rank"),
-                   help="torch threads of every rank of every job (default: physical cores // "
-                        "largest world size, the same for all jobs so scaling compares like with like)")
 
-    ar = lambda name: default_of(AllreduceOptions, name)  # noqa: E731
     a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)",
                        description="Time every all-reduce algorithm at every world size and message size "
                                    "(float32, sum) and check each result, like nccl-tests' #wrong; the table "
                                    "(repeats, median time, algbw, busbw = algbw * 2(N-1)/N, #wrong) is printed and "
                                    "written as a run that the dashboard's Bandwidth and Ring messages views open. "
                                    "Under torchrun it runs on torchrun's ranks (its one world size).")
-    a.add_argument("--algos", default=_list_text(ar("algos")),
-                   help=f"comma-separated algorithms, or all: {', '.join(ALGOS)} (native = the backend's own "
-                        "dist.all_reduce; the others are dpcore's from-scratch ones) (default: %(default)s)")
-    a.add_argument("--world-sizes", default=_list_text(ar("world_sizes")),
-                   help="comma-separated numbers of ranks; one job per (algorithm, world size) (default %(default)s)")
-    a.add_argument("--sizes", default=",".join(size_text(n) for n in ar("sizes")),
-                   help="comma-separated message sizes in bytes, KB, MB or GB (binary: 1MB = 2^20 bytes), "
-                        "each a multiple of 4 bytes (float32) (default %(default)s)")
-    a.add_argument("--warmup", type=int, default=ar("warmup"),
-                   help="untimed all-reduce calls per size before the timed ones (default %(default)s)")
-    a.add_argument("--repeats", type=int, default=ar("repeats"),
-                   help="timed calls per size; the table shows their median (default %(default)s = adaptive: "
-                        "50 up to 64 KiB, 20 up to 4 MiB, 10 above)")
-    _world_args(a, ar("backend"), ar("timeout_s"), ar("device"))
-    _run_args(a)
+    add_options(a, "allreduce")
 
     z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
     z.add_argument("path")
@@ -269,7 +148,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     w.add_argument("--latency-us", type=float, default=None,
                    help="per-message latency alpha in us (default: fitted like B)")
     w.add_argument("--algo", default="ring", help="all-reduce algorithm of the alpha-beta model: "
-                                                  "ring, native, central, naive (default ring)")
+                                                  f"{', '.join(ALGOS)} (default ring)")
     w.add_argument("--allreduce-run", default=None,
                    help="fit alpha and B from this `allreduce` run (default: the run's own allreduce rows, "
                         "else the job's collectives)")
@@ -337,12 +216,7 @@ def _load_workload(model: str, seed: int, world_sizes: tuple[int, ...],
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    opts = VerifyOptions(model=args.model, world_size=args.world_size, steps=args.steps,
-                         variants=tuple(parse_choices(args.variants, "variant", VARIANTS)),
-                         backend=args.backend, timeout_s=args.timeout,
-                         device=args.device, dtype=args.dtype,
-                         comm_hooks=tuple(parse_choices(args.comm_hook, "comm hook", COMM_HOOKS[1:], all_ok=False))
-                         if args.comm_hook else ())
+    opts = VerifyOptions(model=args.model, steps=args.steps, **option_values(args, VerifyOptions))
     workload = _load_workload(args.model, args.seed, (opts.world_size,), opts.timeout_s)
     from dpcore.write.commands.verify import format_table, run_verify, spec_bucket_mb, verify_config
 
@@ -360,9 +234,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
-    world_sizes = tuple(parse_int_list(args.world_sizes, "world sizes"))
+    given = option_values(args, ProfileOptions)
+    world_sizes = given["world_sizes"]
     check_world_sizes(world_sizes, "--world-sizes")  # before the workload's 2 x world-size batch
-    workload = _load_workload(args.model, args.seed, world_sizes, check_timeout(args.timeout))
+    workload = _load_workload(args.model, args.seed, world_sizes, check_timeout(given["timeout_s"]))
     batch = args.batch_size
     if batch is None:  # the model's own default: a user's Workload.batch_size, einsum's b
         if workload is not None:
@@ -372,23 +247,10 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
             batch = default_batch_size(args.model)
         batch = batch or default_of(TrainConfig, "batch_size")
     delay = parse_delay(args.inject_delay) if args.inject_delay is not None else (-1, 0.0)
-    train = TrainConfig(model=args.model, size=args.size, width=args.width,
-                        delay_rank=delay[0], delay_ms=delay[1],
-                        batch_size=batch, scaling=args.scaling, steps=args.steps,
-                        warmup=args.warmup, profile_steps=0 if args.no_trace else args.profile_steps,
-                        bucket_mb=args.bucket_mb, lr=args.lr, seed=args.seed,
-                        optimizer=args.optimizer, calibration_steps=args.calibration_steps,
-                        powersgd_rank=args.powersgd_rank, dtype=args.dtype)
-    opts = ProfileOptions(
-        comm_hooks=tuple(parse_choices(args.comm_hook, "comm hook", COMM_HOOKS, all_ok=False)),
-        variants=tuple(parse_choices(args.variants, "variant", VARIANTS)), world_sizes=world_sizes,
-        bucket_sweep=parse_bucket_sweep(args.bucket_sweep), trace=not args.no_trace, train=train,
-        out=args.out, name=args.name, backend=args.backend, timeout_s=args.timeout,
-        device=args.device,
-        progress=args.progress, run_id=args.run_id, threads_per_rank=args.threads_per_rank,
-        pin=not args.no_pin,
-        inject_hang=parse_hang(args.inject_hang) if args.inject_hang is not None else None,
-        hang_timeout_s=args.hang_timeout)
+    train = TrainConfig(**{**option_values(args, TrainConfig), "batch_size": batch,
+                           "profile_steps": args.profile_steps if given["trace"] else 0,
+                           "delay_rank": delay[0], "delay_ms": delay[1]})
+    opts = ProfileOptions(train=train, **given)
     from dpcore.write.commands.profile import run_profile
 
     code, run_dir = run_profile(opts, argv)
@@ -420,13 +282,7 @@ def _print_run_end(run_dir: os.PathLike[str] | str, code: int) -> None:
 
 
 def _cmd_allreduce(args: argparse.Namespace, argv: list[str]) -> int:
-    opts = AllreduceOptions(
-        algos=tuple(parse_choices(args.algos, "algorithm", ALGOS)),
-        world_sizes=tuple(parse_int_list(args.world_sizes, "world sizes")),
-        sizes=parse_size_list(args.sizes), warmup=args.warmup, repeats=args.repeats,
-        out=args.out, name=args.name, backend=args.backend, timeout_s=args.timeout,
-        device=args.device,
-        progress=args.progress, run_id=args.run_id)
+    opts = AllreduceOptions(**option_values(args, AllreduceOptions))
     from dpcore.write.commands.allreduce import run_allreduce
 
     code, run_dir = run_allreduce(opts, argv)

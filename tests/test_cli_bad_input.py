@@ -313,10 +313,10 @@ def test_built_in_model_sizes_match_the_models() -> None:
     """The torch-free parameter counts that refuse a too-large --width are the built models'."""
     from dpcore.contract.config import TrainConfig
     from dpcore.contract.limits import param_count
-    from dpcore.write.training.models import build_model
+    from dpcore.write.training.models import build_module
     for cfg in (TrainConfig(model="mlp", width=48), TrainConfig(model="transformer", size="tiny"),
                 TrainConfig(model="einsum")):
-        model = build_model(cfg)
+        model = build_module(cfg)
         assert param_count(cfg.model, cfg.size, cfg.width) == sum(p.numel() for p in model.parameters())
 
 

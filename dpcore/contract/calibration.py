@@ -1,9 +1,9 @@
 """The what-if model's in-job calibration: what it measures and how it is fitted (pure numpy).
 
 Why: from one job with a few large buckets the in-training cost of *one message* cannot be
-seen (two buckets of one size fit any per-message cost), so the what-if model used to borrow it
-from a stand-alone all-reduce, which on a 2-core box is 3x faster than the same message during
-backward (issue 20). So ``profile`` spends a few extra *untimed* steps of every 2+-rank
+seen (two buckets of one size fit any per-message cost), and a stand-alone all-reduce is no
+stand-in for it: on a 2-core box it is 3x faster than the same message during backward. So
+``profile`` spends a few extra *untimed* steps of every 2+-rank
 ``bucketed``/``torch_ddp`` job on a second bucket plan (:func:`second_plan_mb`: many small
 buckets when the job's are large, one large when they are small), after its timed and traced
 steps (they are untouched), and fits from both plans:

@@ -5,8 +5,9 @@ Why validation lives in ``TrainConfig.__post_init__`` (and in the command option
 :mod:`dpcore.contract.options`): a config that no job can run must be refused wherever it is
 built (the CLI, a test, a library caller), before any rank starts or any run folder exists,
 with one line naming the option and its valid values (:class:`UsageError`, exit 2 in the CLI).
-The CLI only turns text into values and takes its defaults from these classes' fields, so a
-rule or a default is written once.
+TrainConfig's fields are also the training options of ``profile`` and ``verify`` (flag, help;
+:mod:`dpcore.contract.option_fields`): the CLI's parser is generated from them and only turns
+text into values, so a rule, a default or a help text is written once.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.contract.limits import MAX_BUCKET_MB, MAX_SEED, check_fits, param_count
+from dpcore.contract.option_fields import option
 
 # docs/DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
 # dpcore.write.dp.variants and dpcore.write.dp.comm re-export them next to their implementations).
@@ -63,6 +65,9 @@ DEVICES = ("auto", "cpu", "cuda")
 #: (fp16 with a gradient scaler, as mixed-precision training does); ``auto``: bf16 on a GPU
 #: that supports it, fp32 otherwise (the CPU included), resolved before the first job.
 DTYPES = ("auto", "fp32", "bf16", "fp16")
+#: ``--dtype``'s help, the same in every command that takes it.
+DTYPE_HELP = (f"{', '.join(DTYPES)}: fp32, or bf16 / fp16 autocast with float32 master weights (fp16 with "
+              "a gradient scaler); auto = bf16 on a GPU that supports it, fp32 on the CPU (default %(default)s)")
 #: What gloo cannot do with CUDA tensors (torch.distributed's backend table: on GPU, gloo has
 #: broadcast and all_reduce, but no send/recv, all_gather or reduce_scatter; a call passes
 #: device memory to its CPU transport and can crash the rank). Variants and all-reduce
@@ -142,20 +147,41 @@ class TrainConfig:
     """How one training job runs. ``batch_size`` is per rank for weak scaling and global for
     strong scaling (the global batch must then divide evenly by the world size)."""
 
-    model: str = "mlp"
-    size: str = "tiny"          # transformer size
-    width: int = 512            # mlp hidden width
-    batch_size: int = 32
-    scaling: str = "weak"
-    steps: int = 10
-    warmup: int = 3
-    profile_steps: int = 3      # 0 == no trace
-    bucket_mb: float = 25.0
-    lr: float = 0.01
-    seed: int = 0
-    #: ``--dtype``: one of DTYPES (``auto`` is resolved where the device is known: by the
-    #: command before run.json is written, else by the trainer)
-    dtype: str = "auto"
+    model: str = option(
+        "mlp", flag="--model",
+        help=f"one of {', '.join(MODELS)}, or MODULE:FUNCTION: your own model, FUNCTION() in MODULE (found "
+             "in the current directory or on PYTHONPATH) returning a dpcore.Workload(model, make_batch, "
+             "loss_fn) (default %(default)s)")
+    #: transformer size
+    size: str = option("tiny", flag="--size",
+                       help=f"transformer size: {', '.join(SIZES)} (ignored for MODULE:FUNCTION) "
+                            "(default %(default)s)")
+    #: mlp hidden width
+    width: int = option(512, flag="--width", type=int,
+                        help="mlp hidden width (ignored for MODULE:FUNCTION) (default %(default)s)")
+    batch_size: int = option(
+        32, flag="--batch-size", type=int,
+        help="per-rank batch (weak scaling) or global batch (strong); default 32, einsum 5120 "
+             "(docs/DESIGN.md's b), MODULE:FUNCTION its Workload.batch_size or 32")
+    scaling: str = option("weak", flag="--scaling",
+                          help="weak (fixed per-rank batch) or strong (fixed global batch) (default %(default)s)")
+    steps: int = option(10, flag="--steps", type=int,
+                        help="steps each job trains (profile: the timed ones, after --warmup) (default %(default)s)")
+    warmup: int = option(3, flag="--warmup", type=int,
+                         help="untimed steps before the timed ones, 0 or more (default %(default)s)")
+    #: 0 == no trace
+    profile_steps: int = option(
+        3, flag="--profile-steps", type=int,
+        help="steps traced by torch.profiler after the timed ones, 0: none (default %(default)s)")
+    bucket_mb: float = option(25.0, flag="--bucket-mb", type=float,
+                              help="gradient bucket cap in MiB of the bucketed variants (default %(default)g)")
+    lr: float = option(0.01, flag="--lr", type=float, help="learning rate (default %(default)g)")
+    seed: int = option(0, flag="--seed", type=int,
+                       help="seed of the model's weights and the data, the same in every variant "
+                            "(default %(default)s)")
+    #: ``auto`` is resolved where the device is known: by the command before run.json is
+    #: written, else by the trainer
+    dtype: str = option("auto", flag="--dtype", help=DTYPE_HELP)
     #: whether float32 matmuls and convolutions on a GPU may use TF32 (torch's own switches,
     #: set on every rank; no effect on CPU): recorded because it changes fp32 speed and results
     tf32: bool = False
@@ -163,16 +189,23 @@ class TrainConfig:
     #: what a straggler looks like (-1: nobody).
     delay_rank: int = -1
     delay_ms: float = 0.0
-    #: ``--optimizer``: one of OPTIMIZERS (torch.optim.SGD / Adam / AdamW with ``lr``).
-    optimizer: str = "sgd"
+    #: torch.optim.SGD / Adam / AdamW with ``lr``
+    optimizer: str = option(
+        "sgd", flag="--optimizer", choices=OPTIMIZERS,
+        help="torch.optim class of every variant: sgd (default), adam, adamw. SGD keeps no state, so "
+             "ZeRO-1's saving (zero1, torch_zero1) only shows with adam/adamw")
     #: fsdp only: all-gather and compute in this dtype (one of COMPUTE_DTYPES), "" = float32.
     compute_dtype: str = ""
-    #: ``--calibration-steps N``: untimed steps per bucket plan of the what-if calibration that
-    #: follows a 2+-rank bucketed/torch_ddp job's measured steps (0: none; docs/DESIGN.md).
-    calibration_steps: int = 4
+    #: untimed steps per bucket plan of the what-if calibration that follows a 2+-rank
+    #: bucketed/torch_ddp job's measured steps (0: none; docs/DESIGN.md)
+    calibration_steps: int = option(
+        4, flag="--calibration-steps", type=int,
+        help="untimed steps per bucket plan of the what-if calibration after each 2+-rank "
+             "bucketed/torch_ddp job (0: none) (default %(default)s)")
     #: torch_ddp only: DDP's comm hook (one of COMM_HOOKS) and PowerSGD's matrix rank.
     comm_hook: str = "none"
-    powersgd_rank: int = 1
+    powersgd_rank: int = option(1, flag="--powersgd-rank", type=int,
+                                help="PowerSGD's matrix approximation rank (default %(default)s)")
 
     def __post_init__(self) -> None:
         """Refuse a config no job can run: one line naming the option and its valid values."""

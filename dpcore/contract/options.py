@@ -1,21 +1,25 @@
 """The options of each command that runs jobs (``profile``, ``allreduce``, ``verify``), as frozen
 dataclasses that refuse bad values when they are built.
 
-Why here, torch-free: the CLI builds its argparse defaults from these fields and must stay cheap
-to import; the commands take the same objects. Cross-option rules (a trace needs
-``--profile-steps`` within ``--steps``; strong scaling needs a batch every world size divides;
-an ``--inject-delay`` rank must exist) need the options and the training config together, so
-:class:`ProfileOptions` holds its :class:`~dpcore.contract.config.TrainConfig`.
+Why here, torch-free: each field is also its command-line option (:func:`option`: flag, help,
+metavar, how its text is parsed), so the CLI's parser and the README's option tables are
+generated from these classes and must stay cheap to import; the commands take the same objects.
+Cross-option rules (a trace needs ``--profile-steps`` within ``--steps``; strong scaling needs a
+batch every world size divides; an ``--inject-delay`` rank must exist) need the options and the
+training config together, so :class:`ProfileOptions` holds its :class:`~dpcore.contract.config.TrainConfig`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from dpcore.contract.config import (
     ALGOS,
+    BACKENDS,
     COMM_HOOKS,
     DEFAULT_TIMEOUT_S,
     DEVICES,
+    DTYPE_HELP,
     DTYPES,
     MAX_REPEATS,
     MAX_STEPS,
@@ -32,7 +36,13 @@ from dpcore.contract.config import (
     check_model_name,
     check_run_id,
     check_timeout,
+    parse_bucket_sweep,
+    parse_choices,
+    parse_hang,
+    parse_int_list,
+    parse_size_list,
     profile_steps_error,
+    size_text,
 )
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import (
@@ -42,6 +52,33 @@ from dpcore.contract.limits import (
     check_world_sizes,
     param_count,
 )
+from dpcore.contract.option_fields import option
+
+
+def list_text(values: tuple[Any, ...], every: tuple[str, ...] | None = None) -> str:
+    """A tuple as an option's text: '1,2'; 'all' when it names every choice."""
+    return "all" if every is not None and tuple(values) == tuple(every) else ",".join(map(str, values))
+
+
+#: The help of the options that profile, allreduce and verify share (one text each).
+DEVICE_HELP = (f"{', '.join(DEVICES)}: auto = cuda where a GPU is present, else cpu; with more ranks than "
+               "GPUs, rank r computes on GPU r mod G and the ranks share the GPUs over gloo (default %(default)s)")
+BACKEND_HELP = (f"{', '.join(BACKENDS)}: auto = nccl on cuda when every rank has its own GPU, else gloo "
+                "(default %(default)s)")
+TIMEOUT_HELP = "seconds before a hung job is killed and reported (default %(default)g)"
+VARIANTS_HELP = "comma-separated variants, or all: " + ", ".join(VARIANTS) + " (default %(default)s)"
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    return tuple(parse_choices(text, "variant", VARIANTS))
+
+
+def _variants_text(values: tuple[str, ...]) -> str:
+    return list_text(values, VARIANTS)
+
+
+def _world_sizes(text: str) -> tuple[int, ...]:
+    return tuple(parse_int_list(text, "world sizes"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,14 +86,16 @@ class RunOptions:
     """What every command that writes a run is told: where, under which name, on which backend,
     how long a job may take and how progress is shown."""
 
-    out: str = "profiles"
-    name: str | None = None
-    backend: str = "auto"
-    #: ``--device``: one of DEVICES (auto: cuda where a GPU is present)
-    device: str = "auto"
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    progress: str = "bar"
-    run_id: str | None = None
+    device: str = option("auto", flag="--device", help=DEVICE_HELP)
+    backend: str = option("auto", flag="--backend", help=BACKEND_HELP)
+    timeout_s: float = option(DEFAULT_TIMEOUT_S, flag="--timeout", type=float, help=TIMEOUT_HELP)
+    out: str = option("profiles", flag="--out",
+                      help="folder the run directory is written into (default %(default)s)")
+    name: str | None = option(None, flag="--name", help="label added to the generated run id")
+    run_id: str | None = option(None, flag="--run-id", help="exact run directory name (must not exist)")
+    progress: str = option("bar", flag="--progress",
+                           help=f"one of {', '.join(PROGRESS_MODES)}: a terminal bar, JSON lines (for the "
+                                "dashboard), or nothing (default %(default)s)")
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s)
@@ -74,20 +113,43 @@ class ProfileOptions(RunOptions):
     """``profile``: which jobs (variants x world sizes x bucket sizes), how each trains
     (``train``), and the resources every job gets."""
 
-    variants: tuple[str, ...] = VARIANTS
-    world_sizes: tuple[int, ...] = (1, 2)
-    bucket_sweep: tuple[float, ...] = ()
-    trace: bool = True
-    threads_per_rank: int | None = None   # None: physical cores // largest world size
-    pin: bool = True                      # pin each rank to its own CPUs where they fit
-    #: one torch_ddp job per hook at every world size >= 2 (``none``: the plain job)
-    comm_hooks: tuple[str, ...] = ("none",)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    variants: tuple[str, ...] = option(VARIANTS, flag="--variants", help=VARIANTS_HELP,
+                                       parse=_variants, text=_variants_text)
+    world_sizes: tuple[int, ...] = option(
+        (1, 2), flag="--world-sizes", parse=_world_sizes, text=list_text,
+        help="comma-separated numbers of ranks; every variant runs at each (default %(default)s)")
+    bucket_sweep: tuple[float, ...] = option(
+        (), flag="--bucket-sweep", parse=parse_bucket_sweep, text=list_text,
+        help="more bucket caps in MiB, one more job of each bucketed variant per cap, e.g. "
+             "1,10,25,100 (default: none)")
+    trace: bool = option(True, flag="--no-trace", negate=True, help="skip the torch.profiler steps")
+    #: DDP comm hooks: one torch_ddp job per hook at every world size >= 2 (``none``: the plain job)
+    comm_hooks: tuple[str, ...] = option(
+        ("none",), flag="--comm-hook", text=list_text,
+        parse=lambda text: tuple(parse_choices(text, "comm hook", COMM_HOOKS, all_ok=False)),
+        help="DDP comm hooks, one torch_ddp job each at world sizes >= 2: " + ",".join(COMM_HOOKS)
+             + " (e.g. none,fp16,powersgd) (default %(default)s)")
+    #: pin each rank to its own CPUs where they fit
+    pin: bool = option(True, flag="--no-pin", negate=True,
+                       help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
     #: ``--inject-hang RANK:STEP[:sleep]`` as (rank, step, mode); None: no hang injected
-    inject_hang: tuple[int, int, str] | None = None
-    #: ``--hang-timeout S``: no step for S seconds ends the job as hung (None: the default,
-    #: a multiple of the job's median step, floored, below --timeout)
-    hang_timeout_s: float | None = None
+    inject_hang: tuple[int, int, str] | None = option(
+        None, flag="--inject-hang", metavar="RANK:STEP[:sleep]", parse=parse_hang,
+        help="rank RANK skips the first all-reduce of timed step STEP (a desync), or with :sleep "
+             "sleeps forever there (a missing rank): what a hang looks like")
+    #: no step for S seconds ends the job as hung (None: the default, a multiple of the job's
+    #: median step, floored, below --timeout)
+    hang_timeout_s: float | None = option(
+        None, flag="--hang-timeout", type=float, metavar="S",
+        help="a job in which no step ends for S seconds is hung: dpcore collects every rank's flight "
+             "recorder and stack into hang/<job_id>/ and fails it (default: 50 median steps, at least "
+             "20 s, below --timeout)")
+    #: None: physical cores // largest world size
+    threads_per_rank: int | None = option(
+        None, flag="--threads-per-rank", type=int,
+        help="torch threads of every rank of every job (default: physical cores // largest world size, "
+             "the same for all jobs so scaling compares like with like)")
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -146,11 +208,25 @@ class ProfileOptions(RunOptions):
 class AllreduceOptions(RunOptions):
     """``allreduce``: algorithms x world sizes, each timed at every size (bytes, float32)."""
 
-    algos: tuple[str, ...] = ALGOS
-    world_sizes: tuple[int, ...] = (2, 4)
-    sizes: tuple[int, ...] = (1024, 64 * 1024, 2**20, 16 * 2**20, 64 * 2**20)
-    warmup: int = 3
-    repeats: int = 0                # 0 == adaptive: more repeats for small sizes
+    algos: tuple[str, ...] = option(
+        ALGOS, flag="--algos", text=list_text,
+        parse=lambda text: tuple(parse_choices(text, "algorithm", ALGOS)),
+        help=f"comma-separated algorithms, or all: {', '.join(ALGOS)} (native = the backend's own "
+             "dist.all_reduce; the others are dpcore's from-scratch ones) (default: %(default)s)")
+    world_sizes: tuple[int, ...] = option(
+        (2, 4), flag="--world-sizes", parse=_world_sizes, text=list_text,
+        help="comma-separated numbers of ranks; one job per (algorithm, world size) (default %(default)s)")
+    sizes: tuple[int, ...] = option(
+        (1024, 64 * 1024, 2**20, 16 * 2**20, 64 * 2**20), flag="--sizes", parse=parse_size_list,
+        text=lambda sizes: ",".join(size_text(n) for n in sizes),
+        help="comma-separated message sizes in bytes, KB, MB or GB (binary: 1MB = 2^20 bytes), each a "
+             "multiple of 4 bytes (float32) (default %(default)s)")
+    warmup: int = option(3, flag="--warmup", type=int,
+                         help="untimed all-reduce calls per size before the timed ones (default %(default)s)")
+    #: 0 == adaptive: more repeats for small sizes
+    repeats: int = option(0, flag="--repeats", type=int,
+                          help="timed calls per size; the table shows their median (default %(default)s = "
+                               "adaptive: 50 up to 64 KiB, 20 up to 4 MiB, 10 above)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -180,16 +256,22 @@ class VerifyOptions:
     model, for how many steps (the training config itself is verify's, per model)."""
 
     model: str = VERIFY_MODELS[0]
-    world_size: int = 2
-    variants: tuple[str, ...] = VARIANTS
     steps: int = 5
-    backend: str = "auto"
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    device: str = option("auto", flag="--device", help=DEVICE_HELP)
+    backend: str = option("auto", flag="--backend", help=BACKEND_HELP)
+    timeout_s: float = option(DEFAULT_TIMEOUT_S, flag="--timeout", type=float, help=TIMEOUT_HELP)
+    #: every variant and ``single`` alike
+    dtype: str = option("auto", flag="--dtype", help=DTYPE_HELP)
+    world_size: int = option(2, flag="--world-size", type=int,
+                             help="ranks of every variant's job (default %(default)s)")
+    variants: tuple[str, ...] = option(VARIANTS, flag="--variants", help=VARIANTS_HELP,
+                                       parse=_variants, text=_variants_text)
     #: extra ``torch_ddp[<hook>]`` rows: DDP with that comm hook, reported as lossy
-    comm_hooks: tuple[str, ...] = ()
-    #: ``--device`` (DEVICES) and ``--dtype`` (DTYPES): every variant and ``single`` alike
-    device: str = "auto"
-    dtype: str = "auto"
+    comm_hooks: tuple[str, ...] = option(
+        (), flag="--comm-hook", text=list_text,
+        parse=lambda text: tuple(parse_choices(text, "comm hook", COMM_HOOKS[1:], all_ok=False)) if text else (),
+        help="also train torch_ddp with these DDP comm hooks (" + ",".join(COMM_HOOKS[1:])
+             + "): rows torch_ddp[<hook>], reported as lossy with their difference (default: none)")
 
     def __post_init__(self) -> None:
         check_choices((self.device,), "device", DEVICES)
@@ -204,3 +286,29 @@ class VerifyOptions:
         check_at_most("--steps", self.steps, MAX_STEPS, "each step is compared across variants")
         check_choices(self.variants, "variant", VARIANTS, all_ok=True)
         check_backend(self.backend)
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """The options one command takes from one options class: all its option fields or those in
+    ``only``, with the command's own ``defaults`` and ``helps`` where they differ from the field's."""
+
+    cls: type
+    only: tuple[str, ...] | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    helps: dict[str, str] = field(default_factory=dict)
+
+
+#: Each command's options, in the order ``--help`` and the README list them: the CLI's parser
+#: and ``scripts/option_tables.py`` both read this. ``batch_size`` None: the model's own batch
+#: (a Workload's, einsum's b, else TrainConfig's); verify's learning rate is the model's.
+COMMAND_OPTIONS: dict[str, tuple[OptionGroup, ...]] = {
+    "profile": (OptionGroup(TrainConfig, defaults={"batch_size": None}), OptionGroup(ProfileOptions)),
+    "allreduce": (OptionGroup(AllreduceOptions),),
+    "verify": (OptionGroup(TrainConfig, only=("model", "size", "width", "batch_size", "steps", "lr", "optimizer",
+                                             "seed"),
+                           defaults={"model": VerifyOptions.model, "steps": VerifyOptions.steps, "lr": None,
+                                     "batch_size": None},
+                           helps={"lr": "learning rate (default the model's)"}),
+               OptionGroup(VerifyOptions)),
+}

@@ -177,7 +177,7 @@ class _Events:
 
     Why: a rank's steps are measured one by one; testing every event's name (a regex over the
     distinct names) and building sub-frames per step cost more than the interval arithmetic
-    itself (~40 % of a 20k-event rank's read, issue 23). So a rank's frame is turned into arrays
+    itself (~40 % of a 20k-event rank's read). So a rank's frame is turned into arrays
     once (:meth:`of`) and a step is a :meth:`take` of them.
     """
 

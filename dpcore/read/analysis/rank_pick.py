@@ -1,4 +1,4 @@
-"""Which ranks a view draws when a job has more than a screen can show (issue 23: 1,024 ranks).
+"""Which ranks a view draws when a job has more than a screen can show (hundreds to 1,024 ranks).
 
 Why these: a lane per rank stops being readable past a handful of ranks, and of hundreds of
 ranks three tell the story: rank 0 (the one people log from, the reference), the slowest rank

@@ -11,7 +11,7 @@ moving data. docs/DESIGN.md "collective wait (stragglers)": for one collective m
 * **start skew** = latest − earliest start; **end skew** = latest − earliest end;
 * a rank's comm time (end − arrival) splits into **wait** and **transfer** = comm − wait
   (= end − latest arrival): the part after everyone had arrived. A wait is never longer than
-  the comm it is part of (issue 19): where a rank's collective ended before the last rank
+  the comm it is part of: where a rank's collective ended before the last rank
   arrived (impossible for a collective on one clock: the clocks or the matching are off, or
   the rank was a broadcast's root) the wait is capped at that rank's comm time, transfer is 0,
   and :func:`wait_notes` says how often.

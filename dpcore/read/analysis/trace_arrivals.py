@@ -6,7 +6,7 @@ thread of the process group (``gloo:<op>`` spans on ``pt_gloo_runloop`` threads)
 starts when a worker *picks the work up*, not when the rank reached the collective. In a DDP job
 a rank that is early enqueues bucket k while its workers are still inside bucket k-1 waiting for
 the late peer; they pick k up only after the peer has arrived, so the early rank's span of k
-starts as late as the peer's, and "who arrived last" comes out a coin toss (issue 19, defect 9:
+starts as late as the peer's, and "who arrived last" comes out a coin toss (measured:
 "no consistent straggler (most often last: rank 1, 72 %)" on a job whose rank 1 slept 30 ms
 in every forward). The rank arrived when its calling thread *enqueued* the work: the outermost
 ``c10d::<op>`` / ``record_param_comms`` range (dpcore's own runs record the same moment as
@@ -29,7 +29,7 @@ so its start is when the rank's GPU reached the collective.
 
 Point-to-point. Send/recv (``gloo:send``, ``ncclDevKernel_SendRecv``, ...) pair one rank with
 one other; matching the n-th of them across all ranks as if they were one collective invents
-waits between ranks that never talked (issue 19, defect 8). They are flagged ``p2p`` here and
+waits between ranks that never talked. They are flagged ``p2p`` here and
 left out of the stragglers' matching. NCCL also runs ``all_to_all`` as SendRecv kernels; with
 kernel names only, those are left out too.
 """

@@ -1,7 +1,7 @@
 """Error bands and the one-line recommendation of a what-if table (DataFrames in, out; no disk).
 
-Why bands: a prediction without its doubt misleads (issue 20: a 0.25 MiB cell predicted at 18 ms
-was measured at 57 ms, with no sign of doubt). Two things make a predicted cell uncertain, and
+Why bands: a prediction without its doubt misleads (a 0.25 MiB cell predicted at 18 ms was
+measured at 57 ms, with no sign of doubt). Two things make a predicted cell uncertain, and
 the band multiplies both in:
 
 * the **measured spread of the source job**: the replay reuses the source's steps, so a cell can

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.config import ALGOS
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.calibrate import calibrate_comm
@@ -32,7 +33,6 @@ from dpcore.read.whatif.fit import (
     kappa_from_calibration,
     network_from_calibration,
 )
-from dpcore.read.whatif.model import ALGOS
 
 #: Collectives a backend runs at once per process group: gloo's ProcessGroupGloo has 2 worker
 #: threads (``Options::threads{2}`` in ProcessGroupGloo.hpp), NCCL one stream per group.

@@ -67,10 +67,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpcore.contract.config import ALGOS  # the model knows every algorithm allreduce runs, in its order
 from dpcore.contract.intervals import clip, merge, union_length
-
-#: All-reduce algorithms the alpha-beta model knows (docs/DESIGN.md's --algos).
-ALGOS = ("ring", "native", "central", "naive")
 
 
 def allreduce_ms(algo: str, n: int, nbytes: float, alpha_us: float, bandwidth_gbps: float) -> float:

@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpcore.contract import flightrec
-from dpcore.contract import runformat as rf
+from dpcore.contract import flightrec, runformat
 from dpcore.contract.errors import JobFailed
 from dpcore.contract.files import atomic_write_bytes, atomic_write_text, csv_text
 from dpcore.write.capture.rank_channel import key
@@ -53,7 +52,7 @@ def append_lines(path: Path, text: str) -> None:
     """Append complete lines with one write (live.csv's header made first, atomically)."""
     if not path.exists():
         try:
-            atomic_write_text(path, csv_text([], rf.LIVE_COLUMNS))
+            atomic_write_text(path, csv_text([], runformat.LIVE_COLUMNS))
         except OSError:
             return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -147,13 +146,13 @@ class HangWatch:
         if got and not any(fr for fr, _ in got.values()):  # no rank could dump its recorder
             v = flightrec.Verdict("unknown", [], -1, "", 0, "", NO_RECORDER)
         if self.run_dir is not None:
-            out = rf.hang_dir(self.run_dir, self.job_id)
+            out = runformat.hang_dir(self.run_dir, self.job_id)
             out.mkdir(parents=True, exist_ok=True)
             for r, (fr, stack) in got.items():
-                atomic_write_bytes(out / rf.fr_dump_name(r), fr or b'{"entries": []}')
-                atomic_write_text(out / rf.stack_name(r), stack)
+                atomic_write_bytes(out / runformat.fr_dump_name(r), fr or b'{"entries": []}')
+                atomic_write_text(out / runformat.stack_name(r), stack)
             body = {**v.to_dict(), "no_answer": sorted(want)}
-            atomic_write_text(out / rf.VERDICT_FILE, json.dumps(body, indent=1))
+            atomic_write_text(out / runformat.VERDICT_FILE, json.dumps(body, indent=1))
         return v
 
 
@@ -177,7 +176,7 @@ class JobMonitor:
         self.hang: HangWatch | None = None
 
     def attach(self, store: Any) -> None:
-        path = Path(self.run_dir) / rf.LIVE_FILE if self.run_dir is not None else None
+        path = Path(self.run_dir) / runformat.LIVE_FILE if self.run_dir is not None else None
         self.live = LiveCollector(store, self.store_key, self.world_size, path)
         if self.watch and self.world_size > 1:  # one rank has no peer to hang on: --timeout
             self.hang = HangWatch(store, self.job_id, self.world_size, self.run_dir,

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from dpcore.contract import runformat as rf
+from dpcore.contract import runformat
 from dpcore.contract.intervals import comm_start, step_comm, union_length
 from dpcore.write.capture.comm_log import row_interval
 
@@ -62,7 +62,7 @@ def live_lines(rows: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     for row in rows:
-        w.writerow(["" if row.get(c) is None else row[c] for c in rf.LIVE_COLUMNS])
+        w.writerow(["" if row.get(c) is None else row[c] for c in runformat.LIVE_COLUMNS])
     return buf.getvalue()
 
 

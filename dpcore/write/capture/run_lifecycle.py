@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from dpcore.contract import runformat as rf
+from dpcore.contract import runformat
 from dpcore.contract.calibration import fit as cal_fit
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.contract.intervals import comm_start, step_comm, union_length
@@ -85,7 +85,7 @@ def attach_comm(steps: list[dict], collectives: list[dict]) -> None:
     for row in steps:
         mine = by_step.get((row["job_id"], int(row["rank"]), int(row["step"])), [])
         start = comm_start([c["t_launch_ns"] for c in mine],
-                           [rf.parse_ns(c["t_start_ns"]) or -1 for c in mine])
+                           [runformat.parse_ns(c["t_start_ns"]) or -1 for c in mine])
         clipped = step_comm(start, [c["t_end_ns"] for c in mine], row["t_start_ns"], row["step_ms"],
                             row.get("world_size"))
         row.update(comm_ms=round(union_length(*clipped) / 1e6, 6), comm_ops=len(mine),
@@ -124,7 +124,7 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
     steps = [row for r in results for row in r["steps"]]
     attach_comm(steps, [row for r in results for row in r["collectives"]])
     writer.append_rows("steps", steps)
-    for table in rf.JOB_TABLES:
+    for table in runformat.JOB_TABLES:
         writer.append_rows(table, [row for r in results for row in r.get(table, [])])
     extra: dict[str, Any] = {
         "clock_offsets_ns": {str(i): r["offset_ns"] for i, r in enumerate(results)},
@@ -149,8 +149,8 @@ def write_job(writer: RunWriter, spec: JobSpec, results: list[Any]) -> dict:
         tdir = Path(spec.trace_dir or "")
         msgs = [m for r in results for m in r["messages"]]
         extra["merged_trace"] = merge_job_traces(traces, {i: results[i]["sync"] for i in traces},
-                                                 msgs, tdir / rf.MERGED_TRACE)
-        extra["traces"] = sorted(p.name for p in tdir.iterdir() if rf.trace_key(p.name))
+                                                 msgs, tdir / runformat.MERGED_TRACE)
+        extra["traces"] = sorted(p.name for p in tdir.iterdir() if runformat.trace_key(p.name))
     if errors:  # the rows are kept, but a job whose traces are not all there did not complete
         return {"status": "failed", "error": "; ".join(errors), **extra}
     return {"status": "complete", **extra}

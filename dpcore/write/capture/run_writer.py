@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from dpcore.contract import runformat as rf
+from dpcore.contract import runformat
 from dpcore.contract.errors import UsageError
 from dpcore.contract.files import atomic_write_text, csv_text, new_run_id, now_iso
 
@@ -66,11 +66,11 @@ class RunWriter:
             "owner": {"pid": os.getpid(), "host": socket.gethostname()},
             "command": command, "config": config, "environment": environment, "jobs": [],
         }
-        self._rows: dict[str, list[dict]] = {t: [] for t in rf.TABLES}
+        self._rows: dict[str, list[dict]] = {t: [] for t in runformat.TABLES}
         self._write_meta()
 
     def _write_meta(self) -> None:
-        atomic_write_text(self.run_dir / rf.RUN_JSON, json.dumps(self.meta, indent=1, default=str))
+        atomic_write_text(self.run_dir / runformat.RUN_JSON, json.dumps(self.meta, indent=1, default=str))
 
     def add_job(self, job: dict) -> None:
         """Insert or update (by ``id``) one job entry and rewrite run.json."""
@@ -84,14 +84,14 @@ class RunWriter:
 
     def append_rows(self, table: str, rows: list[dict]) -> None:
         """Add rows to ``<table>.csv`` and rewrite it whole (atomic; runs are small)."""
-        path = self.run_dir / rf.table_file(table)  # ValueError naming the valid tables
+        path = self.run_dir / runformat.table_file(table)  # ValueError naming the valid tables
         self._rows[table].extend(rows)
-        atomic_write_text(path, csv_text(self._rows[table], rf.TABLES[table]))
+        atomic_write_text(path, csv_text(self._rows[table], runformat.TABLES[table]))
 
     def write_empty_tables(self) -> None:
         """Make every CSV exist (header only) so readers find a complete schema."""
-        for table, cols in rf.TABLES.items():
-            path = self.run_dir / rf.table_file(table)
+        for table, cols in runformat.TABLES.items():
+            path = self.run_dir / runformat.table_file(table)
             if not path.exists():
                 atomic_write_text(path, csv_text([], cols))
 
@@ -114,8 +114,8 @@ class RunWriter:
         """Write the final status. On a full disk (the empty tables or the atomic run.json
         cannot be written) run.json is still rewritten, in place, so the run never reads as
         ``running``; the disk's error is raised after that (the CLI reports it, exit 1)."""
-        if status not in rf.RUN_STATUSES:
-            raise ValueError(f"bad run status {status!r}; valid: {', '.join(rf.RUN_STATUSES)}")
+        if status not in runformat.RUN_STATUSES:
+            raise ValueError(f"bad run status {status!r}; valid: {', '.join(runformat.RUN_STATUSES)}")
         error: OSError | None = None
         try:
             self.write_empty_tables()
@@ -136,7 +136,7 @@ class RunWriter:
         the file's own (run.json only grows by a few bytes when it ends, within its last
         block). Not atomic, which is why it is only the fallback of a full disk."""
         data = json.dumps(self.meta, indent=1, default=str).encode("utf-8")
-        with open(self.run_dir / rf.RUN_JSON, "r+b") as f:
+        with open(self.run_dir / runformat.RUN_JSON, "r+b") as f:
             f.write(data)
             f.truncate()
             f.flush()

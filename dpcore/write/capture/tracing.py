@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from dpcore.contract import runformat as rf
+from dpcore.contract import runformat
 from dpcore.contract.clocksync import marker_name
 
 #: Markers emitted before each recorded step: several, so one descheduled read does not spoil
@@ -64,7 +64,7 @@ class TraceCapture:
         self.rank, self.job_id, self.offset_ns = rank, job_id, int(offset_ns)
         self.first, self.last, self.warmup_step = first, last, warmup_step
         self.cuda = cuda
-        self.path = self.dir / rf.rank_trace_name(rank)
+        self.path = self.dir / runformat.rank_trace_name(rank)
         self.error = ""
         self.exported = False
         #: (t_a, t_b) shared-clock reads around each dpcore_clock_sync#k marker, in k order

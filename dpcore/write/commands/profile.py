@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dpcore.contract import runformat as rf
+from dpcore.contract import runformat
 from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS
 from dpcore.contract.options import ProfileOptions
 from dpcore.write.capture.inject import HangInjection
@@ -61,8 +61,8 @@ def plan_jobs(opts: ProfileOptions, run_dir: Path | None) -> list[JobSpec]:
             hooks = [h for h in opts.comm_hooks if h != "none" or "none" in opts.comm_hooks] \
                 if variant == "torch_ddp" and ws > 1 else ["none"]
             for hook in dict.fromkeys(["none", *hooks]):  # the plain job always: the reference
-                jid = rf.job_id(variant, ws, b) + ("" if hook == "none" else f"-{hook}")
-                tdir = str(rf.trace_dir(run_dir, jid)) if (opts.trace and run_dir) else None
+                jid = runformat.job_id(variant, ws, b) + ("" if hook == "none" else f"-{hook}")
+                tdir = str(runformat.trace_dir(run_dir, jid)) if (opts.trace and run_dir) else None
                 jobs.append(JobSpec(jid, variant, ws, procs, b, tdir, hook))
     return jobs
 
@@ -102,12 +102,17 @@ def plan(world: LocalWorld | TorchrunWorld, opts: ProfileOptions,
             [v for v in opts.variants if v in SINGLE_PROCESS])
 
 
-def steps_total(opts: ProfileOptions) -> int:
-    """Steps rank 0 reports for one job: warm-up, timed, then (traced) the profiler's own
-    warm-up step and the profiled ones; no warm-up adds one untimed memory step."""
+def steps_total(opts: ProfileOptions) -> tuple[int, str]:
+    """Steps rank 0 reports for one job, and what they are (the progress bar's note): warm-up,
+    timed, then (traced) the profiler's own warm-up step and the profiled ones; no warm-up adds
+    one untimed memory step after the timed ones (profile_rank samples memory on a step no
+    timing pays for). The hang monitor and the progress bar both count with this."""
     cfg = opts.train
-    return (cfg.warmup + cfg.steps + (cfg.profile_steps + 1 if opts.trace else 0)
-            + (0 if cfg.warmup else 1))
+    traced = cfg.profile_steps + 1 if opts.trace else 0
+    memory = 0 if cfg.warmup else 1
+    note = (f"{cfg.warmup} warm-up + {cfg.steps} timed" + (f" + {memory} memory" if memory else "")
+            + (f" + {traced} under the profiler" if traced else ""))
+    return cfg.warmup + cfg.steps + memory + traced, note
 
 
 def run_job(world: LocalWorld | TorchrunWorld, writer: RunWriter | None, spec: JobSpec,
@@ -119,7 +124,7 @@ def run_job(world: LocalWorld | TorchrunWorld, writer: RunWriter | None, spec: J
     inject = HangInjection(*opts.inject_hang) if opts.inject_hang else None
     monitor = JobMonitor(spec.job_id, spec.processes, writer.run_dir if writer else None,
                          hang_timeout_s=opts.hang_timeout_s, timeout_s=opts.timeout_s,
-                         watch=world.spawns, steps_total=steps_total(opts))
+                         watch=world.spawns, steps_total=steps_total(opts)[0])
     try:
         results = world.run(profile_job, spec.processes, (spec, opts.train, inject),
                             progress.step, monitor=monitor)
@@ -151,19 +156,17 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
         if world.writes:  # before the first job (and once --out proved writable): where each world size runs, and why
             print(f"dpcore: {world.placement.describe(opts.world_sizes)}", file=sys.stderr, flush=True)
         jobs, skipped = plan(world, opts, life.run_dir)
-        traced = cfg.profile_steps + 1 if opts.trace else 0  # the profiler's own warm-up step, then its active ones
-        steps_total = cfg.warmup + cfg.steps + traced
-        steps_note = f"{cfg.warmup} warm-up + {cfg.steps} timed" + (f" + {traced} under the profiler" if traced else "")
+        steps, steps_note = steps_total(opts)
         progress = Progress(opts.progress if world.writes else "none", len(jobs))
         life.start(progress)
         for v in skipped:
-            life.add_job({"id": rf.job_id(v, 1, cfg.bucket_mb), "kind": "train", "variant": v,
+            life.add_job({"id": runformat.job_id(v, 1, cfg.bucket_mb), "kind": "train", "variant": v,
                           "world_size": 1, "status": "skipped", **world.placement.job_fields(1),
                           "skip_reason": "single-process variant: run it without torchrun"})
         for spec in jobs:
             life.add_job({**train_job_entry(spec, "pending", world.oversubscribed(spec.processes)),
                           **world.placement.job_fields(spec.processes)})
         for spec in jobs:
-            life.run_job(spec.job_id, steps_total,
+            life.run_job(spec.job_id, steps,
                          functools.partial(run_job, world, life.writer, spec, opts, progress), steps_note)
-    return rf.EXIT_CODES[life.status], (life.run_dir if life.writer else None)
+    return runformat.EXIT_CODES[life.status], (life.run_dir if life.writer else None)

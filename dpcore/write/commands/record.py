@@ -59,7 +59,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dpcore.contract import runformat as rf
+from dpcore.contract import runformat
 from dpcore.contract.calibration import CAL_STEPS
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.capture.job_monitor import JobMonitor
@@ -216,11 +216,11 @@ class Recording:
         ctx = self.ctx = world.ctx
         offset, self.rtt_ns = measure_offset(ctx)  # collective: every rank is here
         ws = ctx.world_size
-        self.job_id = rf.job_id(self.variant, ws, self.bucket_mb or 0.0)
+        self.job_id = runformat.job_id(self.variant, ws, self.bucket_mb or 0.0)
         # rank 0 makes the run folder; a failure to make it is raised on every rank
         self._life = RunLife(world, lambda: self._open_writer(world))
         self.run_dir = self._life.run_dir
-        tdir = rf.trace_dir(self.run_dir, self.job_id) if self.profile_steps else None
+        tdir = runformat.trace_dir(self.run_dir, self.job_id) if self.profile_steps else None
         self.spec = JobSpec(self.job_id, self.variant, ws, ws, self.bucket_mb,
                             str(tdir) if tdir else None)
         self._life.add_job({**train_job_entry(self.spec, "running", world.oversubscribed(ws)),

@@ -371,7 +371,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
     deadline = time.monotonic() + timeout_s
     try:
         for p in procs:
-            with _signals_deferred():  # a rank is either started and tracked, or not started
+            with signals_deferred():  # a rank is either started and tracked, or not started
                 p.start()
                 started.append(p)
         while len(got) < world_size:
@@ -416,7 +416,7 @@ def launch(fn: Callable[..., Any], world_size: int, *, backend: str = "auto", ar
             monitor.close()
         return out
     finally:
-        with _signals_deferred():  # a second Ctrl-C must not cut the teardown short
+        with signals_deferred():  # a second Ctrl-C must not cut the teardown short
             _reap(started, grace_s=5.0 if ok else 0.0)
         del store
 
@@ -520,9 +520,6 @@ def signals_deferred() -> Iterator[None]:
                 signal.signal(s, handler)
         for sig in dict.fromkeys(caught):
             signal.raise_signal(sig)
-
-
-_signals_deferred = signals_deferred  # the launcher's own name for it
 
 
 def _reap(procs: list[Any], grace_s: float) -> None:

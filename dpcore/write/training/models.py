@@ -167,8 +167,8 @@ def _construct(cfg: TrainConfig) -> nn.Module:
     return Toy()
 
 
-def build_model(cfg: TrainConfig, device: torch.device | str | None = None,
-                seed: int | None = None) -> nn.Module:
+def build_module(cfg: TrainConfig, device: torch.device | str | None = None,
+                 seed: int | None = None) -> nn.Module:
     """Build ``cfg.model`` with weights fixed by the seed (``cfg.seed`` unless given).
 
     Same seed -> identical weights in every process: parameters are drawn on CPU from a forked

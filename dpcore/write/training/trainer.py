@@ -33,7 +33,7 @@ from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
 from dpcore.write.runtime.context import DistContext
-from dpcore.write.training.models import build_model, loss_fn, make_batch
+from dpcore.write.training.models import build_module, loss_fn, make_batch
 from dpcore.write.training.precision import autocast, grad_scaler, resolve_dtype, set_tf32
 from dpcore.write.training.workload import Inputs, TupleInputs, Workload, load_workload, shard_batch, workload_batch
 
@@ -70,7 +70,7 @@ class Trainer:
         self.workload: Workload | None = (load_workload(cfg.model, cfg.seed)
                                           if is_model_spec(cfg.model) else None)
         module = (TupleInputs(self.workload.model).to(ctx.device) if self.workload
-                  else build_model(cfg, device=ctx.device))
+                  else build_module(cfg, device=ctx.device))
         # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
         # callback), so "backward" would swallow the wait. On CPU, stamp the last gradient's
         # accumulation and end the bwd phase there: the rest of backward() is grad sync.

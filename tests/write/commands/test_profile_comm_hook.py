@@ -59,8 +59,8 @@ def _weights_and_biases() -> tuple[list[tuple[int, int]], int]:
     import torch
 
     from dpcore.contract.config import TrainConfig
-    from dpcore.write.training.models import build_model
-    model = build_model(TrainConfig(model="mlp", width=WIDTH), device=torch.device("cpu"))
+    from dpcore.write.training.models import build_module
+    model = build_module(TrainConfig(model="mlp", width=WIDTH), device=torch.device("cpu"))
     return ([tuple(p.shape) for p in model.parameters() if p.dim() == 2],
             sum(p.numel() for p in model.parameters() if p.dim() == 1))
 

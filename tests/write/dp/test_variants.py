@@ -21,10 +21,10 @@ from dpcore.write.capture.comm_log import NULL_RECORDER, NullRecorder, Recorder
 from dpcore.write.dp.variants import MULTIPROCESS, REGISTRY, REPLICATED, VARIANTS, Wrapper, assign_buckets, wrap
 from dpcore.write.dp.variants.base import DPWrapper
 from dpcore.write.runtime.launch import launch
-from dpcore.write.training.models import build_model, loss_fn, make_batch, shard
+from dpcore.write.training.models import build_module, loss_fn, make_batch, shard
 
 CFG = TrainConfig(model="toy", batch_size=4, lr=0.1)
-TOY_NAMES = [n for n, _ in build_model(CFG).named_parameters()]
+TOY_NAMES = [n for n, _ in build_module(CFG).named_parameters()]
 BUCKET_MB = 0.0004  # 419 bytes: toy's 263 floats fall into 3 buckets
 
 
@@ -46,7 +46,7 @@ def _flat(m: torch.nn.Module) -> torch.Tensor:
 
 def _full_grads(batches: list[int]) -> dict[str, torch.Tensor]:
     """Single-process gradient of sum_k mean-loss(global batch k): the DP target."""
-    m = build_model(CFG)
+    m = build_module(CFG)
     for step in batches:
         x, y = make_batch(CFG, "toy", step, 4 * dist.get_world_size())
         loss_fn("toy")(m(x), y).backward()
@@ -70,7 +70,7 @@ def variant_checks(ctx: Any) -> dict[str, Any]:
     ref1, ref23 = _full_grads([1]), _full_grads([2, 3])
     for v in REPLICATED:  # the sharded variants: tests/write/dp/test_sharded.py
         r: dict[str, Any] = {}
-        bare = build_model(CFG, seed=100 + ctx.rank)  # different start on every rank
+        bare = build_module(CFG, seed=100 + ctx.rank)  # different start on every rank
         r["spread_before"] = _spread(_flat(bare))
         rec = Recorder(f"{v}-test", ctx.rank)
         model = wrap(v, bare, bucket_mb=BUCKET_MB, recorder=rec)
@@ -79,7 +79,7 @@ def variant_checks(ctx: Any) -> dict[str, Any]:
         r["param_names"] = [n for n, _ in model.named_parameters()]
         # same start as single (seed 0) for the gradient checks
         with torch.no_grad():
-            fresh = build_model(CFG)
+            fresh = build_module(CFG)
             for p, q in zip(_tensors(bare), _tensors(fresh)):
                 p.copy_(q)
         frozen0 = bare.frozen.detach().clone()
@@ -119,7 +119,7 @@ def variant_checks(ctx: Any) -> dict[str, Any]:
 
 def _null_recorder_grad_diff(v: str, ctx: Any, recorded: dict[str, torch.Tensor]) -> float:
     """Step 1 again with the default (null) recorder: recording must not change the maths."""
-    model = wrap(v, build_model(CFG), bucket_mb=BUCKET_MB)
+    model = wrap(v, build_module(CFG), bucket_mb=BUCKET_MB)
     _backward(model, 1, ctx)
     model.finish_gradient_synchronization()
     got = {n: p.grad for n, p in model.module.named_parameters() if p.grad is not None}
@@ -233,7 +233,7 @@ def test_a_variant_missing_a_call_cannot_be_built() -> None:
 @pytest.mark.parametrize("v", SINGLE_PROCESS)
 def test_one_process_variants_answer_every_call(v: str) -> None:
     """The trainer's calls, on the one-process variants (no process group needed)."""
-    model = REGISTRY[v](build_model(CFG), replicas=2)
+    model = REGISTRY[v](build_module(CFG), replicas=2)
     assert isinstance(model.module, torch.nn.Module)
     if model.skip_reason is not None:  # data_parallel without 2 GPUs
         assert v == "data_parallel" and "GPUs" in model.skip_reason

@@ -13,7 +13,7 @@ from dpcore.write.training.models import (
     MLP_CLASSES,
     MLP_IN_DIM,
     TRANSFORMER_SIZES,
-    build_model,
+    build_module,
     loss_fn,
     make_batch,
     shard,
@@ -26,16 +26,16 @@ def test_same_seed_same_weights_and_rng_untouched() -> None:
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
-    a, b = build_model(cfg), build_model(cfg)
+    a, b = build_module(cfg), build_module(cfg)
     assert torch.equal(torch.rand(1), before)  # caller's RNG state untouched
     for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters()):
         assert na == nb and torch.equal(pa, pb)
-    c = build_model(TrainConfig(model="mlp", width=32, seed=1))
+    c = build_module(TrainConfig(model="mlp", width=32, seed=1))
     assert not torch.equal(next(a.parameters()), next(c.parameters()))
 
 
 def test_mlp_shape() -> None:
-    m = build_model(TrainConfig(model="mlp", width=48))
+    m = build_module(TrainConfig(model="mlp", width=48))
     linears = [x for x in m if isinstance(x, torch.nn.Linear)]
     assert len(linears) == 16
     assert linears[0].in_features == MLP_IN_DIM and linears[-1].out_features == MLP_CLASSES
@@ -43,7 +43,7 @@ def test_mlp_shape() -> None:
 
 
 def test_toy_has_every_awkward_case() -> None:
-    m = build_model(TrainConfig(model="toy"))
+    m = build_module(TrainConfig(model="toy"))
     assert m.head.weight is m.emb.weight                       # tied
     names = [n for n, _ in m.named_parameters()]
     assert "head.weight" not in names and "emb.weight" in names  # yielded once
@@ -57,7 +57,7 @@ def test_transformer_sizes_and_tiny_size() -> None:
     assert TRANSFORMER_SIZES["small"][:4] == (768, 3072, 12, 12)
     assert TRANSFORMER_SIZES["2.7B"][:4] == (2560, 10240, 32, 32)
     cfg = TrainConfig(model="transformer", size="tiny", batch_size=8)
-    m = build_model(cfg)
+    m = build_module(cfg)
     assert m.head.weight is m.tok.weight
     x, y = make_batch(cfg, "transformer", 0, 8)
     loss = loss_fn("transformer")(m(x), y)
@@ -71,7 +71,7 @@ def test_transformer_sizes_and_tiny_size() -> None:
 
 
 def test_einsum_model() -> None:
-    m = build_model(TrainConfig(model="einsum"))
+    m = build_module(TrainConfig(model="einsum"))
     assert [tuple(p.shape) for p in m.parameters()] == [(EINSUM_D, EINSUM_F), (EINSUM_F, EINSUM_D)]
     x, y = make_batch(TrainConfig(model="einsum"), "einsum", 0, 4)
     assert m(x).shape == y.shape == (4, EINSUM_D)
@@ -105,7 +105,7 @@ def test_manual_equals_single_and_data_parallel_skips() -> None:
     a, b = single.named_parameters_cpu(), manual.named_parameters_cpu()
     assert a.keys() == b.keys() and "scale" in a
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
-    assert not torch.equal(a["fc1.weight"], build_model(cfg).fc1.weight.detach())  # it trained
+    assert not torch.equal(a["fc1.weight"], build_module(cfg).fc1.weight.detach())  # it trained
     reps = manual.model.replicas
     assert len(reps) == 3 and torch.equal(reps[0].fc1.weight, reps[2].fc1.weight)
     dp = make_trainer("data_parallel", ctx, cfg, replicas=2)
