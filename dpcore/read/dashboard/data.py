@@ -5,8 +5,10 @@ The dashboard's one caching pattern, used here and by every page for its own res
 ``@st.cache_data`` function whose first two arguments are ``(_run, run_key)``. ``_run`` (not
 hashed: the leading underscore) is the loaded run, ``run_key = key(run)`` its path plus a stamp of
 its files' mtimes and sizes, so a run still being written is recomputed when a file is replaced.
-Figures are cached the same way (unpickling a figure costs a fraction of building it). Why: every
-script rerun must be cheap (page switches < 1 s on a busy 2-core box).
+Figures are cached the same way (unpickling a figure costs a fraction of building it), except the
+first chart a reload draws (Overview's breakdown): ``st.cache_resource`` with the same arguments,
+which hands back the one figure without unpickling it, since only ``st.plotly_chart`` reads it.
+Why: every script rerun must be cheap (page switches < 1 s on a busy 2-core box).
 
 Why the path checks: the profiles folder is the trust boundary; a symlink or a crafted name must
 never make the app read elsewhere. The pages read a run's files through :func:`load_run`

@@ -33,9 +33,14 @@ SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "status", "step_ms", "comm
                 "sources_disagree", "comm_ops", "comm_bytes", "compute_ms", "overlapped_ms", "other_ms"]
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_resource(show_spinner=False, max_entries=16)
 def breakdown(_run: Run, run_key: tuple, y_max: float | None = None) -> go.Figure:
-    """The stacked step breakdown of every job (y-axis top ``y_max`` in compare mode)."""
+    """The stacked step breakdown of every job (y-axis top ``y_max`` in compare mode).
+
+    Why ``cache_resource`` (the one shared object, not a copy): this is the chart a reload waits
+    for first, and ``cache_data`` unpickles its figure on every rerun, which rebuilds and
+    re-validates every property (about 50 ms on the sample run, a third of the script's run).
+    ``st.plotly_chart`` only reads the figure (it serialises a copy), and nothing else gets it."""
     return breakdown_figure(data.job_summary(_run, run_key), "Where a training step's time goes", y_max)
 
 
