@@ -156,3 +156,12 @@ def test_a_coalesced_group_counts_its_bytes_once():
     codes, table, nbytes = collective_meta(cols, np.asarray([False, False, True, True]))
     assert table == ["", "allreduce"] and codes.tolist() == [0, 0, 1, 1]
     assert np.isnan(nbytes[[0, 1, 2]]).all() and nbytes[3] == 400.0  # event 3 ran first (ts 3 < 5)
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 1000, 4099])
+def testin_strings_is_the_prefix_parity_of_quotes(n):
+    """The scanner's word-wise prefix xor equals the byte-wise one, across word boundaries."""
+    from dpcore.read.traces.bytescan import in_strings
+    quote = np.random.default_rng(n).random(n) < 0.3
+    want = np.bitwise_xor.accumulate(quote.view(np.uint8)).astype(bool) if n else np.zeros(0, bool)
+    assert in_strings(quote).tolist() == want.tolist()
