@@ -437,12 +437,9 @@ class Scanner:
         shift = np.zeros(len(k), np.uint64)
         shift[last] = (8 * (8 - (n - 8 * (nw - 1)))[nw > 0]).astype(np.uint64)
 
-        def words(rows: np.ndarray) -> np.ndarray:
-            at = np.repeat(vs.take(rows), nw) + 8 * k
-            at[last] = ve.take(rows).compress(nw > 0) - 8
-            return self.at(at) >> shift
-
-        w = words(np.arange(len(n)))
+        at = np.repeat(vs, nw) + 8 * k
+        at[last] = ve.compress(nw > 0) - 8
+        w = self.at(at) >> shift
         h = n.astype(np.uint64) * _MIX[0]
         has = np.flatnonzero(nw > 0)
         h[has] += np.add.reduceat(w * _MIX[1:].take(np.minimum(k, len(_MIX) - 2)), start[has])
@@ -451,7 +448,8 @@ class Scanner:
         first = np.empty(len(uniq), np.int64)
         first[codes[::-1]] = np.arange(len(n) - 1, -1, -1)
         rep = first.take(codes)
-        if not (n.take(rep) == n).all() or not (words(rep) == w).all():
+        # each string's words against its code's first string's (the same count once the lengths match)
+        if not (n.take(rep) == n).all() or not (w.take(np.repeat(start.take(rep), nw) + k) == w).all():
             raise OddTrace  # a hash collision
         return codes.astype(np.int32), first
 
