@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_trace_load import _median, ensure_traces, run_child  # noqa: E402
+from benchmarks.bench_trace_load import _median, ensure_traces, hta_missing, run_child  # noqa: E402
 from dpcore.read.ranks.cache import cache_dir  # noqa: E402
 
 #: What every measured child starts with: its imports and its peak RSS (VmHWM) in MB.
@@ -128,7 +128,11 @@ def main() -> None:
     size = sum(f.stat().st_size for f in d.glob("rank*.json*")) / 1e6
     print(f"{a.ranks} ranks x ~{a.events} events, {size:.0f} MB gzipped (ready in {time.perf_counter() - t:.0f} s)")
     runs: dict[str, list[dict]] = {"first": [], "second": []}
-    if a.hta_python:
+    missing = hta_missing(a.hta_python) if a.hta_python else "HTA not run (no --hta-python)"
+    if missing:
+        print(missing)
+        a.hta_python = None
+    else:
         runs["hta"] = []
     for _ in range(0 if a.run else max(1, a.repeat)):
         runs["first"].append(ours("first", d, a.workers))

@@ -1,21 +1,26 @@
-"""Benchmark: load a 4-rank x ~250k-event trace folder and compute per-rank overlap.
+"""Benchmark: ``analyze`` of a 4-rank x ~250k-event trace folder vs Holistic Trace Analysis.
 
-Ours (dpcore.read: traces.read_trace_dir + analysis.overlap_by_rank) vs Holistic Trace Analysis
-(TraceAnalysis(trace_dir).get_comm_comp_overlap), on the same synthetic GPU traces. Each tool runs
-in a fresh subprocess, --repeat times, interleaved with the other tool so that a noisy minute
-slows both; the medians and their ratio ours/HTA (time, memory) are printed. Per run: wall time,
-CPU time of the process and its workers, peak RSS (VmHWM) and that minus the RSS after imports
-(the cost of the traces themselves), and the largest peak RSS of a worker process (both tools
-parse ranks in worker processes, whose memory is not in the parent's VmHWM); "memory" is the
-peak RSS of any process of a run. HTA is benchmark-only (pip install HolisticTraceAnalysis
-psutil), never a dependency; pass --hta-python to use an interpreter from a separate venv.
+Ours: dpcore's first read of the folder (its cache deleted before every run), as ``python -m
+dpcore analyze DIR --csv`` does it with its default workers: every rank's trace parsed and reduced
+to its per-rank overlap. HTA: ``TraceAnalysis(trace_dir).get_comm_comp_overlap``, on the same
+synthetic GPU traces. Each tool runs in a fresh subprocess, --repeat times, interleaved with the
+other tool so that a noisy minute slows both; the medians and their ratio ours/HTA (time,
+memory) are printed, with the run-by-run ratios. Per run: wall time (imports excluded), CPU time
+of the process and its workers, peak RSS (VmHWM) and that minus the RSS after imports, and the
+largest peak RSS of a worker process (both tools parse ranks in worker processes, whose memory is
+not in the parent's VmHWM); "memory" is the peak RSS of any process of a run.
 
-    python -m benchmarks.bench_trace_load [--dir /tmp/dpcore_bench] [--events 250000] [--hta-python PY] [--repeat 3]
+HTA is benchmark-only, never a dependency: ``--hta-python`` (default ``$DPCORE_HTA_PYTHON``, else
+this Python) names an interpreter that has it (``pip install HolisticTraceAnalysis`` in a venv).
+Where it cannot import ``hta`` the benchmark says so on its first line and times dpcore alone.
+
+    python -m benchmarks.bench_trace_load [--dir D] [--events 250000] [--hta-python PY] [--repeat 5]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,19 +37,23 @@ def rss():  # VmHWM: peak RSS of this exec (ru_maxrss would inherit the parent's
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-if tool == "ours":
-    from dpcore.read.analysis import overlap_by_rank
-    from dpcore.read.traces import read_trace_dir
+if tool == "ours":  # analyze DIR --csv, first read: the cache of DIR deleted
+    import csv, io, shutil
+    from pathlib import Path
+    from dpcore.read.ranks import Scale
+    from dpcore.read.ranks.cache import cache_dir
+    from dpcore.read.report.analyze import analyze
+    shutil.rmtree(cache_dir(Path(d)), ignore_errors=True)
     base = rss(); t = time.perf_counter(); c0 = os.times()
-    ev = read_trace_dir(d); res = overlap_by_rank(ev)
-    pct = res.set_index("rank")["overlap_pct"].round(2).to_dict(); n = len(ev)
+    rows = list(csv.DictReader(io.StringIO(analyze(d, csv=True, scale=Scale(workers=None)))))
+    pct = {int(r["rank"]): round(float(r["overlap_pct"]), 2) for r in rows}; n = len(rows)
 else:
     logging.disable(logging.WARNING)
     from hta.trace_analysis import TraceAnalysis
     base = rss(); t = time.perf_counter(); c0 = os.times()
     ta = TraceAnalysis(trace_dir=d)
     res = ta.get_comm_comp_overlap(visualize=False)
-    pct = res.set_index("rank")["comp_comm_overlap_pctg"].to_dict(); n = sum(len(x) for x in ta.t.traces.values())
+    pct = res.set_index("rank")["comp_comm_overlap_pctg"].to_dict(); n = len(pct)
 secs, c1 = time.perf_counter() - t, os.times()
 cpu = sum(c1[i] - c0[i] for i in range(4))  # user + system, this process and its reaped workers
 workers_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -67,6 +76,17 @@ def ensure_traces(d: Path, events: int, ranks: int) -> None:
     write_gpu_trace_dir(d, world_size=ranks, steps=10, kernels_per_step=max(1, events // 30), seed=1)
     marker.write_text("")
     print(f"generated {ranks} traces in {time.perf_counter() - t:.1f}s under {d}", file=sys.stderr)
+
+
+def hta_missing(python: str) -> str | None:
+    """None when ``python`` can import Holistic Trace Analysis, else one line saying why not."""
+    p = subprocess.run([python, "-c", "import hta.trace_analysis"], capture_output=True, text=True)
+    if p.returncode == 0:
+        return None
+    why = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    return (f"HTA ABSENT: {python} cannot import hta ({why}); timing dpcore alone, no ratio. "
+            "Install it apart from dpcore (python -m venv --system-site-packages V && "
+            "V/bin/pip install HolisticTraceAnalysis) and pass --hta-python V/bin/python")
 
 
 def run_child(python: str, tool: str, d: Path) -> dict:
@@ -101,15 +121,19 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/dpcore_bench_traces")
     ap.add_argument("--events", type=int, default=250_000, help="events per rank")
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--hta-python", default=sys.executable, help="interpreter with HTA installed")
+    ap.add_argument("--hta-python", default=os.environ.get("DPCORE_HTA_PYTHON") or sys.executable,
+                    help="interpreter with HTA installed (default: $DPCORE_HTA_PYTHON, else this one)")
     ap.add_argument("--skip-hta", action="store_true")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per tool; the medians are shown")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per tool; the medians are shown")
     a = ap.parse_args()
     d = Path(a.dir)
     ensure_traces(d, a.events, a.ranks)
     size = sum(f.stat().st_size for f in d.glob("rank*.json*")) / 1e6
     print(f"{a.ranks} ranks, ~{a.events} events each, {size:.0f} MB gzipped")
-    tools = {"ours": sys.executable} if a.skip_hta else {"ours": sys.executable, "hta": a.hta_python}
+    missing = "HTA not run (--skip-hta)" if a.skip_hta else hta_missing(a.hta_python)
+    if missing:
+        print(missing)
+    tools = {"ours": sys.executable} if missing else {"ours": sys.executable, "hta": a.hta_python}
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     for _ in range(max(1, a.repeat)):  # interleaved, so a noisy minute slows both tools alike
         for tool, python in tools.items():
@@ -121,7 +145,7 @@ def main() -> None:
         else:
             print(f"{r['tool']:>5}: {r['seconds']:6.2f} s (cpu {r['cpu_s']:.2f} s)  peak RSS {r['peak_mb']:5.0f} MB "
                   f"(+{r['peak_mb'] - r['import_mb']:.0f} MB over imports), worker peak {r['worker_peak_mb']:.0f} MB  "
-                  f"rows {r['rows']}  overlap% {r['overlap_pct']}")
+                  f"ranks {r['rows']}  overlap% {r['overlap_pct']}")
             print(f"       runs: {r['all_seconds']} s; peak RSS of any process per run: {r['all_mem_mb']} MB")
     ours, hta = results.get("ours", {}), results.get("hta", {})
     if "seconds" in ours and "seconds" in hta:

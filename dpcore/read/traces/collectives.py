@@ -18,9 +18,8 @@ gloo spans carry no metadata and get none here (their bytes stay unknown).
 """
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import numpy as np
+import pandas as pd
 
 from dpcore.read.traces.bytescan import Columns
 
@@ -34,82 +33,107 @@ _RANGE = "record_param_comms"
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
 
-def _nbytes(in_n: int, out_n: int, dtype: str) -> float:
-    size = DTYPE_BYTES.get(dtype)
-    n = max(in_n, out_n)
-    return float(n * size) if size is not None and n >= 0 else float("nan")
+#: Every size is a power of two, so float(n) * size is exactly float(n * size): the bytes of
+#: :func:`collective_meta` are computed in float64 without an int64 product that could overflow.
+assert all(b & (b - 1) == 0 for b in DTYPE_BYTES.values())
 
 
 def collective_meta(cols: Columns, comm: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(codes into the names table, the names table with "" first, bytes) of every event: the
     collective name and bytes of the comm events on a device stream (``comm``: which events
-    are comm), "" and NaN everywhere else. See the module docstring for the rules."""
+    are comm), "" and NaN everywhere else. See the module docstring for the rules.
+
+    The names table lists the names in the order the kernels ran (by ``ts``, ties in file
+    order), and so does "the first kernel of a range" (the one that carries its bytes)."""
     n = cols.ts.size
-    names: list[str] = [""]
     codes = np.zeros(n, np.int32)
     out_bytes = np.full(n, np.nan)
     kernels = np.flatnonzero(comm & (cols.stream >= 0))
     coll_t = cols.tables.get("coll")
     if not kernels.size or not coll_t or coll_t == [""]:
-        return codes, names, out_bytes
-    coll = np.asarray(coll_t + [""], dtype=object)[cols.codes["coll"]]
-    dtype = np.asarray(cols.tables["dtype"] + [""], dtype=object)[cols.codes["dtype"]]
-    in_n, out_n = cols.nums["in_nelems"], cols.nums["out_nelems"]
-    has = coll != ""
+        return codes, [""], out_bytes
+    coll = cols.codes["coll"]
+    has = np.asarray([c != "" for c in coll_t] + [False], bool).take(coll)
     src = np.where(has[kernels], kernels, -1)  # the event whose args describe each kernel
-    need = kernels[src < 0]
-    if need.size:
-        is_range = np.asarray([x == _RANGE for x in cols.tables["name"]] + [False], bool)[cols.codes["name"]]
-        src[src < 0] = range_of_launch(cols, is_range & has, need)
-    seen: set[int] = set()
-    table = {"": 0}
-    for k, s in sorted(zip(kernels.tolist(), src.tolist()), key=lambda p: cols.ts[p[0]]):
-        if s < 0:
-            continue
-        codes[k] = table.setdefault(str(coll[s]), len(table))
-        if s == k or s not in seen:
-            out_bytes[k] = _nbytes(int(in_n[s]), int(out_n[s]), str(dtype[s]))
-            seen.add(s)
-    return codes, list(table), out_bytes
+    need = src < 0
+    if need.any():
+        is_range = np.asarray([x == _RANGE for x in cols.tables["name"]] + [False], bool).take(cols.codes["name"])
+        src[need] = range_of_launch(cols, is_range & has, kernels[need])
+    order = np.argsort(cols.ts[kernels], kind="stable")  # the order the kernels ran
+    k, s = kernels[order], src[order]
+    k, s = k[s >= 0], s[s >= 0]
+    if not k.size:
+        return codes, [""], out_bytes
+    found, uniq = pd.factorize(coll.take(s))  # first-appearance order
+    codes[k] = found + 1
+    _, first = np.unique(s, return_index=True)  # a kernel's own args are its own: first too
+    k, s = k[first], s[first]
+    size = np.asarray([DTYPE_BYTES.get(d, np.nan) for d in cols.tables["dtype"]] + [np.nan], np.float64)
+    elems = np.maximum(cols.nums["in_nelems"].take(s), cols.nums["out_nelems"].take(s))
+    out_bytes[k] = np.where(elems >= 0, elems.astype(np.float64) * size.take(cols.codes["dtype"].take(s)), np.nan)
+    return codes, ["", *(coll_t[c] for c in uniq.tolist())], out_bytes
 
 
 def range_of_launch(cols: Columns, is_range: np.ndarray, kernels: np.ndarray) -> np.ndarray:
     """For each GPU event (indices ``kernels``), the innermost of the ranges ``is_range`` (a mask
     over the events) on the thread of its launch call (same correlation id) that contains the
     launch's start; -1 when there is no launch or no such range. What links a kernel to the CPU
-    op or range that asked for it."""
-    cat_t = cols.tables["cat"]
-    is_launch = np.asarray([c in _LAUNCH_CATS for c in cat_t] + [False], bool)[cols.codes["cat"]]
-    host = cols.stream < 0
-    pid, tid = cols.codes["pid"], cols.codes["tid"]
-    by_thread: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
-    for i in np.flatnonzero(is_range & host).tolist():
-        starts, idx = by_thread.setdefault((int(pid[i]), int(tid[i])), ([], []))
-        starts.append(float(cols.ts[i]))
-        idx.append(i)
-    parents: dict[int, int] = {}  # each range's enclosing range (ranges of a thread nest)
-    for starts, idx in by_thread.values():
-        order = sorted(range(len(idx)), key=lambda j: (starts[j], -cols.dur[idx[j]]))
-        starts[:], idx[:] = [starts[j] for j in order], [idx[j] for j in order]
-        stack: list[int] = []
-        for r in idx:
-            while stack and cols.ts[r] >= cols.ts[stack[-1]] + cols.dur[stack[-1]]:
-                stack.pop()
-            parents[r] = stack[-1] if stack else -1
-            stack.append(r)
-    launch_of: dict[int, int] = {}
-    for i in np.flatnonzero(is_launch & host & (cols.corr > 0)).tolist():
-        launch_of.setdefault(int(cols.corr[i]), i)
+    op or range that asked for it.
+
+    The launch of a correlation id is its first launch call in the file. A thread's ranges are
+    ordered by start (the longer first, then file order) and nest: the range around a time t is
+    the last one to start at or before t, or else the first enclosing range of that one (its
+    parent, found with a stack) that is still open at t. Vectorised over the kernels; only the
+    ranges' parents are found one range at a time."""
     out = np.full(kernels.size, -1, np.int64)
-    for j, k in enumerate(kernels.tolist()):
-        li = launch_of.get(int(cols.corr[k]))
-        if li is None:
-            continue
-        starts, idx = by_thread.get((int(pid[li]), int(tid[li])), ([], []))
-        t = float(cols.ts[li])
-        p = bisect_right(starts, t) - 1
-        r = idx[p] if p >= 0 else -1
-        while r >= 0 and t >= cols.ts[r] + cols.dur[r]:  # the latest range that began is closed:
-            r = parents[r]                                # a range around t encloses it
-        out[j] = r
+    host = cols.stream < 0
+    ranges = np.flatnonzero(is_range & host)
+    is_launch = np.asarray([c in _LAUNCH_CATS for c in cols.tables["cat"]] + [False], bool).take(cols.codes["cat"])
+    launches = np.flatnonzero(is_launch & host & (cols.corr > 0))
+    if not ranges.size or not launches.size or not kernels.size:
+        return out
+    ids, first = np.unique(cols.corr[launches], return_index=True)  # each id's first launch
+    want = cols.corr[kernels]
+    at = np.minimum(np.searchsorted(ids, want), ids.size - 1)
+    hit = np.flatnonzero(ids[at] == want)
+    launch = launches[first[at[hit]]]
+    ntid = len(cols.tables["tid"]) + 1
+    thread = cols.codes["pid"].astype(np.int64) * ntid + cols.codes["tid"]
+    ts, dur = cols.ts, cols.dur
+    ranges = ranges[np.lexsort((-dur[ranges], ts[ranges], thread[ranges]))]  # stable: file order last
+    r_thread, r_start = thread[ranges], ts[ranges]
+    r_end = r_start + dur[ranges]
+    parent = _parents(r_thread.tolist(), r_start.tolist(), r_end.tolist())
+    # the last range of the launch's thread that starts at or before the launch
+    q_thread, t = thread[launch], ts[launch]
+    lo = np.searchsorted(r_thread, q_thread, "left")
+    pos = np.full(launch.size, -1, np.int64)
+    for th in np.unique(q_thread).tolist():
+        sel = np.flatnonzero(q_thread == th)
+        a, b = int(lo[sel[0]]), int(np.searchsorted(r_thread, th, "right"))
+        p = np.searchsorted(r_start[a:b], t[sel], "right") - 1
+        pos[sel] = np.where(p >= 0, p + a, -1)
+    while True:  # climb while the range found closed before the launch
+        up = np.flatnonzero(pos >= 0)
+        up = up[t[up] >= r_end[pos[up]]]
+        if not up.size:
+            break
+        pos[up] = parent[pos[up]]
+    out[hit] = np.where(pos >= 0, ranges[np.maximum(pos, 0)], -1)
     return out
+
+
+def _parents(thread: list[int], start: list[float], end: list[float]) -> np.ndarray:
+    """For ranges sorted by (thread, start), each one's enclosing range (its index in that
+    order; -1 for none): the innermost range of its thread still open at its start, by a stack."""
+    parent = [-1] * len(thread)
+    stack: list[int] = []
+    prev = None
+    for i, (th, s) in enumerate(zip(thread, start)):
+        if th != prev:
+            stack, prev = [], th
+        while stack and s >= end[stack[-1]]:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return np.asarray(parent, np.int64)
