@@ -47,6 +47,7 @@ from dpcore.read.analysis.comm_overlap import (
 )
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.kinds import STEP_RE, comm_op
+from dpcore.read.traces.rank_table import RankTable
 from dpcore.read.traces.reader import on_host
 
 #: ``op``: the collective family of a comm row (:func:`comm_op` of its name), "" on compute rows.
@@ -114,6 +115,16 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
     empty = {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,
              "start_us": np.float64, "end_us": np.float64}
     return pd.DataFrame({c: np.concatenate(v) if v else np.empty(0, empty[c]) for c, v in cols.items()})
+
+
+def lanes_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """:data:`LANES_TABLE`'s reduction: :func:`trace_lanes` of one rank."""
+    return trace_lanes(events)
+
+
+#: The per-rank lanes table (LANE_COLUMNS): what the Timeline draws of the rank.
+LANES_TABLE = RankTable("lanes", {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,
+                                  "start_us": np.float64, "end_us": np.float64}, lanes_table)
 
 
 def gpu_lanes(ev: pd.DataFrame) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, str | np.ndarray]]:

@@ -31,8 +31,8 @@ collectives (every rank leaves a blocking collective at nearly the same moment).
 Two halves, so that an import never holds more than one rank's events: :func:`rank_rows` turns
 one trace's events into compact tables on the trace's own clock (its steps with their phases,
 its comm events with op, bytes and arrival, and the facts of the file the checks need); it is
-part of the rank reduction (:mod:`dpcore.read.ranks.tables`), so it runs in a worker, one rank at
-a time, and its tables are cached. Everything that needs several ranks at once (the clock
+part of the rank reduction (:data:`IMPORT_TABLES`, read by :mod:`dpcore.read.ranks`), so it
+runs in a worker, one rank at a time, and its tables are cached. Everything that needs several ranks at once (the clock
 offsets, then every ``*_ns`` shifted by them, and ``comm_ms``, a union taken on the shifted
 clock) runs on those compact tables: :func:`clock_offsets_ns`, :func:`collective_rows`,
 :func:`step_rows`. The per-rank half is exact per rank: every rule above groups by rank (steps,
@@ -51,6 +51,7 @@ from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import comm_start, union_length
 from dpcore.read.analysis.trace_arrivals import trace_comm_rows
 from dpcore.read.traces.kinds import AUTOGRAD_NODE, FOREIGN_PHASES, PHASE_CATEGORY
+from dpcore.read.traces.rank_table import RankTable
 from dpcore.read.traces.reader import on_host, step_ranges
 
 VARIANT = IMPORTED
@@ -78,7 +79,7 @@ def algo_of(name: str, backend: str) -> str:
     return m.group(1).lower() if m else backend
 
 
-#: Columns of a rank's compact tables (dtypes in :data:`dpcore.read.ranks.tables.DTYPES`).
+#: Columns of a rank's compact tables (dtypes in their declarations, :data:`IMPORT_TABLES`).
 #: ``import_steps``: one row per step, times in µs on the trace's clock, phases in ms (NaN: none).
 STEP_COLUMNS = ["rank", "step", "ts", "dur", "fwd_ms", "bwd_ms", "opt_ms"]
 #: ``import_comm``: one row per comm event (also those in no step: the clock alignment matches
@@ -212,6 +213,25 @@ def rank_rows(events: pd.DataFrame, meta: dict | None = None,
     ``linked``: :func:`trace_comm_rows` of the events, where the caller has it already."""
     return {"import_steps": _step_table(events), "import_comm": _comm_table(events, linked),
             "import_facts": _facts(events, meta or {})}
+
+
+def import_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
+    """The reduction of :data:`IMPORT_TABLES` (one pass makes the three): :func:`rank_rows`."""
+    return rank_rows(events, meta)
+
+
+#: What ``dpcore import`` needs of every rank: its steps and phases, its comm events, the
+#: file's facts (host, time span, metadata).
+IMPORT_STEPS = RankTable("import_steps", {"rank": np.int64, "step": np.int64, "ts": np.float64, "dur": np.float64,
+                                          "fwd_ms": np.float64, "bwd_ms": np.float64, "opt_ms": np.float64},
+                         import_tables)
+IMPORT_COMM = RankTable("import_comm", {"rank": np.int64, "step": np.int64, "seq": np.int64, "ts": np.float64,
+                                        "dur": np.float64, "op": object, "algo": object, "bytes": np.float64,
+                                        "arrival_ns": np.int64}, import_tables)
+IMPORT_FACTS = RankTable("import_facts", {"host": object, "ts_min": np.float64, "end_max": np.float64,
+                                          "ranks": object, "dist_info": object, "props": np.int64,
+                                          "device_names": object, "gpu": bool}, import_tables)
+IMPORT_TABLES = (IMPORT_STEPS, IMPORT_COMM, IMPORT_FACTS)
 
 
 def collective_rows(comm: pd.DataFrame, job_id: str, backend: str,

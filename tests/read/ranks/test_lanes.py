@@ -15,9 +15,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore.read.analysis import timeline
-from dpcore.read.analysis.timeline import trace_lanes
-from dpcore.read.ranks import Scale, job_lanes, run_trace_steps, tables
-from dpcore.read.ranks.tables import typed
+from dpcore.read.analysis.timeline import LANES_TABLE, trace_lanes
+from dpcore.read.ranks import Scale, job_lanes, reduce, run_trace_steps
 from dpcore.read.rundir import job_traces, load_run
 from dpcore.read.rundir.job_traces import job_trace_events
 from tests.app_pages import APP, open_page, problems
@@ -44,7 +43,7 @@ def _same_lanes(run_path: Path, ranks: dict[str, tuple[int, ...]] | None = None)
         events = job_trace_events(run, job, ranks=picked)
         assert events is not None and len(events), job
         pd.testing.assert_frame_equal(_by_rank(job_lanes(run, job, picked, Scale(cache=False))),
-                                      _by_rank(typed("lanes", trace_lanes(events))), check_exact=True)
+                                      _by_rank(LANES_TABLE.typed(trace_lanes(events))), check_exact=True)
         for _ in ("miss", "hit"):
             lanes = job_lanes(run, job, picked)
             for step in steps:
@@ -108,7 +107,7 @@ def _no_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every way a trace could be parsed raises from here on."""
     def refuse(*_a, **_k):
         raise AssertionError("a trace was parsed")
-    monkeypatch.setattr(tables, "read_trace_meta", refuse)
+    monkeypatch.setattr(reduce, "read_trace_meta", refuse)
     monkeypatch.setattr(job_traces, "read_trace_files", refuse)
 
 
