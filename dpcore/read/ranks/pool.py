@@ -23,7 +23,7 @@ from dpcore.contract.limits import usable_cpus
 from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE, TRACE_COLUMNS
 from dpcore.read.analysis.gpu_kernels import KERNELS_TABLE
 from dpcore.read.analysis.gpu_time import GPU_CAUSES_TABLE, GPU_TABLE
-from dpcore.read.analysis.timeline import LANES_TABLE
+from dpcore.read.analysis.lanes import LANES_TABLE
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.ranks import cache
 from dpcore.read.ranks.reduce import RankTables, reduce_trace
@@ -195,10 +195,9 @@ def check_one_world(found: list[tuple[Path, int, int | None]]) -> None:
 def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[RankTable, ...] = EAGER,
                     problems: list[str] | None = None) -> Iterable[tuple[str, list[RankTables]]]:
     """(job_id, its ranks' tables) of every job with traced steps and readable, non-empty rank
-    traces of all its ranks, in run.json's job order (as
-    :func:`dpcore.read.rundir.job_traces.traced_job_events`: a job with a missing or unreadable
-    rank trace is left out, its numbers then come from the recorded collectives, and it is named
-    in ``problems``). All jobs' ranks in one read."""
+    traces of all its ranks, in run.json's job order: a job with a missing or unreadable rank
+    trace is left out (its numbers then come from the recorded collectives) and named in
+    ``problems``. All jobs' ranks in one read."""
     jobs = []
     for job_id in run.jobs["job_id"].drop_duplicates():
         job_id = str(job_id)
@@ -231,10 +230,9 @@ def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: 
     """The lanes tables of a job's rank traces (only those of ``ranks`` when given: a view
     draws a few of 1,024 ranks), one frame: the ``lanes`` argument of
     :func:`dpcore.read.analysis.timeline.timeline`, from the cache (a hit reads the ``lanes``
-    table only, and parses no trace). None where
-    :func:`dpcore.read.rundir.job_traces.job_trace_events` gives None, for the same reasons:
-    the job has no rank trace, lacks one of its ranks' traces, or one is unreadable or two are
-    of one rank (a line naming the file goes to ``problems``); or its traces hold no event."""
+    table only, and parses no trace). None where the job has no rank trace, lacks one of its
+    ranks' traces, or one is unreadable or two are of one rank (a line naming the file goes to
+    ``problems``); or its traces hold no event."""
     want = None if ranks is None else {f"rank{int(r)}" for r in ranks}
     files = [v for k, v in sorted(run.trace_files(job_id).items())
              if rf.is_rank_trace(k) and (want is None or k in want)]
@@ -258,7 +256,7 @@ def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: 
 
 def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | None = None) -> pd.DataFrame:
     """Per (job, rank, traced step) overlap of every traced job: the frame of
-    :func:`dpcore.read.analysis.timeline.trace_step_metrics` (the same rows), from the cache.
+    overlap_from_trace of each job's events (the same rows), from the cache.
     ``problems``: one line per job left out, naming the file (:func:`job_rank_tables`)."""
     return _trace_steps(job_rank_tables(run, scale, (OVERLAP_TABLE,), problems))
 

@@ -15,14 +15,15 @@ import pytest
 from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE
 from dpcore.read.analysis.gpu_kernels import KERNELS_TABLE
 from dpcore.read.analysis.gpu_time import GPU_CAUSES_TABLE, GPU_TABLE
-from dpcore.read.analysis.timeline import LANES_TABLE, trace_step_metrics
+from dpcore.read.analysis.lanes import LANES_TABLE
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.importer.rows import IMPORT_COMM, IMPORT_FACTS, IMPORT_STEPS, IMPORT_TABLES
 from dpcore.read.ranks import EAGER, GPU_TABLES, Scale, cache, folder_tables, run_trace_steps
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.report.summarize import summarize
-from dpcore.read.rundir import load_run, traced_job_events
+from dpcore.read.rundir import load_run
+from tests.events_path import trace_step_metrics, traced_job_events
 from tests.fixtures_run import make_run
 from tests.synthetic import write_gpu_trace_dir
 
