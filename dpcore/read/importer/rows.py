@@ -49,6 +49,7 @@ import pandas as pd
 
 from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import comm_start, union_length
+from dpcore.read.analysis.comm_overlap import by_name
 from dpcore.read.analysis.trace_arrivals import trace_comm_rows
 from dpcore.read.traces.kinds import AUTOGRAD_NODE, FOREIGN_PHASES, PHASE_CATEGORY
 from dpcore.read.traces.rank_table import RankTable
@@ -125,24 +126,15 @@ def _phase_ms(ts: np.ndarray, end: np.ndarray, own: np.ndarray, foreign: np.ndar
     return float(end[nodes].max() - ts[nodes].min()) / 1e3
 
 
-def _by_name(col: pd.Series, test) -> np.ndarray:
-    """``test(str(value))`` of every value of a column, evaluated once per distinct value (a
-    rank's 20k events carry a few hundred names): the categories, then taken by the codes."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = [str(c) for c in col.cat.categories] + ["nan"]  # code -1 (missing) reads as "nan"
-        return np.fromiter((bool(test(c)) for c in cats), bool, len(cats))[col.cat.codes.to_numpy()]
-    return np.fromiter((bool(test(str(v))) for v in col), bool, len(col))
-
-
 def _step_table(events: pd.DataFrame) -> pd.DataFrame:
     """``import_steps`` of one trace's events: :func:`profiler_steps` and each step's phases."""
     steps = profiler_steps(events)
     cpu = _cpu(events)
-    is_phase_cat = _by_name(cpu["category"], lambda c: c == PHASE_CATEGORY)
-    masks = {ph: (_by_name(cpu["name"], lambda n, ph=ph: n == ph) & is_phase_cat,
-                  _by_name(cpu["name"], re.compile(FOREIGN_PHASES[ph]).match))
+    is_phase_cat = by_name(cpu["category"], lambda c: c == PHASE_CATEGORY)
+    masks = {ph: (by_name(cpu["name"], lambda n, ph=ph: n == ph) & is_phase_cat,
+                  by_name(cpu["name"], re.compile(FOREIGN_PHASES[ph]).match))
              for ph in ("forward", "backward", "optimizer")}
-    nodes = _by_name(cpu["name"], re.compile(AUTOGRAD_NODE).match)
+    nodes = by_name(cpu["name"], re.compile(AUTOGRAD_NODE).match)
     ts = cpu["ts"].to_numpy(np.float64)
     end = ts + cpu["dur"].to_numpy(np.float64)
     at = {k: np.asarray(v) for k, v in pd.Series(np.arange(len(cpu))).groupby(

@@ -65,11 +65,11 @@ def _pa():
 
 
 def table_key(key: list, table: RankTable) -> list:
-    """A trace's key (:func:`trace_key`) for one table's entry: with the table's version."""
+    """A trace's key (:func:`stat_key`) for one table's entry: with the table's version."""
     return [*key, int(table.version)]
 
 
-def trace_key(path: Path, only: bool) -> list:
+def stat_key(path: Path, only: bool) -> list:
     """What must match for a cache entry to stand for ``path``: size, mtime, ctime (ns), inode,
     the version, and ``only`` (a lone trace without a rank reads as rank 0; one of several is
     an error). ctime cannot be set back by a program (``os.utime`` sets mtime and moves ctime),
@@ -203,7 +203,7 @@ def _split(df: pd.DataFrame, names: pd.Series) -> dict[str, pd.DataFrame]:
 
 
 def load(root: Path, traces: list[Path], only: bool, need: tuple[RankTable, ...]) -> dict[int, RankTables]:
-    """{position in ``traces``: cached tables} of the traces whose entry matches :func:`trace_key`
+    """{position in ``traces``: cached tables} of the traces whose entry matches :func:`stat_key`
     in every table of ``need`` (:func:`table_key`; the RankTables hold those tables only)."""
     mods = _pa()
     if mods is None or not traces:
@@ -212,7 +212,7 @@ def load(root: Path, traces: list[Path], only: bool, need: tuple[RankTable, ...]
     want: dict[str, tuple[int, list]] = {}
     for i, f in enumerate(traces):
         try:
-            want[_name(root, f)] = (i, trace_key(f, only))
+            want[_name(root, f)] = (i, stat_key(f, only))
         except OSError:
             continue
     entries, info = _read(pq, root, "ranks")
@@ -254,7 +254,7 @@ def _notes(raw: object) -> list[str] | None:
 
 def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]],
           tables: tuple[RankTable, ...]) -> bool:
-    """Add (trace, only, key, tables) entries to ``root``'s cache (``key``: :func:`trace_key` taken
+    """Add (trace, only, key, tables) entries to ``root``'s cache (``key``: :func:`stat_key` taken
     *before* the trace was read, so a trace rewritten meanwhile misses next time), keeping the
     other traces' entries; ``tables``: the declarations of the tables the entries hold. Each
     table file is rewritten to a temporary name and renamed; a table file lists the entries it

@@ -129,7 +129,7 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
         keys = {}
         for i in miss:
             try:
-                keys[i] = cache.trace_key(files[i], only)
+                keys[i] = cache.stat_key(files[i], only)
             except OSError:  # the read reports the file by name
                 pass
         todo = [files[i] for i in miss]
@@ -171,8 +171,8 @@ MAX_RANK = 2**20 - 1
 def check_one_world(found: list[tuple[Path, int, int | None]]) -> None:
     """Refuse, by file and in file order, traces that cannot be the ranks of one job:
     (file, rank, world size from its metadata or None) with a rank beyond its world size or
-    :data:`MAX_RANK`, two traces of one rank, or different world sizes. ``import``, ``analyze``
-    and ``stragglers`` read folders of traces by this one rule (TraceFormatError)."""
+    :data:`MAX_RANK`, two traces of one rank, or different world sizes. ``import``, ``analyze``,
+    ``stragglers``, ``gpu`` and the Timeline's lanes read traces by this one rule (TraceFormatError)."""
     by_rank: dict[int, Path] = {}
     sizes: dict[int, Path] = {}
     for f, rank, ws in found:
@@ -239,15 +239,15 @@ def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: 
     if not files or missing_traces_noted(run, job_id, problems):
         return None
     got = rank_tables(files, Path(run.path), scale, only=False, need=(LANES_TABLE,))
-    seen: dict[int, Path] = {}
-    for f, r in zip(files, got):
-        if isinstance(r, TraceFormatError):
-            note_problem(problems, f"job {job_id}: {r}; {FALLBACK}")
-            return None
-        if r.events and r.rank in seen:
-            note_problem(problems, f"job {job_id}: two traces for rank {r.rank}: {seen[r.rank]} and {f}; {FALLBACK}")
-            return None
-        seen[r.rank] = f
+    try:
+        for r in got:
+            if isinstance(r, TraceFormatError):
+                raise r
+        check_one_world([(f, r.rank, r.world_size) for f, r in zip(files, got)
+                         if isinstance(r, RankTables) and r.events])
+    except TraceFormatError as exc:
+        note_problem(problems, f"job {job_id}: {exc}; {FALLBACK}")
+        return None
     ok = cast(list[RankTables], got)  # an error returned above
     if not sum(r.events for r in ok):
         return None
@@ -328,14 +328,13 @@ def folder_gpu(p: Path, scale: Scale | None = None
     led, cau, ker, notes = [], [], [], []
     for parent, ix in groups.items():
         job = root.name if parent == root else parent.relative_to(root).as_posix()
-        seen: dict[int, Path] = {}
-        for i in sorted(ix, key=lambda i: getattr(got[i], "rank", 0)):
-            t = got[i]
-            if isinstance(t, TraceFormatError):
+        mine = sorted(ix, key=lambda i: getattr(got[i], "rank", 0))
+        for i in mine:
+            if isinstance(t := got[i], TraceFormatError):
                 raise t
-            if t.events and t.rank in seen:
-                raise TraceFormatError(f"two traces for rank {t.rank}: {seen[t.rank]} and {files[i]}")
-            seen[t.rank] = files[i]
+        check_one_world([(files[i], t.rank, t.world_size) for i in mine if (t := cast(RankTables, got[i])).events])
+        for i in mine:
+            t = cast(RankTables, got[i])
             led.append((job, t[GPU_TABLE]))
             cau.append((job, t[GPU_CAUSES_TABLE]))
             ker.append((job, t[KERNELS_TABLE]))

@@ -15,12 +15,12 @@ import pandas as pd
 
 from dpcore.read.analysis.stragglers import (
     KEY,
+    arrival_notes_from_rows,
     collective_waits,
     partial_rank_note,
     straggler_summary,
     straggler_verdict,
     stragglers_from_rows,
-    trace_notes_from_rows,
     wait_notes,
 )
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
@@ -72,7 +72,7 @@ def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
     rows = pd.concat([t[COMM_TABLE] for t in tables], ignore_index=True).assign(job_id=job)
     if rows.empty:
         raise ValueError(f"no comm events (NCCL kernels, gloo:* spans on a gloo thread) in the traces of {p}")
-    found = trace_notes_from_rows(rows, ranks, world_size)
+    found = arrival_notes_from_rows(rows, ranks, world_size)
     waits = stragglers_from_rows(rows, ranks)
     if waits.empty:
         why = "; ".join(found) or ("needs traces of 2 or more ranks with the same number of collectives per "

@@ -11,7 +11,7 @@ import streamlit as st
 from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
-from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
+from dpcore.read.plots.whatif import breakdown_figure, replay_figure, sweep_figure
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.advice import add_family_bands, source_spread
 from dpcore.read.whatif.fabrics import load_fabrics, parse_fabric
@@ -163,7 +163,7 @@ def render(run: Run) -> None:
     st.subheader("Predicted step, broken down")
     st.plotly_chart(breakdown_figure(cells, mb), key=f"wi-bd-{run.path}-{job}")
     st.subheader(f"Replayed step: {ranks_text(ws)}, {mib_size(mb)} buckets")
-    st.plotly_chart(timeline_figure(replay_lanes(rep, buckets, src.sizes, fitted.tail_ms)),
+    st.plotly_chart(replay_figure(replay_lanes(rep, buckets, src.sizes, fitted.tail_ms)),
                     key=f"wi-tl-{run.path}-{job}")
     st.subheader("Prediction against the run's measured jobs")
     sizes = tuple(sorted(set(meas["world_size"].astype(int)) | {ws} | set(sweep_ws)))
