@@ -36,7 +36,7 @@ SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "status", "step_ms", "comm
 @st.cache_data(show_spinner=False, max_entries=16)
 def breakdown(_run: Run, run_key: tuple, y_max: float | None = None) -> go.Figure:
     """The stacked step breakdown of every job (y-axis top ``y_max`` in compare mode)."""
-    return breakdown_figure(data.job_summary(_run, run_key), "Where a training step's time goes", y_max)
+    return breakdown_figure(data.cached_summary(_run, run_key), "Where a training step's time goes", y_max)
 
 
 GPU_HOST = st.column_config.NumberColumn(
@@ -49,7 +49,7 @@ GPU_HOST = st.column_config.NumberColumn(
 def _gpu_host_idle(run: Run, key: tuple) -> pd.Series:
     """Host idle % of the whole-trace GPU ledger per job (the GPU page's and the ``gpu`` command's
     numbers); empty for a run without GPU traces."""
-    ledger = data.gpu_ledger(run, key)[0]
+    ledger = data.cached_gpu(run, key)[0]
     whole = ledger[ledger["window"] == "trace"]
     if whole.empty:
         return pd.Series(dtype=float)
@@ -61,8 +61,8 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     """Stacked step breakdown per (variant, world size) and the summary table (every row shown).
     ``peers``: the runs shown together in compare mode; their charts then share one y-axis."""
     key = data.key(run)
-    summary = data.job_summary(run, key)
-    y_max = shared_y_max([data.job_summary(r, data.key(r)) for r in peers]) if peers and len(peers) > 1 else None
+    summary = data.cached_summary(run, key)
+    y_max = shared_y_max([data.cached_summary(r, data.key(r)) for r in peers]) if peers and len(peers) > 1 else None
     st.plotly_chart(breakdown(run, key, y_max), key=f"ov-{run.path}")
     st.caption(BREAKDOWN_CAPTION)
     if summary.empty:

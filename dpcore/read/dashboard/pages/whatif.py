@@ -59,7 +59,7 @@ def model(_run: Run, run_key: tuple, job_id: str, algo: str, fabric: str | None 
 def measured(_run: Run, run_key: tuple, variant: str) -> pd.DataFrame:
     """The run's measured step times of ``variant`` (`measured_cells` summarizes every job, traces
     included: seconds on a busy box, so cached)."""
-    return measured_cells(data.job_summary(_run, run_key), variant)
+    return measured_cells(data.cached_summary(_run, run_key), variant)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -149,7 +149,7 @@ def render(run: Run) -> None:
     m3.metric("Exposed comm E", f"{row['exposed_comm_ms']:.1f} ms")
     m4.metric("Buckets", f"{row['buckets']}")
     meas = measured(run, key, src.variant)
-    summary = data.job_summary(run, key)
+    summary = data.cached_summary(run, key)
     # the recommendation: the same cells and function as `whatif` (one value)
     rec_ws = tuple(sorted(set(sweep_ws)))
     cells = with_measured(predictions(run, key, job, algo, tuple(sorted(sweep_mb)), rec_ws, None, None, fabric), meas)
