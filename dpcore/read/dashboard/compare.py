@@ -15,7 +15,7 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY
 from dpcore.read.dashboard import data
-from dpcore.read.dashboard.tables import table_height
+from dpcore.read.dashboard.table_cells import table_height
 from dpcore.read.plots.overview import comparison_figure, label_jobs, robust_y_max
 
 #: Environment entries that change what a number means (the rest, e.g. host or created, never do).

@@ -1,4 +1,4 @@
-"""Reading many ranks: each rank's trace reduced once to compact tables (tables.py), kept beside
+"""Reading many ranks: each rank's trace reduced once to compact tables (reduce.py), kept beside
 the run in ``cache/`` (cache.py), and the misses reduced in worker processes or on a Dask cluster
 (pool.py). Every read command and the dashboard go through :func:`rank_tables` (the Timeline
 page's lanes through :func:`job_lanes`); the cross-rank work (stragglers' matching, per-job

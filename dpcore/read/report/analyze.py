@@ -16,7 +16,7 @@ from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
 from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.resolve import load_run_reporting, resolve, trace_steps_reporting
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError
 from dpcore.read.traces.reader import TraceFormatError
 

@@ -19,7 +19,7 @@ from dpcore.read.analysis.stragglers import call_transfer_wait
 from dpcore.read.importer.rows import IMPORT_COMM
 from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
 from dpcore.read.report.resolve import load_run_reporting, resolve, warn
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.traces.reader import TraceFormatError
 
 #: docs/DESIGN.md's columns of `gpu --csv`.

@@ -26,7 +26,7 @@ from dpcore.read.analysis.stragglers import (
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.resolve import PathKind, resolve
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
 from dpcore.read.traces.reader import TraceFormatError
 

@@ -1,6 +1,6 @@
 """The read wing's split between loading, analysis and command text.
 
-- ``dpcore.read.report``: one table formatter (tables.py) and one "is this PATH a run or traces?"
+- ``dpcore.read.report``: one table formatter (table_text.py) and one "is this PATH a run or traces?"
   answer (resolve.py), used by every command.
 - ``dpcore.read.analysis``: DataFrames in, DataFrames out: once a run and its traces are loaded,
   no analysis function touches the disk again (checked by making every loader fail).
@@ -21,7 +21,7 @@ from dpcore.cli import main
 from dpcore.contract.units import percent
 from dpcore.read.analysis import job_summary, step_metrics, timeline
 from dpcore.read.report.resolve import resolve
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir import load, load_run
 from tests import events_path
 from tests.events_path import job_trace_events, lanes_of, step_trace_events, trace_step_metrics, traced_job_events
@@ -48,11 +48,11 @@ def test_csv_table_four_decimals_no_index() -> None:
 
 
 def test_one_formatter_and_one_resolver_in_report() -> None:
-    """Only tables.py renders tables and only resolve.py decides what a PATH is: a command that
+    """Only table_text.py renders tables and only resolve.py decides what a PATH is: a command that
     formats or resolves on its own fails here."""
     for f in sorted(REPORT.glob("*.py")):
         text = f.read_text(encoding="utf-8")
-        if f.name != "tables.py":
+        if f.name != "table_text.py":
             assert not re.search(r"\.to_(string|csv)\(", text), f"{f.name} formats a table itself"
         if f.name != "resolve.py":
             assert "RUN_JSON" not in text and '"run.json"' not in text, f"{f.name} resolves PATH itself"

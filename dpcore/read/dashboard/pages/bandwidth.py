@@ -17,7 +17,7 @@ from dpcore.read.analysis import allreduce_bandwidth
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
 from dpcore.read.dashboard.picker import run_with
-from dpcore.read.dashboard.tables import bandwidth_rows, table_height
+from dpcore.read.dashboard.table_cells import bandwidth_rows, table_height
 from dpcore.read.plots.bandwidth import bandwidth_figure
 from dpcore.read.rundir.load import Run
 

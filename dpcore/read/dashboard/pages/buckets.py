@@ -15,7 +15,7 @@ from dpcore.contract.units import EMPTY
 from dpcore.read.analysis import bucket_sweep, compression
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
-from dpcore.read.dashboard.tables import bucket_rows, compression_rows, table_height
+from dpcore.read.dashboard.table_cells import bucket_rows, compression_rows, table_height
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.comm_hooks import compression_figure
 from dpcore.read.rundir.load import Run

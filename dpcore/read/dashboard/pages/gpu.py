@@ -19,7 +19,7 @@ from dpcore.read.analysis.gpu_kernels import fp32_matmul_note
 from dpcore.read.analysis.gpu_time import HOST_BOUND_SHARE, TRACE_STEP, advice
 from dpcore.read.analysis.metrics import INFLATION_LIMIT
 from dpcore.read.dashboard import data, frame
-from dpcore.read.dashboard.tables import table_height
+from dpcore.read.dashboard.table_cells import table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.gpu import causes_figure, kernel_figure, ledger_figure, window_label
 from dpcore.read.rundir.load import Run

@@ -18,7 +18,7 @@ from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG, SUMMARY_STATUS_HELP
 from dpcore.read.dashboard.compare import compare_overview, shared_y_max
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS
-from dpcore.read.dashboard.tables import overview_rows, short_status, table_height
+from dpcore.read.dashboard.table_cells import overview_rows, short_status, table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.overview import breakdown_figure

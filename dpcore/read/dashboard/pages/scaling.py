@@ -16,7 +16,7 @@ from dpcore.read import analysis
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import NUM, SUMMARY_CONFIG
 from dpcore.read.dashboard.formulas import FORMULAS, scaling_caption
-from dpcore.read.dashboard.tables import bucket_text, table_height
+from dpcore.read.dashboard.table_cells import bucket_text, table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.scaling import scaling_figure, shared_ranges
 from dpcore.read.rundir.load import Run
