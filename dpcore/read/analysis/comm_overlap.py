@@ -275,8 +275,8 @@ def trace_sets(ev: pd.DataFrame | _Events) -> tuple[tuple[np.ndarray, np.ndarray
     return (ts[comm], end[comm]), compute
 
 
-def by_name(col: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
-    """``test(name)`` of every event, evaluated once per distinct name (the reader's names are
+def by_name(col: pd.Series, test: Callable[[str], object]) -> np.ndarray:
+    """``bool(test(name))`` of every event, evaluated once per distinct name (the reader's names are
     categorical: a 250k-event trace has a few thousand of them)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         cats, codes = col.cat.categories, col.cat.codes.to_numpy()

@@ -131,7 +131,7 @@ def _step_table(events: pd.DataFrame) -> pd.DataFrame:
     steps = profiler_steps(events)
     cpu = _cpu(events)
     is_phase_cat = by_name(cpu["category"], lambda c: c == PHASE_CATEGORY)
-    masks = {ph: (by_name(cpu["name"], lambda n, ph=ph: n == ph) & is_phase_cat,
+    masks = {ph: (by_name(cpu["name"], ph.__eq__) & is_phase_cat,
                   by_name(cpu["name"], re.compile(FOREIGN_PHASES[ph]).match))
              for ph in ("forward", "backward", "optimizer")}
     nodes = by_name(cpu["name"], re.compile(AUTOGRAD_NODE).match)
