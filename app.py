@@ -41,7 +41,7 @@ if st.session_state.get("launch") is not None:
     launcher.follow()
 launcher.show_result()
 
-runs, warnings = data.list_runs(root)
+runs, warnings = data.cached_runs(root)
 frame.problem_list(warnings, "unreadable run(s) skipped")
 
 if runs.empty:

@@ -23,8 +23,9 @@ from dpcore.cli import main
 from dpcore.read import analysis as A
 from dpcore.read.dashboard.pages import PAGES
 from dpcore.read.dashboard.picker import fit_label
-from dpcore.read.rundir import load_run, traced_job_events
+from dpcore.read.rundir import load_run
 from tests.app_pages import data_problems, heading, open_page, problems
+from tests.events_path import trace_step_metrics, traced_job_events
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT.parent / "shared" / "gpu"
@@ -153,7 +154,7 @@ def test_timeline_labels_agree_on_world_size_1_runs(runs):
     """Every step's rank rows name the method the job's row names (both: the trace)."""
     for name in RUNS:
         run = load_run(runs / name)
-        rows = A.step_metrics(run.steps, run.collectives, A.trace_step_metrics(traced_job_events(run)),
+        rows = A.step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run)),
                               run.comm_calls)
         jobs = A.job_metrics(rows).set_index("job_id")
         for job in (j for j in jobs.index if run.traced_steps(j)):

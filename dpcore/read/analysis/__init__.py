@@ -1,8 +1,8 @@
 """dpcore.read.analysis: the metrics of dpcore runs and torch.profiler traces, pure pandas/numpy.
 
 DataFrames in, DataFrames out, nothing else: no disk access and no text. Runs come loaded from
-:mod:`dpcore.read.rundir` (``load_run``; a job's traces as events frames: ``traced_job_events``,
-``step_trace_events``) and trace folders from :mod:`dpcore.read.traces` (``read_trace_dir``);
+:mod:`dpcore.read.rundir` (``load_run``), a job's traces as per-rank tables from
+:mod:`dpcore.read.ranks` (each table declared beside the analysis that reads it);
 what the commands print is :mod:`dpcore.read.report`. See docs/ANALYSIS_API.md for the contract.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dpcore.read.analysis.comm_overlap import overlap_by_rank, overlap_from_trac
 from dpcore.read.analysis.metrics import job_metrics, rank_metrics, step_metrics, step_ranks
 from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, stragglers_from_traces
 from dpcore.read.analysis.summary import bucket_sweep, job_summary, scaling
-from dpcore.read.analysis.timeline import timeline, trace_step_metrics
+from dpcore.read.analysis.timeline import timeline
 
-__all__ = ["step_metrics", "rank_metrics", "job_metrics", "step_ranks", "trace_step_metrics",
+__all__ = ["step_metrics", "rank_metrics", "job_metrics", "step_ranks",
            "union_length", "intersect_length", "merge", "intersect", "subtract", "clip",
            "step_breakdown", "overlap_from_trace", "overlap_by_rank", "job_summary", "scaling", "bucket_sweep",
            "compression",

@@ -36,6 +36,7 @@ from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import clip, comm_start, overlap_stats, step_comm, subtract
 from dpcore.contract.runformat import parse_bools
 from dpcore.read.traces.kinds import STEP_RE
+from dpcore.read.traces.rank_table import RankTable
 
 MS_NS = 1e6
 BREAKDOWN_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "step", "step_ms", "fwd_ms", "bwd_ms",
@@ -274,8 +275,8 @@ def trace_sets(ev: pd.DataFrame | _Events) -> tuple[tuple[np.ndarray, np.ndarray
     return (ts[comm], end[comm]), compute
 
 
-def by_name(col: pd.Series, test: Callable[[str], bool]) -> np.ndarray:
-    """``test(name)`` of every event, evaluated once per distinct name (the reader's names are
+def by_name(col: pd.Series, test: Callable[[str], object]) -> np.ndarray:
+    """``bool(test(name))`` of every event, evaluated once per distinct name (the reader's names are
     categorical: a 250k-event trace has a few thousand of them)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         cats, codes = col.cat.categories, col.cat.codes.to_numpy()
@@ -380,6 +381,17 @@ def overlap_from_trace(events: pd.DataFrame) -> pd.DataFrame:
             if key >= 0:
                 rows.append(_row(rank, int(key), e.take(order[bounds[k]:bounds[k + 1]])))
     return pd.DataFrame(rows, columns=TRACE_COLUMNS)
+
+
+def overlap_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """:data:`OVERLAP_TABLE`'s reduction: :func:`overlap_from_trace` of one rank (``meta`` unused)."""
+    return overlap_from_trace(events)
+
+
+#: The per-rank table of the overlap numbers: one row per traced step of the rank (what
+#: analyze, summarize and the overview read of a trace).
+OVERLAP_TABLE = RankTable("overlap", {c: (np.int64 if c in ("rank", "step") else np.float64) for c in TRACE_COLUMNS},
+                          overlap_table)
 
 
 def overlap_by_rank(events: pd.DataFrame) -> pd.DataFrame:

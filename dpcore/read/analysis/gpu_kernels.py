@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.gpu_time import GPU_CATS, codes
+from dpcore.read.traces.rank_table import RankTable
 
 KERNEL_CLASSES = ("gemm", "attention", "elementwise", "reduction", "communication", "memory", "other")
 #: Per (rank, class, dtype): what the lazy ``gpu_kernels`` rank table holds (device: the GPU's name;
@@ -154,3 +155,15 @@ def device_name(meta: dict | None, events: pd.DataFrame) -> str:
     dev = (events["stream"].to_numpy() >= 0) & events["category"].isin(GPU_CATS).to_numpy()
     pids = events.loc[dev, "pid"].astype(str).value_counts()
     return named.get(pids.index[0], next(iter(named.values()))) if len(pids) else next(iter(named.values()))
+
+
+def kernel_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """:data:`KERNELS_TABLE`'s reduction: :func:`kernel_classes` of one rank, on the device its
+    metadata names."""
+    return kernel_classes(events, device_name(meta, events))
+
+
+#: The per-rank GPU time by kernel class (empty for a CPU trace).
+KERNELS_TABLE = RankTable("gpu_kernels", {c: (object if c in ("kernel_class", "dtype", "device")
+                                              else np.int64 if c in ("rank", "calls") else np.float64)
+                                          for c in KERNEL_COLUMNS}, kernel_table)

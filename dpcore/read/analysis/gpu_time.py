@@ -33,6 +33,7 @@ import pandas as pd
 
 from dpcore.contract.intervals import subtract, union_length
 from dpcore.read.traces.kinds import STEP_RE
+from dpcore.read.traces.rank_table import RankTable
 
 #: Categories of the GPU events the ledger counts.
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -67,6 +68,22 @@ def gpu_ledger(events: pd.DataFrame, per_step: bool = True) -> tuple[pd.DataFram
         _rank_ledger(ev, int(rank), per_step, rows, causes)
     ledger = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
     return ledger, pd.DataFrame(causes, columns=CAUSE_COLUMNS)
+
+
+def ledger_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
+    """The reduction of :data:`GPU_TABLE` and :data:`GPU_CAUSES_TABLE` (one pass makes both):
+    :func:`gpu_ledger` of one rank."""
+    ledger, causes = gpu_ledger(events)
+    return {"gpu": ledger, "gpu_causes": causes}
+
+
+#: The per-rank GPU time ledger (per window; empty for a CPU trace) and its host idle by cause.
+GPU_TABLE = RankTable("gpu", {c: (object if c in ("window", "top_idle_cause") else bool if c == "host_bound"
+                                  else np.int64 if c in ("rank", "step") else np.float64) for c in LEDGER_COLUMNS},
+                      ledger_tables)
+GPU_CAUSES_TABLE = RankTable("gpu_causes", {c: (object if c in ("window", "cause")
+                                                else np.int64 if c in ("rank", "step") else np.float64)
+                                            for c in CAUSE_COLUMNS}, ledger_tables)
 
 
 def codes(col: pd.Series) -> tuple[np.ndarray, list]:

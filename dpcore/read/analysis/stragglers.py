@@ -206,19 +206,19 @@ def wait_notes(waits: pd.DataFrame) -> list[str]:
             "for one collective on one clock: clocks or matching are off); its wait is capped at its comm time"]
 
 
-def trace_notes(events: pd.DataFrame, world_size: int | None = None) -> list[str]:
+def arrival_notes(events: pd.DataFrame, world_size: int | None = None) -> list[str]:
     """What a reader of :func:`stragglers_from_traces` on these events must know, one line each:
     a partial rank set (``world_size``, e.g. the traces' ``distributedInfo.world_size``, larger
     than the ranks present), point-to-point events left out, gloo spans whose arrival is the
     worker's start (no enqueue linked), comm events of steps that could not be matched."""
     if events is None or events.empty:
         return []
-    return trace_notes_from_rows(trace_comm_rows(events), sorted(int(r) for r in events["rank"].unique()),
+    return arrival_notes_from_rows(trace_comm_rows(events), sorted(int(r) for r in events["rank"].unique()),
                                  world_size)
 
 
-def trace_notes_from_rows(rows: pd.DataFrame, ranks: list[int], world_size: int | None = None) -> list[str]:
-    """:func:`trace_notes` from the traces' comm rows and ranks (see :func:`stragglers_from_rows`)."""
+def arrival_notes_from_rows(rows: pd.DataFrame, ranks: list[int], world_size: int | None = None) -> list[str]:
+    """:func:`arrival_notes` from the traces' comm rows and ranks (see :func:`stragglers_from_rows`)."""
     notes: list[str] = []
     if not ranks:
         return notes

@@ -1,27 +1,11 @@
-"""Intervals for the per-step timeline view (compute and comm lanes per rank), and the per-step
-overlap of every traced job (the trace half of the metrics).
+"""The per-step timeline view: each rank's lanes (compute and comm, or a GPU rank's launch threads
+and streams) of one step of one job, on the shared clock.
 
-From the job's traces when they contain the step (merged compute so a 250k-event trace stays a
-few hundred bars), else from steps.csv phases and collectives.csv rows. Times are ms relative to
-the step's earliest start across ranks on the shared clock. Pure: the traces arrive as lanes
-tables (:func:`trace_lanes`: what the timeline draws of each rank, per traced step, on the
-trace's own clock), which the rank cache keeps (:func:`dpcore.read.ranks.pool.job_lanes`, what
-the Timeline page reads), or as events frames read by :mod:`dpcore.read.rundir.job_traces`
-(``job_trace_events``, ``step_trace_events``, ``traced_job_events``), reduced here the same way.
-
-Why a lanes table between the events and the drawn rows: a rank's trace is parsed once and kept
-as compact tables (:mod:`dpcore.read.ranks`); the lanes are per-rank data, so they are one of
-them, and a view draws a step of 8 of 1,024 ranks without parsing a trace. Only placing them on
-the shared clock needs the run (run.json's clock-sync samples), so that step stays here, after
-the table.
-
-Why GPU ranks get other lanes: on a GPU the question is what each CUDA stream runs and whether
-the CPU thread that launches the kernels keeps up; a "compute" lane that merges every stream
-hides both. A rank with GPU events in a step is drawn as its launch thread(s) (the outermost CPU
-op at each moment: ``kind`` "cpu") and one lane per stream whose rows carry their own ``kind``
-(compute kernel, ``comm`` for NCCL kernels, ``memcpy`` for copies and sets, ``sync``), so the
-gaps between kernels and what the CPU was doing over them sit one above the other. A CPU trace
-keeps its two lanes, compute and comm.
+From the job's lanes tables (:data:`dpcore.read.analysis.lanes.LANES_TABLE`, what a rank's trace
+reduces to; the rank cache keeps them: :func:`dpcore.read.ranks.pool.job_lanes`) when they hold
+the step, else from steps.csv phases and collectives.csv rows. Times are ms relative to the
+step's earliest start across ranks on the shared clock. Pure: only placing the lanes on the
+shared clock needs the run (run.json's clock-sync samples), so that step is here.
 
 Why the collective family (``op``) is a column here: which collective a comm span is lives only
 in its name (``dpcore.read.traces.kinds.comm_op``); classifying it is analysis, so the plot layer
@@ -29,128 +13,18 @@ colours by the column and never re-reads event names.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import pandas as pd
 
-from dpcore.contract.clocksync import SYNC_MARKER, trace_shift_us
-from dpcore.contract.intervals import merge
-from dpcore.read.analysis.comm_overlap import (
-    MS_NS,
-    TRACE_COLUMNS,
-    by_name,
-    comm_start_ns,
-    compute_intervals_ns,
-    overlap_from_trace,
-    trace_sets,
-)
+from dpcore.contract.clocksync import trace_shift_us
+from dpcore.read.analysis.comm_overlap import MS_NS, comm_start_ns, compute_intervals_ns
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.kinds import STEP_RE, comm_op
-from dpcore.read.traces.reader import on_host
+from dpcore.read.traces.kinds import comm_op
 
 #: ``op``: the collective family of a comm row (:func:`comm_op` of its name), "" on compute rows.
 #: ``kind``: what a row is: "compute" or "comm" on a CPU trace's two lanes; on a GPU rank's lanes
 #: "cpu" (a launch thread's outermost op) or the GPU event's kind (compute, comm, memcpy, sync, other).
 COLUMNS = ["rank", "lane", "name", "op", "kind", "start_ms", "end_ms"]
-#: Host categories a launch thread's lane is drawn from (the step markers left out: they span it all).
-LAUNCH_THREAD_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
-#: Device categories: the events a stream lane draws.
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-#: A lanes table (:func:`trace_lanes`): per rank one ``lane`` "rank" row (step -1, its first
-#: event start .. last event end: the rank has events), per rank and traced step (``step`` >= 0)
-#: one "step" row (the step's first event start .. last event end: the step has events), its merged
-#: compute ("compute", named "compute") and its comm events ("comm", the event's name, its span as
-#: the overlap numbers take it: :func:`dpcore.read.analysis.comm_overlap.trace_sets`); per rank
-#: its clock-sync markers ("sync", step -1, named ``dpcore_clock_sync#k``). ``start_us`` and
-#: ``end_us`` are the trace's own ``ts`` and ``ts + dur`` (µs on the profiler's clock), unrounded.
-#: A rank with GPU events in a step also gets, for that step, lanes "thread <tid>" (each thread
-#: that launches GPU work: its outermost ops, ``kind`` "cpu") and "stream <n>" (each GPU event,
-#: ``kind`` its event kind); ``kind`` is the lane itself on compute/comm rows and "" elsewhere.
-LANE_COLUMNS = ["rank", "step", "lane", "name", "kind", "start_us", "end_us"]
-
-
-def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.DataFrame:
-    """The lanes table (:data:`LANE_COLUMNS`) of an events frame: what :func:`timeline` draws of
-    each rank in each traced step (only ``steps`` when given), before it is placed on the shared
-    clock. Rank by rank (each rank's rows depend only on its own events), so the tables of ranks
-    reduced one at a time concatenate to the table of all of them at once. Built as whole
-    columns, one frame at the end (a frame per step and lane cost half the reduction)."""
-    cols: dict[str, list[np.ndarray]] = {c: [] for c in LANE_COLUMNS}
-    want = None if steps is None else {int(s) for s in steps}
-
-    def add(rank: int, step: int, lane: str, names: str | Iterable[object], start: np.ndarray, end: np.ndarray,
-            kind: str | Iterable[object] = "") -> None:
-        n = len(start)
-        labels, kinds = np.empty(n, dtype=object), np.empty(n, dtype=object)
-        labels[:] = names if isinstance(names, str) else [str(x) for x in names]
-        kinds[:] = kind if isinstance(kind, str) else [str(x) for x in kind]
-        for c, v in (("rank", np.full(n, rank, np.int64)), ("step", np.full(n, step, np.int64)),
-                     ("lane", np.full(n, lane, dtype=object)), ("name", labels), ("kind", kinds),
-                     ("start_us", np.asarray(start, np.float64)), ("end_us", np.asarray(end, np.float64))):
-            cols[c].append(v)
-
-    for rank, all_ev in events.groupby("rank", sort=True):
-        rank = int(rank)
-        ts, end = all_ev["ts"].to_numpy(np.float64), (all_ev["ts"] + all_ev["dur"]).to_numpy(np.float64)
-        add(rank, -1, "rank", "", ts.min(keepdims=True), end.max(keepdims=True))
-        marks = by_name(all_ev["name"], lambda n: n.startswith(SYNC_MARKER))
-        add(rank, -1, "sync", all_ev["name"][marks], ts[marks], end[marks])
-        traced = all_ev[all_ev["step"] >= 0]
-        for step, ev in traced.groupby("step", sort=True):
-            if want is not None and int(step) not in want:
-                continue
-            ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
-            add(rank, int(step), "step", "", ts.min(keepdims=True), end.max(keepdims=True))
-            # the comm spans as the overlap numbers measure them (a DDP all-reduce ends with the
-            # backward that waited for it), so a bar and the step's C and overlap agree
-            (c_s, c_e), (p_s, p_e) = trace_sets(ev)
-            p_s, p_e = merge(p_s, p_e)
-            add(rank, int(step), "compute", "compute", p_s, p_e, "compute")
-            comm = (ev["kind"] == "comm").to_numpy()
-            add(rank, int(step), "comm", ev["name"][comm], c_s, c_e, "comm")
-            for lane, names, start, stop, kind in gpu_lanes(ev):
-                add(rank, int(step), lane, names, start, stop, kind)
-    empty = {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,
-             "start_us": np.float64, "end_us": np.float64}
-    return pd.DataFrame({c: np.concatenate(v) if v else np.empty(0, empty[c]) for c, v in cols.items()})
-
-
-def gpu_lanes(ev: pd.DataFrame) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, str | np.ndarray]]:
-    """A GPU rank's lanes of one step's events: ``(lane, names, start_us, end_us, kind)`` per
-    launch thread ("thread <tid>", its outermost ops, kind "cpu") and per stream ("stream <n>",
-    every GPU event, kind its event kind). Empty when the events hold no GPU event (a CPU trace).
-
-    A launch thread is a host thread with a CUDA runtime or driver call; its lane keeps an op only
-    where no earlier op of the thread still runs (the outermost op: ``Optimizer.step``, a
-    DataLoader's ``__next__``, ``forward``), so a few bars say what the CPU did over each GPU gap."""
-    cat = ev["category"].astype(str).to_numpy()
-    stream = ev["stream"].to_numpy()
-    device = (stream >= 0) & np.isin(cat, GPU_CATS)
-    if not device.any():
-        return []
-    ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
-    names = ev["name"].astype(str).to_numpy()
-    host = on_host(ev)
-    tid = ev["tid"].astype(str).to_numpy()
-    out: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, str | np.ndarray]] = []
-    launchers = sorted(set(tid[host & np.isin(cat, ("cuda_runtime", "cuda_driver"))]))
-    marker = np.fromiter((bool(STEP_RE.match(n)) for n in names), bool, len(names))
-    for t in launchers:
-        idx = np.flatnonzero(host & (tid == t) & np.isin(cat, LAUNCH_THREAD_CATS) & ~marker)
-        idx = idx[np.lexsort((-end[idx], ts[idx]))]  # by start; the longer op first on a tie
-        if not len(idx):
-            continue
-        reach = np.maximum.accumulate(end[idx])
-        outer = np.ones(len(idx), bool)
-        outer[1:] = ts[idx][1:] >= reach[:-1]
-        keep = idx[outer]
-        out.append((f"thread {t}", names[keep], ts[keep], end[keep], "cpu"))
-    kinds = ev["kind"].astype(str).to_numpy()
-    for s in sorted(set(stream[device].tolist())):
-        keep = np.flatnonzero(device & (stream == s))
-        out.append((f"stream {s}", names[keep], ts[keep], end[keep], kinds[keep]))
-    return out
 
 
 def _sync_shift_us(marks: pd.DataFrame, sync: object, rank: int) -> float | None:
@@ -163,18 +37,6 @@ def _sync_shift_us(marks: pd.DataFrame, sync: object, rank: int) -> float | None
     if not isinstance(sync, dict) or not isinstance(sync.get(str(rank)), list):
         return None
     return trace_shift_us(marks["name"], marks["start_us"], sync[str(rank)])
-
-
-def trace_step_metrics(job_events: Iterable[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
-    """Per (job, rank, traced step) overlap from every traced job's events, as
-    :func:`overlap_from_trace` rows with a ``job_id`` column. ``job_events``: (job_id, events)
-    pairs, :func:`dpcore.read.rundir.job_traces.traced_job_events` of a run. A job left out
-    (traces missing or unreadable) has no rows (its numbers then come from the recorded
-    collectives)."""
-    frames = []
-    for job_id, events in job_events:
-        frames.append(overlap_from_trace(events).assign(job_id=str(job_id)))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["job_id", *TRACE_COLUMNS])
 
 
 def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
@@ -234,8 +96,7 @@ def _with_op(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(op=ops.where(df["kind"] == "comm", ""))[COLUMNS]
 
 
-def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = None,
-             lanes: pd.DataFrame | None = None) -> pd.DataFrame:
+def timeline(run: Run, job_id: str, step: int, lanes: pd.DataFrame | None = None) -> pd.DataFrame:
     """rank, lane, name, op, kind, start_ms, end_ms of one step of one job.
 
     ``lane`` is 'compute' or 'comm' (``kind`` the same) on a CPU rank; on a rank whose trace has
@@ -246,11 +107,8 @@ def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = Non
     ``reduce_scatter``, ``broadcast``, ``send_recv`` or ``other``; :func:`comm_op` of its name)
     and "" on compute rows.
 
-    ``lanes``: the job's lanes table (:func:`trace_lanes`) when the step is traced, else None:
-    :func:`dpcore.read.ranks.pool.job_lanes` reads it from the rank cache (the Timeline page).
-    Or ``events``: the job's trace events (:func:`dpcore.read.rundir.job_traces.step_trace_events`,
-    or ``job_trace_events`` read once for several steps), reduced here by :func:`trace_lanes`;
-    both give the same frame.
+    ``lanes``: the job's lanes table (:data:`dpcore.read.analysis.lanes.LANES_TABLE`) when the step
+    is traced, else None: :func:`dpcore.read.ranks.pool.job_lanes` reads it from the rank cache.
 
     From the trace when it holds the step; a rank whose trace shows no comm (gloo runs
     point-to-point transfers of the from-scratch ring/central/naive off any traced thread)
@@ -258,8 +116,6 @@ def timeline(run: Run, job_id: str, step: int, events: pd.DataFrame | None = Non
     """
     st = run.steps[(run.steps["job_id"] == job_id) & (run.steps["step"] == step)]
     t0 = float(st["t_start_ns"].min()) if not st.empty else 0.0
-    if lanes is None and events is not None and not events.empty:
-        lanes = trace_lanes(events, steps=[step])
     df = _from_trace(run, job_id, step, t0, lanes)
     if df is not None and not df.empty:
         has_comm = set(df.loc[df["kind"] == "comm", "rank"])

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.traces.kinds import comm_op
+from dpcore.read.traces.rank_table import RankTable
 from dpcore.read.traces.reader import on_host
 
 TRACE_COMM_COLUMNS = ["job_id", "rank", "step", "op", "t_launch_ns", "t_start_ns", "t_end_ns", "p2p", "enqueued"]
@@ -164,3 +165,16 @@ def trace_comm_rows(events: pd.DataFrame, job_id: str = "") -> pd.DataFrame:
         "t_end_ns": (ts + comm["dur"].to_numpy(np.float64)) * 1e3, "p2p": _name_mask(comm["name"], is_p2p),
         "enqueued": enqueued})
     return rows.sort_values(["rank", "step", "t_launch_ns"], kind="stable").reset_index(drop=True)
+
+
+def comm_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """:data:`COMM_TABLE`'s reduction: :func:`trace_comm_rows` of one rank, without job_id (the
+    reader of many jobs sets it)."""
+    return trace_comm_rows(events).drop(columns="job_id")
+
+
+#: The per-rank table of comm rows (what stragglers matches across ranks): trace_comm_rows'
+#: columns without job_id.
+COMM_TABLE = RankTable("comm", {"rank": np.int64, "step": np.int64, "op": object, "t_launch_ns": np.float64,
+                                "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool},
+                       comm_table)

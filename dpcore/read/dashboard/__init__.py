@@ -12,7 +12,7 @@ Streamlit); these modules place them on the page, with captions and formulas, an
   several pages draw (per-step trace overlap, the per-job summary).
 - ``picker.py``: the sidebar's run picker and the "this run has no data here" offer.
 - ``launcher.py``: the profile started from the app, and its progress.
-- Pure helpers (no ``st.*`` calls, tested without Streamlit): ``tables.py`` (cells as people read
+- Pure helpers (no ``st.*`` calls, tested without Streamlit): ``table_cells.py`` (cells as people read
   them), ``text.py`` (run data escaped for Markdown), ``formulas.py`` (metric wording),
   ``perfetto.py`` (the "Open in Perfetto" button), ``chunks.py`` (ring chunk heatmap cells),
   and the pure half of ``compare.py``; ``columns.py`` holds the shared table column labels.

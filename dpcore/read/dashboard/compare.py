@@ -15,7 +15,7 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY
 from dpcore.read.dashboard import data
-from dpcore.read.dashboard.tables import table_height
+from dpcore.read.dashboard.table_cells import table_height
 from dpcore.read.plots.overview import comparison_figure, label_jobs, robust_y_max
 
 #: Environment entries that change what a number means (the rest, e.g. host or created, never do).
@@ -94,7 +94,7 @@ def compare_overview(runs: list) -> None:
         st.caption("Same config and environment: any difference below is measurement, not setup.")
     else:
         st.dataframe(diff, hide_index=True, width="stretch", height=table_height(len(diff)), placeholder=EMPTY)
-    summaries = {r.path.name: data.job_summary(r, data.key(r)) for r in runs}
+    summaries = {r.path.name: data.cached_summary(r, data.key(r)) for r in runs}
     st.plotly_chart(comparison_figure(summaries), key="ov-compare")
     table = ratio_table(summaries)
     if table.empty:

@@ -11,7 +11,7 @@ which hands back the one figure without unpickling it, since only ``st.plotly_ch
 Why: every script rerun must be cheap (page switches < 1 s on a busy 2-core box).
 
 Why the path checks: the profiles folder is the trust boundary; a symlink or a crafted name must
-never make the app read elsewhere. The pages read a run's files through :func:`load_run`
+never make the app read elsewhere. The pages read a run's files through :func:`cached_run`
 (``root=`` confines the loader, the run's traces included) and :func:`file_reader`. Nothing here
 executes data from a run: only JSON/CSV via `dpcore.read.rundir` loaders. (Elsewhere the app
 touches disk twice, on the user's request: the Import page reads the traces it is pointed at and
@@ -27,11 +27,11 @@ import streamlit as st
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, open_regular
-from dpcore.read import analysis as A
-from dpcore.read import ranks as K
-from dpcore.read import rundir as R
+from dpcore.read.analysis import job_summary
 from dpcore.read.analysis.gpu_kernels import KERNEL_COLUMNS
 from dpcore.read.analysis.gpu_time import CAUSE_COLUMNS, LEDGER_COLUMNS
+from dpcore.read.ranks import run_gpu, run_trace_steps
+from dpcore.read.rundir import Run, RunLoadError, list_runs, load_run
 from dpcore.read.rundir.load import printable
 
 APP_DIR = Path(__file__).resolve().parents[3]  # the repository root, where app.py lives
@@ -82,10 +82,10 @@ def _list_runs(root: str, stamp: tuple) -> tuple[pd.DataFrame, list[str]]:
     # from this page writes one after every job) re-parses that run only
     # the folder is checked against root before anything in it is read (a link out of the
     # profiles folder is reported by load_run(root=...), not parsed and then filtered)
-    return R.list_runs(root, loader=lambda d: load_run(d, Path(root)))
+    return list_runs(root, loader=lambda d: cached_run(d, Path(root)))
 
 
-def list_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
+def cached_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
     """All loadable runs under root, newest first, plus one warning per unreadable run (cached)."""
     if not root.is_dir():
         return pd.DataFrame(), []
@@ -106,48 +106,48 @@ def _live_status(path: str, status: object, root: Path) -> object:
     if status != "running":
         return status
     try:
-        return "stale" if rf.is_stale(load_run(path, root).meta) else status
+        return "stale" if rf.is_stale(cached_run(path, root).meta) else status
     except Exception:  # noqa: BLE001 - an unreadable run keeps the status it listed with
         return status
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _load(path: str, stamp: tuple, root: str) -> R.Run:
+def _load(path: str, stamp: tuple, root: str) -> Run:
     # root confines every file the loader opens (run files and, later, the run's traces)
-    return R.load_run(path, root=root)
+    return load_run(path, root=root)
 
 
-def load_run(path: Path | str, root: Path) -> R.Run:
+def cached_run(path: Path | str, root: Path) -> Run:
     """Load one run (cached). Raises RunLoadError for a bad run or a path outside root."""
     if not inside(path, root):
-        raise R.RunLoadError(f"{path} resolves outside the profiles folder {root}; not read")
+        raise RunLoadError(f"{path} resolves outside the profiles folder {root}; not read")
     return _load(str(Path(path).resolve()), _stamp(Path(path)), str(root.resolve()))
 
 
-def key(run: R.Run) -> tuple:
+def key(run: Run) -> tuple:
     """Cache key of a loaded run (its path and file stamp)."""
     return str(run.path), _stamp(Path(run.path))
 
 
 @st.cache_data(show_spinner="Reading the run's traces…", max_entries=16)
-def trace_steps(_run: R.Run, run_key: tuple) -> pd.DataFrame:
+def cached_trace_steps(_run: Run, run_key: tuple) -> pd.DataFrame:
     """Per-step overlap of every job's traces (`trace_step_metrics`' rows, from the per-rank tables
     in the run's cache/, :mod:`dpcore.read.ranks`): read once per run, shared by the pages (the
     per-job summary, the Timeline's step cards). ``attrs["problems"]``: one line per job whose rank
     traces were missing, unreadable or refused (:func:`trace_problems`)."""
     problems: list[str] = []
-    out = K.run_trace_steps(_run, problems=problems)
+    out = run_trace_steps(_run, problems=problems)
     out.attrs["problems"] = problems
     return out
 
 
-def trace_problems(run: R.Run) -> list[str]:
+def trace_problems(run: Run) -> list[str]:
     """The jobs of the run whose traces were not used, one line each naming the file (cached
-    with :func:`trace_steps`, which the pages that show trace numbers read anyway)."""
-    return list(trace_steps(run, key(run)).attrs.get("problems", []))
+    with :func:`cached_trace_steps`, which the pages that show trace numbers read anyway)."""
+    return list(cached_trace_steps(run, key(run)).attrs.get("problems", []))
 
 
-def may_have_gpu(run: R.Run) -> bool:
+def may_have_gpu(run: Run) -> bool:
     """Whether the run's machine had a GPU (run.json: ``gpus`` > 0 or device ``cuda``). Only then
     are its traces read for the GPU ledger: on a CPU run the ledger is empty, and its lazy tables
     would cost one more pass over every rank's trace (1,024 ranks: many seconds)."""
@@ -158,7 +158,7 @@ def may_have_gpu(run: R.Run) -> bool:
 
 
 @st.cache_data(show_spinner="Reading the GPU time ledger…", max_entries=16)
-def gpu_ledger(_run: R.Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def cached_gpu(_run: Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(ledger, causes, kernel classes) of every traced job (`dpcore.read.ranks.run_gpu`, what the
     ``gpu`` command prints), from the rank cache: the GPU page and Overview's GPU column. Jobs
     without GPU events have no rows; a run whose machine had no GPU (:func:`may_have_gpu`) has none
@@ -166,16 +166,16 @@ def gpu_ledger(_run: R.Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame,
     if not may_have_gpu(_run):
         return (pd.DataFrame(columns=["job_id", *LEDGER_COLUMNS]), pd.DataFrame(columns=["job_id", *CAUSE_COLUMNS]),
                 pd.DataFrame(columns=["job_id", *KERNEL_COLUMNS]))
-    return K.run_gpu(_run)
+    return run_gpu(_run)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def job_summary(_run: R.Run, run_key: tuple) -> pd.DataFrame:
+def cached_summary(_run: Run, run_key: tuple) -> pd.DataFrame:
     """`job_summary` of the run: Overview, Timeline, Scaling, Buckets, Memory and compare mode."""
-    return A.job_summary(_run, trace_steps(_run, run_key))
+    return job_summary(_run, cached_trace_steps(_run, run_key))
 
 
-def trace_files(run: R.Run, job_id: str, root: Path) -> dict[str, Path]:
+def trace_files(run: Run, job_id: str, root: Path) -> dict[str, Path]:
     """The job's trace files that exist and lie inside the profiles folder."""
     try:
         files = run.trace_files(job_id)

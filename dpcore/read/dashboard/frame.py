@@ -33,7 +33,7 @@ CONTEXT = "dpcore_context"
 class Context:
     """What app.py hands to the page it runs."""
     root: Path  #: the profiles folder (every file the app reads lies inside it)
-    runs: pd.DataFrame  #: every run under root (`data.list_runs`), newest first
+    runs: pd.DataFrame  #: every run under root (`data.cached_runs`), newest first
     loaded: list[Run]  #: the runs picked in the sidebar (two in compare mode), loaded
     page: PageSpec  #: the page being run
 

@@ -170,7 +170,7 @@ def load_picked(runs: pd.DataFrame, chosen: list[str], root: Path) -> list[Run]:
     loaded = []
     for folder in chosen:
         try:
-            loaded.append(data.load_run(paths[folder], root))
+            loaded.append(data.cached_run(paths[folder], root))
         except Exception as exc:  # noqa: BLE001 - RunLoadError names the file; anything else is still a bad run
             st.warning(f"Run {md(folder)} could not be loaded: {md(exc)}")
     return loaded

@@ -31,8 +31,8 @@ collectives (every rank leaves a blocking collective at nearly the same moment).
 Two halves, so that an import never holds more than one rank's events: :func:`rank_rows` turns
 one trace's events into compact tables on the trace's own clock (its steps with their phases,
 its comm events with op, bytes and arrival, and the facts of the file the checks need); it is
-part of the rank reduction (:mod:`dpcore.read.ranks.tables`), so it runs in a worker, one rank at
-a time, and its tables are cached. Everything that needs several ranks at once (the clock
+part of the rank reduction (:data:`IMPORT_TABLES`, read by :mod:`dpcore.read.ranks`), so it
+runs in a worker, one rank at a time, and its tables are cached. Everything that needs several ranks at once (the clock
 offsets, then every ``*_ns`` shifted by them, and ``comm_ms``, a union taken on the shifted
 clock) runs on those compact tables: :func:`clock_offsets_ns`, :func:`collective_rows`,
 :func:`step_rows`. The per-rank half is exact per rank: every rule above groups by rank (steps,
@@ -49,8 +49,10 @@ import pandas as pd
 
 from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import comm_start, union_length
+from dpcore.read.analysis.comm_overlap import by_name
 from dpcore.read.analysis.trace_arrivals import trace_comm_rows
 from dpcore.read.traces.kinds import AUTOGRAD_NODE, FOREIGN_PHASES, PHASE_CATEGORY
+from dpcore.read.traces.rank_table import RankTable
 from dpcore.read.traces.reader import on_host, step_ranges
 
 VARIANT = IMPORTED
@@ -78,7 +80,7 @@ def algo_of(name: str, backend: str) -> str:
     return m.group(1).lower() if m else backend
 
 
-#: Columns of a rank's compact tables (dtypes in :data:`dpcore.read.ranks.tables.DTYPES`).
+#: Columns of a rank's compact tables (dtypes in their declarations, :data:`IMPORT_TABLES`).
 #: ``import_steps``: one row per step, times in µs on the trace's clock, phases in ms (NaN: none).
 STEP_COLUMNS = ["rank", "step", "ts", "dur", "fwd_ms", "bwd_ms", "opt_ms"]
 #: ``import_comm``: one row per comm event (also those in no step: the clock alignment matches
@@ -124,24 +126,15 @@ def _phase_ms(ts: np.ndarray, end: np.ndarray, own: np.ndarray, foreign: np.ndar
     return float(end[nodes].max() - ts[nodes].min()) / 1e3
 
 
-def _by_name(col: pd.Series, test) -> np.ndarray:
-    """``test(str(value))`` of every value of a column, evaluated once per distinct value (a
-    rank's 20k events carry a few hundred names): the categories, then taken by the codes."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = [str(c) for c in col.cat.categories] + ["nan"]  # code -1 (missing) reads as "nan"
-        return np.fromiter((bool(test(c)) for c in cats), bool, len(cats))[col.cat.codes.to_numpy()]
-    return np.fromiter((bool(test(str(v))) for v in col), bool, len(col))
-
-
 def _step_table(events: pd.DataFrame) -> pd.DataFrame:
     """``import_steps`` of one trace's events: :func:`profiler_steps` and each step's phases."""
     steps = profiler_steps(events)
     cpu = _cpu(events)
-    is_phase_cat = _by_name(cpu["category"], lambda c: c == PHASE_CATEGORY)
-    masks = {ph: (_by_name(cpu["name"], lambda n, ph=ph: n == ph) & is_phase_cat,
-                  _by_name(cpu["name"], re.compile(FOREIGN_PHASES[ph]).match))
+    is_phase_cat = by_name(cpu["category"], lambda c: c == PHASE_CATEGORY)
+    masks = {ph: (by_name(cpu["name"], ph.__eq__) & is_phase_cat,
+                  by_name(cpu["name"], re.compile(FOREIGN_PHASES[ph]).match))
              for ph in ("forward", "backward", "optimizer")}
-    nodes = _by_name(cpu["name"], re.compile(AUTOGRAD_NODE).match)
+    nodes = by_name(cpu["name"], re.compile(AUTOGRAD_NODE).match)
     ts = cpu["ts"].to_numpy(np.float64)
     end = ts + cpu["dur"].to_numpy(np.float64)
     at = {k: np.asarray(v) for k, v in pd.Series(np.arange(len(cpu))).groupby(
@@ -212,6 +205,25 @@ def rank_rows(events: pd.DataFrame, meta: dict | None = None,
     ``linked``: :func:`trace_comm_rows` of the events, where the caller has it already."""
     return {"import_steps": _step_table(events), "import_comm": _comm_table(events, linked),
             "import_facts": _facts(events, meta or {})}
+
+
+def import_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
+    """The reduction of :data:`IMPORT_TABLES` (one pass makes the three): :func:`rank_rows`."""
+    return rank_rows(events, meta)
+
+
+#: What ``dpcore import`` needs of every rank: its steps and phases, its comm events, the
+#: file's facts (host, time span, metadata).
+IMPORT_STEPS = RankTable("import_steps", {"rank": np.int64, "step": np.int64, "ts": np.float64, "dur": np.float64,
+                                          "fwd_ms": np.float64, "bwd_ms": np.float64, "opt_ms": np.float64},
+                         import_tables)
+IMPORT_COMM = RankTable("import_comm", {"rank": np.int64, "step": np.int64, "seq": np.int64, "ts": np.float64,
+                                        "dur": np.float64, "op": object, "algo": object, "bytes": np.float64,
+                                        "arrival_ns": np.int64}, import_tables)
+IMPORT_FACTS = RankTable("import_facts", {"host": object, "ts_min": np.float64, "end_max": np.float64,
+                                          "ranks": object, "dist_info": object, "props": np.int64,
+                                          "device_names": object, "gpu": bool}, import_tables)
+IMPORT_TABLES = (IMPORT_STEPS, IMPORT_COMM, IMPORT_FACTS)
 
 
 def collective_rows(comm: pd.DataFrame, job_id: str, backend: str,

@@ -27,7 +27,16 @@ from dpcore.contract import runformat as rf
 from dpcore.contract.errors import UsageError
 from dpcore.contract.files import atomic_file, atomic_write_text, csv_text, new_run_id, now_iso
 from dpcore.contract.tracefile import TraceFormatError
-from dpcore.read.importer.rows import VARIANT, clock_offsets_ns, collective_rows, step_rows
+from dpcore.read.importer.rows import (
+    IMPORT_COMM,
+    IMPORT_FACTS,
+    IMPORT_STEPS,
+    IMPORT_TABLES,
+    VARIANT,
+    clock_offsets_ns,
+    collective_rows,
+    step_rows,
+)
 from dpcore.read.ranks import RankTables, Scale, rank_tables
 from dpcore.read.ranks.pool import check_one_world
 from dpcore.read.traces.reader import iteration_dirs, trace_files
@@ -51,10 +60,6 @@ class Imported:
     missing: list[str]
     alignment: str
     notes: tuple[str, ...] = ()
-
-
-#: The rank tables an import reads (a cache hit loads only these).
-IMPORT_TABLES = ("import_steps", "import_comm", "import_facts")
 
 
 def _world_size_of(meta: dict) -> int | None:
@@ -100,7 +105,7 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
         if not t.events:
             raise TraceFormatError(f"{f}: no trace events (an empty or metadata-only trace); a "
                                    "torch.profiler trace lists its events in traceEvents")
-        traces.append(_Trace(f, t.rank, t.import_facts.iloc[0].to_dict(), t))
+        traces.append(_Trace(f, t.rank, t[IMPORT_FACTS].iloc[0].to_dict(), t))
     check_one_world([(tr.path, tr.rank, _world_size_of(tr.meta)) for tr in traces])
     by_rank = {tr.rank: tr.path for tr in traces}
     _check_one_job(traces, by_rank)
@@ -285,9 +290,9 @@ def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, trace
     ws = len(ranks)
     job = job or f"{VARIANT}-ws{ws}"
     env = _environment(traces)
-    comm = pd.concat([t.tables.import_comm for t in traces], ignore_index=True)
+    comm = pd.concat([t.tables[IMPORT_COMM] for t in traces], ignore_index=True)
     offsets, how = _offsets(comm, _ranks(traces), env.get("hosts", []), align)
-    all_steps = pd.concat([t.tables.import_steps for t in traces], ignore_index=True)
+    all_steps = pd.concat([t.tables[IMPORT_STEPS] for t in traces], ignore_index=True)
     # rank by rank: the rows of one rank at a time are dicts (a 1,024-rank job has millions of
     # collectives: all of them as dicts took 2 GB); the files are the same as written at once
     seen = _Seen()

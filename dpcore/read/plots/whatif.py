@@ -69,7 +69,7 @@ def breakdown_figure(cells: pd.DataFrame, chosen_mb: float | None = None) -> go.
     return legend_right(base_layout(fig, None, height=380))
 
 
-def timeline_figure(lanes: pd.DataFrame) -> go.Figure:
+def replay_figure(lanes: pd.DataFrame) -> go.Figure:
     """The replayed step: one row per rank (forward, backward, optimizer) and one comm row of
     buckets; a tick where each bucket became ready on every rank. Input: ``replay_lanes``."""
     if lanes is None or lanes.empty:

@@ -2,9 +2,10 @@
 
 Why: every ``summarize``, ``analyze``, ``stragglers``, ``whatif`` and the dashboard's first open
 otherwise re-read every rank's trace (the parse is 95 % of their time). The first read of a rank
-stores its :class:`~dpcore.read.ranks.tables.RankTables` here; a later read whose trace has the
-same size, mtime, ctime and inode, read by the same reduction (:data:`CACHE_VERSION`), loads
-them instead (ctime: a trace rewritten and given its old mtime back still misses).
+stores its :class:`~dpcore.read.ranks.reduce.RankTables` here; a later read whose trace has the
+same size, mtime, ctime and inode, read by the same reader (:data:`CACHE_VERSION`) and each table
+by the same reduction (its :attr:`~dpcore.read.traces.rank_table.RankTable.version`), loads them
+instead (ctime: a trace rewritten and given its old mtime back still misses).
 
 Never authoritative: deleting ``cache/`` changes no number (tests compare the two paths), a
 cache file that cannot be read is a miss, and one that cannot be written is skipped (the read
@@ -14,11 +15,12 @@ trace folder, so its cache lives in the user's cache directory (``$XDG_CACHE_HOM
 ``~/.cache/dpcore``), one folder per traces folder. A ``cache`` that is a symlink is never
 written through (reading a run must not write outside it): the user's cache is used instead.
 Nothing is pickled: one Parquet file per table per folder (``ranks``: rank, world size,
-events and notes of each trace; one per table of :data:`TABLES` (``overlap``, ``comm``, the
-``import_*`` tables): every trace's rows, a ``_trace`` column naming it), each listing the
-traces it holds and their keys in its schema metadata (JSON). One file per table, not per
-rank: reading 1,024 small files costs more than the rows in them. Without pyarrow there is no
-cache (the same numbers, read every time).
+events and notes of each trace; one per table a reader declared, named by the table
+(``overlap``, ``comm``, ``lanes``, the ``import_*`` and ``gpu*`` tables): every trace's rows, a
+``_trace`` column naming it), each listing the traces it holds and their keys in its schema
+metadata (JSON). The cache knows no table by name: it stores and loads the declarations it is
+given. One file per table, not per rank: reading 1,024 small files costs more than the rows in
+them. Without pyarrow there is no cache (the same numbers, read every time).
 """
 from __future__ import annotations
 
@@ -34,9 +36,8 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.runformat import RUN_JSON
-from dpcore.read.ranks.tables import DTYPES, RankTables, typed
-
-TABLES = tuple(DTYPES)
+from dpcore.read.ranks.reduce import RankTables
+from dpcore.read.traces.rank_table import RankTable
 
 #: Bump when the reader or the reduction changes what a rank's tables hold: every cache entry
 #: written by an older version is then a miss. 2: the ``lanes`` and ``import_*`` tables. 3: gloo's spans
@@ -44,7 +45,9 @@ TABLES = tuple(DTYPES)
 #: column and GPU ranks' launch-thread and stream lanes. 5: the lanes' comm spans cut as the overlap
 #: numbers cut them (a DDP all-reduce at backward's end).
 #: 6: the GEMMs' FLOPs, TFLOP/s and MFU in ``gpu_kernels`` (the reader keeps matrix products' shapes).
-CACHE_VERSION = 6
+#: 7: each table's entries keyed by its declaration's version too (a reduction's change misses only
+#: its table).
+CACHE_VERSION = 7
 CACHE_DIR = "cache"
 #: the user's signing key for cache files (:func:`_key`), beside the user's caches
 _KEY_FILE = "key"
@@ -61,7 +64,12 @@ def _pa():
     return pa, pq
 
 
-def trace_key(path: Path, only: bool) -> list:
+def table_key(key: list, table: RankTable) -> list:
+    """A trace's key (:func:`stat_key`) for one table's entry: with the table's version."""
+    return [*key, int(table.version)]
+
+
+def stat_key(path: Path, only: bool) -> list:
     """What must match for a cache entry to stand for ``path``: size, mtime, ctime (ns), inode,
     the version, and ``only`` (a lone trace without a rank reads as rank 0; one of several is
     an error). ctime cannot be set back by a program (``os.utime`` sets mtime and moves ctime),
@@ -194,9 +202,9 @@ def _split(df: pd.DataFrame, names: pd.Series) -> dict[str, pd.DataFrame]:
     return {names[a]: df.iloc[a:b].reset_index(drop=True) for a, b in zip(starts, ends)}
 
 
-def load(root: Path, traces: list[Path], only: bool, need: tuple[str, ...] = TABLES) -> dict[int, RankTables]:
-    """{position in ``traces``: cached tables} of the traces whose entry matches :func:`trace_key`
-    in every table of ``need`` (the others stay empty in the RankTables: not read)."""
+def load(root: Path, traces: list[Path], only: bool, need: tuple[RankTable, ...]) -> dict[int, RankTables]:
+    """{position in ``traces``: cached tables} of the traces whose entry matches :func:`stat_key`
+    in every table of ``need`` (:func:`table_key`; the RankTables hold those tables only)."""
     mods = _pa()
     if mods is None or not traces:
         return {}
@@ -204,34 +212,33 @@ def load(root: Path, traces: list[Path], only: bool, need: tuple[str, ...] = TAB
     want: dict[str, tuple[int, list]] = {}
     for i, f in enumerate(traces):
         try:
-            want[_name(root, f)] = (i, trace_key(f, only))
+            want[_name(root, f)] = (i, stat_key(f, only))
         except OSError:
             continue
     entries, info = _read(pq, root, "ranks")
     hits = {n for n, (_, k) in want.items() if entries.get(n) == k}
     frames: dict[str, pd.DataFrame] = {}
     for table in need:
-        got, t = _read(pq, root, table)
-        hits = {n for n in hits if got.get(n) == entries[n]}
+        got, t = _read(pq, root, table.name)
+        hits = {n for n in hits if got.get(n) == table_key(entries[n], table)}
         if hits and t is not None:
-            frames[table] = t.to_pandas()
+            frames[table.name] = t.to_pandas()
     if not hits or info is None:
         return {}
     ranks = info.to_pandas()
     ranks = ranks[ranks["_trace"].isin(hits)]
-    parts = {table: _split(typed(table, df[df["_trace"].isin(hits)]), df.loc[df["_trace"].isin(hits), "_trace"])
-             for table, df in frames.items()}
+    parts = {t.name: _split(t.typed(df[df["_trace"].isin(hits)]), df.loc[df["_trace"].isin(hits), "_trace"])
+             for t in need if (df := frames.get(t.name)) is not None}
     out = {}
-    empty = {k: typed(k, pd.DataFrame()) for k in TABLES}  # one shared empty frame per table: not read
-    held = tuple(t for t in TABLES if t in frames)
+    empty = {t.name: t.empty() for t in need}  # one shared empty frame per table: a trace without rows
     for name, rank, ws, events, notes in zip(ranks["_trace"], ranks["rank"], ranks["world_size"],
                                              ranks["events"], ranks["notes"]):
         notes = _notes(notes)
         if notes is None:
             continue  # a doctored entry: a miss, read again
-        tables = {table: parts[table].get(name, empty[table]) if table in parts else empty[table] for table in TABLES}
+        tables = {t.name: parts[t.name].get(name, empty[t.name]) for t in need}
         out[want[name][0]] = RankTables(rank=int(rank), world_size=None if ws < 0 else int(ws), events=int(events),
-                                        notes=notes, built=held, **tables)
+                                        notes=notes, frames=tables)
     return out
 
 
@@ -245,12 +252,14 @@ def _notes(raw: object) -> list[str] | None:
     return notes if isinstance(notes, list) and all(isinstance(n, str) for n in notes) else None
 
 
-def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]]) -> bool:
-    """Add (trace, only, key, tables) entries to ``root``'s cache (``key``: :func:`trace_key` taken
+def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]],
+          tables: tuple[RankTable, ...]) -> bool:
+    """Add (trace, only, key, tables) entries to ``root``'s cache (``key``: :func:`stat_key` taken
     *before* the trace was read, so a trace rewritten meanwhile misses next time), keeping the
-    other traces' entries. Each table file is rewritten to a temporary name and renamed; a table
-    file lists the entries it holds, so a reader never pairs tables of different writers. False
-    where it could not be written (the read goes on)."""
+    other traces' entries; ``tables``: the declarations of the tables the entries hold. Each
+    table file is rewritten to a temporary name and renamed; a table file lists the entries it
+    holds, so a reader never pairs tables of different writers. False where it could not be
+    written (the read goes on)."""
     mods = _pa()
     if mods is None or not entries:
         return False
@@ -263,23 +272,27 @@ def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]]) -> boo
     try:
         d = cache_dir(root)
         d.mkdir(parents=True, exist_ok=True)
-        for table in ("ranks", *TABLES):
-            # a table this read did not build (tables.LAZY) keeps its entries of the same key
-            mine = new if table == "ranks" else {n: v for n, v in new.items() if table in v[1].built}
-            old, t = _read(pq, root, table)
-            keep = {n: k for n, k in old.items() if n not in mine and (n not in new or new[n][0] == k)}
+        for table in (None, *tables):  # None: the ranks file
+            name = "ranks" if table is None else table.name
+
+            def keyed(k: list, table: RankTable | None = table) -> list:
+                return k if table is None else table_key(k, table)
+            # a table this read did not build keeps its entries of the same key
+            mine = new if table is None else {n: v for n, v in new.items() if name in v[1].frames}
+            old, t = _read(pq, root, name)
+            keep = {n: k for n, k in old.items() if n not in mine and (n not in new or keyed(new[n][0]) == k)}
             if not mine and (len(keep) == len(old)):
                 continue  # nothing to add, nothing stale to drop
-            df = rows if table == "ranks" else pd.concat(
-                [getattr(tb, table).assign(_trace=n) for n, (_, tb) in mine.items()]
-                or [typed(table, pd.DataFrame()).assign(_trace=pd.Series(dtype=object))], ignore_index=True)
+            df = rows if table is None else pd.concat(
+                [tb.frames[name].assign(_trace=n) for n, (_, tb) in mine.items()]
+                or [table.empty().assign(_trace=pd.Series(dtype=object))], ignore_index=True)
             if t is not None and keep:
                 prev = t.to_pandas()
                 df = pd.concat([prev[prev["_trace"].isin(keep)], df], ignore_index=True)
-            meta = json.dumps({**keep, **{n: k for n, (k, _) in mine.items()}}).encode()
+            meta = json.dumps({**keep, **{n: keyed(k) for n, (k, _) in mine.items()}}).encode()
             at = pa.Table.from_pandas(df, preserve_index=False)
             at = at.replace_schema_metadata({**(at.schema.metadata or {}), _META: meta})
-            f = _path(root, table)
+            f = _path(root, name)
             tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
             pq.write_table(at, tmp)
             key = _key()

@@ -2,7 +2,7 @@
 (``--workers``) or on a Dask cluster (``--scheduler``), one rank per task.
 
 Why one rank per task: a worker holds one rank's events at a time and hands back only its
-compact tables (:mod:`dpcore.read.ranks.tables`), so the peak memory of a read is one rank's
+compact tables (:mod:`dpcore.read.ranks.reduce`), so the peak memory of a read is one rank's
 parse per worker plus the tables of all ranks, not the events of all ranks (issue 23: 1.76 GB at
 256 ranks x 20k events, growing with the number of ranks, before). The parent stores every
 table it receives in the cache, so Dask workers need no write access to the run.
@@ -20,15 +20,34 @@ import pandas as pd
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.limits import usable_cpus
-from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS
+from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE, TRACE_COLUMNS
+from dpcore.read.analysis.gpu_kernels import KERNELS_TABLE
+from dpcore.read.analysis.gpu_time import GPU_CAUSES_TABLE, GPU_TABLE
+from dpcore.read.analysis.lanes import LANES_TABLE
+from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.ranks import cache
-from dpcore.read.ranks.tables import DTYPES, EAGER, RankTables, built, reduce_trace, typed
+from dpcore.read.ranks.reduce import RankTables, reduce_trace
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
+from dpcore.read.traces.rank_table import RankTable
 from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, fork_map, json_bytes, trace_files
 
 #: What a rank's read gives: its tables, or the error that names the file.
 Result = RankTables | TraceFormatError
+
+#: The tables every read that parses a rank builds, whatever it asked for: cheap beside the
+#: parse, and most commands read one of them (analyze, summarize: overlap; stragglers: comm), so
+#: a later command finds them cached. The others (lanes, import's rows, the GPU ledger: 15-25 %
+#: of a first read each, measured on 20k-64k-event GPU ranks) are built only for a reader that
+#: asks: the 1,024-rank first read must not pay for them.
+EAGER: tuple[RankTable, ...] = (OVERLAP_TABLE, COMM_TABLE)
+#: The GPU time ledger's tables, read together by the gpu command and view.
+GPU_TABLES: tuple[RankTable, ...] = (GPU_TABLE, GPU_CAUSES_TABLE, KERNELS_TABLE)
+
+
+def built(need: tuple[RankTable, ...]) -> tuple[RankTable, ...]:
+    """The tables a reduction for a reader of ``need`` builds: :data:`EAGER` and ``need`` (once each)."""
+    return tuple({t.name: t for t in (*EAGER, *need)}.values())
 
 
 #: A Dask scheduler address dpcore accepts: tcp:// or tls:// HOST:PORT (an IPv6 host in
@@ -58,7 +77,7 @@ class Scale:
                              f"in this process), got {self.scheduler!r}")
 
 
-def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:
+def _reduce(path: str, only: bool, tables: tuple[RankTable, ...]) -> Result:
     """:func:`reduce_trace`, its TraceFormatError returned (so one bad rank fails no other task)."""
     try:
         return reduce_trace(path, only, tables)
@@ -66,14 +85,14 @@ def _reduce(path: str, only: bool, tables: tuple[str, ...]) -> Result:
         return exc
 
 
-def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[str, ...]) -> list[Result]:
+def _local(files: list[Path], only: bool, workers: int | None, tables: tuple[RankTable, ...]) -> list[Result]:
     n = min(len(files), workers or usable_cpus())
     if workers is None and sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
         n = 1
     return list(fork_map(_reduce, n, [str(f) for f in files], [only] * len(files), [tables] * len(files)))
 
 
-def _dask(files: list[Path], only: bool, address: str, tables: tuple[str, ...]) -> list[Result]:
+def _dask(files: list[Path], only: bool, address: str, tables: tuple[RankTable, ...]) -> list[Result]:
     """The misses reduced by a Dask distributed cluster (its workers must see the same paths)."""
     try:
         from distributed import Client
@@ -93,12 +112,12 @@ def _dask(files: list[Path], only: bool, address: str, tables: tuple[str, ...]) 
 
 
 def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
-                only: bool | None = None, need: tuple[str, ...] = EAGER) -> list[Result]:
+                only: bool | None = None, need: tuple[RankTable, ...] = EAGER) -> list[Result]:
     """The tables of every rank trace in ``files`` (in this order): from ``root``'s cache where
     it matches, else read (see :class:`Scale`) and stored. ``root``: the run directory or the
     traces folder the files belong to. ``only``: a lone trace without a rank reads as rank 0
     (default: when ``files`` is one file). ``need``: the tables the caller uses (a cache hit
-    reads only those; the others are then empty)."""
+    reads only those, and the RankTables hold only those)."""
     scale = scale or Scale()
     only = len(files) == 1 if only is None else only
     out: list[Result | None] = [None] * len(files)
@@ -110,7 +129,7 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
         keys = {}
         for i in miss:
             try:
-                keys[i] = cache.trace_key(files[i], only)
+                keys[i] = cache.stat_key(files[i], only)
             except OSError:  # the read reports the file by name
                 pass
         todo = [files[i] for i in miss]
@@ -121,12 +140,12 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
             out[i] = r
         if scale.cache:
             cache.store(root, [(files[i], only, keys[i], t) for i in miss
-                               if isinstance(t := out[i], RankTables) and i in keys])
+                               if isinstance(t := out[i], RankTables) and i in keys], tables)
     return out  # type: ignore[return-value]
 
 
 def folder_tables(p: Path, scale: Scale | None = None,
-                  need: tuple[str, ...] = EAGER) -> list[RankTables]:
+                  need: tuple[RankTable, ...] = EAGER) -> list[RankTables]:
     """The reduced tables of every rank trace at ``p`` (a folder, searched recursively, or one
     file), sorted by rank, from the cache beside them where it matches (:mod:`dpcore.read.ranks`).
     TraceFormatError naming the file for a bad trace, or for two traces of one rank."""
@@ -152,8 +171,8 @@ MAX_RANK = 2**20 - 1
 def check_one_world(found: list[tuple[Path, int, int | None]]) -> None:
     """Refuse, by file and in file order, traces that cannot be the ranks of one job:
     (file, rank, world size from its metadata or None) with a rank beyond its world size or
-    :data:`MAX_RANK`, two traces of one rank, or different world sizes. ``import``, ``analyze``
-    and ``stragglers`` read folders of traces by this one rule (TraceFormatError)."""
+    :data:`MAX_RANK`, two traces of one rank, or different world sizes. ``import``, ``analyze``,
+    ``stragglers``, ``gpu`` and the Timeline's lanes read traces by this one rule (TraceFormatError)."""
     by_rank: dict[int, Path] = {}
     sizes: dict[int, Path] = {}
     for f, rank, ws in found:
@@ -173,13 +192,12 @@ def check_one_world(found: list[tuple[Path, int, int | None]]) -> None:
         by_rank[rank] = f
 
 
-def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[str, ...] = EAGER,
+def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[RankTable, ...] = EAGER,
                     problems: list[str] | None = None) -> Iterable[tuple[str, list[RankTables]]]:
     """(job_id, its ranks' tables) of every job with traced steps and readable, non-empty rank
-    traces of all its ranks, in run.json's job order (as
-    :func:`dpcore.read.rundir.job_traces.traced_job_events`: a job with a missing or unreadable
-    rank trace is left out, its numbers then come from the recorded collectives, and it is named
-    in ``problems``). All jobs' ranks in one read."""
+    traces of all its ranks, in run.json's job order: a job with a missing or unreadable rank
+    trace is left out (its numbers then come from the recorded collectives) and named in
+    ``problems``. All jobs' ranks in one read."""
     jobs = []
     for job_id in run.jobs["job_id"].drop_duplicates():
         job_id = str(job_id)
@@ -212,45 +230,44 @@ def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: 
     """The lanes tables of a job's rank traces (only those of ``ranks`` when given: a view
     draws a few of 1,024 ranks), one frame: the ``lanes`` argument of
     :func:`dpcore.read.analysis.timeline.timeline`, from the cache (a hit reads the ``lanes``
-    table only, and parses no trace). None where
-    :func:`dpcore.read.rundir.job_traces.job_trace_events` gives None, for the same reasons:
-    the job has no rank trace, lacks one of its ranks' traces, or one is unreadable or two are
-    of one rank (a line naming the file goes to ``problems``); or its traces hold no event."""
+    table only, and parses no trace). None where the job has no rank trace, lacks one of its
+    ranks' traces, or one is unreadable or two are of one rank (a line naming the file goes to
+    ``problems``); or its traces hold no event."""
     want = None if ranks is None else {f"rank{int(r)}" for r in ranks}
     files = [v for k, v in sorted(run.trace_files(job_id).items())
              if rf.is_rank_trace(k) and (want is None or k in want)]
     if not files or missing_traces_noted(run, job_id, problems):
         return None
-    got = rank_tables(files, Path(run.path), scale, only=False, need=("lanes",))
-    seen: dict[int, Path] = {}
-    for f, r in zip(files, got):
-        if isinstance(r, TraceFormatError):
-            note_problem(problems, f"job {job_id}: {r}; {FALLBACK}")
-            return None
-        if r.events and r.rank in seen:
-            note_problem(problems, f"job {job_id}: two traces for rank {r.rank}: {seen[r.rank]} and {f}; {FALLBACK}")
-            return None
-        seen[r.rank] = f
+    got = rank_tables(files, Path(run.path), scale, only=False, need=(LANES_TABLE,))
+    try:
+        for r in got:
+            if isinstance(r, TraceFormatError):
+                raise r
+        check_one_world([(f, r.rank, r.world_size) for f, r in zip(files, got)
+                         if isinstance(r, RankTables) and r.events])
+    except TraceFormatError as exc:
+        note_problem(problems, f"job {job_id}: {exc}; {FALLBACK}")
+        return None
     ok = cast(list[RankTables], got)  # an error returned above
     if not sum(r.events for r in ok):
         return None
-    return pd.concat([r.lanes for r in ok], ignore_index=True)
+    return pd.concat([r[LANES_TABLE] for r in ok], ignore_index=True)
 
 
 def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | None = None) -> pd.DataFrame:
     """Per (job, rank, traced step) overlap of every traced job: the frame of
-    :func:`dpcore.read.analysis.timeline.trace_step_metrics` (the same rows), from the cache.
+    overlap_from_trace of each job's events (the same rows), from the cache.
     ``problems``: one line per job left out, naming the file (:func:`job_rank_tables`)."""
-    return _trace_steps(job_rank_tables(run, scale, ("overlap",), problems))
+    return _trace_steps(job_rank_tables(run, scale, (OVERLAP_TABLE,), problems))
 
 
 def run_steps_gpu(run: Run, scale: Scale | None = None,
                   problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(:func:`run_trace_steps`, the ledger of :func:`run_gpu`) of a run from ONE read of its rank
     tables: what ``summarize`` needs (a trace read is its cost; reading twice would pay it twice)."""
-    pairs = list(job_rank_tables(run, scale, ("overlap", "gpu"), problems))
-    return _trace_steps(pairs), _with_job([(j, t.gpu) for j, tables in pairs
-                                           for t in sorted(tables, key=lambda t: t.rank)], "gpu")
+    pairs = list(job_rank_tables(run, scale, (OVERLAP_TABLE, *GPU_TABLES), problems))
+    return _trace_steps(pairs), _with_job([(j, t[GPU_TABLE]) for j, tables in pairs
+                                           for t in sorted(tables, key=lambda t: t.rank)], GPU_TABLE)
 
 
 def _trace_steps(pairs: Iterable[tuple[str, list[RankTables]]]) -> pd.DataFrame:
@@ -258,9 +275,10 @@ def _trace_steps(pairs: Iterable[tuple[str, list[RankTables]]]) -> pd.DataFrame:
     frames, jobs = [], []
     for job_id, tables in pairs:
         for t in sorted(tables, key=lambda t: t.rank):  # by rank, as a groupby
-            if len(t.overlap):
-                frames.append(t.overlap)
-                jobs.append((job_id, len(t.overlap)))
+            overlap = t[OVERLAP_TABLE]
+            if len(overlap):
+                frames.append(overlap)
+                jobs.append((job_id, len(overlap)))
     if not frames:
         return pd.DataFrame(columns=["job_id", *TRACE_COLUMNS])
     out = pd.concat(frames, ignore_index=True)  # one job_id column for all (1,024 assigns cost 0.5 s)
@@ -268,11 +286,11 @@ def _trace_steps(pairs: Iterable[tuple[str, list[RankTables]]]) -> pd.DataFrame:
     return out[[*TRACE_COLUMNS, "job_id"]]
 
 
-def _with_job(frames: list[tuple[str, pd.DataFrame]], table: str) -> pd.DataFrame:
+def _with_job(frames: list[tuple[str, pd.DataFrame]], table: RankTable) -> pd.DataFrame:
     """The frames (of rank table ``table``) as one, each row led by its job_id."""
     parts = [df.assign(job_id=job) for job, df in frames if len(df)]
     if not parts:
-        return typed(table, pd.DataFrame()).assign(job_id=pd.Series(dtype=object))[["job_id", *DTYPES[table]]]
+        return table.empty().assign(job_id=pd.Series(dtype=object))[["job_id", *table.dtypes]]
     out = pd.concat(parts, ignore_index=True)
     return out[["job_id", *[c for c in out.columns if c != "job_id"]]]
 
@@ -285,12 +303,12 @@ def run_gpu(run: Run, scale: Scale | None = None,
     ``gpu_kernels`` tables). Jobs without GPU events have no rows; ``problems``: as
     :func:`job_rank_tables`."""
     led, cau, ker = [], [], []
-    for job_id, tables in job_rank_tables(run, scale, ("gpu", "gpu_causes", "gpu_kernels"), problems):
+    for job_id, tables in job_rank_tables(run, scale, GPU_TABLES, problems):
         for t in sorted(tables, key=lambda t: t.rank):
-            led.append((job_id, t.gpu))
-            cau.append((job_id, t.gpu_causes))
-            ker.append((job_id, t.gpu_kernels))
-    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes"), _with_job(ker, "gpu_kernels")
+            led.append((job_id, t[GPU_TABLE]))
+            cau.append((job_id, t[GPU_CAUSES_TABLE]))
+            ker.append((job_id, t[KERNELS_TABLE]))
+    return _with_job(led, GPU_TABLE), _with_job(cau, GPU_CAUSES_TABLE), _with_job(ker, KERNELS_TABLE)
 
 
 def folder_gpu(p: Path, scale: Scale | None = None
@@ -306,20 +324,19 @@ def folder_gpu(p: Path, scale: Scale | None = None
     for i, f in enumerate(files):
         groups.setdefault(f.parent, []).append(i)
     only = all(len(ix) == 1 for ix in groups.values())
-    got = rank_tables(files, root, scale, only=only, need=("gpu", "gpu_causes", "gpu_kernels"))
+    got = rank_tables(files, root, scale, only=only, need=GPU_TABLES)
     led, cau, ker, notes = [], [], [], []
     for parent, ix in groups.items():
         job = root.name if parent == root else parent.relative_to(root).as_posix()
-        seen: dict[int, Path] = {}
-        for i in sorted(ix, key=lambda i: getattr(got[i], "rank", 0)):
-            t = got[i]
-            if isinstance(t, TraceFormatError):
+        mine = sorted(ix, key=lambda i: getattr(got[i], "rank", 0))
+        for i in mine:
+            if isinstance(t := got[i], TraceFormatError):
                 raise t
-            if t.events and t.rank in seen:
-                raise TraceFormatError(f"two traces for rank {t.rank}: {seen[t.rank]} and {files[i]}")
-            seen[t.rank] = files[i]
-            led.append((job, t.gpu))
-            cau.append((job, t.gpu_causes))
-            ker.append((job, t.gpu_kernels))
+        check_one_world([(files[i], t.rank, t.world_size) for i in mine if (t := cast(RankTables, got[i])).events])
+        for i in mine:
+            t = cast(RankTables, got[i])
+            led.append((job, t[GPU_TABLE]))
+            cau.append((job, t[GPU_CAUSES_TABLE]))
+            ker.append((job, t[KERNELS_TABLE]))
             notes += t.notes
-    return _with_job(led, "gpu"), _with_job(cau, "gpu_causes"), _with_job(ker, "gpu_kernels"), notes
+    return _with_job(led, GPU_TABLE), _with_job(cau, GPU_CAUSES_TABLE), _with_job(ker, KERNELS_TABLE), notes

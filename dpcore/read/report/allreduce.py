@@ -13,7 +13,7 @@ import pandas as pd
 from dpcore.contract.units import EMPTY, binary_size
 from dpcore.read.analysis.comm import allreduce_bandwidth
 from dpcore.read.report.resolve import load_run_reporting
-from dpcore.read.report.tables import text_table
+from dpcore.read.report.table_text import text_table
 from dpcore.read.rundir.load import Run
 
 #: The all-reduce table (`allreduce`, and `summarize` on an all-reduce run), nccl-tests' columns:

@@ -12,10 +12,11 @@ import pandas as pd
 
 from dpcore.contract.intervals import has_peers
 from dpcore.contract.units import percent_number
+from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
 from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.resolve import load_run_reporting, resolve, trace_steps_reporting
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError
 from dpcore.read.traces.reader import TraceFormatError
 
@@ -46,10 +47,10 @@ def _trace_folder_ranks(trace_dir: Path, scale: Scale | None = None) -> tuple[pd
     """Per rank over the steps of a folder of traces (the whole trace as one step when it has no
     ProfilerStep markers), and the reader's notes on the traces (the rules they needed)."""
     try:
-        tables = folder_tables(trace_dir, scale, need=("overlap",))
+        tables = folder_tables(trace_dir, scale, need=(OVERLAP_TABLE,))
     except TraceFormatError as exc:
         raise ValueError(str(exc)) from None
-    overlap = pd.concat([t.overlap for t in tables], ignore_index=True)
+    overlap = pd.concat([t[OVERLAP_TABLE] for t in tables], ignore_index=True)
     return rank_metrics(trace_rows(overlap), "trace"), [n for t in tables for n in t.notes]
 
 

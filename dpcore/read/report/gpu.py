@@ -16,9 +16,10 @@ from dpcore.read.analysis.comm import CALL_COLUMNS, call_bandwidth
 from dpcore.read.analysis.gpu_kernels import KERNEL_CSV_COLUMNS, fp32_matmul_note
 from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
 from dpcore.read.analysis.stragglers import call_transfer_wait
+from dpcore.read.importer.rows import IMPORT_COMM
 from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
 from dpcore.read.report.resolve import load_run_reporting, resolve, warn
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.traces.reader import TraceFormatError
 
 #: docs/DESIGN.md's columns of `gpu --csv`.
@@ -125,15 +126,15 @@ def collectives_text(path: str, csv: bool = False, scale: Scale | None = None) -
     p, kind = resolve(path)
     if kind == "run":
         problems: list[str] = []
-        pairs = list(job_rank_tables(load_run_reporting(p), scale, ("import_comm",), problems))
+        pairs = list(job_rank_tables(load_run_reporting(p), scale, (IMPORT_COMM,), problems))
         warn(problems)
     else:
         try:
-            pairs = [(p.name, folder_tables(p, scale, need=("import_comm",)))]
+            pairs = [(p.name, folder_tables(p, scale, need=(IMPORT_COMM,)))]
         except TraceFormatError as exc:
             raise ValueError(str(exc)) from None
-    frames = [call_bandwidth(t.import_comm, t.world_size).assign(job_id=job) for job, tables in pairs for t in tables
-              if len(t.import_comm)]
+    frames = [call_bandwidth(t[IMPORT_COMM], t.world_size).assign(job_id=job) for job, tables in pairs for t in tables
+              if len(t[IMPORT_COMM])]
     if not frames:
         raise ValueError(f"no collective calls in the traces at {p}")
     calls = call_transfer_wait(pd.concat(frames, ignore_index=True))[COLLECTIVE_COLUMNS]

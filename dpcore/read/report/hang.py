@@ -15,7 +15,7 @@ import pandas as pd
 
 from dpcore.contract.units import exact_size
 from dpcore.read.analysis.hang import hang_verdict, rank_table
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.hang import load_hangs
 
 

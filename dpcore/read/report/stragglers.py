@@ -15,17 +15,18 @@ import pandas as pd
 
 from dpcore.read.analysis.stragglers import (
     KEY,
+    arrival_notes_from_rows,
     collective_waits,
     partial_rank_note,
     straggler_summary,
     straggler_verdict,
     stragglers_from_rows,
-    trace_notes_from_rows,
     wait_notes,
 )
+from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.resolve import PathKind, resolve
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
 from dpcore.read.traces.reader import TraceFormatError
 
@@ -59,7 +60,7 @@ def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
             notes[str(j)] = ([partial] if partial else []) + wait_notes(w)
         return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}, world, notes
     try:
-        tables = folder_tables(p, scale, need=("comm",))  # a hit reads only the comm rows
+        tables = folder_tables(p, scale, need=(COMM_TABLE,))  # a hit reads only the comm rows
     except TraceFormatError as exc:
         raise ValueError(f"expected a run directory (run.json) or a folder of torch.profiler traces: {exc}") from None
     ranks = sorted({t.rank for t in tables if t.events})
@@ -68,10 +69,10 @@ def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
     if len(ranks) < 2:
         raise ValueError(f"traces of one rank only in {p}: stragglers need the traces of 2 or more ranks")
     job = p.resolve().name
-    rows = pd.concat([t.comm for t in tables], ignore_index=True).assign(job_id=job)
+    rows = pd.concat([t[COMM_TABLE] for t in tables], ignore_index=True).assign(job_id=job)
     if rows.empty:
         raise ValueError(f"no comm events (NCCL kernels, gloo:* spans on a gloo thread) in the traces of {p}")
-    found = trace_notes_from_rows(rows, ranks, world_size)
+    found = arrival_notes_from_rows(rows, ranks, world_size)
     waits = stragglers_from_rows(rows, ranks)
     if waits.empty:
         why = "; ".join(found) or ("needs traces of 2 or more ranks with the same number of collectives per "

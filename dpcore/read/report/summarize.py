@@ -24,7 +24,7 @@ from dpcore.read.ranks import Scale, run_steps_gpu
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
 from dpcore.read.report.resolve import load_run_reporting, refuse_empty, trace_steps_reporting, warn
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import Run
 
 #: docs/DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.

@@ -13,7 +13,7 @@ from dpcore.contract.limits import MAX_BUCKET_MB, MAX_WHATIF_WORLD
 from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.report.resolve import load_run_reporting
 from dpcore.read.report.summarize import run_job_summary
-from dpcore.read.report.tables import csv_table, text_table
+from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import load_run
 from dpcore.read.whatif.fabrics import fabrics_text, parse_fabric
 from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, scale_factors, whatif_report

@@ -1,9 +1,8 @@
-"""A job's torch.profiler traces, read from its run directory: the loading half of the trace
-metrics and of the timeline (their pure halves are in :mod:`dpcore.read.analysis.timeline`).
+"""Which of a job's rank traces a read may use: the ranks that should have one, the ones missing,
+and the one line per problem a caller collects (the readers are :mod:`dpcore.read.ranks`'s).
 
 Why here and not in analysis: which files of a run are a job's rank traces and which steps they
-cover is run-directory knowledge (:meth:`Run.trace_files`, :meth:`Run.traced_steps`), and reading
-them is disk access; the analysis only ever receives the events frames these return.
+cover is run-directory knowledge (:meth:`Run.trace_files`, :meth:`Run.traced_steps`).
 
 Why all ranks or none: a job's trace numbers are means over its ranks, so a trace set that
 lacks a rank (missing, truncated, unreadable, refused as hostile) would silently change them
@@ -13,14 +12,11 @@ job's traces are not used: its numbers come from the recorded intervals of every
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 import pandas as pd
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.config import SINGLE_PROCESS
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.reader import TraceFormatError, read_trace_files
 
 #: What a job whose rank traces are incomplete shows instead (appended to each problem line).
 FALLBACK = "its overlap, comm and compute come from the recorded intervals of all ranks, not the traces"
@@ -61,28 +57,6 @@ def missing_traces_noted(run: Run, job_id: str, problems: list[str] | None) -> b
     return bool(missing)
 
 
-def job_trace_events(run: Run, job_id: str, problems: list[str] | None = None,
-                     ranks: Iterable[int] | None = None) -> pd.DataFrame | None:
-    """All rank traces of one job (only those of ``ranks`` when given: a view of a few of 1,024
-    ranks reads a few traces) as one events frame, or None when the job has no rank trace,
-    lacks one of its ranks' traces or one is unreadable (then a line naming the file goes to
-    ``problems``). Read it once per job and pass it to
-    :func:`dpcore.read.analysis.timeline.timeline` for every step, instead of re-reading the
-    traces per step."""
-    want = None if ranks is None else {f"rank{int(r)}" for r in ranks}
-    files = [v for k, v in sorted(run.trace_files(job_id).items())
-             if rf.is_rank_trace(k) and (want is None or k in want)]
-    if not files:
-        return None
-    if missing_traces_noted(run, job_id, problems):
-        return None
-    try:
-        return read_trace_files(files)  # the reader of read_trace_dir, on the run's rank files
-    except TraceFormatError as exc:
-        note_problem(problems, f"job {job_id}: {exc}; {FALLBACK}")
-        return None
-
-
 def untraced_noted(run: Run, job_id: str, problems: list[str] | None) -> None:
     """A job with no traced step whose steps.csv still marks profiled steps lost its traces: one
     line in ``problems`` saying so (its numbers come from the recorded intervals)."""
@@ -99,25 +73,3 @@ def has_profiled_steps(run: Run, job_id: str) -> bool:
 def note_problem(problems: list[str] | None, line: str) -> None:
     if problems is not None and line not in problems:
         problems.append(line)
-
-
-def traced_job_events(run: Run, problems: list[str] | None = None) -> Iterator[tuple[str, pd.DataFrame]]:
-    """(job_id, events) of every job of the run that has traced steps and readable, non-empty
-    rank traces of all its ranks, in run.json's job order: the input of
-    :func:`dpcore.read.analysis.timeline.trace_step_metrics`. A generator, so one job's events
-    (up to millions of rows) are held at a time. A job whose traces are missing or unreadable
-    is left out (its numbers then come from the recorded collectives) and named in ``problems``."""
-    for job_id in run.jobs["job_id"].drop_duplicates():
-        if not run.traced_steps(str(job_id)):
-            untraced_noted(run, str(job_id), problems)
-            continue
-        events = job_trace_events(run, str(job_id), problems)
-        if events is not None and not events.empty:
-            yield str(job_id), events
-
-
-def step_trace_events(run: Run, job_id: str, step: int,
-                      problems: list[str] | None = None) -> pd.DataFrame | None:
-    """The job's trace events when ``step`` is traced (:meth:`Run.traced_steps`), else None:
-    the ``events`` argument of :func:`dpcore.read.analysis.timeline.timeline` for one step."""
-    return job_trace_events(run, job_id, problems) if step in run.traced_steps(job_id) else None

@@ -24,8 +24,8 @@ import pytest
 
 from dpcore.contract.intervals import has_peers
 from dpcore.read.analysis import job_metrics, overlap_from_trace, step_breakdown
+from dpcore.read.analysis.lanes import trace_lanes
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics
-from dpcore.read.analysis.timeline import trace_lanes
 from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.rundir import load_run
 from dpcore.read.traces import read_trace, read_trace_dir

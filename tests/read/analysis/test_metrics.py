@@ -200,8 +200,9 @@ def test_step_rows_and_job_row_name_the_same_source_on_the_sample():
     the numbers came from by one rule: at world size 1 neither method sees comm, and both say trace."""
     from pathlib import Path
 
-    from dpcore.read.analysis import job_metrics, step_metrics, step_ranks, trace_step_metrics
-    from dpcore.read.rundir import load_run, traced_job_events
+    from dpcore.read.analysis import job_metrics, step_metrics, step_ranks
+    from dpcore.read.rundir import load_run
+    from tests.events_path import trace_step_metrics, traced_job_events
     sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
     if not (sample / "run.json").exists():
         pytest.skip("sample runs not present (bash scripts/make_sample.sh)")

@@ -212,13 +212,13 @@ def test_busy_gloo_worker_does_not_hide_the_late_rank(tmp_path: Path) -> None:
     ends = {0: [28_500.0, 29_500.0], 1: [28_000.0, 29_000.0]}  # ~3 ms after rank 1 arrived
     for r in (0, 1):
         (d / f"rank{r}.json").write_text(json.dumps(_trace(r, [a + 20_000 * r for a in arrivals], ends[r])))
-    from dpcore.read.analysis.stragglers import trace_notes
+    from dpcore.read.analysis.stragglers import arrival_notes
     from dpcore.read.traces import read_trace_dir
     ev = read_trace_dir(d)
     s = straggler_summary(stragglers_from_traces(ev)).set_index("rank")
     assert s.loc[1, "last_arrival_pct"] == 100.0
     assert s.loc[0, "mean_wait_ms"] == pytest.approx(20.0) and s.loc[0, "comm_ms"] == pytest.approx(47.0)
-    assert trace_notes(ev, world_size=2) == []
+    assert arrival_notes(ev, world_size=2) == []
     # the same trace without the enqueue ops: only the worker starts are left, and they mislead
     for r in (0, 1):
         (d / f"rank{r}.json").write_text(json.dumps(_trace(r, [a + 20_000 * r for a in arrivals], ends[r],
@@ -226,7 +226,7 @@ def test_busy_gloo_worker_does_not_hide_the_late_rank(tmp_path: Path) -> None:
     ev = read_trace_dir(d)
     s = straggler_summary(stragglers_from_traces(ev)).set_index("rank")
     assert s["last_arrival_pct"].to_dict() == {0: 50.0, 1: 50.0}
-    notes = trace_notes(ev, world_size=2)
+    notes = arrival_notes(ev, world_size=2)
     assert len(notes) == 1 and notes[0].startswith("4 of 4 gloo spans have no enqueue (c10d::* op) to link to")
     assert "note: 4 of 4 gloo spans have no enqueue" in stragglers_text(str(d))
 

@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 from dpcore.read.analysis.stragglers import (
+    arrival_notes,
     collective_waits,
     straggler_summary,
     stragglers_from_traces,
-    trace_notes,
     wait_notes,
 )
 from dpcore.read.analysis.trace_arrivals import fifo_offset, trace_comm_rows
@@ -59,7 +59,7 @@ def test_ddp_gloo_trace_names_the_delayed_rank() -> None:
     w0 = waits[waits["rank"] == 0]
     assert w0["wait_ms"].between(DELAY_MS - 5, DELAY_MS + 10).all(), w0["wait_ms"].describe()
     assert (waits["wait_ms"] <= waits["comm_ms"]).all() and wait_notes(waits) == []
-    assert trace_notes(ev, world_size=2) == []
+    assert arrival_notes(ev, world_size=2) == []
     assert straggler_verdict(straggler_summary(waits), 2).startswith("rank 1 arrived last in 100% of 24 collectives")
     # the worker starts alone (the old arrival) do not show it: rank 0's workers were busy
     old = straggler_summary(_by_worker_start(rows)).set_index("rank")
@@ -85,10 +85,10 @@ def test_partial_rank_set_and_sendrecv_by_hand() -> None:
     assert s.loc[1, "last_arrival_pct"] == 100.0 and s.loc[0, "mean_wait_ms"] == pytest.approx(5.0)
     assert s.loc[0, "comm_ms"] == pytest.approx(18.0) and s.loc[0, "transfer_ms"] == pytest.approx(3.0)
     assert (waits["wait_ms"] <= waits["comm_ms"]).all()
-    notes = trace_notes(ev, world_size=8)
+    notes = arrival_notes(ev, world_size=8)
     assert notes[0].startswith("only 2 of the job's 8 ranks are here")
     assert notes[1].startswith("8 point-to-point comm events (ncclDevKernel_SendRecv) are not matched as collectives")
-    assert len(notes) == 2 and trace_notes(ev, world_size=2) == notes[1:]
+    assert len(notes) == 2 and arrival_notes(ev, world_size=2) == notes[1:]
     assert straggler_verdict(straggler_summary(waits), 8).endswith("(among 2 of 8 ranks only)")
     text = stragglers_text(str(PARTIAL))
     assert text.startswith("partial_sendrecv_2of8: 3 collectives matched on 2 ranks")
@@ -131,7 +131,7 @@ def test_hta_trace_filter_2r() -> None:
     rows = trace_comm_rows(ev)
     assert len(rows) == 20 and rows["p2p"].all()
     assert stragglers_from_traces(ev).empty
-    notes = trace_notes(ev, world_size=128)
+    notes = arrival_notes(ev, world_size=128)
     assert notes[0].startswith("only 2 of the job's 128 ranks are here")
     assert notes[1].startswith("20 point-to-point comm events (ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t)")
     with pytest.raises(ValueError) as exc:

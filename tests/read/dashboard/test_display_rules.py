@@ -23,7 +23,7 @@ from dpcore.contract.units import EMPTY, binary_size, cell, mib_size
 from dpcore.read.dashboard.compare import config_diff, ratio_table, shared_y_max
 from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, PERFETTO_JS, perfetto_data, too_big
 from dpcore.read.dashboard.picker import comparable, default_second, run_labels
-from dpcore.read.dashboard.tables import bucket_text, overview_rows, status_text, table_height
+from dpcore.read.dashboard.table_cells import bucket_text, overview_rows, status_text, table_height
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.ring import aggregate_pieces, message_figure
 from dpcore.read.plots.ring_circle import ring_circle_figure
@@ -375,7 +375,7 @@ def test_progress_says_why_a_job_has_more_steps_than_asked(capsys: pytest.Captur
 
 
 def test_a_long_status_is_cut_at_a_word_in_the_cell() -> None:
-    from dpcore.read.dashboard.tables import STATUS_CHARS, short_status
+    from dpcore.read.dashboard.table_cells import STATUS_CHARS, short_status
 
     long = "skipped: needs 2 or more GPUs on this host; found 0"
     cut = short_status(long)
@@ -387,7 +387,7 @@ def test_overview_cuts_a_long_status_and_shows_it_whole_below(monkeypatch: pytes
     """The Overview table's status cell holds at most STATUS_CHARS characters; the whole reason
     is in a caption and in the column's help; the step's numbers come right after the status."""
     from dpcore.read.dashboard.pages.overview import SUMMARY_COLS
-    from dpcore.read.dashboard.tables import STATUS_CHARS
+    from dpcore.read.dashboard.table_cells import STATUS_CHARS
 
     if not (SAMPLE / "sample-train").is_dir():
         pytest.skip("sample runs not present")

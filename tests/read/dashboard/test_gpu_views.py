@@ -21,8 +21,8 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dpcore.read.analysis.lanes import gpu_lanes
 from dpcore.read.analysis.memory import MIB, job_memory, memory_table
-from dpcore.read.analysis.timeline import gpu_lanes
 from dpcore.read.plots.memory import INFERRED_LABEL, memory_breakdown_figure
 from dpcore.read.plots.timeline import timeline_figure
 from tests.app_pages import APP, data_problems, open_page, problems

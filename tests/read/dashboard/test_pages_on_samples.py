@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dpcore.read.analysis import job_summary, trace_step_metrics
+from dpcore.read.analysis import job_summary
 from dpcore.read.dashboard.pages import PAGES
-from dpcore.read.rundir import load_run, traced_job_events
+from dpcore.read.rundir import load_run
 from tests.app_pages import heading, open_page, problems
+from tests.events_path import step_trace_lanes, trace_step_metrics, traced_job_events
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "profiles"
@@ -61,23 +62,23 @@ def test_every_page_renders_on_the_sample(monkeypatch):
 
 def test_timeline_from_trace_and_from_csv_on_the_sample():
     from dpcore.read.analysis import timeline
-    from dpcore.read.rundir import job_trace_events, step_trace_events
+    from tests.events_path import job_trace_events, lanes_of, step_trace_events
     run = load_run(SAMPLE / "sample-train")
     steps = run.steps[run.steps["job_id"] == "bucketed-ws2-b1"]
     traced = int(steps.loc[steps["profiled"], "step"].iloc[0])
     timed = int(steps.loc[~steps["profiled"], "step"].iloc[0])
-    t = timeline(run, "bucketed-ws2-b1", traced, step_trace_events(run, "bucketed-ws2-b1", traced))
+    t = timeline(run, "bucketed-ws2-b1", traced, step_trace_lanes(run, "bucketed-ws2-b1", traced))
     assert set(t["rank"]) == {0, 1} and set(t["lane"]) == {"compute", "comm"}
     assert set(t.loc[t["lane"] == "compute", "name"]) == {"compute"}  # merged trace ops
     assert t["start_ms"].min() > -1.0 and (t["end_ms"] >= t["start_ms"]).all()
-    # the same frame when the caller passes the job's events (read once, reused per step)
+    # the same frame from the lanes of all the job's steps (read once, reused per step)
     ev = job_trace_events(run, "bucketed-ws2-b1")
-    assert timeline(run, "bucketed-ws2-b1", traced, events=ev).equals(t)
+    assert timeline(run, "bucketed-ws2-b1", traced, lanes_of(ev)).equals(t)
     assert step_trace_events(run, "bucketed-ws2-b1", timed) is None
     c = timeline(run, "bucketed-ws2-b1", timed, None)  # not traced: steps.csv + collectives.csv
     assert set(c.loc[c["lane"] == "compute", "name"]) == {"forward", "backward", "optimizer"}
     # ring's p2p transfers are invisible to the gloo trace: its comm lane comes from the CSV
-    r = timeline(run, "ring-ws2", traced, step_trace_events(run, "ring-ws2", traced))
+    r = timeline(run, "ring-ws2", traced, step_trace_lanes(run, "ring-ws2", traced))
     assert set(r.loc[r["lane"] == "comm", "rank"]) == {0, 1}
 
 
@@ -85,7 +86,6 @@ def test_timeline_rows_name_their_collective_family():
     """`timeline` returns the family of every comm row (op), so the plot never re-reads names:
     known answers from the names (traces.kinds.comm_op) and from the sample's FSDP and ZeRO-1 steps."""
     from dpcore.read.analysis import timeline
-    from dpcore.read.rundir import step_trace_events
     from dpcore.read.traces.kinds import comm_op
 
     names = {"gloo:allgather": "all_gather", "fsdp_all_gather": "all_gather", "all_gather #3": "all_gather",
@@ -103,7 +103,7 @@ def test_timeline_rows_name_their_collective_family():
     assert (comm["op"] == comm["name"].str.split(" #").str[0]).all()
     assert comm.groupby("op").size().to_dict() == {"all_gather": 64, "all_reduce": 2, "reduce_scatter": 32}
     step = run.traced_steps("zero1-ws2-b1")[0]
-    zero = timeline(run, "zero1-ws2-b1", step, step_trace_events(run, "zero1-ws2-b1", step))  # gloo spans
+    zero = timeline(run, "zero1-ws2-b1", step, step_trace_lanes(run, "zero1-ws2-b1", step))  # gloo spans
     assert zero.loc[zero["lane"] == "comm"].groupby("op").size().to_dict() == {"all_reduce": 10, "broadcast": 4}
 
 

@@ -20,14 +20,15 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore.cli import main
 from dpcore.contract import runformat as rf
-from dpcore.read.analysis import job_summary, timeline, trace_step_metrics
+from dpcore.read.analysis import job_summary, timeline
 from dpcore.read.importer.write_run import import_traces
 from dpcore.read.ranks import job_lanes
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
-from dpcore.read.rundir import load_run, step_trace_events, traced_job_events
+from dpcore.read.rundir import load_run
 from dpcore.read.traces.reader import trace_files
 from tests.app_pages import open_page
+from tests.events_path import step_trace_lanes, trace_step_metrics, traced_job_events
 from tests.synthetic import write_gpu_trace_dir
 
 torch = pytest.importorskip("torch")
@@ -133,7 +134,7 @@ def test_import_writes_a_run(runs: dict[str, Path], layout: str) -> None:
 def test_timeline_and_numbers(runs: dict[str, Path], layout: str) -> None:
     run = load_run(runs[layout])
     step = run.traced_steps("imported-ws2")[0]
-    tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
+    tl = timeline(run, "imported-ws2", step, step_trace_lanes(run, "imported-ws2", step))
     assert set(tl["rank"]) == {0, 1} and set(tl["lane"]) == {"compute", "comm"}
     # the Timeline page's path: the lanes from the rank cache (clock_shift_us places them), the same frame
     pd.testing.assert_frame_equal(timeline(run, "imported-ws2", step, lanes=job_lanes(run, "imported-ws2")), tl,
@@ -154,7 +155,7 @@ def test_gpu_trace_without_phases(runs: dict[str, Path]) -> None:
     assert s["comm_source"] == "trace" and 0 <= s["overlap_pct"] <= 100 and pd.isna(s["fwd_ms"])
     assert s["compute_ms"] > 0 and s["other_ms"] >= 0  # compute from the trace: every step is traced
     step = run.traced_steps("imported-ws2")[0]
-    tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
+    tl = timeline(run, "imported-ws2", step, step_trace_lanes(run, "imported-ws2", step))
     assert set(tl["rank"]) == {0, 1} and (tl["kind"] == "comm").any()
     # a GPU rank is drawn as its launch thread(s) and its streams; the NCCL kernels lie on a stream
     assert set(tl["lane"].str.split(" ").str[0]) == {"thread", "stream"}
@@ -197,7 +198,7 @@ def test_clock_alignment_across_hosts(traces: Path, tmp_path: Path) -> None:
     run = load_run(moved.run_dir)
     assert run.steps.groupby("rank")["t_start_ns"].min().diff().abs().iloc[1] < 1e8  # same clock again
     step = run.traced_steps("imported-ws2")[0]
-    tl = timeline(run, "imported-ws2", step, step_trace_events(run, "imported-ws2", step))
+    tl = timeline(run, "imported-ws2", step, step_trace_lanes(run, "imported-ws2", step))
     assert set(tl["rank"]) == {0, 1} and tl["end_ms"].max() < 1_000
 
 

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.read.importer.write_run import IMPORT_TABLES
-from dpcore.read.ranks import tables
+from dpcore.read.importer.rows import IMPORT_TABLES
+from dpcore.read.ranks import EAGER
 from dpcore.read.traces import reader
 from dpcore.read.traces.reader import read_trace_files, step_ranges, trace_files
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
@@ -81,7 +81,7 @@ def test_with_and_without_the_cache_and_workers_the_same_run(sets: dict[str, Pat
     filled = _written(_import(src, tmp_path / "b", cache_dir, "--workers", "1"))
     stored = _cache_files(cache_dir)
     # the ranks' list and one file per table import built: the eager ones and its own (no lanes)
-    assert sorted(Path(f).stem for f in stored) == sorted(["ranks", *tables.EAGER, *IMPORT_TABLES])
+    assert sorted(Path(f).stem for f in stored) == sorted(["ranks", *(t.name for t in (*EAGER, *IMPORT_TABLES))])
     hit = _written(_import(src, tmp_path / "c", cache_dir, "--workers", "2"))
     assert _cache_files(cache_dir) == stored  # every rank was a hit: nothing parsed, nothing stored
     two = _written(_import(src, tmp_path / "d", cache_dir, "--no-cache", "--workers", "2"))

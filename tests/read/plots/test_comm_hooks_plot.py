@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.comm_hooks import COLUMNS
-from dpcore.read.dashboard.tables import compression_rows
+from dpcore.read.dashboard.table_cells import compression_rows
 from dpcore.read.plots.comm_hooks import compression_figure
 
 MIB = 2**20

@@ -4,6 +4,7 @@ without it, and with the event-based path it replaced), and an unwritable folder
 user's cache directory."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -11,19 +12,24 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpcore.read.analysis.timeline import trace_step_metrics
-from dpcore.read.ranks import Scale, cache, folder_tables, run_trace_steps
-from dpcore.read.ranks.tables import EAGER, LAZY
+from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE
+from dpcore.read.analysis.gpu_kernels import KERNELS_TABLE
+from dpcore.read.analysis.gpu_time import GPU_CAUSES_TABLE, GPU_TABLE
+from dpcore.read.analysis.lanes import LANES_TABLE
+from dpcore.read.analysis.trace_arrivals import COMM_TABLE
+from dpcore.read.importer.rows import IMPORT_COMM, IMPORT_FACTS, IMPORT_STEPS, IMPORT_TABLES
+from dpcore.read.ranks import EAGER, GPU_TABLES, Scale, cache, folder_tables, run_trace_steps
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.report.summarize import summarize
-from dpcore.read.rundir import load_run, traced_job_events
+from dpcore.read.rundir import load_run
+from tests.events_path import trace_step_metrics, traced_job_events
 from tests.fixtures_run import make_run
 from tests.synthetic import write_gpu_trace_dir
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 #: The cache's files after a read that needs no lazy table: ranks.parquet and one per eager table.
-FILES = sorted(f"{t}.parquet{mac}" for t in ("ranks", *EAGER) for mac in ("", ".mac"))
+FILES = sorted(f"{t}.parquet{mac}" for t in ("ranks", *(t.name for t in EAGER)) for mac in ("", ".mac"))
 
 
 @pytest.fixture
@@ -45,7 +51,7 @@ def test_miss_then_hit_then_invalidation(traces: Path, reads: list[str], monkeyp
         assert (a.rank, a.world_size, a.events, a.notes) == (b.rank, b.world_size, b.events, b.notes)
         pd.testing.assert_frame_equal(a.overlap, b.overlap)
         pd.testing.assert_frame_equal(a.comm, b.comm)
-        pd.testing.assert_frame_equal(a.lanes, b.lanes)
+        assert len(a.comm) and b.built == ("overlap", "comm")
     # a rewritten trace (new mtime) misses, the others still hit
     st = (traces / "rank2.json.gz").stat()
     os.utime(traces / "rank2.json.gz", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
@@ -60,10 +66,27 @@ def test_miss_then_hit_then_invalidation(traces: Path, reads: list[str], monkeyp
     got = folder_tables(traces, one)
     assert reads == ["rank9.json.gz"] and [t.rank for t in got] == [0, 1, 2, 3]
     reads.clear()
-    # a newer reduction invalidates everything
+    # a newer reader invalidates everything
     monkeypatch.setattr(cache, "CACHE_VERSION", cache.CACHE_VERSION + 1)
     folder_tables(traces, one)
     assert sorted(reads) == ["rank0.json.gz", "rank1.json.gz", "rank2.json.gz", "rank9.json.gz"]
+
+
+def test_a_tables_version_misses_only_that_table(traces: Path, reads: list[str]) -> None:
+    """A declaration whose reduction changed (its version bumped) misses its own table's
+    entries; the other tables' entries still hit."""
+    one = Scale(workers=1)
+    folder_tables(traces, one, need=(LANES_TABLE,))
+    reads.clear()
+    lanes2 = dataclasses.replace(LANES_TABLE, version=LANES_TABLE.version + 1)
+    got = folder_tables(traces, one, need=(lanes2,))
+    assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)] and all(len(t.lanes) for t in got)
+    reads.clear()
+    folder_tables(traces, one, need=(OVERLAP_TABLE, COMM_TABLE))  # stored with the old key, kept
+    folder_tables(traces, one, need=(lanes2,))  # stored with the new key
+    assert reads == []
+    folder_tables(traces, one, need=(LANES_TABLE,))  # the old version's entries were replaced
+    assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
 
 
 def test_lazy_tables_are_built_when_asked_and_kept(traces: Path, reads: list[str]) -> None:
@@ -71,34 +94,34 @@ def test_lazy_tables_are_built_when_asked_and_kept(traces: Path, reads: list[str
     read 15-25 % each); the first read that needs them reads the traces once more and adds
     them, keeping the eager entries; from then on both kinds hit."""
     one = Scale(workers=1)
-    first = folder_tables(traces, one, need=("overlap",))
-    assert all(t.built == EAGER and t.lanes.empty and t.import_steps.empty for t in first)
+    first = folder_tables(traces, one, need=(OVERLAP_TABLE,))
+    assert all(t.built == ("overlap", "comm") and t[LANES_TABLE].empty and t[IMPORT_STEPS].empty for t in first)
     assert sorted(p.name for p in cache.cache_dir(traces).iterdir()) == FILES
     reads.clear()
-    lanes = folder_tables(traces, one, need=("lanes",))
+    lanes = folder_tables(traces, one, need=(LANES_TABLE,))
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]  # the lanes were not there
-    assert all(len(t.lanes) and t.import_steps.empty and "import_steps" not in t.built for t in lanes)
+    assert all(len(t.lanes) and t[IMPORT_STEPS].empty and "import_steps" not in t.built for t in lanes)
     assert "lanes.parquet" in {p.name for p in cache.cache_dir(traces).iterdir()}
     reads.clear()
-    again = folder_tables(traces, one, need=("overlap", "comm", "lanes"))
+    again = folder_tables(traces, one, need=(OVERLAP_TABLE, COMM_TABLE, LANES_TABLE))
     assert reads == []  # overlap, comm and lanes all hit now
     for a, b in zip(first, again):
         pd.testing.assert_frame_equal(a.overlap, b.overlap)
     for a, b in zip(lanes, again):
         pd.testing.assert_frame_equal(a.lanes, b.lanes)
-    imp = folder_tables(traces, one, need=("import_facts",))  # import's three come together
+    imp = folder_tables(traces, one, need=IMPORT_TABLES)
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
-    assert all(set(LAZY) - {"lanes", "gpu", "gpu_causes", "gpu_kernels"} <= set(t.built) and len(t.import_facts) == 1
-               and "gpu" not in t.built for t in imp)
+    assert all({"import_steps", "import_comm", "import_facts"} <= set(t.built) and len(t.import_facts) == 1
+               and "gpu" not in t.built and "lanes" not in t.built for t in imp)
     reads.clear()
-    folder_tables(traces, one, need=("lanes", "import_steps", "import_comm", "comm"))
+    folder_tables(traces, one, need=(LANES_TABLE, IMPORT_STEPS, IMPORT_COMM, COMM_TABLE))
     assert reads == []
-    gpu = folder_tables(traces, one, need=("gpu",))  # the GPU ledger's two come together
+    gpu = folder_tables(traces, one, need=GPU_TABLES)
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
     assert all({"gpu", "gpu_causes", "gpu_kernels"} <= set(t.built) and len(t.gpu) and len(t.gpu_causes)
                and len(t.gpu_kernels) for t in gpu)
     reads.clear()
-    again = folder_tables(traces, one, need=("gpu_causes", "gpu", "gpu_kernels", "lanes"))
+    again = folder_tables(traces, one, need=(GPU_CAUSES_TABLE, GPU_TABLE, KERNELS_TABLE, LANES_TABLE, IMPORT_FACTS))
     assert reads == []
     for a, b in zip(gpu, again):
         pd.testing.assert_frame_equal(a.gpu, b.gpu)

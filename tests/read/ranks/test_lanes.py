@@ -2,7 +2,7 @@
 
 Why these tests: the Timeline page used to parse the drawn ranks' traces on every first open;
 it now reads their ``lanes`` tables (dpcore.read.ranks.job_lanes). The drawn frame must be the
-one the raw events give (timeline(events=...), the path every caller had before), on the
+one the raw events give (their lanes read whole, tests/events_path.py), on the
 committed sample run and on a synthetic run, for all ranks and for a picked few, on the miss
 and on the hit; and a hit must parse no trace (the reader is made to raise).
 """
@@ -15,12 +15,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore.read.analysis import timeline
-from dpcore.read.analysis.timeline import trace_lanes
-from dpcore.read.ranks import Scale, job_lanes, run_trace_steps, tables
-from dpcore.read.ranks.tables import typed
-from dpcore.read.rundir import job_traces, load_run
-from dpcore.read.rundir.job_traces import job_trace_events
+from dpcore.read.analysis.lanes import LANES_TABLE, trace_lanes
+from dpcore.read.ranks import Scale, job_lanes, reduce, run_trace_steps
+from dpcore.read.rundir import load_run
 from tests.app_pages import APP, open_page, problems
+from tests.events_path import job_trace_events, lanes_of
 from tests.fixtures_run import make_run
 
 SAMPLE = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
@@ -44,11 +43,11 @@ def _same_lanes(run_path: Path, ranks: dict[str, tuple[int, ...]] | None = None)
         events = job_trace_events(run, job, ranks=picked)
         assert events is not None and len(events), job
         pd.testing.assert_frame_equal(_by_rank(job_lanes(run, job, picked, Scale(cache=False))),
-                                      _by_rank(typed("lanes", trace_lanes(events))), check_exact=True)
+                                      _by_rank(LANES_TABLE.typed(trace_lanes(events))), check_exact=True)
         for _ in ("miss", "hit"):
             lanes = job_lanes(run, job, picked)
             for step in steps:
-                want = timeline(run, job, step, events)
+                want = timeline(run, job, step, lanes_of(events))
                 got = timeline(run, job, step, lanes=lanes)
                 pd.testing.assert_frame_equal(got, want, check_exact=True)
                 rows += len(want)
@@ -108,14 +107,13 @@ def _no_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every way a trace could be parsed raises from here on."""
     def refuse(*_a, **_k):
         raise AssertionError("a trace was parsed")
-    monkeypatch.setattr(tables, "read_trace_meta", refuse)
-    monkeypatch.setattr(job_traces, "read_trace_files", refuse)
+    monkeypatch.setattr(reduce, "read_trace_meta", refuse)
 
 
 def test_a_cache_hit_parses_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = load_run(make_run(tmp_path / "profiles"))
     step = run.traced_steps("bucketed-ws2-b1")[0]
-    want = timeline(run, "bucketed-ws2-b1", step, job_trace_events(run, "bucketed-ws2-b1"))
+    want = timeline(run, "bucketed-ws2-b1", step, lanes_of(job_trace_events(run, "bucketed-ws2-b1")))
     run_trace_steps(run)  # the dashboard's first page: the eager tables only (lanes are lazy)
     job_lanes(run, "bucketed-ws2-b1")  # the Timeline's first open of the job: its lanes cached
     _no_parsing(monkeypatch)

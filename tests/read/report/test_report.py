@@ -1,6 +1,6 @@
 """The read wing's split between loading, analysis and command text.
 
-- ``dpcore.read.report``: one table formatter (tables.py) and one "is this PATH a run or traces?"
+- ``dpcore.read.report``: one table formatter (table_text.py) and one "is this PATH a run or traces?"
   answer (resolve.py), used by every command.
 - ``dpcore.read.analysis``: DataFrames in, DataFrames out: once a run and its traces are loaded,
   no analysis function touches the disk again (checked by making every loader fail).
@@ -19,10 +19,12 @@ import pytest
 
 from dpcore.cli import main
 from dpcore.contract.units import percent
-from dpcore.read.analysis import job_summary, step_metrics, timeline, trace_step_metrics
+from dpcore.read.analysis import job_summary, step_metrics, timeline
 from dpcore.read.report.resolve import resolve
-from dpcore.read.report.tables import csv_table, text_table
-from dpcore.read.rundir import job_trace_events, job_traces, load, load_run, step_trace_events, traced_job_events
+from dpcore.read.report.table_text import csv_table, text_table
+from dpcore.read.rundir import load, load_run
+from tests import events_path
+from tests.events_path import job_trace_events, lanes_of, step_trace_events, trace_step_metrics, traced_job_events
 from tests.fixtures_run import make_run
 
 SAMPLE = Path(__file__).resolve().parents[3] / "profiles"
@@ -46,11 +48,11 @@ def test_csv_table_four_decimals_no_index() -> None:
 
 
 def test_one_formatter_and_one_resolver_in_report() -> None:
-    """Only tables.py renders tables and only resolve.py decides what a PATH is: a command that
+    """Only table_text.py renders tables and only resolve.py decides what a PATH is: a command that
     formats or resolves on its own fails here."""
     for f in sorted(REPORT.glob("*.py")):
         text = f.read_text(encoding="utf-8")
-        if f.name != "tables.py":
+        if f.name != "table_text.py":
             assert not re.search(r"\.to_(string|csv)\(", text), f"{f.name} formats a table itself"
         if f.name != "resolve.py":
             assert "RUN_JSON" not in text and '"run.json"' not in text, f"{f.name} resolves PATH itself"
@@ -88,7 +90,8 @@ def test_analysis_never_touches_the_disk(tmp_path: Path, monkeypatch: pytest.Mon
     assert job in dict(pairs)
     events = job_trace_events(run, job)
     assert step_trace_events(run, job, timed) is None  # a timed step: not traced, nothing read
-    lanes = timeline(run, job, step, events)
+    job_lanes = lanes_of(events)
+    lanes = timeline(run, job, step, job_lanes)
     assert set(lanes["lane"]) == {"compute", "comm"} and set(lanes["rank"]) == {0, 1}
     per_step = trace_step_metrics(pairs)
     summary = job_summary(run, per_step)
@@ -98,10 +101,10 @@ def test_analysis_never_touches_the_disk(tmp_path: Path, monkeypatch: pytest.Mon
         raise AssertionError("analysis touched the disk")
 
     monkeypatch.setattr(load.Run, "trace_files", no_disk)
-    monkeypatch.setattr(job_traces, "read_trace_files", no_disk)
+    monkeypatch.setattr(events_path, "read_trace_files", no_disk)
     with pytest.raises(AssertionError, match="touched the disk"):  # the trap works
         job_trace_events(run, job)
-    assert timeline(run, job, step, events).equals(lanes)
+    assert timeline(run, job, step, job_lanes).equals(lanes)
     assert not timeline(run, job, timed, None).empty  # from steps.csv and collectives.csv
     assert trace_step_metrics(pairs).equals(per_step)
     assert job_summary(run, per_step).equals(summary)

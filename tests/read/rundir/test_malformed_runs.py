@@ -195,7 +195,7 @@ def test_run_folder_linked_outside_is_not_read(template: Path, tmp_path: Path) -
     with deadline(5), pytest.raises(R.RunLoadError, match="outside"):
         R.load_run(root / out.name, root=root)
     with deadline(10):
-        runs, warnings = data.list_runs(root)
+        runs, warnings = data.cached_runs(root)
     assert list(runs["run_id"]) == [GOOD]
     assert any("outside the profiles folder" in w for w in warnings)
 
@@ -224,7 +224,7 @@ def test_rank_trace_linked_outside_is_not_used(template: Path, tmp_path: Path) -
     loaded = R.load_run(run, root=root)
     assert trace not in loaded.rank_trace_files("ring-ws2")
     assert "rank1" not in loaded.trace_files("ring-ws2")
-    assert trace not in data.load_run(run, root.resolve()).rank_trace_files("ring-ws2")
+    assert trace not in data.cached_run(run, root.resolve()).rank_trace_files("ring-ws2")
     assert trace in R.load_run(run).rank_trace_files("ring-ws2")  # the CLI on an explicit path
 
 
@@ -283,7 +283,7 @@ def test_a_run_whose_writer_died_is_listed_stale(tmp_path, monkeypatch):
         meta = json.loads((run / "run.json").read_text())
         meta.update(status="running", owner={"pid": pid, "host": socket.gethostname()})
         (run / "run.json").write_text(json.dumps(meta))
-    runs, warnings = data.list_runs(root.resolve())
+    runs, warnings = data.cached_runs(root.resolve())
     status = dict(zip(runs["run_id"], runs["status"]))
     assert status == {"20250101-000000-dead": "stale", "20250102-000000-live": "running"}, (status, warnings)
 

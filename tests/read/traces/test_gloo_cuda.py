@@ -96,8 +96,8 @@ def test_the_timeline_draws_gloo_comm_of_both_ranks(tmp_path, monkeypatch):
 
     from dpcore.read import analysis as A
     from dpcore.read import ranks as K
-    from dpcore.read.rundir import traced_job_events
     from tests.app_pages import ROOT, open_page, problems
+    from tests.events_path import trace_step_metrics, traced_job_events
 
     got = import_traces(SHAPE, tmp_path / "profiles", "gloo-cuda")
     run = load_run(got.run_dir)
@@ -109,7 +109,7 @@ def test_the_timeline_draws_gloo_comm_of_both_ranks(tmp_path, monkeypatch):
     # ms from the step's start (its ProfilerStep): the worker spans of the docstring
     assert comm[["rank", "start_ms", "end_ms"]].round(3).values.tolist() == [
         [0, 11.2, 37.2], [0, 21.2, 47.2], [1, 17.2, 37.2], [1, 27.2, 47.2]]
-    rows = A.step_metrics(run.steps, run.collectives, A.trace_step_metrics(traced_job_events(run)), run.comm_calls)
+    rows = A.step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run)), run.comm_calls)
     assert A.step_ranks(rows, job, 2)["comm_ms"].tolist() == pytest.approx([36.0, 30.0])
     monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path / "profiles"))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()

@@ -304,10 +304,11 @@ def test_hand_written_run_without_grads_uses_bucket_launches(tmp_path: Path,
 
 
 def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
-    from dpcore.read.analysis import job_summary, trace_step_metrics
-    from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
-    from dpcore.read.rundir import load_run, traced_job_events
+    from dpcore.read.analysis import job_summary
+    from dpcore.read.plots.whatif import breakdown_figure, replay_figure, sweep_figure
+    from dpcore.read.rundir import load_run
     from dpcore.read.whatif.predict import build_model, replay_cell, replay_lanes, whatif_table
+    from tests.events_path import trace_step_metrics, traced_job_events
 
     run = load_run(_hand_run(tmp_path))
     model = build_model(run, "bucketed-ws2-b8", latency_us=0.0, bandwidth_gbps=0.8388608)
@@ -323,7 +324,7 @@ def test_figures_and_view_on_the_hand_written_run(tmp_path: Path) -> None:
     comm = lanes[lanes["kind"] == "bucket"]
     assert comm["start_ms"].tolist() == pytest.approx([30.0, 50.0])
     assert comm["end_ms"].tolist() == pytest.approx([40.0, 60.0])
-    names = [t.name for t in timeline_figure(lanes).data]
+    names = [t.name for t in replay_figure(lanes).data]
     assert names == ["forward", "backward", "bookkeeping", "optimizer", "bucket", "bucket ready (all ranks)"]
     meas = table.rename(columns={"measured_job": "job_id"}).dropna(subset=["job_id"])
     meas = meas.assign(step_ms=meas["measured_step_ms"])

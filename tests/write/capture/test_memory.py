@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.config import TrainConfig
-from dpcore.read.analysis import job_summary, trace_step_metrics
+from dpcore.read.analysis import job_summary
 from dpcore.read.analysis.memory import (
     comm_volume,
     expected_bus_bytes,
@@ -33,12 +33,13 @@ from dpcore.read.analysis.memory import (
     volume_totals,
 )
 from dpcore.read.plots.memory import memory_breakdown_figure, memory_tradeoff_figure, volume_figure
-from dpcore.read.rundir import load_run, traced_job_events
+from dpcore.read.rundir import load_run
 from dpcore.write.capture.comm_log import PhaseTimer
 from dpcore.write.capture.memory import CPU_METHOD, held_bytes, measure_step
 from dpcore.write.dp.variants import REGISTRY
 from dpcore.write.training.models import MLP
 from dpcore.write.training.trainer import local_context, make_trainer
+from tests.events_path import trace_step_metrics, traced_job_events
 
 ROOT = Path(__file__).resolve().parents[3]
 MIB = 1 << 20

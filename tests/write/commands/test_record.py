@@ -78,9 +78,10 @@ def _spawn(tmp_path: Path, kind: str) -> Path:
 
 def _check_readable(run_dir: Path, job: str, ws: int, comm: bool) -> None:
     """What the dashboard and `summarize` show must be sane numbers."""
-    from dpcore.read.analysis import job_summary, timeline, trace_step_metrics
+    from dpcore.read.analysis import job_summary, timeline
     from dpcore.read.report.summarize import summarize
-    from dpcore.read.rundir import load_run, step_trace_events, traced_job_events
+    from dpcore.read.rundir import load_run
+    from tests.events_path import step_trace_lanes, trace_step_metrics, traced_job_events
 
     run = load_run(run_dir)
     assert run.meta["status"] == "complete" and run.meta["kind"] == "record"
@@ -104,7 +105,7 @@ def _check_readable(run_dir: Path, job: str, ws: int, comm: bool) -> None:
         assert (st["comm_ops"] > 0).all()
         coll = run.collectives
         assert (coll["t_end_ns"] >= coll["t_launch_ns"]).all() and set(coll["op"]) == {"all_reduce"}
-    lanes = timeline(run, job, traced[0], step_trace_events(run, job, traced[0]))
+    lanes = timeline(run, job, traced[0], step_trace_lanes(run, job, traced[0]))
     assert set(lanes["rank"]) == set(range(ws)) and "compute" in set(lanes["lane"])
     if comm:
         assert "comm" in set(lanes["lane"])

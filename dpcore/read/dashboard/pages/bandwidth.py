@@ -13,11 +13,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
-from dpcore.read import analysis as A
+from dpcore.read.analysis import allreduce_bandwidth
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
 from dpcore.read.dashboard.picker import run_with
-from dpcore.read.dashboard.tables import bandwidth_rows, table_height
+from dpcore.read.dashboard.table_cells import bandwidth_rows, table_height
 from dpcore.read.plots.bandwidth import bandwidth_figure
 from dpcore.read.rundir.load import Run
 
@@ -27,7 +27,7 @@ INTRO = "All-reduce bandwidth against message size, measured like nccl-tests."
 @st.cache_data(show_spinner=False, max_entries=16)
 def bandwidth(_run: Run, run_key: tuple) -> pd.DataFrame:
     """algbw/busbw per (algorithm, world size, message size) of the run's allreduce.csv."""
-    return A.allreduce_bandwidth(_run.allreduce)
+    return allreduce_bandwidth(_run.allreduce)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -12,10 +12,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
-from dpcore.read import analysis as A
+from dpcore.read.analysis import bucket_sweep, compression
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.formulas import FORMULAS
-from dpcore.read.dashboard.tables import bucket_rows, compression_rows, table_height
+from dpcore.read.dashboard.table_cells import bucket_rows, compression_rows, table_height
 from dpcore.read.plots.buckets import bucket_figure
 from dpcore.read.plots.comm_hooks import compression_figure
 from dpcore.read.rundir.load import Run
@@ -26,7 +26,7 @@ INTRO = "How the gradient bucket size trades launch overhead against overlap."
 @st.cache_data(show_spinner=False, max_entries=16)
 def sweep(_run: Run, run_key: tuple) -> pd.DataFrame:
     """The bucket-size sweep of the run's bucketed jobs (`bucket_sweep`)."""
-    return A.bucket_sweep(data.job_summary(_run, run_key), _run.jobs)
+    return bucket_sweep(data.cached_summary(_run, run_key), _run.jobs)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -37,7 +37,7 @@ def sweep_chart(_run: Run, run_key: tuple) -> go.Figure:
 @st.cache_data(show_spinner=False, max_entries=16)
 def compressed(_run: Run, run_key: tuple) -> pd.DataFrame:
     """The run's comm-hook jobs against their plain torch_ddp job (`compression`)."""
-    return A.compression(_run.jobs, data.job_summary(_run, run_key), _run.collectives)
+    return compression(_run.jobs, data.cached_summary(_run, run_key), _run.collectives)
 
 
 def render_compression(run: Run) -> None:

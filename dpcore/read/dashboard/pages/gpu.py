@@ -5,7 +5,7 @@ CPU was doing while the GPU waited, and a recommendation where one is clear.
 Why its own page: on a GPU the first question is not how long a step takes but how much of it the
 GPU worked; Overview's "other" hides a GPU waiting for its launching thread. The numbers are the
 ``gpu`` command's (`dpcore.read.ranks.run_gpu` over `dpcore.read.analysis.gpu_time.gpu_ledger`,
-read once per run through `dpcore.read.dashboard.data.gpu_ledger`); the figures come from
+read once per run through `dpcore.read.dashboard.data.cached_gpu`); the figures come from
 `dpcore.read.plots.gpu`; the recommendation is `gpu_time.advice`, the CLI's.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dpcore.read.analysis.gpu_kernels import fp32_matmul_note
 from dpcore.read.analysis.gpu_time import HOST_BOUND_SHARE, TRACE_STEP, advice
 from dpcore.read.analysis.metrics import INFLATION_LIMIT
 from dpcore.read.dashboard import data, frame
-from dpcore.read.dashboard.tables import table_height
+from dpcore.read.dashboard.table_cells import table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.gpu import causes_figure, kernel_figure, ledger_figure, window_label
 from dpcore.read.rundir.load import Run
@@ -82,7 +82,7 @@ def _job_rows(ledger: pd.DataFrame, job_id: str, rank: int) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=32)
 def charts(_run: Run, run_key: tuple, job_id: str, rank: int) -> tuple[go.Figure, go.Figure]:
     """The ledger bars (whole trace and each traced step) and the whole trace's host causes of one rank."""
-    ledger, causes, _ = data.gpu_ledger(_run, run_key)
+    ledger, causes, _ = data.cached_gpu(_run, run_key)
     mine = causes[(causes["job_id"] == job_id) & (causes["rank"] == rank) & (causes["step"] == TRACE_STEP)]
     return (ledger_figure(_job_rows(ledger, job_id, rank), f"GPU time ledger of rank {rank}"),
             causes_figure(mine, "Host idle by CPU op (whole trace)"))
@@ -107,7 +107,7 @@ def render(run: Run) -> None:
     """Job and rank pickers, the whole trace's numbers and recommendation, the ledger bars, the
     host causes and the ledger table."""
     key = data.key(run)
-    ledger, _, kernels = data.gpu_ledger(run, key)
+    ledger, _, kernels = data.cached_gpu(run, key)
     if ledger.empty:
         where = ("in this run's traces (no kernels, memory copies or sets)" if data.may_have_gpu(run)
                  else "here: this run was recorded on a machine without a GPU (run.json)")
@@ -144,7 +144,7 @@ def render(run: Run) -> None:
 def _inflation(run: Run, key: tuple, job: str) -> None:
     """Say so where the profiler inflated the job's traced steps (summarize's flag, the same
     ``trace_inflation``): the ledger describes the traced steps, not the timed ones."""
-    summary = data.job_summary(run, key)
+    summary = data.cached_summary(run, key)
     if "trace_inflation" not in summary:
         return
     mine = summary[summary["job_id"] == job]

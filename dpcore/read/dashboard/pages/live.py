@@ -14,7 +14,15 @@ import time
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
-from dpcore.read.analysis import live as L
+from dpcore.read.analysis.live import (
+    MIN_STEPS,
+    PERSISTENT_SHARE,
+    WINDOW,
+    job_rows,
+    latest_job,
+    rank_stats,
+    slowest_counts,
+)
 from dpcore.read.analysis.rank_pick import rank_step_matrix
 from dpcore.read.dashboard import frame
 from dpcore.read.dashboard.pages import spec
@@ -42,11 +50,11 @@ def body(run: Run, was_running: bool) -> None:
         _hang_link(run)
         return
     jobs = list(dict.fromkeys(live["job_id"]))
-    latest = L.latest_job(live)
+    latest = latest_job(live)
     job = st.selectbox("Job", jobs, index=jobs.index(latest) if latest in jobs else 0,
                        key=f"live-job-{run.path.name}")
-    rows = L.job_rows(live, job, last=None)
-    recent = L.job_rows(live, job)
+    rows = job_rows(live, job, last=None)
+    recent = job_rows(live, job)
     last = rows["wall_time"].max()
     when = (f"last row {max(0.0, time.time() - last):.1f} s ago" if status == "running"
             else f"run {status}")
@@ -59,8 +67,8 @@ def body(run: Run, was_running: bool) -> None:
                     key=f"live-strip-{run.path.name}")
     left, right = st.columns(2)
     with left:
-        st.markdown(f"**Per rank, last {L.WINDOW} steps**")
-        st.dataframe(L.rank_stats(recent), hide_index=True, width="stretch", placeholder=EMPTY,
+        st.markdown(f"**Per rank, last {WINDOW} steps**")
+        st.dataframe(rank_stats(recent), hide_index=True, width="stretch", placeholder=EMPTY,
                      column_config={
             "step_ms_p50": st.column_config.NumberColumn("median step (ms)", format="%.2f"),
             "step_ms_p90": st.column_config.NumberColumn("p90 step (ms)", format="%.2f"),
@@ -69,8 +77,8 @@ def body(run: Run, was_running: bool) -> None:
             "exposed_comm_ms": st.column_config.NumberColumn(
                 "exposed comm (ms)", format="%.2f", help="known once the job's traces are read")})
     with right:
-        slow = L.slowest_counts(recent)
-        st.markdown(f"**Slowest rank, last {L.WINDOW} steps**")
+        slow = slowest_counts(recent)
+        st.markdown(f"**Slowest rank, last {WINDOW} steps**")
         if rows["rank"].nunique() < 2:
             # one rank is the slowest of one in every step: no straggler to look for
             st.caption("One rank: no other rank to wait for, so no slowest rank.")
@@ -81,8 +89,8 @@ def body(run: Run, was_running: bool) -> None:
                     "slowest in", help="steps in which this rank had the most work outside "
                                        "communication (step − comm): the one the others waited for"),
                 "persistent": st.column_config.CheckboxColumn(
-                    "persistent straggler", help=f"slowest in at least {L.PERSISTENT_SHARE:.0%} of the "
-                                                 f"steps (and {L.MIN_STEPS}+): a one-off stall is not")})
+                    "persistent straggler", help=f"slowest in at least {PERSISTENT_SHARE:.0%} of the "
+                                                 f"steps (and {MIN_STEPS}+): a one-off stall is not")})
         flagged = slow[slow["persistent"]]
         for r in flagged["rank"]:
             st.warning(f"rank {int(r)} is a persistent straggler in {md(job)}")

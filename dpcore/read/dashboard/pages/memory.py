@@ -77,7 +77,7 @@ VOLUME_CONFIG = {
 @st.cache_data(show_spinner=False, max_entries=16)
 def tables(_run: Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(per (job, rank), per job, comm volume per (job, op)) of the run (cached per file stamp)."""
-    table = memory_table(_run.memory, data.job_summary(_run, run_key))
+    table = memory_table(_run.memory, data.cached_summary(_run, run_key))
     return table, job_memory(table), comm_volume(_run.collectives, _run.jobs, _run.memory, _run.grads)
 
 

@@ -18,7 +18,7 @@ from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG, SUMMARY_STATUS_HELP
 from dpcore.read.dashboard.compare import compare_overview, shared_y_max
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS
-from dpcore.read.dashboard.tables import overview_rows, short_status, table_height
+from dpcore.read.dashboard.table_cells import overview_rows, short_status, table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.overview import breakdown_figure
@@ -41,7 +41,7 @@ def breakdown(_run: Run, run_key: tuple, y_max: float | None = None) -> go.Figur
     for first, and ``cache_data`` unpickles its figure on every rerun, which rebuilds and
     re-validates every property (about 50 ms on the sample run, a third of the script's run).
     ``st.plotly_chart`` only reads the figure (it serialises a copy), and nothing else gets it."""
-    return breakdown_figure(data.job_summary(_run, run_key), "Where a training step's time goes", y_max)
+    return breakdown_figure(data.cached_summary(_run, run_key), "Where a training step's time goes", y_max)
 
 
 GPU_HOST = st.column_config.NumberColumn(
@@ -54,7 +54,7 @@ GPU_HOST = st.column_config.NumberColumn(
 def _gpu_host_idle(run: Run, key: tuple) -> pd.Series:
     """Host idle % of the whole-trace GPU ledger per job (the GPU page's and the ``gpu`` command's
     numbers); empty for a run without GPU traces."""
-    ledger = data.gpu_ledger(run, key)[0]
+    ledger = data.cached_gpu(run, key)[0]
     whole = ledger[ledger["window"] == "trace"]
     if whole.empty:
         return pd.Series(dtype=float)
@@ -66,8 +66,8 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     """Stacked step breakdown per (variant, world size) and the summary table (every row shown).
     ``peers``: the runs shown together in compare mode; their charts then share one y-axis."""
     key = data.key(run)
-    summary = data.job_summary(run, key)
-    y_max = shared_y_max([data.job_summary(r, data.key(r)) for r in peers]) if peers and len(peers) > 1 else None
+    summary = data.cached_summary(run, key)
+    y_max = shared_y_max([data.cached_summary(r, data.key(r)) for r in peers]) if peers and len(peers) > 1 else None
     st.plotly_chart(breakdown(run, key, y_max), key=f"ov-{run.path}")
     st.caption(BREAKDOWN_CAPTION)
     if summary.empty:

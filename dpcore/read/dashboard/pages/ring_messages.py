@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import binary_size, exact_size
-from dpcore.read import analysis as A
+from dpcore.read import analysis
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.chunks import chunk_cells
 from dpcore.read.dashboard.formulas import FORMULAS
@@ -50,19 +50,19 @@ LABEL_SIZES = [0, 8, 10, 12, 14, 16]
 @st.cache_data(show_spinner=False, max_entries=16)
 def ring_step_times(_run: Run, run_key: tuple) -> pd.DataFrame:
     """Wait and transfer per ring step of every ring all-reduce of the run."""
-    return A.ring_step_times(_run.messages)
+    return analysis.ring_step_times(_run.messages)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def message_counts(_run: Run, run_key: tuple) -> pd.DataFrame:
     """Messages and bytes per all-reduce call, per job."""
-    return A.message_counts(_run.messages)
+    return analysis.message_counts(_run.messages)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def chunk_matrix(world_size: int) -> pd.DataFrame:
     """What each rank holds after each ring step (depends on the world size only)."""
-    return A.chunk_matrix(world_size)
+    return analysis.chunk_matrix(world_size)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

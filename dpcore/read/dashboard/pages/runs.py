@@ -14,7 +14,7 @@ from dpcore.contract import runformat as rf
 from dpcore.contract.config import model_size_text
 from dpcore.contract.units import EMPTY
 from dpcore.read.dashboard import frame
-from dpcore.read.dashboard.tables import bucket_text, table_height
+from dpcore.read.dashboard.table_cells import bucket_text, table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.rundir.load import Run
 

@@ -12,11 +12,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
-from dpcore.read import analysis as A
+from dpcore.read import analysis
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import NUM, SUMMARY_CONFIG
 from dpcore.read.dashboard.formulas import FORMULAS, scaling_caption
-from dpcore.read.dashboard.tables import bucket_text, table_height
+from dpcore.read.dashboard.table_cells import bucket_text, table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.plots.scaling import scaling_figure, shared_ranges
 from dpcore.read.rundir.load import Run
@@ -30,7 +30,7 @@ def scaling(_run: Run, run_key: tuple, mode: str) -> pd.DataFrame:
     cell of bucketed variants."""
     bucket = (_run.meta.get("config") or {}).get("bucket_mb")
     bucket = bucket if isinstance(bucket, (int, float)) else None  # foreign run.json: ignore
-    return A.scaling(data.job_summary(_run, run_key), mode, default_bucket=bucket)
+    return analysis.scaling(data.cached_summary(_run, run_key), mode, default_bucket=bucket)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -14,8 +14,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
-from dpcore.read import analysis as A
-from dpcore.read import ranks as K
+from dpcore.read import analysis
 from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, default_ranks, rank_step_matrix
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG
@@ -24,6 +23,7 @@ from dpcore.read.dashboard.picker import featured_job
 from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.style import esc
 from dpcore.read.plots.timeline import timeline_figure
+from dpcore.read.ranks import job_lanes
 from dpcore.read.rundir.load import Run
 
 INTRO = "What every rank does during one step: compute above, communication below, on one clock."
@@ -32,23 +32,23 @@ INTRO = "What every rank does during one step: compute above, communication belo
 @st.cache_data(show_spinner=False, max_entries=16)
 def step_metrics(_run: Run, run_key: tuple) -> pd.DataFrame:
     """Per (job, rank, step) numbers of the run (`step_metrics`): the step cards' source."""
-    return A.step_metrics(_run.steps, _run.collectives, data.trace_steps(_run, run_key), _run.comm_calls)
+    return analysis.step_metrics(_run.steps, _run.collectives, data.cached_trace_steps(_run, run_key), _run.comm_calls)
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
-def job_lanes(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> pd.DataFrame | None:
+def cached_job_lanes(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> pd.DataFrame | None:
     """The drawn ranks' lanes tables of one job (every traced step), read once per job and rank
     set (not once per step), from the rank cache (`dpcore.read.ranks.job_lanes`): a few hundred
     rows per rank and step instead of the ranks' events."""
-    return K.job_lanes(_run, job_id, ranks=ranks)
+    return job_lanes(_run, job_id, ranks=ranks)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def lanes(_run: Run, run_key: tuple, job_id: str, step: int, ranks: tuple[int, ...]) -> pd.DataFrame:
     """The step's compute and comm lanes of the drawn ranks (`timeline`); their lanes tables are
     read only for a traced step."""
-    trace = job_lanes(_run, run_key, job_id, ranks) if step in _run.traced_steps(job_id) else None
-    df = A.timeline(_run, job_id, step, lanes=trace)
+    trace = cached_job_lanes(_run, run_key, job_id, ranks) if step in _run.traced_steps(job_id) else None
+    df = analysis.timeline(_run, job_id, step, lanes=trace)
     return df[df["rank"].isin(ranks)].reset_index(drop=True)
 
 
@@ -61,7 +61,7 @@ def lanes_figure(_run: Run, run_key: tuple, job_id: str, step: int, ranks: tuple
 @st.cache_data(show_spinner=False, max_entries=16)
 def job_stragglers(_run: Run, run_key: tuple, job_id: str) -> pd.DataFrame:
     """straggler_summary of one job's collectives (the most-often-last rank of the default picks)."""
-    return A.straggler_summary(A.collective_waits(_run.collectives[_run.collectives["job_id"] == job_id]))
+    return analysis.straggler_summary(analysis.collective_waits(_run.collectives[_run.collectives["job_id"] == job_id]))
 
 
 def pick_ranks(run: Run, job: str, steps: pd.DataFrame) -> tuple[int, ...]:
@@ -81,7 +81,7 @@ def pick_ranks(run: Run, job: str, steps: pd.DataFrame) -> tuple[int, ...]:
 def _step_cards(run: Run, job: str, step: int, job_row: pd.Series) -> None:
     """The drawn step's numbers per rank (they change with the step picker), beside the job's."""
     source = job_row.get("comm_source") if isinstance(job_row.get("comm_source"), str) else None
-    ranks = A.step_ranks(step_metrics(run, data.key(run)), job, step, source)
+    ranks = analysis.step_ranks(step_metrics(run, data.key(run)), job, step, source)
     if ranks.empty:
         return
     m = st.columns(4)
@@ -128,7 +128,7 @@ def render(run: Run) -> None:
         st.info("This run has no completed training job to draw.")
         return
     c1, c2 = st.columns([2, 1])
-    summary = data.job_summary(run, data.key(run))
+    summary = data.cached_summary(run, data.key(run))
     job = c1.selectbox("Job", list(jobs["job_id"]), index=_default_job(run, jobs), key=f"tl-job-{run.path}",
                        help="One (variant, world size, bucket size) cell of the sweep.")
     steps = run.steps[run.steps["job_id"] == job]

@@ -19,7 +19,7 @@ from dpcore.contract.units import EMPTY, binary_size
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.perfetto import MAX_EMBED_BYTES, open_in_perfetto, too_big
 from dpcore.read.dashboard.picker import featured_job
-from dpcore.read.dashboard.tables import table_height
+from dpcore.read.dashboard.table_cells import table_height
 from dpcore.read.dashboard.text import md
 from dpcore.read.rundir.load import Run
 

@@ -11,7 +11,7 @@ import streamlit as st
 from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.text import md
-from dpcore.read.plots.whatif import breakdown_figure, sweep_figure, timeline_figure
+from dpcore.read.plots.whatif import breakdown_figure, replay_figure, sweep_figure
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.advice import add_family_bands, source_spread
 from dpcore.read.whatif.fabrics import load_fabrics, parse_fabric
@@ -59,7 +59,7 @@ def model(_run: Run, run_key: tuple, job_id: str, algo: str, fabric: str | None 
 def measured(_run: Run, run_key: tuple, variant: str) -> pd.DataFrame:
     """The run's measured step times of ``variant`` (`measured_cells` summarizes every job, traces
     included: seconds on a busy box, so cached)."""
-    return measured_cells(data.job_summary(_run, run_key), variant)
+    return measured_cells(data.cached_summary(_run, run_key), variant)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -149,7 +149,7 @@ def render(run: Run) -> None:
     m3.metric("Exposed comm E", f"{row['exposed_comm_ms']:.1f} ms")
     m4.metric("Buckets", f"{row['buckets']}")
     meas = measured(run, key, src.variant)
-    summary = data.job_summary(run, key)
+    summary = data.cached_summary(run, key)
     # the recommendation: the same cells and function as `whatif` (one value)
     rec_ws = tuple(sorted(set(sweep_ws)))
     cells = with_measured(predictions(run, key, job, algo, tuple(sorted(sweep_mb)), rec_ws, None, None, fabric), meas)
@@ -163,7 +163,7 @@ def render(run: Run) -> None:
     st.subheader("Predicted step, broken down")
     st.plotly_chart(breakdown_figure(cells, mb), key=f"wi-bd-{run.path}-{job}")
     st.subheader(f"Replayed step: {ranks_text(ws)}, {mib_size(mb)} buckets")
-    st.plotly_chart(timeline_figure(replay_lanes(rep, buckets, src.sizes, fitted.tail_ms)),
+    st.plotly_chart(replay_figure(replay_lanes(rep, buckets, src.sizes, fitted.tail_ms)),
                     key=f"wi-tl-{run.path}-{job}")
     st.subheader("Prediction against the run's measured jobs")
     sizes = tuple(sorted(set(meas["world_size"].astype(int)) | {ws} | set(sweep_ws)))
