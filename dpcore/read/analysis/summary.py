@@ -26,8 +26,8 @@ def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
     are :func:`dpcore.read.analysis.metrics.job_metrics` of :func:`step_metrics` rows.
 
     ``trace_steps``: the run's per-step trace metrics, ``run_trace_steps(run)`` (from the rank
-    cache, :mod:`dpcore.read.ranks`: what every command and the dashboard pass) or, the same
-    rows from the events, ``trace_step_metrics(traced_job_events(run))``; None for a run without
+    cache, :mod:`dpcore.read.ranks`: what every command and the dashboard pass; the tests'
+    events-path reference in ``tests/events_path.py`` gives the same rows); None for a run without
     traces (intervals only). A job recorded on a GPU (:func:`gpu_job_ids`) has its T split by its
     timed steps where the profiler inflated the traced ones (:func:`job_metrics`' ``timed_split``).
     """

@@ -3,8 +3,8 @@
 
 Why one rank per task: a worker holds one rank's events at a time and hands back only its
 compact tables (:mod:`dpcore.read.ranks.reduce`), so the peak memory of a read is one rank's
-parse per worker plus the tables of all ranks, not the events of all ranks (issue 23: 1.76 GB at
-256 ranks x 20k events, growing with the number of ranks, before). The parent stores every
+parse per worker plus the tables of all ranks, not the events of all ranks (which grow with the
+number of ranks: 1.76 GB at 256 ranks x 20k events when they were held at once). The parent stores every
 table it receives in the cache, so Dask workers need no write access to the run.
 """
 from __future__ import annotations
