@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import types
 
@@ -59,6 +60,18 @@ def _keep_main_module():
     yield
     if _REAL_MAIN is not None:
         sys.modules["__main__"] = _REAL_MAIN
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """Put SIGINT's and SIGTERM's handlers back after every test. ``dpcore.cli.main`` takes SIGTERM
+    for the run it starts (a user's process starts one command); tests call it many times in one
+    process, and a handler one test leaves must not decide how a later test's Ctrl-C lands."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        if handler is not None:
+            signal.signal(s, handler)
 
 
 #: Where a test module's helpers come from when its tests start processes or a browser: the CLI

@@ -190,7 +190,11 @@ def test_cli_on_a_real_run(real_run: Path, capsys: pytest.CaptureFixture) -> Non
     assert bool(same["in_band"]) and same["step_ms_lo"] < same["step_ms"] < same["step_ms_hi"]
     assert same["comm_ms"] > 0 and 0 <= same["exposed_comm_ms"] <= same["comm_ms"]
     one = df[(df["world_size"] == 1)]
-    assert (one["comm_ms"] == 0).all() and (one["step_ms"] < same["step_ms"]).all()
+    assert (one["comm_ms"] == 0).all()
+    # 1 rank is faster than 2 at the same bucket size (no all-reduce to wait for); not across bucket
+    # sizes: closing each of many small buckets costs backward a fixed time at any world size
+    two = df[df["world_size"] == 2].set_index("bucket_mb")["step_ms"]
+    assert (one.set_index("bucket_mb")["step_ms"] < two.loc[one["bucket_mb"]]).all(), df.to_dict()
     # a faster network never makes the step slower
     _, fast, _ = _cli("whatif", str(real_run), "--job", "bucketed-ws2-b4", "--csv", "--world-sizes", "2",
                       "--bucket-mb", "4", "--bandwidth-gbps", "1000", "--latency-us", "0", capsys=capsys)

@@ -41,6 +41,10 @@ def _meta(tmp_path: Path) -> dict:
 def test_a_second_ctrl_c_while_closing_still_ends_the_run_interrupted(tmp_path: Path, monkeypatch) -> None:
     """The second SIGINT is sent from inside the writer's close, the moment it landed in when
     the run stayed ``running``; it is held until run.json is final, then delivered."""
+    # Python's own Ctrl-C handler, as in a user's process: the suite's other tests run commands
+    # in this process, and one that leaves its handler installed must not decide this test.
+    # (tests/conftest.py puts the suite's handlers back after each test)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     writer = _writer(tmp_path)
     real_finish = writer.finish
 
