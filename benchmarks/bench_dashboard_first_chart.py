@@ -16,7 +16,12 @@ plotly has drawn it. Beside them, the browser's main-thread time for the reload 
 reload's wall time, the browser (parsing Streamlit's and plotly's bundles, drawing), not the
 server's script run, is what a reload waits for.
 
-    python -m benchmarks.bench_dashboard_first_chart [--repeat 5] [--page overview]
+A/B of server settings: ``--b-option server.fileWatcherType=none`` (repeatable) starts a second
+server with those options beside the first (same copy of the runs, same browser) and alternates
+the reloads A, B, A, B, ...; it prints both medians and B/A of the medians. On a loaded machine
+the ratio, not either time, is the number to trust: both sides see the same load.
+
+    python -m benchmarks.bench_dashboard_first_chart [--repeat 5] [--page overview] [--b-option S.N=V]
 """
 from __future__ import annotations
 
@@ -63,12 +68,33 @@ def _first_chart(page, go, cdp=None) -> dict[str, float]:
     return out
 
 
+def _print(label: str, times: list[dict[str, float]]) -> None:
+    """Median and every reload's value of each milestone and browser metric."""
+    for name in [*MILESTONES, *BROWSER_METRICS]:
+        got = [t[name] for t in times]
+        print(f"{label}after a reload, {name}: median {statistics.median(got):.2f} s over {len(got)} "
+              f"({', '.join(f'{t:.2f}' for t in got)})")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5, help="reloads to time (default 5)")
+    ap.add_argument("--repeat", type=int, default=5, help="reloads to time (default 5; per side in an A/B)")
     ap.add_argument("--page", default="", help="URL path of the page (default: the first page, Overview)")
     ap.add_argument("--samples", default=str(ROOT / "profiles"), help="folder of runs to serve")
+    ap.add_argument("--b-option", action="append", default=[], metavar="SECTION.NAME=VALUE",
+                    help="A/B: a second server with this streamlit option (repeatable); reloads alternate")
     a = ap.parse_args()
+    bad = [o for o in a.b_option if "=" not in o or "." not in o.split("=", 1)[0]]
+    if bad:
+        print(f"--b-option {bad[0]!r}: expected SECTION.NAME=VALUE, e.g. server.fileWatcherType=none",
+              file=sys.stderr)
+        sys.exit(2)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -79,35 +105,45 @@ def main() -> None:
     for run in Path(a.samples).iterdir():
         if (run / "run.json").exists():
             shutil.copytree(run, tmp / run.name, ignore=shutil.ignore_patterns("cache"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp / "streamlit.log", "w+")
-    proc = start_server(tmp, log, port)
+    sides = {"": ()} if not a.b_option else {"A ": (), "B ": tuple(a.b_option)}
+    logs, procs, ports = [], [], []
     try:
+        for i, options in enumerate(sides.values()):
+            logs.append(open(tmp / f"streamlit{i}.log", "w+"))
+            ports.append(_free_port())
+            procs.append(start_server(tmp, logs[-1], ports[-1], options))
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            url = f"http://127.0.0.1:{port}/{a.page}"
-            cdp = page.context.new_cdp_session(page)
-            cdp.send("Performance.enable")
-            cold = _first_chart(page, lambda: page.goto(url, wait_until="commit"))
-            page.wait_for_timeout(1500)  # let the rest of the page finish before the first reload
-            times = []
+            pages, cdps, colds = [], [], []
+            for port in ports:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                cdp = page.context.new_cdp_session(page)
+                cdp.send("Performance.enable")
+                url = f"http://127.0.0.1:{port}/{a.page}"
+                colds.append(_first_chart(page, lambda page=page, url=url: page.goto(url, wait_until="commit")))
+                page.wait_for_timeout(1500)  # let the rest of the page finish before the first reload
+                pages.append(page)
+                cdps.append(cdp)
+            times: list[list[dict[str, float]]] = [[] for _ in pages]
             for _ in range(max(1, a.repeat)):
-                times.append(_first_chart(page, lambda: page.reload(wait_until="commit"), cdp))
-                page.wait_for_timeout(1500)
+                for i, (page, cdp) in enumerate(zip(pages, cdps)):
+                    page.bring_to_front()
+                    times[i].append(_first_chart(page, lambda page=page: page.reload(wait_until="commit"), cdp))
+                    page.wait_for_timeout(1500)
             browser.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+        for log in logs:
+            log.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"cold open (empty caches): first chart {cold['first chart']:.2f} s")
-    for name in [*MILESTONES, *BROWSER_METRICS]:
-        got = [t[name] for t in times]
-        print(f"after a reload, {name}: median {statistics.median(got):.2f} s over {len(got)} "
-              f"({', '.join(f'{t:.2f}' for t in got)})")
+    for label, cold, got in zip(sides, colds, times):
+        print(f"{label}cold open (empty caches): first chart {cold['first chart']:.2f} s")
+        _print(label, got)
+    if len(times) == 2:
+        med = [statistics.median(t["first chart"] for t in got) for got in times]
+        print(f"B ({' '.join(a.b_option)}) / A, first chart medians: {med[1] / med[0]:.3f}")
 
 
 if __name__ == "__main__":

@@ -182,9 +182,10 @@ def columns_out_of_view(page, wanted: list[str], table: int = 0) -> list[str]:
     return [c for c in wanted if c not in have]
 
 
-def start_server(root, log, port: int):
+def start_server(root, log, port: int, options: tuple[str, ...] = ()):
     """`streamlit run app.py` on ``root`` (DPCORE_PROFILES) at ``port``, output to ``log``;
-    returns the process once /_stcore/health answers (bounded: 60 s), else fails the test."""
+    returns the process once /_stcore/health answers (bounded: 60 s), else fails the test.
+    ``options``: extra ``section.name=value`` server options (the benchmark's A/B of settings)."""
     import os
     import subprocess
     import sys
@@ -197,7 +198,8 @@ def start_server(root, log, port: int):
     repo = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                              "--server.address", "127.0.0.1", "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"], cwd=repo,
+                             "--browser.gatherUsageStats", "false",
+                             *(f"--{o}" for o in options)], cwd=repo,
                             env={**os.environ, "DPCORE_PROFILES": str(root)}, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
