@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from dpcore.contract import runformat
 from dpcore.contract.clocksync import marker_name
@@ -46,6 +47,22 @@ def stderr_to(path: Path) -> Iterator[None]:
         path.unlink()  # only Kineto's start/stop chatter: leave no noise file in the run
 
 
+def settle_collectives() -> None:
+    """Wait until every collective this process issued on the default gloo group has ended its
+    profiler range; nothing without a process group or on another backend. Every rank must call
+    it, at the same point, before the profiler stops.
+
+    Why: over gloo, a collective's future completes (what DDP and the variants wait on) before
+    gloo's worker thread closes the collective's profiler range (``Work::finish`` runs the
+    range's end after ``markCompleted``). Stopping the profiler in that window frees its event
+    lists while that thread still writes into one of them: a use-after-free in PyTorch that
+    later aborts the rank (README, "The SIGABRT over gloo"). gloo's barrier is waited on through
+    ``Work::wait``, which returns only after ``Work::finish``, and it runs after every earlier
+    collective of the group has finished, ranges included."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        dist.barrier()
+
+
 class TraceCapture:
     """Profile steps ``first .. last`` of one rank and export its Chrome trace.
 
@@ -56,14 +73,22 @@ class TraceCapture:
     :meth:`step` after every step; the trace is exported when ``last`` ends (or at
     :meth:`stop`, with what was recorded, if the caller stops early). A trace that cannot be
     written leaves :attr:`error` set instead of raising: it must not cost the steps measured.
+
+    ``settle``: called once on every rank in the :meth:`step` that ends ``last``, after that
+    step's ``ProfilerStep#`` range has closed and before the profiler stops and exports (so its
+    own events fall outside every recorded step); :func:`settle_collectives` for a job whose
+    ranks all reach ``last``. An early :meth:`stop` (an error) does not call it: the other ranks
+    may never get there.
     """
 
     def __init__(self, trace_dir: Path | str, rank: int, job_id: str, offset_ns: int, *,
-                 first: int, last: int, warmup_step: int | None, cuda: bool = False) -> None:
+                 first: int, last: int, warmup_step: int | None, cuda: bool = False,
+                 settle: Callable[[], None] | None = None) -> None:
         self.dir = Path(trace_dir)
         self.rank, self.job_id, self.offset_ns = rank, job_id, int(offset_ns)
         self.first, self.last, self.warmup_step = first, last, warmup_step
         self.cuda = cuda
+        self.settle = settle
         self.path = self.dir / runformat.rank_trace_name(rank)
         self.error = ""
         self.exported = False
@@ -83,6 +108,10 @@ class TraceCapture:
 
     def _schedule(self, n: int) -> Any:
         A = torch.profiler.ProfilerAction
+        # torch.profiler asks about step n once step n - 1 has ended, and stops if that one
+        # was RECORD_AND_SAVE: the last moment with the profiler still running.
+        if n == self.last + 1 and self.settle is not None:
+            self.settle()
         if n == self.warmup_step:
             return A.WARMUP
         if self.first <= n < self.last:
