@@ -50,7 +50,7 @@ from torch.profiler import schedule as torch_schedule
 from dpcore.contract import runformat as rf
 from dpcore.contract.files import atomic_write_bytes, new_run_id
 from dpcore.contract.tracefile import load_trace
-from dpcore.write.capture.tracing import settle_collectives
+from dpcore.write.runtime.launch import settle_collectives
 from dpcore.write.runtime.world import device_names
 
 #: the one job of a handler's run: what the traces show, named as ``import`` names it

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from dpcore.contract import runformat
 from dpcore.contract.clocksync import marker_name
@@ -47,22 +46,6 @@ def stderr_to(path: Path) -> Iterator[None]:
         path.unlink()  # only Kineto's start/stop chatter: leave no noise file in the run
 
 
-def settle_collectives() -> None:
-    """Wait until every collective this process issued on the default gloo group has ended its
-    profiler range; nothing without a process group or on another backend. Every rank must call
-    it, at the same point, before the profiler stops.
-
-    Why: over gloo, a collective's future completes (what DDP and the variants wait on) before
-    gloo's worker thread closes the collective's profiler range (``Work::finish`` runs the
-    range's end after ``markCompleted``). Stopping the profiler in that window frees its event
-    lists while that thread still writes into one of them: a use-after-free in PyTorch that
-    later aborts the rank (README, "The SIGABRT over gloo"). gloo's barrier is waited on through
-    ``Work::wait``, which returns only after ``Work::finish``, and it runs after every earlier
-    collective of the group has finished, ranges included."""
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
-        dist.barrier()
-
-
 class TraceCapture:
     """Profile steps ``first .. last`` of one rank and export its Chrome trace.
 
@@ -76,7 +59,7 @@ class TraceCapture:
 
     ``settle``: called once on every rank in the :meth:`step` that ends ``last``, after that
     step's ``ProfilerStep#`` range has closed and before the profiler stops and exports (so its
-    own events fall outside every recorded step); :func:`settle_collectives` for a job whose
+    own events fall outside every recorded step); `runtime.launch.settle_collectives` for a job whose
     ranks all reach ``last``. An early :meth:`stop` (an error) does not call it: the other ranks
     may never get there.
     """

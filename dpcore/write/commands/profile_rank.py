@@ -22,9 +22,10 @@ from dpcore.write.capture.comm_log import PhaseTimer, Recorder
 from dpcore.write.capture.inject import HangInjection, missed_note
 from dpcore.write.capture.rank_channel import RankChannel, connect, live_row
 from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
-from dpcore.write.capture.tracing import TraceCapture, settle_collectives
+from dpcore.write.capture.tracing import TraceCapture
 from dpcore.write.runtime.clock import measure_offset
 from dpcore.write.runtime.context import DistContext
+from dpcore.write.runtime.launch import settle_collectives
 from dpcore.write.training.calibration import calibrate, wanted
 
 #: no injected hang (rank -1 never matches)

@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dpcore.write.capture.tracing import TraceCapture, settle_collectives
+from dpcore.write.capture.tracing import TraceCapture
+from dpcore.write.runtime.launch import settle_collectives
 
 
 def _events(path: Path) -> list[dict]:
