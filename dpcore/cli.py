@@ -352,10 +352,24 @@ WRITING = ("profile", "allreduce", "verify", "import")
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; SIGTERM interrupts it like Ctrl-C (:class:`_InterruptOnce`) while it runs.
+
+    The SIGTERM handler is the command's, not the caller's: an in-process caller (a test, a
+    notebook) gets its own handler back when the command returns, so a later SIGTERM does what
+    it did before instead of raising a KeyboardInterrupt where no command runs."""
+    previous = None  # stays None where run_cli's handler is in place, or off the main thread
     if threading.current_thread() is threading.main_thread() and \
             not isinstance(signal.getsignal(signal.SIGTERM), _InterruptOnce):
-        signal.signal(signal.SIGTERM, _InterruptOnce())
+        previous = signal.signal(signal.SIGTERM, _InterruptOnce())
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:  # (None also for a handler installed outside Python: kept ours)
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     command = None
     try:
         args = build_parser().parse_args(argv)

@@ -64,9 +64,9 @@ def _keep_main_module():
 
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored():
-    """Put SIGINT's and SIGTERM's handlers back after every test. ``dpcore.cli.main`` takes SIGTERM
-    for the run it starts (a user's process starts one command); tests call it many times in one
-    process, and a handler one test leaves must not decide how a later test's Ctrl-C lands."""
+    """Put SIGINT's and SIGTERM's handlers back after every test: a guard, so that a handler one
+    test leaves cannot decide how a later test's Ctrl-C lands. ``dpcore.cli.main`` gives the
+    caller's SIGTERM handler back itself (tests/test_cli_signal_handlers.py checks it)."""
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     yield
     for s, handler in saved.items():

@@ -50,6 +50,7 @@ from torch.profiler import schedule as torch_schedule
 from dpcore.contract import runformat as rf
 from dpcore.contract.files import atomic_write_bytes, new_run_id
 from dpcore.contract.tracefile import load_trace
+from dpcore.write.runtime.launch import settle_collectives
 from dpcore.write.runtime.world import device_names
 
 #: the one job of a handler's run: what the traces show, named as ``import`` names it
@@ -60,14 +61,6 @@ def trace_handler(out: str | Path = "profiles", name: str | None = None) -> Trac
     """A callable for ``torch.profiler.profile(on_trace_ready=...)`` that writes one run under
     ``out`` (see the module docstring). Build one per process; every rank builds its own."""
     return TraceHandler(Path(out), name)
-
-
-def settle_collectives() -> None:
-    """Wait until every collective this process issued on the default gloo group has ended its
-    profiler range (see the module docstring); nothing without a process group or on another
-    backend. Call it before the ``prof.step()`` that stops torch.profiler; every rank must."""
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
-        dist.barrier()
 
 
 def _world() -> tuple[int, int]:

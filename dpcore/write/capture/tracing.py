@@ -56,14 +56,22 @@ class TraceCapture:
     :meth:`step` after every step; the trace is exported when ``last`` ends (or at
     :meth:`stop`, with what was recorded, if the caller stops early). A trace that cannot be
     written leaves :attr:`error` set instead of raising: it must not cost the steps measured.
+
+    ``settle``: called once on every rank in the :meth:`step` that ends ``last``, after that
+    step's ``ProfilerStep#`` range has closed and before the profiler stops and exports (so its
+    own events fall outside every recorded step); `runtime.launch.settle_collectives` for a job whose
+    ranks all reach ``last``. An early :meth:`stop` (an error) does not call it: the other ranks
+    may never get there.
     """
 
     def __init__(self, trace_dir: Path | str, rank: int, job_id: str, offset_ns: int, *,
-                 first: int, last: int, warmup_step: int | None, cuda: bool = False) -> None:
+                 first: int, last: int, warmup_step: int | None, cuda: bool = False,
+                 settle: Callable[[], None] | None = None) -> None:
         self.dir = Path(trace_dir)
         self.rank, self.job_id, self.offset_ns = rank, job_id, int(offset_ns)
         self.first, self.last, self.warmup_step = first, last, warmup_step
         self.cuda = cuda
+        self.settle = settle
         self.path = self.dir / runformat.rank_trace_name(rank)
         self.error = ""
         self.exported = False
@@ -83,6 +91,10 @@ class TraceCapture:
 
     def _schedule(self, n: int) -> Any:
         A = torch.profiler.ProfilerAction
+        # torch.profiler asks about step n once step n - 1 has ended, and stops if that one
+        # was RECORD_AND_SAVE: the last moment with the profiler still running.
+        if n == self.last + 1 and self.settle is not None:
+            self.settle()
         if n == self.warmup_step:
             return A.WARMUP
         if self.first <= n < self.last:

@@ -25,6 +25,7 @@ from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
 from dpcore.write.capture.tracing import TraceCapture
 from dpcore.write.runtime.clock import measure_offset
 from dpcore.write.runtime.context import DistContext
+from dpcore.write.runtime.launch import settle_collectives
 from dpcore.write.training.calibration import calibrate, wanted
 
 #: no injected hang (rank -1 never matches)
@@ -112,7 +113,8 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
     if profile_steps:
         first = cfg.steps  # the profiler's warm-up step; ProfilerStep#N == our step index N
         capture = TraceCapture(spec.trace_dir, ctx.rank, spec.job_id, offset, first=first + 1,
-                               last=first + profile_steps, warmup_step=first, cuda=ctx.is_cuda)
+                               last=first + profile_steps, warmup_step=first, cuda=ctx.is_cuda,
+                               settle=settle_collectives)
         capture.start()
         try:
             for step in range(first, first + profile_steps + 1):

@@ -206,6 +206,12 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
                           store_addr=("127.0.0.1", port))
         value = fn(ctx, *args)
         results.put((rank, "ok", value))
+        # Before the group is destroyed: on torch 2.4 ~ProcessGroupGloo keeps the GIL while it
+        # joins gloo's threads, and one of them may still wait for the GIL to run a future's
+        # Python callback (the comm log's end stamp): a deadlock. After the barrier every
+        # earlier collective's callbacks have run. Only here, where this rank's job ended well:
+        # after an error the others may never come to it.
+        settle_collectives()
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
         tb = traceback.format_exc(limit=8)
         results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{tb}"))
@@ -220,6 +226,23 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
                 dist.destroy_process_group()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def settle_collectives() -> None:
+    """Wait until every collective this process issued on the default gloo group has ended its
+    profiler range; nothing without a process group or on another backend. Every rank must call
+    it, at the same point, before the profiler stops.
+
+    Why: over gloo, a collective's future completes (what DDP and the variants wait on) before
+    gloo's worker thread closes the collective's profiler range (``Work::finish`` runs the
+    range's end after ``markCompleted``). Stopping the profiler in that window frees its event
+    lists while that thread still writes into one of them: a use-after-free in PyTorch that
+    later aborts the rank (README, "The SIGABRT over gloo"). gloo's barrier is waited on through
+    ``Work::wait``, which returns only after ``Work::finish``, and it runs after every earlier
+    collective of the group has finished, ranges included (and so their futures' Python
+    callbacks, which ``markCompleted`` runs before ``Work::finish``)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        dist.barrier()
 
 
 def loopback_interface() -> str | None:

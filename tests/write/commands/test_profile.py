@@ -146,6 +146,22 @@ def test_traces_parse_and_hold_named_ranges(full_run):
     assert starts and {e["id"] for e in starts} == ends
 
 
+def test_every_gloo_rank_settles_its_collectives_before_the_profiler_stops(full_run):
+    """Every 2-rank job's trace ends with a gloo barrier after its last recorded step: the
+    profiler stopped only once every earlier collective's range had closed on gloo's thread
+    (dpcore.write.capture.tracing.settle_collectives; README, "The SIGABRT over gloo")."""
+    jobs = [d for d in (full_run / "traces").iterdir() if d.name.split("-")[:2] in ([v, "ws2"] for v in MULTI)]
+    assert {d.name.split("-")[0] for d in jobs} == set(MULTI)
+    for tdir in jobs:
+        for rank in (0, 1):
+            ev = json.loads(gzip.decompress((tdir / f"rank{rank}.json.gz").read_bytes()))["traceEvents"]
+            steps = [e for e in ev if e.get("name", "").startswith("ProfilerStep#")]
+            assert len(steps) == 2, (tdir.name, rank)
+            end = max(e["ts"] + e["dur"] for e in steps)
+            after = [e for e in ev if e.get("name", "").startswith("gloo:") and e["ts"] >= end]
+            assert [e["name"] for e in after] == ["gloo:barrier"], (tdir.name, rank)
+
+
 def test_failing_job_is_recorded_and_others_run(tmp_path):
     proc = _run(["--variants", "flat,overlap", "--world-sizes", "2"] + SMALL, tmp_path,
                 DPCORE_FAIL_JOB="flat-ws2")
