@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dpcore.read.analysis import job_summary, overlap_by_rank
@@ -27,17 +28,31 @@ def run_dir(tmp_path_factory):
     return Path(runs["path"].iloc[0])
 
 
+def launched_before_last_gradient(run, job: str) -> float:
+    """Share of the job's (rank, step) pairs whose first all-reduce launch comes before that
+    step's last gradient is ready: 1 for a variant that overlaps, 0 for one that waits."""
+    c = run.collectives[run.collectives["job_id"] == job].groupby(["rank", "step"])["t_launch_ns"].min()
+    g = run.grads[run.grads["job_id"] == job].groupby(["rank", "step"])["t_ready_ns"].max()
+    both = pd.concat({"launch": c, "ready": g}, axis=1).dropna()
+    assert len(both) >= 8, both  # 2 ranks x 4 steps at least
+    return float((both["launch"] < both["ready"]).mean())
+
+
 def test_profile_run_overlap(run_dir):
     run = load_run(run_dir)
     s = job_summary(run, trace_step_metrics(traced_job_events(run))).set_index("variant")
     assert set(s.index) == {"flat", "overlap"} and (s["status"] == "complete").all()
     assert s.loc["flat", "overlap_pct"] < 5.0                         # blocking all-reduce after backward
-    assert s.loc["overlap", "overlap_pct"] > s.loc["flat", "overlap_pct"] + 5.0
+    # overlap launches its all-reduces from gradient hooks, flat after backward: an order the
+    # run records (grads.csv, collectives.csv) whatever the load; how much of the comm the trace
+    # then sees under compute depends on when gloo's thread gets a core (bench_overlap_sources)
+    assert launched_before_last_gradient(run, "overlap-ws2") == 1.0
+    assert launched_before_last_gradient(run, "flat-ws2") == 0.0
     assert (s["comm_ms"] > 0).all() and (s["step_ms"] >= s["compute_ms"]).all()
     flat = overlap_by_rank(read_trace_dir(run_dir / "traces" / "flat-ws2"))
     ovl = overlap_by_rank(read_trace_dir(run_dir / "traces" / "overlap-ws2"))
     assert sorted(flat["rank"]) == [0, 1] and (flat["comm_ms"] > 0).all()
-    assert flat["overlap_pct"].max() < 5.0 and ovl["overlap_pct"].mean() > flat["overlap_pct"].mean()
+    assert flat["overlap_pct"].max() < 5.0 and sorted(ovl["rank"]) == [0, 1]
     assert analyze(str(run_dir / "traces" / "flat-ws2"), csv=True).splitlines()[0] == \
         "rank,overlap_pct,comm_ms,exposed_comm_ms,compute_ms,steps,step_ms,comm_fraction"
     assert "overlap-ws2" in summarize(str(run_dir))
@@ -76,8 +91,8 @@ def test_summarize_equals_mean_over_ranks_of_analyze(run_dir):
 def test_trace_and_interval_overlap_measure_the_same_steps(run_dir):
     """The profiled steps are measured twice: from collectives.csv + phase intervals, and from
     the torch.profiler trace (gloo spans vs main-thread compute). Both must cover the same
-    (rank, step) pairs, blocking flat must show ~0 either way and overlap more than flat either
-    way. How closely the two percentages agree depends on the machine's load (a descheduled
+    (rank, step) pairs, blocking flat must show ~0 either way and overlap some in the intervals (its launches
+    fall inside backward). How closely the two percentages agree depends on the machine's load (a descheduled
     thread stamps a collective's end late), so that claim (within 10 points, quiet machine) is
     benchmarks/bench_overlap_sources.py's."""
     from benchmarks.bench_overlap_sources import gaps
@@ -93,6 +108,7 @@ def test_trace_and_interval_overlap_measure_the_same_steps(run_dir):
     assert sorted(pct) == [(job, r) for job in ("flat-ws2", "overlap-ws2") for r in (0, 1)]
     for source in (0, 1):  # intervals, trace
         flat = [pct[("flat-ws2", r)][source] for r in (0, 1)]
-        ovl = [pct[("overlap-ws2", r)][source] for r in (0, 1)]
         assert max(flat) < 5.0, (source, flat)
-        assert sum(ovl) > sum(flat), (source, ovl, flat)
+    # the intervals start a gloo collective at its launch, which the hooks put inside backward;
+    # the trace starts it when gloo's thread runs it, which load may delay past backward's end
+    assert sum(pct[("overlap-ws2", r)][0] for r in (0, 1)) > 0.0
