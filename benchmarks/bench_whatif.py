@@ -466,7 +466,8 @@ def main(argv: list[str] | None = None) -> None:
             write_bands(df, a.bands_out, a.where or f"bench_whatif --held-out, load {os.getloadavg()[0]:.1f} "
                         f"on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
         print(f"\n_load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores_")
-        print(f"\n_{a.steps} timed steps per job, one run per model, alpha/B/kappa from each source job's in-job "
+        made = f"the runs in {root} (not profiled again)" if a.runs else f"{a.steps} timed steps per job"
+        print(f"\n_{made}, one run per model, alpha/B/kappa from each source job's in-job "
               f"calibration where it has one; {time.perf_counter() - t0:.0f} s. Reproduce: "
               "`python -m benchmarks.bench_whatif --held-out`._")
         return
