@@ -82,3 +82,15 @@ def test_without_a_measured_step_there_is_no_anchor(heldout) -> None:
     assert model.anchor_ratio == 1.0 and model.anchor_source.startswith("none")
     row = [r for r in scale_factors(model) if r[0].startswith("step x anchor")][0]
     assert row[2] == "none"
+
+
+def test_the_page_breakdown_draws_what_the_anchor_adds(heldout) -> None:
+    from dpcore.read.plots.whatif import breakdown_figure
+
+    run, summary = heldout
+    cells = predict(build_model(run, JOB, summary=summary), [1.0, 4.0], [2])
+    bars = {t.name: list(t.y) for t in breakdown_figure(cells).data if t.type == "bar"}
+    added = [v for k, v in bars.items() if k.startswith("unexplained")]
+    assert len(added) == 1 and np.allclose(added[0], cells.sort_values("bucket_mb")["unexplained_ms"])
+    # the stacked parts reach the predicted step
+    assert np.allclose(np.sum(list(bars.values()), axis=0), cells.sort_values("bucket_mb")["step_ms"], rtol=1e-6)
