@@ -73,10 +73,11 @@ def evaluate_one(sweep: Path, allreduce: Path | None, variant: str) -> pd.DataFr
     ``allreduce`` None: alpha and B fitted from each source job's own collectives."""
     run = load_run(sweep)
     ar = load_run(allreduce).allreduce if allreduce is not None else pd.DataFrame()
-    meas = measured_cells(job_summary(run, run_trace_steps(run)), variant)
+    summary = job_summary(run, run_trace_steps(run))
+    meas = measured_cells(summary, variant)
     rows = []
     for src in meas[meas["world_size"] == 2].itertuples():
-        model = build_model(run, src.job_id, allreduce=ar)
+        model = build_model(run, src.job_id, allreduce=ar, summary=summary)
         cells = meas[meas["job_id"] != src.job_id]
         pred = predict(model, sorted(set(cells["bucket_mb"])), sorted(set(cells["world_size"])))
         got = with_measured(pred, cells).dropna(subset=["measured_step_ms"])
@@ -162,8 +163,9 @@ def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path
 TERMS = ("ready", "messages", "kappa")
 #: Terms the ablation turns off, one at a time, to show what each adds: ``bucket_cost``, backward's
 #: per-bucket cost moved from the source's buckets to the cell's (``whatif.model.rebucket_work``).
-OFF = ("bucket_cost",)
-_LABEL = {"bucket_cost": "model without the per-bucket backward cost"}
+OFF = ("bucket_cost", "anchor")
+_LABEL = {"bucket_cost": "model without the per-bucket backward cost",
+          "anchor": "model without the anchor (the replay alone)"}
 
 
 def measured_bucket_ms(src: Source) -> np.ndarray:
@@ -194,6 +196,7 @@ def ablate(run, model, target: str, bucket_mb: float) -> dict[str, float]:
     k, _ = fit_kappa(tgt, float(base) if np.isfinite(base) else float("nan"))
     out["kappa"] = replay_cell(replace(model, kappa=k), 2, bucket_mb)[0]["step_ms"]
     out["bucket_cost"] = replay_cell(replace(model, bucket_overhead_ms=0.0), 2, bucket_mb)[0]["step_ms"]
+    out["anchor"] = replay_cell(replace(model, anchor_ratio=1.0), 2, bucket_mb)[0]["step_ms"]
     return out
 
 
@@ -321,7 +324,7 @@ def evaluate_held_out(runs: dict[str, Path], allreduce: Path | None = None) -> p
                 rows += [_one_to_two(run, summary, name, variant, src, meas, load_run(allreduce).allreduce)
                          for src in every[every["world_size"] == 1].itertuples()]
             for src in meas.itertuples():
-                model = build_model(run, src.job_id)
+                model = build_model(run, src.job_id, summary=summary)
                 cells = meas[meas["job_id"] != src.job_id]
                 pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
                 table, _ = banded(model, with_measured(pred, cells), summary)
@@ -341,7 +344,7 @@ def _one_to_two(run, summary: pd.DataFrame, name: str, variant: str, src, cells:
     """The 2-rank ``cells`` predicted from the 1-rank job ``src`` with the allreduce rows ``ar``."""
     from dpcore.read.whatif.predict import banded
 
-    model = build_model(run, src.job_id, allreduce=ar)
+    model = build_model(run, src.job_id, allreduce=ar, summary=summary)
     pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
     table, _ = banded(model, with_measured(pred, cells), summary)
     table = table.dropna(subset=["measured_step_ms"])
@@ -380,6 +383,23 @@ def markdown_held_out(df: pd.DataFrame) -> str:
                      f"{up['error_pct'].abs().mean():.1f} % over {len(up)} predictions, "
                      f"{100 * up['in_band'].astype(bool).mean():.0f} % inside.")
     return "\n".join(lines)
+
+
+def committed_coverage(df: pd.DataFrame) -> str:
+    """The share of held-out cells inside the bands that were in force when ``df`` was evaluated
+    (``in_band``: :func:`evaluate_held_out` reads the committed ``bands.csv`` before this run
+    writes any): out of sample when the runs are new, the check that the committed bands hold."""
+    from dpcore.read.whatif.advice import BANDS_CSV, family_errors
+
+    errors = family_errors()
+    where = "; ".join(sorted(set(errors["where"].astype(str)))) if "where" in errors else ""
+    parts = []
+    for name, g in (("2 from 2", df[df["source_world_size"] == df["world_size"]]),
+                    ("2 from 1", df[df["source_world_size"] != df["world_size"]])):
+        if not g.empty:
+            parts.append(f"{name}: {100 * g['in_band'].astype(bool).mean():.0f} % of {len(g)} cells")
+    return (f"**Inside the committed bands** ({BANDS_CSV.name} as it was before this run: {where or 'none'}): "
+            + ", ".join(parts) + ".")
 
 
 def write_bands(df: pd.DataFrame, out: str | None, where: str) -> None:
@@ -431,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
             runs = measure_held_out(root, a.steps, models)
         df = evaluate_held_out(runs, root / "allreduce" if (root / "allreduce" / "run.json").is_file() else None)
         print(markdown_held_out(df))
+        print("\n" + committed_coverage(df))
         same = df[df["world_size"] == df["source_world_size"]]
         print("\n**Find the term**: each held-out cell predicted again with one modelled term replaced by the "
               "predicted job's measured value.\n")
@@ -445,7 +466,8 @@ def main(argv: list[str] | None = None) -> None:
             write_bands(df, a.bands_out, a.where or f"bench_whatif --held-out, load {os.getloadavg()[0]:.1f} "
                         f"on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
         print(f"\n_load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores_")
-        print(f"\n_{a.steps} timed steps per job, one run per model, alpha/B/kappa from each source job's in-job "
+        made = f"the runs in {root} (not profiled again)" if a.runs else f"{a.steps} timed steps per job"
+        print(f"\n_{made}, one run per model, alpha/B/kappa from each source job's in-job "
               f"calibration where it has one; {time.perf_counter() - t0:.0f} s. Reproduce: "
               "`python -m benchmarks.bench_whatif --held-out`._")
         return

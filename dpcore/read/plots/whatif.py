@@ -17,7 +17,9 @@ from dpcore.read.plots.style import COMPONENT_COLORS, LANE_COLORS, base_layout, 
 PARTS = [("compute_only_ms", "compute (no comm in flight)", COMPONENT_COLORS["compute"]),
          ("hidden_comm_ms", "hidden comm (under backward)", COMPONENT_COLORS["overlapped"]),
          ("exposed_comm_ms", "exposed comm", COMPONENT_COLORS["exposed"]),
-         ("other_ms", "other (bookkeeping)", COMPONENT_COLORS["other"])]
+         ("other_ms", "other (bookkeeping)", COMPONENT_COLORS["other"]),
+         # the source's measured step the replay of its own plan misses, carried to every cell
+         ("unexplained_ms", "unexplained (source's measured step minus its replay)", "#9d755d")]
 MEASURED = dict(symbol="diamond", size=12, color="#000000")
 #: A measured cell outside its predicted band: the model missed by more than it admits.
 OUTSIDE = dict(symbol="x", size=13, color="#d62728", line=dict(width=1, color="#d62728"))
@@ -45,6 +47,8 @@ def breakdown_figure(cells: pd.DataFrame, chosen_mb: float | None = None) -> go.
     x = [_label(b) for b in df["bucket_mb"]]
     fig = go.Figure()
     for col, name, color in PARTS:
+        if col not in df:  # rows of a model without the anchor
+            continue
         fig.add_bar(x=x, y=df[col], name=name, marker_color=color,
                     hovertemplate=name + ": %{y:.1f} ms<extra></extra>")
     if {"step_ms_lo", "step_ms_hi"} <= set(df.columns):

@@ -82,8 +82,9 @@ def whatif_text(path: str | None, job: str | None, bucket_mb: str | None = None,
     if ar is not None and ar.empty:
         raise UsageError(f"--allreduce-run {allreduce_run}: no allreduce.csv rows; run "
                          "`python -m dpcore allreduce` first")
-    model = build_model(run, job, algo, latency_us, bandwidth_gbps, ar, net)  # validates the job first
-    table, advice = whatif_report(model, run, run_job_summary(run), buckets, sizes)
+    summary = run_job_summary(run)
+    model = build_model(run, job, algo, latency_us, bandwidth_gbps, ar, net, summary)  # validates the job
+    table, advice = whatif_report(model, run, summary, buckets, sizes)
     if csv:
         return csv_table(table[WHATIF_COLUMNS])
     view = table.drop(columns=["kappa", "algo", "recommended", "band_from"]).rename(columns={

@@ -10,15 +10,17 @@ out of range) is a UsageError naming the valid choices.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from dpcore.contract.config import ALGOS
 from dpcore.contract.errors import UsageError, choices_error
+from dpcore.read.analysis.summary import job_summary
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.calibrate import calibrate_comm
-from dpcore.read.whatif.cells import Model
+from dpcore.read.whatif.cells import Model, replay_cell
 from dpcore.read.whatif.fabrics import Network
 from dpcore.read.whatif.fit import (
     BANDWIDTH_RANGE_GBPS,
@@ -165,11 +167,59 @@ def _fabric_model(run: Run, job_id: str, net: Network, latency_us: float | None,
 
 def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: float | None = None,
                 bandwidth_gbps: float | None = None, allreduce: pd.DataFrame | None = None,
-                fabric: Network | None = None) -> Model:
-    """Measure the source job. ``allreduce``: allreduce.csv rows to fit α and B from (default:
-    the run's own); ``fabric``: take the messages from a fabric preset instead (then
-    ``latency_us`` / ``bandwidth_gbps`` override the preset's). UsageError naming the valid
-    choices for an unusable job or algorithm."""
+                fabric: Network | None = None, summary: pd.DataFrame | None = None) -> Model:
+    """Measure the source job and anchor it on its measured step (:func:`anchor`).
+    ``allreduce``: allreduce.csv rows to fit α and B from (default: the run's own); ``fabric``:
+    take the messages from a fabric preset instead (then ``latency_us`` / ``bandwidth_gbps``
+    override the preset's); ``summary``: the run's ``job_summary`` rows the measured step comes
+    from (what ``summarize`` prints; default: summarized here from the recorded intervals, without
+    traces). UsageError naming the valid choices for an unusable job or algorithm."""
+    model = _measure(run, job_id, algo, latency_us, bandwidth_gbps, allreduce, fabric)
+    own_network = fabric is None and latency_us is None and bandwidth_gbps is None and allreduce is None
+    base, note = model, ""
+    if not own_network and model.src.world_size >= 2:
+        # a named network is not the one the source ran on: its replay of the source's own plan
+        # would put the network's difference into the anchor, so the anchor is the one of the
+        # job's own network (the fit the plain `whatif` makes)
+        try:
+            base = _measure(run, job_id, algo if fabric is None else None, None, None, None, None)
+            note = "; with the network the job ran on (its own fit), not the one asked about"
+        except UsageError:
+            note = "; with the network asked about (the job's own could not be fitted)"
+    if summary is None:
+        summary = job_summary(run, None)
+    return anchor(model, summary, base, note)
+
+
+def anchor(model: Model, summary: pd.DataFrame, base: Model | None = None, note: str = "") -> Model:
+    """``model`` with its anchor (``whatif.model`` item 8): the source job's measured median
+    step (``summary``'s ``step_ms``, the number ``summarize`` prints) over the replay of its own
+    plan (its bucket size at its world size) by ``base`` (default: ``model``); every cell's
+    replayed step is multiplied by it, so the source's own cell predicts its measurement. No
+    measured step: ratio 1, said so."""
+    src = model.src
+    row = summary.loc[summary["job_id"].astype(str) == src.job_id, "step_ms"]
+    measured = float(row.iloc[0]) if not row.empty else float("nan")
+    base = model if base is None else base
+    own = replay_cell(replace(base, anchor_ratio=1.0), src.world_size, src.bucket_mb)[0]["step_ms"]
+    if not (np.isfinite(measured) and np.isfinite(own) and own > 0):
+        model.anchor_ratio = 1.0
+        model.anchor_source = f"none (no measured step of {src.job_id} to anchor on)"
+        return model
+    model.anchor_ratio = measured / own
+    carry = ("the same ratio at every cell; at another world size that is an assumption: what the replay misses "
+             "at the source's world size is missed in proportion at every world size")
+    if src.world_size == 1:
+        carry += " (a 1-rank source's ratio holds no waits for other ranks: those are not in it)"
+    model.anchor_source = (f"{src.job_id}'s median step {measured:.2f} ms over the replay of its own plan "
+                           f"({src.bucket_mb:g} MiB at {src.world_size} rank{'s' if src.world_size > 1 else ''}) "
+                           f"{own:.2f} ms{note}; {carry}")
+    return model
+
+
+def _measure(run: Run, job_id: str, algo: str | None, latency_us: float | None, bandwidth_gbps: float | None,
+             allreduce: pd.DataFrame | None, fabric: Network | None) -> Model:
+    """:func:`build_model` before the anchor: the fitted replay model alone."""
     algo = _check_job(run, job_id, algo)
     check_network(latency_us, bandwidth_gbps)
     if fabric is not None:

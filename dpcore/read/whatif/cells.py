@@ -23,11 +23,14 @@ from dpcore.read.whatif.model import RankStep, Replay, allreduce_parts, rebucket
 #: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
 #: ``step_ms_lo``/``step_ms_hi``: the band (:mod:`dpcore.read.whatif.advice`); ``in_band``: the
 #: measured cell inside it; ``recommended``: the cell the recommendation line names;
-#: ``model_error_pct``/``band_from``: the model error in the band and where it comes from.
+#: ``model_error_pct``/``band_from``: the model error in the band and where it comes from;
+#: ``unexplained_ms``: what the anchor adds to the cell's replayed step (the replay times
+#: :attr:`Model.anchor_ratio` minus the replay: the share of the source's measured step that the
+#: replay of its own plan does not account for, at this cell's size).
 WHATIF_COLUMNS = ["world_size", "bucket_mb", "bandwidth_gbps", "latency_us", "step_ms", "comm_ms",
                   "exposed_comm_ms", "step_ms_lo", "step_ms_hi", "hidden_comm_ms", "compute_ms", "other_ms",
                   "buckets", "measured_step_ms", "error_pct", "in_band", "measured_job", "recommended", "kappa",
-                  "algo", "model_error_pct", "band_from"]
+                  "algo", "model_error_pct", "band_from", "unexplained_ms"]
 
 
 _MEASURED_COLUMNS = [c for c in WHATIF_COLUMNS if c not in ("step_ms_lo", "step_ms_hi", "in_band", "recommended",
@@ -67,6 +70,10 @@ class Model:
     #: (alpha_us, bandwidth_gbps) per world size an allreduce run measured: a cell at one of them
     #: takes that line (:func:`dpcore.read.whatif.fit.allreduce_lines`); empty otherwise
     network_by_ws: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: the source's measured median step over the replay of its own plan: every cell's replayed
+    #: step is multiplied by it (``whatif.model`` item 8; :func:`dpcore.read.whatif.build.anchor`)
+    anchor_ratio: float = 1.0
+    anchor_source: str = "none (not anchored to a measured step)"
 
 
 def core_share(model: Model, n: int) -> float:
@@ -146,6 +153,8 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     med = {k: float(np.median(v)) for k, v in cols.items()}
     med["hidden_comm_ms"] = med["comm_ms"] - med["exposed_comm_ms"]
     med["other_ms"] = max(med["step_ms"] - med["compute_ms"] - med["exposed_comm_ms"], 0.0)
+    med["unexplained_ms"] = med["step_ms"] * (model.anchor_ratio - 1.0)
+    med["step_ms"] += med["unexplained_ms"]
     rep = min(reps.values(), key=lambda rp: abs(float(np.median(rp.step_ms)) - med["step_ms"]))
     row = {"world_size": int(world_size), "bucket_mb": float(bucket_mb), "bandwidth_gbps": bw,
            "latency_us": lat, **med, "buckets": len(buckets), "kappa": model.kappa, "algo": model.algo}

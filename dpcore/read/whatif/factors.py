@@ -60,4 +60,9 @@ def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
                      "(gloo's own threads left out)"))
     rows.append(("bookkeeping after the last bucket", f"{model.tail_ms:.2f} ms", "measured",
                  "median over the source job's timed rank-steps"))
+    anchored = not model.anchor_source.startswith("none")
+    rows.append(("step x anchor (the CSV's unexplained_ms is what it adds)", f"x{model.anchor_ratio:.3f}",
+                 "measured" if anchored else "none",
+                 ("source's median step over the replay of its own plan: " if anchored else "")
+                 + model.anchor_source))
     return rows

@@ -55,6 +55,18 @@ The model, and every assumption it makes:
    across the run's world-size-1 jobs (``whatif.fit.fit_bucket_overhead``), else 0, said so.
 7. **Ranks beyond a CPU's cores share them** (``whatif.cells.core_share``): compute is scaled by
    max(1, N / ranks the cores hold) over the same at the source's N. Assumed, printed.
+8. **Anchored on the source's measured step.** The replay of the source's own plan (its bucket
+   size at its world size) may miss part of the source's measured median step; every cell's
+   replayed step is multiplied by measured / replayed (``whatif.build.anchor``; what that adds is
+   the measured ``unexplained_ms``), so the source's own cell predicts its measurement exactly.
+   On the quiet held-out mlp-1024 run a 2-rank 1 MiB job measured 136.8 ms where the replay gave
+   103.7: its ranks wait for each other after backward (sync 19.7 ms against 1.8 ms of exposed
+   comm replayed), and slow steps are slow in several phases at once (median of the step sums
+   136.8, sum of the phase medians 126.9), neither of which a replay of per-phase timelines
+   reproduces. A ratio, not an added residual: on the held-out cells it erred less (15.5 % MAE
+   against 21.8 %), because a 0.25 MiB source's large residual (in-training per-message cost)
+   added to a 4 MiB cell's small step tripled it. Assumption: the ratio holds at every bucket
+   size and world size; for a 1-rank source (1 -> N) it holds no waits for other ranks.
 
 What it cannot know: changes in compute with world size beyond the batch (weak scaling keeps
 the per-rank batch; strong scaling scales forward/backward by N_src/N), memory effects of other

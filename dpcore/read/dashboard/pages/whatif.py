@@ -51,8 +51,10 @@ FITTED = "fitted from this run"
 @st.cache_data(show_spinner=False, max_entries=16)
 def model(_run: Run, run_key: tuple, job_id: str, algo: str, fabric: str | None = None) -> Model:
     """The replay model fitted on one job (a few numpy timelines: cheap to pickle); ``fabric``:
-    messages from that preset (``whatif --fabric``)."""
-    return build_model(_run, job_id, algo, fabric=parse_fabric(fabric) if fabric else None)
+    messages from that preset (``whatif --fabric``); anchored on the job's step as the Summary
+    page measures it."""
+    return build_model(_run, job_id, algo, fabric=parse_fabric(fabric) if fabric else None,
+                       summary=data.cached_summary(_run, run_key))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
