@@ -202,11 +202,11 @@ class _Events:
     @classmethod
     def of(cls, ev: pd.DataFrame) -> _Events:
         self = cls()
-        kind = ev["kind"].to_numpy()
+        kind = ev["kind"]  # compared as a Series: on a categorical, by its codes (no 250k strings)
         names = ev["name"]
         self.ts = ev["ts"].to_numpy(np.float64)
         self.end = (ev["ts"] + ev["dur"]).to_numpy(np.float64)
-        self.comm, self.comp, self.sync = kind == "comm", kind == "compute", kind == "sync"
+        self.comm, self.comp, self.sync = ((kind == k).to_numpy(bool) for k in ("comm", "compute", "sync"))
         self.stream = ev["stream"].to_numpy() if "stream" in ev else np.full(self.ts.size, -1)
         self.threads = _threads(ev)
         self.launch = ~self.comm & by_name(names, lambda n: bool(_COMM_CALL_RE.match(n)))
