@@ -202,8 +202,8 @@ class TrainConfig:
         4, flag="--calibration-steps", type=int,
         help="untimed steps per bucket plan of the what-if calibration after each 2+-rank "
              "bucketed/torch_ddp job (0: none) (default %(default)s)")
-    #: torch_ddp only: DDP's comm hook (one of COMM_HOOKS) and PowerSGD's matrix rank.
-    comm_hook: str = "none"
+    #: torch_ddp only: PowerSGD's matrix rank. Which comm hook a job runs is the job's
+    #: (``JobSpec.comm_hook``, one job per hook), handed to the trainer with it.
     powersgd_rank: int = option(1, flag="--powersgd-rank", type=int,
                                 help="PowerSGD's matrix approximation rank (default %(default)s)")
 
@@ -241,7 +241,6 @@ class TrainConfig:
                 raise UsageError(f"fsdp's compute dtype {self.compute_dtype} contradicts --dtype "
                                  f"{self.dtype}; under autocast fsdp computes in "
                                  f"{PRECISION_TORCH[self.dtype]}: give that, or --dtype fp32")
-        check_choices((self.comm_hook,), "comm hook", COMM_HOOKS)
         check_int("--powersgd-rank", self.powersgd_rank, 1)
         if self.delay_rank < -1:
             raise UsageError(f"--inject-delay rank must be >= 0, got {self.delay_rank}")

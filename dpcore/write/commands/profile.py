@@ -145,7 +145,8 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
     opts = replace(opts, world_sizes=world.world_sizes,
                    train=replace(opts.train, dtype=resolve_dtype(opts.train.dtype, world.device)))
     cfg = opts.train
-    config = {**cfg.to_dict(), "variants": list(opts.variants),
+    # comm_hook: the plain jobs' (none); a hook job names its own in its job entry
+    config = {**cfg.to_dict(), "comm_hook": "none", "variants": list(opts.variants),
               "world_sizes": list(opts.world_sizes), "bucket_sweep": list(opts.bucket_sweep),
               "trace": opts.trace}
     life = RunLife(world, lambda: RunWriter(opts.out, opts.name, command=argv, config=config,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
 from typing import Any
 
 import torch.distributed as dist
@@ -53,8 +52,10 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
         # fault injection for tests and demos: this job's last rank raises
         raise RuntimeError(f"injected failure (DPCORE_FAIL_JOB={spec.job_id})")
     rec = Recorder(spec.job_id, ctx.rank, offset)
-    cfg = replace(cfg, bucket_mb=spec.bucket_mb, comm_hook=spec.comm_hook)
-    trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size)
+    # the job's bucket size and comm hook come from its spec only (cfg.bucket_mb is the run's
+    # --bucket-mb, the base the jobs were planned from)
+    trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size,
+                           bucket_mb=spec.bucket_mb, comm_hook=spec.comm_hook)
     if trainer.skip_reason:
         return {"skip_reason": trainer.skip_reason}
     timer = PhaseTimer(ctx.device, offset)
@@ -128,7 +129,7 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
     if wanted(spec.variant, ctx.world_size, cfg.calibration_steps):
         try:
             cal = calibrate(ctx, spec.variant, spec.bucket_mb, cfg, rec, timer, trainer, spec.world_size,
-                            steps=cfg.calibration_steps)
+                            steps=cfg.calibration_steps, comm_hook=spec.comm_hook)
         except Exception as exc:  # noqa: BLE001 - the measured steps must survive a failed calibration
             cal = {"error": f"{type(exc).__name__}: {exc}"}
     trace_file = capture.trace_file if capture else None

@@ -28,7 +28,7 @@ import torch._dynamo  # noqa: F401  (see below)
 import torch.nn as nn
 from torch.profiler import record_function
 
-from dpcore.contract.config import TrainConfig, gloo_cuda_refusal, is_model_spec
+from dpcore.contract.config import COMM_HOOKS, TrainConfig, check_choices, gloo_cuda_refusal, is_model_spec
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
@@ -45,9 +45,11 @@ class Trainer:
     """A model wrapped in one DP variant plus its ``cfg.optimizer`` (see module docstring)."""
 
     def __init__(self, variant: str, ctx: DistContext, cfg: TrainConfig,
-                 recorder: Recorder = NULL_RECORDER, replicas: int | None = None) -> None:
+                 recorder: Recorder = NULL_RECORDER, replicas: int | None = None,
+                 bucket_mb: float | None = None, comm_hook: str = "none") -> None:
         if variant not in REGISTRY:
             raise choices_error("variant", variant, VARIANTS)
+        check_choices((comm_hook,), "comm hook", COMM_HOOKS)
         cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, ctx.device.type))
         self.ctx, self.cfg = ctx, cfg
         if ctx.device.type == "cuda":
@@ -86,10 +88,11 @@ class Trainer:
         early = self._hook_grads(module, log_grads) if self._split_backward or log_grads else []
         self.model: Wrapper = (REGISTRY[variant](module, replicas=self.replicas)
                                if self.single_process else
-                               wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder,
+                               wrap(variant, module, bucket_mb=cfg.bucket_mb if bucket_mb is None else bucket_mb,
+                                    recorder=recorder,
                                     compute_dtype=(cfg.compute_dtype or None)
                                     if variant == "fsdp" else None,
-                                    comm_hook=cfg.comm_hook if variant == "torch_ddp" else "none",
+                                    comm_hook=comm_hook if variant == "torch_ddp" else "none",
                                     powersgd_rank=cfg.powersgd_rank))
         self.skip_reason = self.model.skip_reason
         self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
@@ -206,12 +209,15 @@ class Trainer:
 
 
 def make_trainer(variant: str, ctx: DistContext, cfg: TrainConfig,
-                 recorder: Recorder = NULL_RECORDER, *, replicas: int | None = None) -> Trainer:
+                 recorder: Recorder = NULL_RECORDER, *, replicas: int | None = None,
+                 bucket_mb: float | None = None, comm_hook: str = "none") -> Trainer:
     """Build ``cfg``'s model from ``cfg.seed``, wrap it in ``variant``, add cfg.optimizer(lr).
 
     ``replicas``: logical world size for single-process variants (default ctx.world_size).
+    ``bucket_mb`` and ``comm_hook``: a profile job's own (its :class:`JobSpec`'s, the one place
+    they are set per job), else ``cfg.bucket_mb`` (``--bucket-mb``) and no hook.
     """
-    return Trainer(variant, ctx, cfg, recorder, replicas)
+    return Trainer(variant, ctx, cfg, recorder, replicas, bucket_mb, comm_hook)
 
 
 def local_context(device: torch.device | str | None = None) -> DistContext:
