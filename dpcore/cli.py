@@ -30,7 +30,6 @@ from dpcore.contract.config import (
     check_timeout,
     default_of,
     is_model_spec,
-    parse_delay,
 )
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import check_world_sizes
@@ -88,8 +87,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="profile variants x world sizes into a run directory")
     add_options(p, "profile")
-    p.add_argument("--inject-delay", default=None, metavar="RANK:MS",
-                   help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
 
     a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)",
                        description="Time every all-reduce algorithm at every world size and message size "
@@ -246,10 +243,8 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
             from dpcore.write.training.models import default_batch_size
             batch = default_batch_size(args.model)
         batch = batch or default_of(TrainConfig, "batch_size")
-    delay = parse_delay(args.inject_delay) if args.inject_delay is not None else (-1, 0.0)
     train = TrainConfig(**{**option_values(args, TrainConfig), "batch_size": batch,
-                           "profile_steps": args.profile_steps if given["trace"] else 0,
-                           "delay_rank": delay[0], "delay_ms": delay[1]})
+                           "profile_steps": args.profile_steps if given["trace"] else 0})
     opts = ProfileOptions(train=train, **given)
     from dpcore.write.commands.profile import run_profile
 

@@ -21,6 +21,7 @@ from dpcore.contract.config import (
     DEVICES,
     DTYPE_HELP,
     DTYPES,
+    MAX_DELAY_MS,
     MAX_REPEATS,
     MAX_STEPS,
     PROGRESS_MODES,
@@ -38,6 +39,7 @@ from dpcore.contract.config import (
     check_timeout,
     parse_bucket_sweep,
     parse_choices,
+    parse_delay,
     parse_hang,
     parse_int_list,
     parse_size_list,
@@ -149,6 +151,12 @@ class ProfileOptions(RunOptions):
         None, flag="--threads-per-rank", type=int,
         help="torch threads of every rank of every job (default: physical cores // largest world size, "
              "the same for all jobs so scaling compares like with like)")
+    #: ``--inject-delay RANK:MS`` as (rank, ms): that rank sleeps MS ms in its forward every
+    #: step; None: nobody. It reaches the ranks with ``--inject-hang``, as one value
+    #: (:class:`dpcore.write.capture.inject.Injections`).
+    inject_delay: tuple[int, float] | None = option(
+        None, flag="--inject-delay", metavar="RANK:MS", parse=parse_delay,
+        help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
@@ -192,9 +200,12 @@ class ProfileOptions(RunOptions):
                 raise UsageError("--inject-hang step 0 with --warmup 0 hangs before any step has "
                                  "finished, when the hang watchdog is not armed yet; valid: a step "
                                  f"of 1..{cfg.steps - 1}, or --warmup 1 or more")
-        if cfg.delay_rank >= top:
-            raise UsageError(f"--inject-delay rank {cfg.delay_rank} does not exist; valid ranks: "
-                             f"0..{top - 1}")
+        if self.inject_delay is not None:
+            rank, ms = self.inject_delay
+            if not 0 < ms <= MAX_DELAY_MS:
+                raise UsageError(f"--inject-delay must sleep between 0 and {MAX_DELAY_MS:.0f} ms, got {ms:g}")
+            if not 0 <= rank < top:
+                raise UsageError(f"--inject-delay rank {rank} does not exist; valid ranks: 0..{top - 1}")
         # every rank of the largest job draws the whole global batch, then holds its weights
         # and gradients: a lower bound of what that job needs on this host
         batch = batch_bytes(cfg.model, cfg.size, cfg.global_batch(top))

@@ -46,7 +46,7 @@ class Trainer:
 
     def __init__(self, variant: str, ctx: DistContext, cfg: TrainConfig,
                  recorder: Recorder = NULL_RECORDER, replicas: int | None = None,
-                 bucket_mb: float | None = None, comm_hook: str = "none") -> None:
+                 bucket_mb: float | None = None, comm_hook: str = "none", delay_s: float = 0.0) -> None:
         if variant not in REGISTRY:
             raise choices_error("variant", variant, VARIANTS)
         check_choices((comm_hook,), "comm hook", COMM_HOOKS)
@@ -99,7 +99,7 @@ class Trainer:
         self.opt = self.model.make_optimizer(optimizer_class(cfg.optimizer), lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
                                              else ctx.world_size)
-        self._delay_s = cfg.delay_ms / 1e3 if ctx.rank == cfg.delay_rank else 0.0
+        self._delay_s = delay_s
         self.samples_per_step = (self.global_batch if self.single_process
                                  else cfg.local_batch(ctx.world_size))
         #: dpcore.write.capture.memory's StepSampler during its one measured step, else None: the timed
@@ -210,14 +210,16 @@ class Trainer:
 
 def make_trainer(variant: str, ctx: DistContext, cfg: TrainConfig,
                  recorder: Recorder = NULL_RECORDER, *, replicas: int | None = None,
-                 bucket_mb: float | None = None, comm_hook: str = "none") -> Trainer:
+                 bucket_mb: float | None = None, comm_hook: str = "none", delay_s: float = 0.0) -> Trainer:
     """Build ``cfg``'s model from ``cfg.seed``, wrap it in ``variant``, add cfg.optimizer(lr).
 
     ``replicas``: logical world size for single-process variants (default ctx.world_size).
     ``bucket_mb`` and ``comm_hook``: a profile job's own (its :class:`JobSpec`'s, the one place
-    they are set per job), else ``cfg.bucket_mb`` (``--bucket-mb``) and no hook.
+    they are set per job), else ``cfg.bucket_mb`` (``--bucket-mb``) and no hook. ``delay_s``:
+    this rank's ``--inject-delay`` sleep in every forward
+    (:meth:`dpcore.write.capture.inject.Injections.delay_s`).
     """
-    return Trainer(variant, ctx, cfg, recorder, replicas, bucket_mb, comm_hook)
+    return Trainer(variant, ctx, cfg, recorder, replicas, bucket_mb, comm_hook, delay_s)
 
 
 def local_context(device: torch.device | str | None = None) -> DistContext:
