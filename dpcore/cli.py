@@ -34,7 +34,14 @@ from dpcore.contract.config import (
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import check_world_sizes
 from dpcore.contract.option_fields import field_default, option_fields, option_values
-from dpcore.contract.options import COMMAND_OPTIONS, AllreduceOptions, ProfileOptions, VerifyOptions
+from dpcore.contract.options import (
+    COMMAND_OPTIONS,
+    AllreduceOptions,
+    OptionGroup,
+    ProfileOptions,
+    ScaleOptions,
+    VerifyOptions,
+)
 from dpcore.contract.procs import stop_helpers
 
 if TYPE_CHECKING:  # the read wing loads only for the read commands
@@ -53,22 +60,30 @@ def add_options(p: argparse.ArgumentParser, command: str) -> None:
     argument of ``p``: the field's flag, help, metavar and choices, the default as the text the
     field's parser reads back."""
     for group in COMMAND_OPTIONS[command]:
-        for f, spec in option_fields(group.cls):
-            if group.only is not None and f.name not in group.only:
-                continue
-            help_text = group.helps.get(f.name, spec.help)
-            if spec.negate:
-                p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
-                continue
-            default = group.defaults[f.name] if f.name in group.defaults else field_default(f)
-            kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(default), "help": help_text}
-            if spec.type is not None:
-                kwargs["type"] = spec.type
-            if spec.choices is not None:  # argparse shows them: {sgd,adam,adamw}
-                kwargs["choices"] = spec.choices
-            else:
-                kwargs["metavar"] = spec.shown_metavar()
-            p.add_argument(spec.flag, **kwargs)  # type: ignore[arg-type]
+        add_group(p, group)
+
+
+def add_group(p: argparse.ArgumentParser, group: OptionGroup) -> None:
+    """The options of one :class:`~dpcore.contract.options.OptionGroup` as arguments of ``p``."""
+    for f, spec in option_fields(group.cls):
+        if group.only is not None and f.name not in group.only:
+            continue
+        help_text = group.helps.get(f.name, spec.help) or None
+        if spec.positional:  # argparse names a positional by its flag, which is the field's name
+            p.add_argument(spec.flag, help=help_text)
+            continue
+        if spec.negate or spec.switch:
+            p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
+            continue
+        default = group.defaults[f.name] if f.name in group.defaults else field_default(f)
+        kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(default), "help": help_text}
+        if spec.type is not None:
+            kwargs["type"] = spec.type
+        if spec.choices is not None:  # argparse shows them: {sgd,adam,adamw}
+            kwargs["choices"] = spec.choices
+        else:
+            kwargs["metavar"] = spec.shown_metavar()
+        p.add_argument(spec.flag, **kwargs)  # type: ignore[arg-type]
 
 
 def prog_name(argv0: str | None = None) -> str:
@@ -97,40 +112,23 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     add_options(a, "allreduce")
 
     z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
-    z.add_argument("path")
-    z.add_argument("--csv", action="store_true")
-    _scale_args(z)
+    add_options(z, "analyze")
 
     gp = sub.add_parser("gpu", help="GPU time ledger per rank: compute, non-compute, idle and why the GPU idled",
                         description="The GPU time ledger of every rank (HTA's temporal breakdown on exact "
                                     "timestamps): span, compute, non-compute, communication, memory and idle time, "
                                     "idle split into host (the CPU launched late: what it was doing) and device.")
-    gp.add_argument("path", help="a run directory, a job's traces folder, any folder of GPU traces or one trace")
-    gp.add_argument("--csv", action="store_true", help="CSV rows (job_id first) instead of the text tables")
-    gp.add_argument("--per-step", action="store_true", help="also one row per traced step (ProfilerStep#k)")
-    gp.add_argument("--kernels", action="store_true",
-                    help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
-                         "instead, with the GEMMs' data type and a line where fp32 GEMMs leave tensor cores unused")
-    gp.add_argument("--collectives", action="store_true",
-                    help="every collective call instead: bytes (from the trace's collective metadata), time, "
-                         "algbw and busbw (nccl-tests' definitions)")
-    _scale_args(gp)
+    add_options(gp, "gpu")
 
     s = sub.add_parser("summarize", help="per-job table of a run")
-    s.add_argument("run")
-    s.add_argument("--csv", action="store_true")
-    _scale_args(s)
+    add_options(s, "summarize")
 
     g = sub.add_parser("stragglers", help="which rank arrives last at the collectives, per job and rank")
-    g.add_argument("path", help="a run directory, a job's traces folder, or any folder of torch.profiler traces")
-    g.add_argument("--csv", action="store_true")
-    _scale_args(g)
+    add_options(g, "stragglers")
 
     h = sub.add_parser("hang", help="why a job hung: every rank's last collectives (PyTorch's flight "
                                     "recorder) and stack, and the verdict")
-    h.add_argument("path", help="a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
-                                "dumps written by any PyTorch job")
-    h.add_argument("--csv", action="store_true")
+    add_options(h, "hang")
 
     w = sub.add_parser("whatif", help="predict a bucketed/torch_ddp job's step time at other buckets, "
                                       "world sizes and networks (trace-driven replay)")
@@ -166,26 +164,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     i.add_argument("--align-clocks", default="auto", choices=("auto", "always", "never"),
                    help="shift ranks onto rank 0's clock by matched collective ends (auto: only when "
                         "the traces come from several hosts) (default %(default)s)")
-    _scale_args(i)
+    add_group(i, OptionGroup(ScaleOptions))
     return ap
-
-
-def _scale_args(p: argparse.ArgumentParser) -> None:
-    """--workers / --scheduler / --no-cache of the commands that read many ranks' traces."""
-    p.add_argument("--workers", default=None,
-                   help="processes that parse rank traces, one rank each (default: the cores, for trace "
-                        "sets of 64 MB or more; 1 = in this process)")
-    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="a Dask distributed scheduler (e.g. tcp://host:8786) that parses the rank traces "
-                        "instead (needs dask[distributed]; its workers must see the same paths)")
-    p.add_argument("--no-cache", action="store_true",
-                   help="read every trace again and store nothing in cache/ (the numbers are the same)")
 
 
 def _scale(args: argparse.Namespace) -> Scale:
     """The Scale of --workers / --scheduler / --no-cache; UsageError for a bad --workers."""
     from dpcore.read.ranks import Scale
-    workers = args.workers
+    given = option_values(args, ScaleOptions)
+    workers = given["workers"]
     if workers is not None:
         try:
             workers = int(workers)
@@ -194,7 +181,7 @@ def _scale(args: argparse.Namespace) -> Scale:
         if workers < 1:
             raise UsageError(f"--workers must be a whole number of processes >= 1, got {workers}")
     try:
-        return Scale(workers=workers, scheduler=args.scheduler or None, cache=not args.no_cache)
+        return Scale(workers=workers, scheduler=given["scheduler"] or None, cache=given["cache"])
     except ValueError as exc:  # a bad --scheduler address
         raise UsageError(str(exc)) from None
 

@@ -299,6 +299,53 @@ class VerifyOptions:
         check_backend(self.backend)
 
 
+#: The help of the trace folders the read commands take.
+TRACES_HELP = "a run directory, a job's traces folder, or any folder of torch.profiler traces"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The argument and output switch of the commands that read a run or a folder of traces
+    (``analyze``, ``gpu``, ``stragglers``, ``hang``; ``summarize`` names its argument ``run``)."""
+
+    path: str = option("", flag="path", help="")
+    run: str = option("", flag="run", help="")
+    csv: bool = option(False, flag="--csv", switch=True, help="")
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """Where the commands that read many ranks' traces parse them (``dpcore.read.ranks.Scale``).
+    ``workers`` stays text here: the CLI turns it into a number with its own message."""
+
+    workers: str | None = option(
+        None, flag="--workers",
+        help="processes that parse rank traces, one rank each (default: the cores, for trace sets of 64 MB "
+             "or more; 1 = in this process)")
+    scheduler: str | None = option(
+        None, flag="--scheduler", metavar="ADDRESS",
+        help="a Dask distributed scheduler (e.g. tcp://host:8786) that parses the rank traces instead (needs "
+             "dask[distributed]; its workers must see the same paths)")
+    cache: bool = option(True, flag="--no-cache", negate=True,
+                         help="read every trace again and store nothing in cache/ (the numbers are the same)")
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    """``gpu``'s views besides the ledger."""
+
+    per_step: bool = option(False, flag="--per-step", switch=True,
+                            help="also one row per traced step (ProfilerStep#k)")
+    kernels: bool = option(
+        False, flag="--kernels", switch=True,
+        help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
+             "instead, with the GEMMs' data type and a line where fp32 GEMMs leave tensor cores unused")
+    collectives: bool = option(
+        False, flag="--collectives", switch=True,
+        help="every collective call instead: bytes (from the trace's collective metadata), time, algbw and "
+             "busbw (nccl-tests' definitions)")
+
+
 @dataclass(frozen=True)
 class OptionGroup:
     """The options one command takes from one options class: all its option fields or those in
@@ -322,4 +369,15 @@ COMMAND_OPTIONS: dict[str, tuple[OptionGroup, ...]] = {
                                      "batch_size": None},
                            helps={"lr": "learning rate (default the model's)"}),
                OptionGroup(VerifyOptions)),
+    "analyze": (OptionGroup(ReadOptions, only=("path", "csv")), OptionGroup(ScaleOptions)),
+    "gpu": (OptionGroup(ReadOptions, only=("path", "csv"),
+                        helps={"path": "a run directory, a job's traces folder, any folder of GPU traces or one trace",
+                               "csv": "CSV rows (job_id first) instead of the text tables"}),
+            OptionGroup(GpuOptions), OptionGroup(ScaleOptions)),
+    "summarize": (OptionGroup(ReadOptions, only=("run", "csv")), OptionGroup(ScaleOptions)),
+    "stragglers": (OptionGroup(ReadOptions, only=("path", "csv"), helps={"path": TRACES_HELP}),
+                   OptionGroup(ScaleOptions)),
+    "hang": (OptionGroup(ReadOptions, only=("path", "csv"),
+                         helps={"path": "a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
+                                        "dumps written by any PyTorch job"}),),
 }
