@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from dpcore.contract.config import (
-    ALGOS,
     MODELS,
     TrainConfig,
     check_timeout,
@@ -70,7 +69,8 @@ def add_group(p: argparse.ArgumentParser, group: OptionGroup) -> None:
             continue
         help_text = group.helps.get(f.name, spec.help) or None
         if spec.positional:  # argparse names a positional by its flag, which is the field's name
-            p.add_argument(spec.flag, help=help_text)
+            extra: dict[str, object] = {"nargs": "?", "default": field_default(f)} if spec.optional else {}
+            p.add_argument(spec.flag, help=help_text, **extra)  # type: ignore[arg-type]
             continue
         if spec.negate or spec.switch:
             p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
@@ -132,39 +132,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     w = sub.add_parser("whatif", help="predict a bucketed/torch_ddp job's step time at other buckets, "
                                       "world sizes and networks (trace-driven replay)")
-    w.add_argument("run", nargs="?", default=None,
-                   help="a run directory with a bucketed or torch_ddp job (not needed for --fabric list)")
-    w.add_argument("--job", default=None, help="the measured job to start from, e.g. bucketed-ws2-b25 "
-                                                "(a world-size-1 job too, with --fabric)")
-    w.add_argument("--bucket-mb", default=None, help="bucket sizes in MB, e.g. 1,4,25 (default: the run's)")
-    w.add_argument("--world-sizes", default=None, help="e.g. 1,2,8 (default: the run's)")
-    w.add_argument("--bandwidth-gbps", type=float, default=None,
-                   help="per-link bandwidth B in GB/s (default: fitted from an allreduce run or the job)")
-    w.add_argument("--latency-us", type=float, default=None,
-                   help="per-message latency alpha in us (default: fitted like B)")
-    w.add_argument("--algo", default="ring", help="all-reduce algorithm of the alpha-beta model: "
-                                                  f"{', '.join(ALGOS)} (default ring)")
-    w.add_argument("--allreduce-run", default=None,
-                   help="fit alpha and B from this `allreduce` run (default: the run's own allreduce rows, "
-                        "else the job's collectives)")
-    w.add_argument("--fabric", default=None,
-                   help="messages from an interconnect preset: NAME (inside a node) or INTRA,INTER (between "
-                        "nodes too), e.g. nvlink-h100,ib-ndr400; 'list' prints the presets and their sources; "
-                        "--bandwidth-gbps/--latency-us override it")
-    w.add_argument("--csv", action="store_true")
+    add_options(w, "whatif")
 
     i = sub.add_parser("import", help="turn a folder of torch.profiler traces into a run directory")
-    i.add_argument("traces", help="a folder of traces (searched recursively: rank<r>.json, *.pt.trace.json[.gz], "
-                                  "torchtitan's iteration_<k>/rank<r>_trace.json) or one trace file")
-    i.add_argument("--out", default="profiles",
-                   help="folder the run directory is written into (default %(default)s)")
-    i.add_argument("--name", default=None, help="label added to the generated run id")
-    i.add_argument("--iteration", type=int, default=None,
-                   help="torchtitan layout: which iteration_<k> folder (default: the latest)")
-    i.add_argument("--align-clocks", default="auto", choices=("auto", "always", "never"),
-                   help="shift ranks onto rank 0's clock by matched collective ends (auto: only when "
-                        "the traces come from several hosts) (default %(default)s)")
-    add_group(i, OptionGroup(ScaleOptions))
+    add_options(i, "import")
     return ap
 
 

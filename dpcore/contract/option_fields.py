@@ -22,7 +22,8 @@ class OptionSpec:
     it); ``text`` turns the field's default into the text argparse shows and parses;
     ``negate`` marks a ``--no-X`` switch whose field is True unless it is given, ``switch`` a
     ``--X`` switch whose field is False unless it is given. A ``flag`` without a leading dash
-    is a positional argument, named like its field (:attr:`positional`)."""
+    is a positional argument, named like its field (:attr:`positional`); ``optional``: one
+    that may be left out (its field's default then)."""
 
     flag: str
     help: str
@@ -33,6 +34,7 @@ class OptionSpec:
     text: Callable[[Any], str] | None = None
     negate: bool = False
     switch: bool = False
+    optional: bool = False
 
     @property
     def positional(self) -> bool:

@@ -347,6 +347,53 @@ class GpuOptions:
 
 
 @dataclass(frozen=True)
+class WhatifOptions:
+    """``whatif``'s run and the grid and network it predicts for (text: the what-if parses it)."""
+
+    run: str | None = option(None, flag="run", optional=True,
+                             help="a run directory with a bucketed or torch_ddp job (not needed for --fabric list)")
+    job: str | None = option(None, flag="--job", help="the measured job to start from, e.g. bucketed-ws2-b25 "
+                                                      "(a world-size-1 job too, with --fabric)")
+    bucket_mb: str | None = option(None, flag="--bucket-mb",
+                                   help="bucket sizes in MB, e.g. 1,4,25 (default: the run's)")
+    world_sizes: str | None = option(None, flag="--world-sizes", help="e.g. 1,2,8 (default: the run's)")
+    bandwidth_gbps: float | None = option(
+        None, flag="--bandwidth-gbps", type=float,
+        help="per-link bandwidth B in GB/s (default: fitted from an allreduce run or the job)")
+    latency_us: float | None = option(None, flag="--latency-us", type=float,
+                                      help="per-message latency alpha in us (default: fitted like B)")
+    algo: str = option("ring", flag="--algo",
+                       help=f"all-reduce algorithm of the alpha-beta model: {', '.join(ALGOS)} (default ring)")
+    allreduce_run: str | None = option(
+        None, flag="--allreduce-run",
+        help="fit alpha and B from this `allreduce` run (default: the run's own allreduce rows, else the job's "
+             "collectives)")
+    fabric: str | None = option(
+        None, flag="--fabric",
+        help="messages from an interconnect preset: NAME (inside a node) or INTRA,INTER (between nodes too), "
+             "e.g. nvlink-h100,ib-ndr400; 'list' prints the presets and their sources; "
+             "--bandwidth-gbps/--latency-us override it")
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """``import``'s traces and where the run it writes goes."""
+
+    traces: str = option("", flag="traces",
+                         help="a folder of traces (searched recursively: rank<r>.json, *.pt.trace.json[.gz], "
+                              "torchtitan's iteration_<k>/rank<r>_trace.json) or one trace file")
+    out: str = option("profiles", flag="--out",
+                      help="folder the run directory is written into (default %(default)s)")
+    name: str | None = option(None, flag="--name", help="label added to the generated run id")
+    iteration: int | None = option(None, flag="--iteration", type=int,
+                                   help="torchtitan layout: which iteration_<k> folder (default: the latest)")
+    align_clocks: str = option(
+        "auto", flag="--align-clocks", choices=("auto", "always", "never"),
+        help="shift ranks onto rank 0's clock by matched collective ends (auto: only when the traces come "
+             "from several hosts) (default %(default)s)")
+
+
+@dataclass(frozen=True)
 class OptionGroup:
     """The options one command takes from one options class: all its option fields or those in
     ``only``, with the command's own ``defaults`` and ``helps`` where they differ from the field's."""
@@ -380,4 +427,6 @@ COMMAND_OPTIONS: dict[str, tuple[OptionGroup, ...]] = {
     "hang": (OptionGroup(ReadOptions, only=("path", "csv"),
                          helps={"path": "a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
                                         "dumps written by any PyTorch job"}),),
+    "whatif": (OptionGroup(WhatifOptions), OptionGroup(ReadOptions, only=("csv",))),
+    "import": (OptionGroup(ImportOptions), OptionGroup(ScaleOptions)),
 }
