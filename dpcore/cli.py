@@ -24,18 +24,23 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from dpcore.contract.config import (
-    ALGOS,
     MODELS,
     TrainConfig,
     check_timeout,
     default_of,
     is_model_spec,
-    parse_delay,
 )
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import check_world_sizes
 from dpcore.contract.option_fields import field_default, option_fields, option_values
-from dpcore.contract.options import COMMAND_OPTIONS, AllreduceOptions, ProfileOptions, VerifyOptions
+from dpcore.contract.options import (
+    COMMAND_OPTIONS,
+    AllreduceOptions,
+    OptionGroup,
+    ProfileOptions,
+    ScaleOptions,
+    VerifyOptions,
+)
 from dpcore.contract.procs import stop_helpers
 
 if TYPE_CHECKING:  # the read wing loads only for the read commands
@@ -54,22 +59,31 @@ def add_options(p: argparse.ArgumentParser, command: str) -> None:
     argument of ``p``: the field's flag, help, metavar and choices, the default as the text the
     field's parser reads back."""
     for group in COMMAND_OPTIONS[command]:
-        for f, spec in option_fields(group.cls):
-            if group.only is not None and f.name not in group.only:
-                continue
-            help_text = group.helps.get(f.name, spec.help)
-            if spec.negate:
-                p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
-                continue
-            default = group.defaults[f.name] if f.name in group.defaults else field_default(f)
-            kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(default), "help": help_text}
-            if spec.type is not None:
-                kwargs["type"] = spec.type
-            if spec.choices is not None:  # argparse shows them: {sgd,adam,adamw}
-                kwargs["choices"] = spec.choices
-            else:
-                kwargs["metavar"] = spec.shown_metavar()
-            p.add_argument(spec.flag, **kwargs)  # type: ignore[arg-type]
+        add_group(p, group)
+
+
+def add_group(p: argparse.ArgumentParser, group: OptionGroup) -> None:
+    """The options of one :class:`~dpcore.contract.options.OptionGroup` as arguments of ``p``."""
+    for f, spec in option_fields(group.cls):
+        if group.only is not None and f.name not in group.only:
+            continue
+        help_text = group.helps.get(f.name, spec.help) or None
+        if spec.positional:  # argparse names a positional by its flag, which is the field's name
+            extra: dict[str, object] = {"nargs": "?", "default": field_default(f)} if spec.optional else {}
+            p.add_argument(spec.flag, help=help_text, **extra)  # type: ignore[arg-type]
+            continue
+        if spec.negate or spec.switch:
+            p.add_argument(spec.flag, dest=f.name, action="store_true", help=help_text)
+            continue
+        default = group.defaults[f.name] if f.name in group.defaults else field_default(f)
+        kwargs: dict[str, object] = {"dest": f.name, "default": spec.default_text(default), "help": help_text}
+        if spec.type is not None:
+            kwargs["type"] = spec.type
+        if spec.choices is not None:  # argparse shows them: {sgd,adam,adamw}
+            kwargs["choices"] = spec.choices
+        else:
+            kwargs["metavar"] = spec.shown_metavar()
+        p.add_argument(spec.flag, **kwargs)  # type: ignore[arg-type]
 
 
 def prog_name(argv0: str | None = None) -> str:
@@ -88,8 +102,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="profile variants x world sizes into a run directory")
     add_options(p, "profile")
-    p.add_argument("--inject-delay", default=None, metavar="RANK:MS",
-                   help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
 
     a = sub.add_parser("allreduce", help="all-reduce bandwidth benchmark (nccl-tests style)",
                        description="Time every all-reduce algorithm at every world size and message size "
@@ -100,95 +112,38 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     add_options(a, "allreduce")
 
     z = sub.add_parser("analyze", help="overlap per rank of a run or a folder of traces")
-    z.add_argument("path")
-    z.add_argument("--csv", action="store_true")
-    _scale_args(z)
+    add_options(z, "analyze")
 
     gp = sub.add_parser("gpu", help="GPU time ledger per rank: compute, non-compute, idle and why the GPU idled",
                         description="The GPU time ledger of every rank (HTA's temporal breakdown on exact "
                                     "timestamps): span, compute, non-compute, communication, memory and idle time, "
                                     "idle split into host (the CPU launched late: what it was doing) and device.")
-    gp.add_argument("path", help="a run directory, a job's traces folder, any folder of GPU traces or one trace")
-    gp.add_argument("--csv", action="store_true", help="CSV rows (job_id first) instead of the text tables")
-    gp.add_argument("--per-step", action="store_true", help="also one row per traced step (ProfilerStep#k)")
-    gp.add_argument("--kernels", action="store_true",
-                    help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
-                         "instead, with the GEMMs' data type and a line where fp32 GEMMs leave tensor cores unused")
-    gp.add_argument("--collectives", action="store_true",
-                    help="every collective call instead: bytes (from the trace's collective metadata), time, "
-                         "algbw and busbw (nccl-tests' definitions)")
-    _scale_args(gp)
+    add_options(gp, "gpu")
 
     s = sub.add_parser("summarize", help="per-job table of a run")
-    s.add_argument("run")
-    s.add_argument("--csv", action="store_true")
-    _scale_args(s)
+    add_options(s, "summarize")
 
     g = sub.add_parser("stragglers", help="which rank arrives last at the collectives, per job and rank")
-    g.add_argument("path", help="a run directory, a job's traces folder, or any folder of torch.profiler traces")
-    g.add_argument("--csv", action="store_true")
-    _scale_args(g)
+    add_options(g, "stragglers")
 
     h = sub.add_parser("hang", help="why a job hung: every rank's last collectives (PyTorch's flight "
                                     "recorder) and stack, and the verdict")
-    h.add_argument("path", help="a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
-                                "dumps written by any PyTorch job")
-    h.add_argument("--csv", action="store_true")
+    add_options(h, "hang")
 
     w = sub.add_parser("whatif", help="predict a bucketed/torch_ddp job's step time at other buckets, "
                                       "world sizes and networks (trace-driven replay)")
-    w.add_argument("run", nargs="?", default=None,
-                   help="a run directory with a bucketed or torch_ddp job (not needed for --fabric list)")
-    w.add_argument("--job", default=None, help="the measured job to start from, e.g. bucketed-ws2-b25 "
-                                                "(a world-size-1 job too, with --fabric)")
-    w.add_argument("--bucket-mb", default=None, help="bucket sizes in MB, e.g. 1,4,25 (default: the run's)")
-    w.add_argument("--world-sizes", default=None, help="e.g. 1,2,8 (default: the run's)")
-    w.add_argument("--bandwidth-gbps", type=float, default=None,
-                   help="per-link bandwidth B in GB/s (default: fitted from an allreduce run or the job)")
-    w.add_argument("--latency-us", type=float, default=None,
-                   help="per-message latency alpha in us (default: fitted like B)")
-    w.add_argument("--algo", default="ring", help="all-reduce algorithm of the alpha-beta model: "
-                                                  f"{', '.join(ALGOS)} (default ring)")
-    w.add_argument("--allreduce-run", default=None,
-                   help="fit alpha and B from this `allreduce` run (default: the run's own allreduce rows, "
-                        "else the job's collectives)")
-    w.add_argument("--fabric", default=None,
-                   help="messages from an interconnect preset: NAME (inside a node) or INTRA,INTER (between "
-                        "nodes too), e.g. nvlink-h100,ib-ndr400; 'list' prints the presets and their sources; "
-                        "--bandwidth-gbps/--latency-us override it")
-    w.add_argument("--csv", action="store_true")
+    add_options(w, "whatif")
 
     i = sub.add_parser("import", help="turn a folder of torch.profiler traces into a run directory")
-    i.add_argument("traces", help="a folder of traces (searched recursively: rank<r>.json, *.pt.trace.json[.gz], "
-                                  "torchtitan's iteration_<k>/rank<r>_trace.json) or one trace file")
-    i.add_argument("--out", default="profiles",
-                   help="folder the run directory is written into (default %(default)s)")
-    i.add_argument("--name", default=None, help="label added to the generated run id")
-    i.add_argument("--iteration", type=int, default=None,
-                   help="torchtitan layout: which iteration_<k> folder (default: the latest)")
-    i.add_argument("--align-clocks", default="auto", choices=("auto", "always", "never"),
-                   help="shift ranks onto rank 0's clock by matched collective ends (auto: only when "
-                        "the traces come from several hosts) (default %(default)s)")
-    _scale_args(i)
+    add_options(i, "import")
     return ap
-
-
-def _scale_args(p: argparse.ArgumentParser) -> None:
-    """--workers / --scheduler / --no-cache of the commands that read many ranks' traces."""
-    p.add_argument("--workers", default=None,
-                   help="processes that parse rank traces, one rank each (default: the cores, for trace "
-                        "sets of 64 MB or more; 1 = in this process)")
-    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="a Dask distributed scheduler (e.g. tcp://host:8786) that parses the rank traces "
-                        "instead (needs dask[distributed]; its workers must see the same paths)")
-    p.add_argument("--no-cache", action="store_true",
-                   help="read every trace again and store nothing in cache/ (the numbers are the same)")
 
 
 def _scale(args: argparse.Namespace) -> Scale:
     """The Scale of --workers / --scheduler / --no-cache; UsageError for a bad --workers."""
     from dpcore.read.ranks import Scale
-    workers = args.workers
+    given = option_values(args, ScaleOptions)
+    workers = given["workers"]
     if workers is not None:
         try:
             workers = int(workers)
@@ -197,7 +152,7 @@ def _scale(args: argparse.Namespace) -> Scale:
         if workers < 1:
             raise UsageError(f"--workers must be a whole number of processes >= 1, got {workers}")
     try:
-        return Scale(workers=workers, scheduler=args.scheduler or None, cache=not args.no_cache)
+        return Scale(workers=workers, scheduler=given["scheduler"] or None, cache=given["cache"])
     except ValueError as exc:  # a bad --scheduler address
         raise UsageError(str(exc)) from None
 
@@ -246,10 +201,8 @@ def _cmd_profile(args: argparse.Namespace, argv: list[str]) -> int:
             from dpcore.write.training.models import default_batch_size
             batch = default_batch_size(args.model)
         batch = batch or default_of(TrainConfig, "batch_size")
-    delay = parse_delay(args.inject_delay) if args.inject_delay is not None else (-1, 0.0)
     train = TrainConfig(**{**option_values(args, TrainConfig), "batch_size": batch,
-                           "profile_steps": args.profile_steps if given["trace"] else 0,
-                           "delay_rank": delay[0], "delay_ms": delay[1]})
+                           "profile_steps": args.profile_steps if given["trace"] else 0})
     opts = ProfileOptions(train=train, **given)
     from dpcore.write.commands.profile import run_profile
 

@@ -37,7 +37,9 @@ def table(command: str) -> str:
         for f, spec in option_fields(group.cls):
             if group.only is not None and f.name not in group.only:
                 continue
-            if spec.negate:
+            if spec.positional:
+                flag, default = spec.flag, ""
+            elif spec.negate or spec.switch:
                 flag, default = spec.flag, "off"
             else:
                 shown = spec.default_text(group.defaults[f.name] if f.name in group.defaults else field_default(f))

@@ -185,10 +185,6 @@ class TrainConfig:
     #: whether float32 matmuls and convolutions on a GPU may use TF32 (torch's own switches,
     #: set on every rank; no effect on CPU): recorded because it changes fp32 speed and results
     tf32: bool = False
-    #: ``--inject-delay RANK:MS``: rank RANK sleeps MS ms in its forward every step, to show
-    #: what a straggler looks like (-1: nobody).
-    delay_rank: int = -1
-    delay_ms: float = 0.0
     #: torch.optim.SGD / Adam / AdamW with ``lr``
     optimizer: str = option(
         "sgd", flag="--optimizer", choices=OPTIMIZERS,
@@ -202,8 +198,8 @@ class TrainConfig:
         4, flag="--calibration-steps", type=int,
         help="untimed steps per bucket plan of the what-if calibration after each 2+-rank "
              "bucketed/torch_ddp job (0: none) (default %(default)s)")
-    #: torch_ddp only: DDP's comm hook (one of COMM_HOOKS) and PowerSGD's matrix rank.
-    comm_hook: str = "none"
+    #: torch_ddp only: PowerSGD's matrix rank. Which comm hook a job runs is the job's
+    #: (``JobSpec.comm_hook``, one job per hook), handed to the trainer with it.
     powersgd_rank: int = option(1, flag="--powersgd-rank", type=int,
                                 help="PowerSGD's matrix approximation rank (default %(default)s)")
 
@@ -241,13 +237,7 @@ class TrainConfig:
                 raise UsageError(f"fsdp's compute dtype {self.compute_dtype} contradicts --dtype "
                                  f"{self.dtype}; under autocast fsdp computes in "
                                  f"{PRECISION_TORCH[self.dtype]}: give that, or --dtype fp32")
-        check_choices((self.comm_hook,), "comm hook", COMM_HOOKS)
         check_int("--powersgd-rank", self.powersgd_rank, 1)
-        if self.delay_rank < -1:
-            raise UsageError(f"--inject-delay rank must be >= 0, got {self.delay_rank}")
-        if self.delay_rank >= 0 and not 0 < self.delay_ms <= MAX_DELAY_MS:
-            raise UsageError(f"--inject-delay must sleep between 0 and {MAX_DELAY_MS:.0f} ms, "
-                             f"got {self.delay_ms:g}")
         params = param_count(self.model, self.size, self.width)
         if params is not None:  # weights + gradients, float32, in one replica at the least
             check_fits(f"--model {self.model}" + (f" --width {self.width}" if self.model == "mlp"
@@ -386,8 +376,8 @@ MAX_DELAY_MS = 60_000
 
 
 def parse_delay(text: str) -> tuple[int, float]:
-    """'1:20' -> (rank 1, 20.0 ms). Whether the sleep is in range is :class:`TrainConfig`'s
-    check; whether the rank exists, ``ProfileOptions``'s (it knows the world sizes)."""
+    """'1:20' -> (rank 1, 20.0 ms). Whether the sleep is in range and the rank exists is
+    ``ProfileOptions``'s check (it knows the world sizes)."""
     m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+(?:\.\d+)?)\s*", text or "")
     if not m:
         raise UsageError(f"bad --inject-delay {text!r}; use RANK:MS, e.g. 1:20 (rank 1 sleeps 20 ms "

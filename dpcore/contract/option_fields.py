@@ -20,7 +20,10 @@ class OptionSpec:
 
     ``parse`` turns the option's text into the field's value (None: argparse's ``type`` gives
     it); ``text`` turns the field's default into the text argparse shows and parses;
-    ``negate`` marks a ``--no-X`` switch whose field is True unless it is given."""
+    ``negate`` marks a ``--no-X`` switch whose field is True unless it is given, ``switch`` a
+    ``--X`` switch whose field is False unless it is given. A ``flag`` without a leading dash
+    is a positional argument, named like its field (:attr:`positional`); ``optional``: one
+    that may be left out (its field's default then)."""
 
     flag: str
     help: str
@@ -30,6 +33,13 @@ class OptionSpec:
     parse: Callable[[str], Any] | None = None
     text: Callable[[Any], str] | None = None
     negate: bool = False
+    switch: bool = False
+    optional: bool = False
+
+    @property
+    def positional(self) -> bool:
+        """Whether the option is a positional argument (its flag has no leading dash)."""
+        return not self.flag.startswith("-")
 
     def shown_metavar(self) -> str:
         """The value's name in usage lines: the given metavar, else the flag's (``--run-id`` RUN_ID)."""
@@ -73,6 +83,8 @@ def option_values(args: Any, cls: type) -> dict[str, Any]:
         value = getattr(args, f.name)
         if spec.negate:
             value = not value
+        elif spec.switch:
+            value = bool(value)
         elif spec.parse is not None and value is not None:
             value = spec.parse(value)
         values[f.name] = value

@@ -21,6 +21,7 @@ from dpcore.contract.config import (
     DEVICES,
     DTYPE_HELP,
     DTYPES,
+    MAX_DELAY_MS,
     MAX_REPEATS,
     MAX_STEPS,
     PROGRESS_MODES,
@@ -38,6 +39,7 @@ from dpcore.contract.config import (
     check_timeout,
     parse_bucket_sweep,
     parse_choices,
+    parse_delay,
     parse_hang,
     parse_int_list,
     parse_size_list,
@@ -149,6 +151,12 @@ class ProfileOptions(RunOptions):
         None, flag="--threads-per-rank", type=int,
         help="torch threads of every rank of every job (default: physical cores // largest world size, "
              "the same for all jobs so scaling compares like with like)")
+    #: ``--inject-delay RANK:MS`` as (rank, ms): that rank sleeps MS ms in its forward every
+    #: step; None: nobody. It reaches the ranks with ``--inject-hang``, as one value
+    #: (:class:`dpcore.write.capture.inject.Injections`).
+    inject_delay: tuple[int, float] | None = option(
+        None, flag="--inject-delay", metavar="RANK:MS", parse=parse_delay,
+        help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
@@ -192,9 +200,12 @@ class ProfileOptions(RunOptions):
                 raise UsageError("--inject-hang step 0 with --warmup 0 hangs before any step has "
                                  "finished, when the hang watchdog is not armed yet; valid: a step "
                                  f"of 1..{cfg.steps - 1}, or --warmup 1 or more")
-        if cfg.delay_rank >= top:
-            raise UsageError(f"--inject-delay rank {cfg.delay_rank} does not exist; valid ranks: "
-                             f"0..{top - 1}")
+        if self.inject_delay is not None:
+            rank, ms = self.inject_delay
+            if not 0 < ms <= MAX_DELAY_MS:
+                raise UsageError(f"--inject-delay must sleep between 0 and {MAX_DELAY_MS:.0f} ms, got {ms:g}")
+            if not 0 <= rank < top:
+                raise UsageError(f"--inject-delay rank {rank} does not exist; valid ranks: 0..{top - 1}")
         # every rank of the largest job draws the whole global batch, then holds its weights
         # and gradients: a lower bound of what that job needs on this host
         batch = batch_bytes(cfg.model, cfg.size, cfg.global_batch(top))
@@ -288,6 +299,100 @@ class VerifyOptions:
         check_backend(self.backend)
 
 
+#: The help of the trace folders the read commands take.
+TRACES_HELP = "a run directory, a job's traces folder, or any folder of torch.profiler traces"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The argument and output switch of the commands that read a run or a folder of traces
+    (``analyze``, ``gpu``, ``stragglers``, ``hang``; ``summarize`` names its argument ``run``)."""
+
+    path: str = option("", flag="path", help="")
+    run: str = option("", flag="run", help="")
+    csv: bool = option(False, flag="--csv", switch=True, help="")
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """Where the commands that read many ranks' traces parse them (``dpcore.read.ranks.Scale``).
+    ``workers`` stays text here: the CLI turns it into a number with its own message."""
+
+    workers: str | None = option(
+        None, flag="--workers",
+        help="processes that parse rank traces, one rank each (default: the cores, for trace sets of 64 MB "
+             "or more; 1 = in this process)")
+    scheduler: str | None = option(
+        None, flag="--scheduler", metavar="ADDRESS",
+        help="a Dask distributed scheduler (e.g. tcp://host:8786) that parses the rank traces instead (needs "
+             "dask[distributed]; its workers must see the same paths)")
+    cache: bool = option(True, flag="--no-cache", negate=True,
+                         help="read every trace again and store nothing in cache/ (the numbers are the same)")
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    """``gpu``'s views besides the ledger."""
+
+    per_step: bool = option(False, flag="--per-step", switch=True,
+                            help="also one row per traced step (ProfilerStep#k)")
+    kernels: bool = option(
+        False, flag="--kernels", switch=True,
+        help="GPU time by kernel class (GEMM, attention, elementwise, reduction, communication, memory) "
+             "instead, with the GEMMs' data type and a line where fp32 GEMMs leave tensor cores unused")
+    collectives: bool = option(
+        False, flag="--collectives", switch=True,
+        help="every collective call instead: bytes (from the trace's collective metadata), time, algbw and "
+             "busbw (nccl-tests' definitions)")
+
+
+@dataclass(frozen=True)
+class WhatifOptions:
+    """``whatif``'s run and the grid and network it predicts for (text: the what-if parses it)."""
+
+    run: str | None = option(None, flag="run", optional=True,
+                             help="a run directory with a bucketed or torch_ddp job (not needed for --fabric list)")
+    job: str | None = option(None, flag="--job", help="the measured job to start from, e.g. bucketed-ws2-b25 "
+                                                      "(a world-size-1 job too, with --fabric)")
+    bucket_mb: str | None = option(None, flag="--bucket-mb",
+                                   help="bucket sizes in MB, e.g. 1,4,25 (default: the run's)")
+    world_sizes: str | None = option(None, flag="--world-sizes", help="e.g. 1,2,8 (default: the run's)")
+    bandwidth_gbps: float | None = option(
+        None, flag="--bandwidth-gbps", type=float,
+        help="per-link bandwidth B in GB/s (default: fitted from an allreduce run or the job)")
+    latency_us: float | None = option(None, flag="--latency-us", type=float,
+                                      help="per-message latency alpha in us (default: fitted like B)")
+    algo: str = option("ring", flag="--algo",
+                       help=f"all-reduce algorithm of the alpha-beta model: {', '.join(ALGOS)} (default ring)")
+    allreduce_run: str | None = option(
+        None, flag="--allreduce-run",
+        help="fit alpha and B from this `allreduce` run (default: the run's own allreduce rows, else the job's "
+             "collectives)")
+    fabric: str | None = option(
+        None, flag="--fabric",
+        help="messages from an interconnect preset: NAME (inside a node) or INTRA,INTER (between nodes too), "
+             "e.g. nvlink-h100,ib-ndr400; 'list' prints the presets and their sources; "
+             "--bandwidth-gbps/--latency-us override it")
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """``import``'s traces and where the run it writes goes."""
+
+    traces: str = option("", flag="traces",
+                         help="a folder of traces (searched recursively: rank<r>.json, *.pt.trace.json[.gz], "
+                              "torchtitan's iteration_<k>/rank<r>_trace.json) or one trace file")
+    out: str = option("profiles", flag="--out",
+                      help="folder the run directory is written into (default %(default)s)")
+    name: str | None = option(None, flag="--name", help="label added to the generated run id")
+    iteration: int | None = option(None, flag="--iteration", type=int,
+                                   help="torchtitan layout: which iteration_<k> folder (default: the latest)")
+    align_clocks: str = option(
+        "auto", flag="--align-clocks", choices=("auto", "always", "never"),
+        help="shift ranks onto rank 0's clock by matched collective ends (auto: only when the traces come "
+             "from several hosts) (default %(default)s)")
+
+
 @dataclass(frozen=True)
 class OptionGroup:
     """The options one command takes from one options class: all its option fields or those in
@@ -311,4 +416,17 @@ COMMAND_OPTIONS: dict[str, tuple[OptionGroup, ...]] = {
                                      "batch_size": None},
                            helps={"lr": "learning rate (default the model's)"}),
                OptionGroup(VerifyOptions)),
+    "analyze": (OptionGroup(ReadOptions, only=("path", "csv")), OptionGroup(ScaleOptions)),
+    "gpu": (OptionGroup(ReadOptions, only=("path", "csv"),
+                        helps={"path": "a run directory, a job's traces folder, any folder of GPU traces or one trace",
+                               "csv": "CSV rows (job_id first) instead of the text tables"}),
+            OptionGroup(GpuOptions), OptionGroup(ScaleOptions)),
+    "summarize": (OptionGroup(ReadOptions, only=("run", "csv")), OptionGroup(ScaleOptions)),
+    "stragglers": (OptionGroup(ReadOptions, only=("path", "csv"), helps={"path": TRACES_HELP}),
+                   OptionGroup(ScaleOptions)),
+    "hang": (OptionGroup(ReadOptions, only=("path", "csv"),
+                         helps={"path": "a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
+                                        "dumps written by any PyTorch job"}),),
+    "whatif": (OptionGroup(WhatifOptions), OptionGroup(ReadOptions, only=("csv",))),
+    "import": (OptionGroup(ImportOptions), OptionGroup(ScaleOptions)),
 }

@@ -96,9 +96,8 @@ def test_ranks_share_one_gpu_over_gloo() -> None:
 
 
 def _powersgd_cpu_job(ctx: Any) -> float:
-    cfg = replace(CFG, steps=torch_ddp.POWERSGD_START + 2, comm_hook="powersgd", model="toy",
-                  batch_size=4)
-    tr = make_trainer("torch_ddp", ctx, cfg)
+    cfg = replace(CFG, steps=torch_ddp.POWERSGD_START + 2, model="toy", batch_size=4)
+    tr = make_trainer("torch_ddp", ctx, cfg, comm_hook="powersgd")
     loss = 0.0
     for step in range(cfg.steps):
         x, y = tr.batch(step)

@@ -38,8 +38,7 @@ from dpcore.read.importer.rows import (
     step_rows,
 )
 from dpcore.read.ranks import RankTables, Scale, rank_tables
-from dpcore.read.ranks.pool import check_one_world
-from dpcore.read.traces.reader import iteration_dirs, trace_files
+from dpcore.read.traces.reader import check_one_world, iteration_dirs, trace_files
 
 ALIGN = ("auto", "always", "never")
 #: steps.csv / collectives.csv columns a torch.profiler trace never carries.
@@ -60,12 +59,6 @@ class Imported:
     missing: list[str]
     alignment: str
     notes: tuple[str, ...] = ()
-
-
-def _world_size_of(meta: dict) -> int | None:
-    info = meta.get("distributedInfo")
-    ws = info.get("world_size") if isinstance(info, dict) else None
-    return ws if isinstance(ws, int) and not isinstance(ws, bool) else None
 
 
 @dataclass(frozen=True)
@@ -90,8 +83,8 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
     :mod:`dpcore.read.ranks`), and which file is which rank. Refused by name (a
     TraceFormatError), in file order as they are found: a trace without events (an empty or
     metadata-only file, a JSON list of numbers), a rank beyond its world size or
-    :data:`~dpcore.read.ranks.pool.MAX_RANK`, two traces of one rank, and traces that cannot be one job (different world
-    sizes, or times that never overlap). ``root``: the folder the cache belongs to."""
+    :data:`~dpcore.read.traces.reader.MAX_RANK`, two traces of one rank, and traces that cannot
+    be one job (different world sizes, or times that never overlap). ``root``: the folder the cache belongs to."""
     try:
         got = rank_tables(files, root, scale, only=len(files) == 1, need=IMPORT_TABLES)
     except ValueError as exc:  # --scheduler: no Dask installed, or no scheduler at that address
@@ -106,7 +99,7 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
             raise TraceFormatError(f"{f}: no trace events (an empty or metadata-only trace); a "
                                    "torch.profiler trace lists its events in traceEvents")
         traces.append(_Trace(f, t.rank, t[IMPORT_FACTS].iloc[0].to_dict(), t))
-    check_one_world([(tr.path, tr.rank, _world_size_of(tr.meta)) for tr in traces])
+    check_one_world([(tr.path, tr.rank, tr.tables.world_size) for tr in traces])
     by_rank = {tr.rank: tr.path for tr in traces}
     _check_one_job(traces, by_rank)
     return traces, by_rank

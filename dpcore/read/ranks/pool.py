@@ -30,7 +30,14 @@ from dpcore.read.ranks.reduce import RankTables, reduce_trace
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
 from dpcore.read.traces.rank_table import RankTable
-from dpcore.read.traces.reader import PARALLEL_MIN_BYTES, TraceFormatError, fork_map, json_bytes, trace_files
+from dpcore.read.traces.reader import (
+    PARALLEL_MIN_BYTES,
+    TraceFormatError,
+    check_one_world,
+    fork_map,
+    json_bytes,
+    trace_files,
+)
 
 #: What a rank's read gives: its tables, or the error that names the file.
 Result = RankTables | TraceFormatError
@@ -160,36 +167,6 @@ def folder_tables(p: Path, scale: Scale | None = None,
         tables.append(t)
     check_one_world(found)
     return sorted(tables, key=lambda t: t.rank)
-
-
-#: Highest rank number a trace may claim: far above any real job (the largest run tens of
-#: thousands of ranks); a rank of 10**12 is a damaged or crafted trace, and tables are built
-#: over the ranks.
-MAX_RANK = 2**20 - 1
-
-
-def check_one_world(found: list[tuple[Path, int, int | None]]) -> None:
-    """Refuse, by file and in file order, traces that cannot be the ranks of one job:
-    (file, rank, world size from its metadata or None) with a rank beyond its world size or
-    :data:`MAX_RANK`, two traces of one rank, or different world sizes. ``import``, ``analyze``,
-    ``stragglers``, ``gpu`` and the Timeline's lanes read traces by this one rule (TraceFormatError)."""
-    by_rank: dict[int, Path] = {}
-    sizes: dict[int, Path] = {}
-    for f, rank, ws in found:
-        if rank < 0 or rank > MAX_RANK or (ws is not None and rank >= ws):
-            raise TraceFormatError(f"{f}: rank {rank} cannot be a rank of "
-                                   + (f"its world of {ws}" if ws is not None else "a job")
-                                   + f"; valid ranks: 0..{(ws if ws is not None else MAX_RANK + 1) - 1}")
-        if rank in by_rank:
-            raise TraceFormatError(f"two traces for rank {rank}: {by_rank[rank]} and {f} (several jobs or "
-                                   "profiling cycles in one folder? point at one of them)")
-        if ws is not None:
-            sizes.setdefault(ws, f)
-            if len(sizes) > 1:
-                (a, fa), (b, fb) = list(sizes.items())[:2]
-                raise TraceFormatError(f"traces of different world sizes: {fa} says {a}, {fb} says {b}; "
-                                       "give one job's traces at a time")
-        by_rank[rank] = f
 
 
 def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[RankTable, ...] = EAGER,

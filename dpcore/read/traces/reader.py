@@ -65,6 +65,36 @@ def rank_of(meta: dict, path: Path) -> int | None:
     return None
 
 
+#: Highest rank number a trace may claim: far above any real job (the largest run tens of
+#: thousands of ranks); a rank of 10**12 is a damaged or crafted trace, and tables are built
+#: over the ranks.
+MAX_RANK = 2**20 - 1
+
+
+def check_one_world(found: list[tuple[Path, int, int | None]]) -> None:
+    """Refuse, by file and in file order, traces that cannot be the ranks of one job:
+    (file, rank, world size from its metadata or None) with a rank beyond its world size or
+    :data:`MAX_RANK`, two traces of one rank, or different world sizes. ``import``, ``analyze``,
+    ``stragglers``, ``gpu`` and the Timeline's lanes read traces by this one rule (TraceFormatError)."""
+    by_rank: dict[int, Path] = {}
+    sizes: dict[int, Path] = {}
+    for f, rank, ws in found:
+        if rank < 0 or rank > MAX_RANK or (ws is not None and rank >= ws):
+            raise TraceFormatError(f"{f}: rank {rank} cannot be a rank of "
+                                   + (f"its world of {ws}" if ws is not None else "a job")
+                                   + f"; valid ranks: 0..{(ws if ws is not None else MAX_RANK + 1) - 1}")
+        if rank in by_rank:
+            raise TraceFormatError(f"two traces for rank {rank}: {by_rank[rank]} and {f} (several jobs or "
+                                   "profiling cycles in one folder? point at one of them)")
+        if ws is not None:
+            sizes.setdefault(ws, f)
+            if len(sizes) > 1:
+                (a, fa), (b, fb) = list(sizes.items())[:2]
+                raise TraceFormatError(f"traces of different world sizes: {fa} says {a}, {fb} says {b}; "
+                                       "give one job's traces at a time")
+        by_rank[rank] = f
+
+
 #: A process_name metadata event, whatever its key order: its ``args`` object is its only nested one.
 _PROCESS_NAME_RE = re.compile(rb'\{[^{}]*"process_name"[^{}]*\{[^{}]*\}[^{}]*\}'
                               rb'|\{[^{}]*\{[^{}]*\}[^{}]*"process_name"[^{}]*\}')
@@ -379,19 +409,20 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def read_trace_files(files: list[Path]) -> pd.DataFrame:
     """Rank traces (one file per rank, in this order) in one events DataFrame; two files of one
-    rank are an error. Categories are unified across ranks (sorted when the ranks differ)."""
+    rank, or a rank beyond :data:`MAX_RANK`, are an error (:func:`check_one_world`). Categories
+    are unified across ranks (sorted when the ranks differ)."""
     frames: list[pd.DataFrame] = []
-    seen: dict[int | None, Path] = {}
+    found: list[tuple[Path, int, int | None]] = []
     reader = _read_traces(files)
     try:
         for f, df in zip(files, reader):
             r = int(df["rank"].iloc[0]) if len(df) else rank_of({}, f)
-            if r is not None and r in seen:
-                raise TraceFormatError(f"two traces for rank {r}: {seen[r]} and {f}")
-            seen[r] = f
+            if r is not None:
+                found.append((f, r, None))
             frames.append(df)
     finally:
         reader.close()
+    check_one_world(found)
     return _concat(frames) if len(frames) > 1 else frames[0]
 
 

@@ -65,6 +65,26 @@ class HangInjection:
             dist.all_reduce = real
 
 
+@dataclass(frozen=True)
+class Injections:
+    """What ``profile --inject-delay`` and ``--inject-hang`` ask of a job's ranks, handed to every
+    rank as this one value: the delay's rank sleeps ``delay_ms`` in its forward every step (a
+    straggler; the trainer does it, :meth:`delay_s`), the hang's rank hangs one all-reduce."""
+
+    hang: HangInjection | None = None
+    delay_rank: int = -1  # -1: nobody
+    delay_ms: float = 0.0
+
+    @classmethod
+    def of(cls, delay: tuple[int, float] | None, hang: tuple[int, int, str] | None) -> Injections:
+        """From the options' values (``ProfileOptions.inject_delay``, ``.inject_hang``)."""
+        return cls(HangInjection(*hang) if hang else None, *(delay or (-1, 0.0)))
+
+    def delay_s(self, rank: int) -> float:
+        """Seconds ``rank`` sleeps in each forward (0 for every rank but the delayed one)."""
+        return self.delay_ms / 1e3 if rank == self.delay_rank else 0.0
+
+
 def missed_note(inject: HangInjection, variant: str) -> str:
     """The job note of a job whose injected rank ran the chosen step without calling
     ``dist.all_reduce``: the job completed, and the user asked for a hang."""

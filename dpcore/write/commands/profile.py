@@ -23,7 +23,7 @@ from typing import Any
 from dpcore.contract import runformat
 from dpcore.contract.config import BUCKET_SENSITIVE, SINGLE_PROCESS
 from dpcore.contract.options import ProfileOptions
-from dpcore.write.capture.inject import HangInjection
+from dpcore.write.capture.inject import Injections
 from dpcore.write.capture.job_monitor import JobMonitor
 from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, train_job_entry, write_job
 from dpcore.write.capture.run_writer import RunWriter
@@ -121,7 +121,7 @@ def run_job(world: LocalWorld | TorchrunWorld, writer: RunWriter | None, spec: J
     fields (JobFailed when a rank raised, died or timed out)."""
     if spec.trace_dir and not world.spawns:  # each node writes its own ranks' traces on its own disk
         Path(spec.trace_dir).mkdir(parents=True, exist_ok=True)
-    inject = HangInjection(*opts.inject_hang) if opts.inject_hang else None
+    inject = Injections.of(opts.inject_delay, opts.inject_hang)
     monitor = JobMonitor(spec.job_id, spec.processes, writer.run_dir if writer else None,
                          hang_timeout_s=opts.hang_timeout_s, timeout_s=opts.timeout_s,
                          watch=world.spawns, steps_total=steps_total(opts)[0])
@@ -145,7 +145,11 @@ def run_profile(opts: ProfileOptions, argv: list[str]) -> tuple[int, Path | None
     opts = replace(opts, world_sizes=world.world_sizes,
                    train=replace(opts.train, dtype=resolve_dtype(opts.train.dtype, world.device)))
     cfg = opts.train
-    config = {**cfg.to_dict(), "variants": list(opts.variants),
+    # comm_hook: the plain jobs' (none); a hook job names its own in its job entry.
+    # delay_rank / delay_ms: --inject-delay (-1: nobody)
+    delay = opts.inject_delay or (-1, 0.0)
+    config = {**cfg.to_dict(), "comm_hook": "none", "delay_rank": delay[0], "delay_ms": delay[1],
+              "variants": list(opts.variants),
               "world_sizes": list(opts.world_sizes), "bucket_sweep": list(opts.bucket_sweep),
               "trace": opts.trace}
     life = RunLife(world, lambda: RunWriter(opts.out, opts.name, command=argv, config=config,

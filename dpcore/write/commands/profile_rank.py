@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
 from typing import Any
 
 import torch.distributed as dist
 
 from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
-from dpcore.write.capture.inject import HangInjection, missed_note
+from dpcore.write.capture.inject import HangInjection, Injections, missed_note
 from dpcore.write.capture.rank_channel import RankChannel, connect, live_row
 from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
 from dpcore.write.capture.tracing import TraceCapture
@@ -33,18 +32,18 @@ NO_INJECTION = HangInjection(-1, -1)
 
 
 def profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig,
-                inject: HangInjection | None = None) -> dict[str, Any]:
+                inject: Injections | None = None) -> dict[str, Any]:
     """Run one job on this rank; return its rows for the run directory (parent writes them).
     Each kept step's live.csv row goes to rank 0 through the job's store (:class:`RankChannel`),
-    which also answers the hang watchdog; ``inject``: ``--inject-hang``."""
+    which also answers the hang watchdog; ``inject``: ``--inject-delay`` and ``--inject-hang``."""
     channel = RankChannel(connect(ctx.store_addr), spec.job_id, ctx.rank, ctx.world_size)
     try:
-        return _profile_job(ctx, spec, cfg, inject or NO_INJECTION, channel)
+        return _profile_job(ctx, spec, cfg, inject or Injections(), channel)
     finally:
         channel.close()
 
 
-def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: HangInjection,
+def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, injections: Injections,
                  channel: RankChannel) -> dict[str, Any]:
     from dpcore.write.capture.memory import measure_step
     from dpcore.write.training.trainer import make_trainer
@@ -54,8 +53,12 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
         # fault injection for tests and demos: this job's last rank raises
         raise RuntimeError(f"injected failure (DPCORE_FAIL_JOB={spec.job_id})")
     rec = Recorder(spec.job_id, ctx.rank, offset)
-    cfg = replace(cfg, bucket_mb=spec.bucket_mb, comm_hook=spec.comm_hook)
-    trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size)
+    # the job's bucket size and comm hook come from its spec only (cfg.bucket_mb is the run's
+    # --bucket-mb, the base the jobs were planned from)
+    trainer = make_trainer(spec.variant, ctx, cfg, recorder=rec, replicas=spec.world_size,
+                           bucket_mb=spec.bucket_mb, comm_hook=spec.comm_hook,
+                           delay_s=injections.delay_s(ctx.rank))
+    inject = injections.hang or NO_INJECTION
     if trainer.skip_reason:
         return {"skip_reason": trainer.skip_reason}
     timer = PhaseTimer(ctx.device, offset)
@@ -130,7 +133,7 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, inject: Hang
     if wanted(spec.variant, ctx.world_size, cfg.calibration_steps):
         try:
             cal = calibrate(ctx, spec.variant, spec.bucket_mb, cfg, rec, timer, trainer, spec.world_size,
-                            steps=cfg.calibration_steps)
+                            steps=cfg.calibration_steps, comm_hook=spec.comm_hook)
         except Exception as exc:  # noqa: BLE001 - the measured steps must survive a failed calibration
             cal = {"error": f"{type(exc).__name__}: {exc}"}
     trace_file = capture.trace_file if capture else None

@@ -164,10 +164,12 @@ def _train(ctx: DistContext, variant: str, cfg: TrainConfig, replicas: int | Non
         # one bucket: PowerSGD launches each bucket's P all-reduce from a future's callback,
         # and with several buckets on gloo the ranks can launch them in different orders and
         # deadlock (seen here: verify's tiny buckets hung both ranks in the hook)
-        cfg = replace(cfg, comm_hook=option, bucket_mb=max(cfg.bucket_mb, 1024.0))
+        hook, cfg = option, replace(cfg, bucket_mb=max(cfg.bucket_mb, 1024.0))
     elif option:
-        cfg = replace(cfg, compute_dtype=option, optimizer="sgd")
-    tr = make_trainer(variant, ctx, cfg, replicas=replicas)
+        hook, cfg = "none", replace(cfg, compute_dtype=option, optimizer="sgd")
+    else:
+        hook = "none"
+    tr = make_trainer(variant, ctx, cfg, replicas=replicas, comm_hook=hook)
     if tr.skip_reason:
         return None, tr.skip_reason
     for step in range(cfg.steps):

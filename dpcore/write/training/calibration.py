@@ -9,7 +9,6 @@ load on a shared machine hits both alike. Its wall time is returned and stated i
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 import torch.distributed as dist
@@ -29,14 +28,15 @@ def wanted(variant: str, world_size: int, steps: int) -> bool:
 
 
 def calibrate(ctx: DistContext, variant: str, bucket_mb: float, cfg: TrainConfig, rec: Recorder,
-              timer: PhaseTimer, own: Any, replicas: int, steps: int = CAL_STEPS) -> dict:
+              timer: PhaseTimer, own: Any, replicas: int, steps: int = CAL_STEPS,
+              comm_hook: str = "none") -> dict:
     """This rank's calibration steps: per plan, per step, backward's window and the all-reduces
     (ms on the run's one clock); ``cost_ms`` the wall time it took (model build included)."""
     from dpcore.write.training.trainer import make_trainer
 
     t0 = time.perf_counter()
     mb2 = second_plan_mb(bucket_mb)
-    second = make_trainer(variant, ctx, replace(cfg, bucket_mb=mb2), recorder=rec, replicas=replicas)
+    second = make_trainer(variant, ctx, cfg, recorder=rec, replicas=replicas, bucket_mb=mb2, comm_hook=comm_hook)
     plans = [(own, bucket_mb), (second, mb2)]
     order = [(1, -1)] + [(k, s) for s in range(steps) for k in (0, 1)]  # a warm-up of the new plan first
     timing: dict[int, dict] = {}

@@ -28,7 +28,7 @@ import torch._dynamo  # noqa: F401  (see below)
 import torch.nn as nn
 from torch.profiler import record_function
 
-from dpcore.contract.config import TrainConfig, gloo_cuda_refusal, is_model_spec
+from dpcore.contract.config import COMM_HOOKS, TrainConfig, check_choices, gloo_cuda_refusal, is_model_spec
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
@@ -45,9 +45,11 @@ class Trainer:
     """A model wrapped in one DP variant plus its ``cfg.optimizer`` (see module docstring)."""
 
     def __init__(self, variant: str, ctx: DistContext, cfg: TrainConfig,
-                 recorder: Recorder = NULL_RECORDER, replicas: int | None = None) -> None:
+                 recorder: Recorder = NULL_RECORDER, replicas: int | None = None,
+                 bucket_mb: float | None = None, comm_hook: str = "none", delay_s: float = 0.0) -> None:
         if variant not in REGISTRY:
             raise choices_error("variant", variant, VARIANTS)
+        check_choices((comm_hook,), "comm hook", COMM_HOOKS)
         cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, ctx.device.type))
         self.ctx, self.cfg = ctx, cfg
         if ctx.device.type == "cuda":
@@ -86,17 +88,18 @@ class Trainer:
         early = self._hook_grads(module, log_grads) if self._split_backward or log_grads else []
         self.model: Wrapper = (REGISTRY[variant](module, replicas=self.replicas)
                                if self.single_process else
-                               wrap(variant, module, bucket_mb=cfg.bucket_mb, recorder=recorder,
+                               wrap(variant, module, bucket_mb=cfg.bucket_mb if bucket_mb is None else bucket_mb,
+                                    recorder=recorder,
                                     compute_dtype=(cfg.compute_dtype or None)
                                     if variant == "fsdp" else None,
-                                    comm_hook=cfg.comm_hook if variant == "torch_ddp" else "none",
+                                    comm_hook=comm_hook if variant == "torch_ddp" else "none",
                                     powersgd_rank=cfg.powersgd_rank))
         self.skip_reason = self.model.skip_reason
         self.loss_fn = self.workload.loss_fn if self.workload else loss_fn(cfg.model)
         self.opt = self.model.make_optimizer(optimizer_class(cfg.optimizer), lr=cfg.lr)
         self.global_batch = cfg.global_batch(self.replicas if self.single_process
                                              else ctx.world_size)
-        self._delay_s = cfg.delay_ms / 1e3 if ctx.rank == cfg.delay_rank else 0.0
+        self._delay_s = delay_s
         self.samples_per_step = (self.global_batch if self.single_process
                                  else cfg.local_batch(ctx.world_size))
         #: dpcore.write.capture.memory's StepSampler during its one measured step, else None: the timed
@@ -206,12 +209,17 @@ class Trainer:
 
 
 def make_trainer(variant: str, ctx: DistContext, cfg: TrainConfig,
-                 recorder: Recorder = NULL_RECORDER, *, replicas: int | None = None) -> Trainer:
+                 recorder: Recorder = NULL_RECORDER, *, replicas: int | None = None,
+                 bucket_mb: float | None = None, comm_hook: str = "none", delay_s: float = 0.0) -> Trainer:
     """Build ``cfg``'s model from ``cfg.seed``, wrap it in ``variant``, add cfg.optimizer(lr).
 
     ``replicas``: logical world size for single-process variants (default ctx.world_size).
+    ``bucket_mb`` and ``comm_hook``: a profile job's own (its :class:`JobSpec`'s, the one place
+    they are set per job), else ``cfg.bucket_mb`` (``--bucket-mb``) and no hook. ``delay_s``:
+    this rank's ``--inject-delay`` sleep in every forward
+    (:meth:`dpcore.write.capture.inject.Injections.delay_s`).
     """
-    return Trainer(variant, ctx, cfg, recorder, replicas)
+    return Trainer(variant, ctx, cfg, recorder, replicas, bucket_mb, comm_hook, delay_s)
 
 
 def local_context(device: torch.device | str | None = None) -> DistContext:

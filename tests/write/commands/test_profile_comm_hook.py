@@ -45,6 +45,7 @@ def test_one_job_per_hook(run) -> None:
     assert list(jobs) == ["torch_ddp-ws1-b25", "torch_ddp-ws2-b25", "torch_ddp-ws2-b25-fp16",
                           "torch_ddp-ws2-b25-bf16", "torch_ddp-ws2-b25-powersgd"]
     assert [jobs[j].get("comm_hook") for j in jobs] == [None, None, "fp16", "bf16", "powersgd"]
+    assert run.meta["config"]["comm_hook"] == "none"  # the plain jobs' hook, as run.json always said
     bf16 = jobs["torch_ddp-ws2-b25-bf16"]
     assert bf16["status"] == "skipped" and "gloo" in bf16["skip_reason"]
     assert all(j["status"] == "complete" for i, j in jobs.items() if i != "torch_ddp-ws2-b25-bf16")

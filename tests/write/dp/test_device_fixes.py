@@ -82,8 +82,8 @@ def _rank_checks(ctx: Any) -> dict[str, Any]:
     out["running_mean"] = float(mean[0])
     # PowerSGD with CUDA reported available (as on any GPU host), on a CPU job
     torch.cuda.is_available = lambda: True
-    cfg = replace(CFG, steps=torch_ddp.POWERSGD_START + 2, comm_hook="powersgd")
-    tr = make_trainer("torch_ddp", ctx, cfg)
+    cfg = replace(CFG, steps=torch_ddp.POWERSGD_START + 2)
+    tr = make_trainer("torch_ddp", ctx, cfg, comm_hook="powersgd")
     timer = PhaseTimer(ctx.device)
     losses = []
     for step in range(cfg.steps):
