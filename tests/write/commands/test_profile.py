@@ -150,8 +150,11 @@ def test_every_gloo_rank_settles_its_collectives_before_the_profiler_stops(full_
     """Every 2-rank job's trace ends with a gloo barrier after its last recorded step: the
     profiler stopped only once every earlier collective's range had closed on gloo's thread
     (dpcore.write.capture.tracing.settle_collectives; README, "The SIGABRT over gloo")."""
+    meta = json.loads((full_run / "run.json").read_text())
+    skipped = {j["variant"] for j in meta["jobs"] if j["status"] == "skipped" and j["variant"] in MULTI}
+    assert skipped <= {"torch_fsdp"}, skipped  # only where torch has no fully_shard (the 2.4 floor)
     jobs = [d for d in (full_run / "traces").iterdir() if d.name.split("-")[:2] in ([v, "ws2"] for v in MULTI)]
-    assert {d.name.split("-")[0] for d in jobs} == set(MULTI)
+    assert {d.name.split("-")[0] for d in jobs} == set(MULTI) - skipped
     for tdir in jobs:
         for rank in (0, 1):
             ev = json.loads(gzip.decompress((tdir / f"rank{rank}.json.gz").read_bytes()))["traceEvents"]
