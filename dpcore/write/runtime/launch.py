@@ -211,7 +211,10 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
         # Python callback (the comm log's end stamp): a deadlock. After the barrier every
         # earlier collective's callbacks have run. Only here, where this rank's job ended well:
         # after an error the others may never come to it.
-        settle_collectives()
+        try:
+            settle_collectives()
+        except Exception:  # noqa: BLE001 - a peer that failed left the group: its error is the job's
+            pass
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
         tb = traceback.format_exc(limit=8)
         results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{tb}"))
