@@ -153,9 +153,10 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     med = {k: float(np.median(v)) for k, v in cols.items()}
     med["hidden_comm_ms"] = med["comm_ms"] - med["exposed_comm_ms"]
     med["other_ms"] = max(med["step_ms"] - med["compute_ms"] - med["exposed_comm_ms"], 0.0)
+    # the rank drawn is the one whose replay is closest to the replay's median, before the anchor
+    rep = min(reps.values(), key=lambda rp: abs(float(np.median(rp.step_ms)) - med["step_ms"]))
     med["unexplained_ms"] = med["step_ms"] * (model.anchor_ratio - 1.0)
     med["step_ms"] += med["unexplained_ms"]
-    rep = min(reps.values(), key=lambda rp: abs(float(np.median(rp.step_ms)) - med["step_ms"]))
     row = {"world_size": int(world_size), "bucket_mb": float(bucket_mb), "bandwidth_gbps": bw,
            "latency_us": lat, **med, "buckets": len(buckets), "kappa": model.kappa, "algo": model.algo}
     return row, rep, buckets
