@@ -100,24 +100,29 @@ def test_schedule_settles_exactly_where_the_profiler_stops(monkeypatch) -> None:
 HOLD_S = 0.3  # gloo's thread held this long after each all-reduce's future completes
 
 
-def _held_worker(rank: int, port: int, out: str) -> None:
-    """rank 1 enters each all-reduce late, so rank 0 attaches, before the future completes, a
-    callback that holds gloo's thread after DDP-style waiting on the future has returned: the
-    collective's profiler range is still open when the cycle's last prof.step() comes."""
+def _held_worker(rank: int, port: int, side_port: int, out: str) -> None:
+    """rank 1 enters each all-reduce only after rank 0 has attached, to the all-reduce's future,
+    a callback that holds gloo's thread after DDP-style waiting on the future has returned: the
+    collective's profiler range is still open when the cycle's last prof.step() comes. The order
+    is forced through a side store, not a sleep: on a loaded machine rank 0 can be descheduled
+    past any sleep, the future is then complete when the callback is attached, and the callback
+    runs on rank 0's own thread, holding nothing open."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
+    side = dist.TCPStore("127.0.0.1", side_port, 2, is_master=rank == 0)
     handler = dpcore.trace_handler(out, name="held")
     t = torch.ones(1024)
     with profile(activities=[ProfilerActivity.CPU], on_trace_ready=handler,
                  schedule=handler.schedule(wait=0, warmup=0, active=1, repeat=2)) as prof:
-        for _ in range(3):
+        for i in range(3):
             if rank == 1:
-                time.sleep(0.05)
+                side.get(f"attached{i}")  # blocks until rank 0's callback is on the future
             fut = dist.all_reduce(t, async_op=True).get_future()
             if rank == 0:
                 fut.then(lambda _f: time.sleep(HOLD_S))
+                side.set(f"attached{i}", "1")
             fut.wait()
             prof.step()
     dist.barrier()  # the last held callback ends before the group is destroyed
@@ -130,7 +135,7 @@ def test_settled_schedule_waits_for_the_open_range(tmp_path: Path) -> None:
     it the profiler stops first and the range's end is written into freed memory later; the
     trace then shows it ending at the stop, well before the hold is over: README.)"""
     from dpcore.contract.tracefile import load_trace
-    torch.multiprocessing.spawn(_held_worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+    torch.multiprocessing.spawn(_held_worker, args=(free_port(), free_port(), str(tmp_path)), nprocs=2, join=True)
     (run,) = [d for d in tmp_path.iterdir() if d.is_dir()]
     _, events = load_trace(run / "traces" / "imported-ws2" / "rank0.json.gz")
     spans = [e["dur"] for e in events if e.get("name") == "gloo:all_reduce" and "dur" in e]
