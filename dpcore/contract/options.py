@@ -375,6 +375,11 @@ class WhatifOptions:
              "--bandwidth-gbps/--latency-us override it")
 
 
+#: ``import --align-clocks``: when the importer shifts ranks onto rank 0's clock (one list, the
+#: option's choices and the importer's check).
+CLOCK_ALIGNMENTS = ("auto", "always", "never")
+
+
 @dataclass(frozen=True)
 class ImportOptions:
     """``import``'s traces and where the run it writes goes."""
@@ -388,7 +393,7 @@ class ImportOptions:
     iteration: int | None = option(None, flag="--iteration", type=int,
                                    help="torchtitan layout: which iteration_<k> folder (default: the latest)")
     align_clocks: str = option(
-        "auto", flag="--align-clocks", choices=("auto", "always", "never"),
+        "auto", flag="--align-clocks", choices=CLOCK_ALIGNMENTS,
         help="shift ranks onto rank 0's clock by matched collective ends (auto: only when the traces come "
              "from several hosts) (default %(default)s)")
 

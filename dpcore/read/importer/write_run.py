@@ -26,6 +26,7 @@ import pandas as pd
 from dpcore.contract import runformat as rf
 from dpcore.contract.errors import UsageError
 from dpcore.contract.files import atomic_file, atomic_write_text, csv_text, new_run_id, now_iso
+from dpcore.contract.options import CLOCK_ALIGNMENTS
 from dpcore.contract.tracefile import TraceFormatError
 from dpcore.read.importer.rows import (
     IMPORT_COMM,
@@ -40,7 +41,6 @@ from dpcore.read.importer.rows import (
 from dpcore.read.ranks import RankTables, Scale, rank_tables
 from dpcore.read.traces.reader import check_one_world, iteration_dirs, trace_files
 
-ALIGN = ("auto", "always", "never")
 #: steps.csv / collectives.csv columns a torch.profiler trace never carries.
 NEVER_IN_TRACES = ["sync_ms", "samples", "bucket"]
 #: ... and those only newer traces carry (the collectives' metadata: torch >= 2.1).
@@ -212,8 +212,8 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
     every trace file read must really lie under this folder (symbolic links resolved), as the
     dashboard requires of what it imports for a browser. ``scale``: how the ranks are read
     (workers, a Dask scheduler, the cache beside the traces: :class:`~dpcore.read.ranks.Scale`)."""
-    if align not in ALIGN:
-        raise UsageError(f"bad clock alignment {align!r}; valid: {', '.join(ALIGN)}")
+    if align not in CLOCK_ALIGNMENTS:
+        raise UsageError(f"bad clock alignment {align!r}; valid: {', '.join(CLOCK_ALIGNMENTS)}")
     if not str(out).strip():  # Path("") is the current folder: never write there unasked
         raise UsageError("--out is empty; give the folder the run is written into, e.g. profiles")
     src = Path(src)
