@@ -182,10 +182,11 @@ def columns_out_of_view(page, wanted: list[str], table: int = 0) -> list[str]:
     return [c for c in wanted if c not in have]
 
 
-def start_server(root, log, port: int, options: tuple[str, ...] = ()):
+def start_server(root, log, port: int, options: tuple[str, ...] = (), repo=None):
     """`streamlit run app.py` on ``root`` (DPCORE_PROFILES) at ``port``, output to ``log``;
     returns the process once /_stcore/health answers (bounded: 60 s), else fails the test.
-    ``options``: extra ``section.name=value`` server options (the benchmark's A/B of settings)."""
+    ``options``: extra ``section.name=value`` server options (the benchmark's A/B of settings);
+    ``repo``: the source tree whose app.py runs (default: this one; the benchmark's A/B of code)."""
     import os
     import subprocess
     import sys
@@ -195,7 +196,7 @@ def start_server(root, log, port: int, options: tuple[str, ...] = ()):
 
     import pytest
 
-    repo = Path(__file__).resolve().parents[3]
+    repo = Path(repo) if repo is not None else Path(__file__).resolve().parents[3]
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                              "--server.address", "127.0.0.1", "--server.headless", "true",
                              "--browser.gatherUsageStats", "false",
