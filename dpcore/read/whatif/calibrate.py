@@ -16,6 +16,9 @@ KAPPA_COMM_MAX = 0.95
 #: The calibration's two plans must differ this many times in all-reduces per step to tell a
 #: cost per message.
 MIN_MESSAGE_RATIO = 2.0
+#: ... and by this many all-reduces: a step's noise (a few ms on the loaded 2-core box) over a
+#: difference of one or two messages (the tiny transformer: 1 and 3) is the slope, not the cost.
+MIN_MESSAGE_DIFF = 8
 
 
 def _self_comm_end(model: Model) -> float:
@@ -81,8 +84,9 @@ def message_cost(model: Model, cal: dict | None) -> Model:
     last all-reduce after backward began; the difference of the two over the difference of
     their message counts is the cost per message the replay leaves out (the same offset in
     both plans cancels). Clipped at 0; none without a calibration of two plans whose message
-    counts differ by :data:`MIN_MESSAGE_RATIO` (a model whose every layer is larger than the
-    small plan's cap sends 29 and 30: one message apart, the noise of a step is the slope)."""
+    counts differ :data:`MIN_MESSAGE_RATIO`-fold and by :data:`MIN_MESSAGE_DIFF` (a model whose
+    every layer is larger than the small plan's cap sends 29 and 30; a small one 1 and 3: a
+    step's noise over one or two messages is the slope)."""
     plans = [p for p in ((cal or {}).get("data") or []) if isinstance(p, dict)]
     if model.src.world_size < 2 or len(plans) < 2:
         return model
@@ -94,7 +98,8 @@ def message_cost(model: Model, cal: dict | None) -> Model:
         row, _, buckets = replay_cell(base, model.src.world_size, float(plan.get("bucket_mb", np.nan)))
         resid.append(measured - (row["comm_end_ms"] - fwd))
         counts.append(len(buckets))
-    if not (np.isfinite(resid).all() and max(counts) >= MIN_MESSAGE_RATIO * max(min(counts), 1)):
+    if not (np.isfinite(resid).all() and max(counts) >= MIN_MESSAGE_RATIO * max(min(counts), 1)
+            and max(counts) - min(counts) >= MIN_MESSAGE_DIFF):
         model.message_source = (f"none (the calibration's plans, {counts[0]} and {counts[1]} all-reduces, do not "
                                 "tell a cost per message)")
         return model
