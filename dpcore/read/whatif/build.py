@@ -179,6 +179,8 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     if own_network:
         # what the calibration measured per message is the job's own network's: not a named one's
         model = message_cost(model, calibration_of(run.meta, job_id))
+    else:
+        model.message_source = "none (a network asked about: the job's own per-message cost does not describe it)"
     base, note = model, ""
     if not own_network and model.src.world_size >= 2:
         # a named network is not the one the source ran on: its replay of the source's own plan

@@ -76,4 +76,6 @@ def test_plans_of_nearly_equal_message_counts_tell_no_cost(source) -> None:
 def test_a_named_network_takes_no_cost_from_the_job_own(source) -> None:
     run, summary, _ = source
     named = build_model(run, JOB, bandwidth_gbps=5.0, latency_us=50.0, summary=summary)
-    assert named.message_ms == 0.0 and named.message_source.startswith("none")
+    assert named.message_ms == 0.0 and "network asked about" in named.message_source
+    row = [r for r in scale_factors(named) if r[0].startswith("in-training cost per all-reduce")][0]
+    assert row[1] == "0.000 ms" and row[2] == "none"
