@@ -163,8 +163,9 @@ def measure_held_out(out: Path, steps: int, models: list[str]) -> dict[str, Path
 TERMS = ("ready", "messages", "kappa")
 #: Terms the ablation turns off, one at a time, to show what each adds: ``bucket_cost``, backward's
 #: per-bucket cost moved from the source's buckets to the cell's (``whatif.model.rebucket_work``).
-OFF = ("bucket_cost", "anchor")
+OFF = ("bucket_cost", "message_cost", "anchor")
 _LABEL = {"bucket_cost": "model without the per-bucket backward cost",
+          "message_cost": "model without the per-message cost (the anchor taken again without it)",
           "anchor": "model without the anchor (the replay alone)"}
 
 
@@ -174,12 +175,14 @@ def measured_bucket_ms(src: Source) -> np.ndarray:
     return service_times(src).groupby("k")["ms"].median().to_numpy(float)
 
 
-def ablate(run, model, target: str, bucket_mb: float) -> dict[str, float]:
+def ablate(run, model, target: str, bucket_mb: float, summary: pd.DataFrame | None = None) -> dict[str, float]:
     """The predicted step of one held-out cell with one modelled term at a time replaced by the
     target job's measured value: ``ready`` (its own backward: gradient ready times from grads.csv,
     forward and optimizer), ``messages`` (its own all-reduce times per bucket, from
     collectives.csv), ``kappa`` (compute slowed by comm, fitted on its own phases); and with one
-    term of :data:`OFF` turned off (``bucket_cost``). NaN where the target lacks what the term needs."""
+    term of :data:`OFF` turned off (``bucket_cost``; ``message_cost``, with the source's anchor
+    taken again without it, NaN without ``summary``). NaN where the target lacks what the term needs."""
+    from dpcore.read.whatif.build import anchor
     from dpcore.read.whatif.fit import fit_kappa, job_timelines
     from dpcore.read.whatif.predict import replay_cell
 
@@ -196,6 +199,8 @@ def ablate(run, model, target: str, bucket_mb: float) -> dict[str, float]:
     k, _ = fit_kappa(tgt, float(base) if np.isfinite(base) else float("nan"))
     out["kappa"] = replay_cell(replace(model, kappa=k), 2, bucket_mb)[0]["step_ms"]
     out["bucket_cost"] = replay_cell(replace(model, bucket_overhead_ms=0.0), 2, bucket_mb)[0]["step_ms"]
+    out["message_cost"] = (replay_cell(anchor(replace(model, message_ms=0.0), summary), 2, bucket_mb)[0]["step_ms"]
+                           if summary is not None else float("nan"))
     out["anchor"] = replay_cell(replace(model, anchor_ratio=1.0), 2, bucket_mb)[0]["step_ms"]
     return out
 
@@ -329,7 +334,8 @@ def evaluate_held_out(runs: dict[str, Path], allreduce: Path | None = None) -> p
                 pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
                 table, _ = banded(model, with_measured(pred, cells), summary)
                 table = table.dropna(subset=["measured_step_ms"])
-                abl = [ablate(run, model, str(j), float(b)) for j, b in zip(table["measured_job"], table["bucket_mb"])]
+                abl = [ablate(run, model, str(j), float(b), summary)
+                       for j, b in zip(table["measured_job"], table["bucket_mb"])]
                 for t in TERMS + OFF:
                     table[f"step_{t}"] = [a[t] for a in abl]
                 rows.append(table.assign(model=name, variant=variant, source=src.job_id,

@@ -19,7 +19,7 @@ from dpcore.contract.config import ALGOS
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.read.analysis.summary import job_summary
 from dpcore.read.rundir.load import Run
-from dpcore.read.whatif.calibrate import calibrate_comm
+from dpcore.read.whatif.calibrate import calibrate_comm, message_cost
 from dpcore.read.whatif.cells import Model, replay_cell
 from dpcore.read.whatif.fabrics import Network
 from dpcore.read.whatif.fit import (
@@ -176,6 +176,11 @@ def build_model(run: Run, job_id: str, algo: str | None = None, latency_us: floa
     traces). UsageError naming the valid choices for an unusable job or algorithm."""
     model = _measure(run, job_id, algo, latency_us, bandwidth_gbps, allreduce, fabric)
     own_network = fabric is None and latency_us is None and bandwidth_gbps is None and allreduce is None
+    if own_network:
+        # what the calibration measured per message is the job's own network's: not a named one's
+        model = message_cost(model, calibration_of(run.meta, job_id))
+    else:
+        model.message_source = "none (a network asked about: the job's own per-message cost does not describe it)"
     base, note = model, ""
     if not own_network and model.src.world_size >= 2:
         # a named network is not the one the source ran on: its replay of the source's own plan

@@ -9,9 +9,16 @@ from dataclasses import replace
 import numpy as np
 
 from dpcore.read.whatif.cells import Model, replay_cell
+from dpcore.read.whatif.fit import PER_MESSAGE_RANGE_MS
 
 #: Upper bound of the fitted comm slowdown while backward runs (comm never stops entirely).
 KAPPA_COMM_MAX = 0.95
+#: The calibration's two plans must differ this many times in all-reduces per step to tell a
+#: cost per message.
+MIN_MESSAGE_RATIO = 2.0
+#: ... and by this many all-reduces: a step's noise (a few ms on the loaded 2-core box) over a
+#: difference of one or two messages (the tiny transformer: 1 and 3) is the slope, not the cost.
+MIN_MESSAGE_DIFF = 8
 
 
 def _self_comm_end(model: Model) -> float:
@@ -54,4 +61,52 @@ def calibrate_comm(model: Model) -> Model:
         how = f"kappa_comm {KAPPA_COMM_MAX:g} (bound), all-reduces' transfer time x {model.comm_scale:.2f}"
     model.calibration_source = (f"{how}: replaying the source's own buckets ends the last all-reduce at "
                                 f"{target:.1f} ms from the step's start, as measured (median of {len(ends)})")
+    return model
+
+
+def _plan_comm_end(plan: dict) -> tuple[float, float]:
+    """(median over the calibration's rank-steps of one plan of its last all-reduce's end after
+    the rank's backward began, ms; median all-reduces per rank-step)."""
+    ends, counts = [], []
+    for st in plan.get("steps") or []:
+        end = np.asarray(st.get("end_ms") or [], float)
+        if end.size and np.isfinite(end).all():
+            ends.append(float(end.max()) - float(st.get("bwd_start_ms", np.nan)))
+            counts.append(end.size)
+    ok = [e for e in ends if np.isfinite(e)]
+    return (float(np.median(ok)), float(np.median(counts))) if ok else (float("nan"), 0.0)
+
+
+def message_cost(model: Model, cal: dict | None) -> Model:
+    """The in-training cost per all-reduce that the alpha-beta replay misses (``whatif.model``
+    item 9), from the job's in-job calibration: it ran the source's backward with two bucket
+    plans (few large and many small messages); per plan, measured minus replayed end of the
+    last all-reduce after backward began; the difference of the two over the difference of
+    their message counts is the cost per message the replay leaves out (the same offset in
+    both plans cancels). Clipped at 0; none without a calibration of two plans whose message
+    counts differ :data:`MIN_MESSAGE_RATIO`-fold and by :data:`MIN_MESSAGE_DIFF` (a model whose
+    every layer is larger than the small plan's cap sends 29 and 30; a small one 1 and 3: a
+    step's noise over one or two messages is the slope)."""
+    plans = [p for p in ((cal or {}).get("data") or []) if isinstance(p, dict)]
+    if model.src.world_size < 2 or len(plans) < 2:
+        return model
+    base = replace(model, anchor_ratio=1.0, message_ms=0.0)
+    fwd = float(np.median([tl.start_ms + tl.fwd_ms for tl in model.src.timelines]))
+    resid, counts = [], []
+    for plan in plans[:2]:
+        measured, _ = _plan_comm_end(plan)
+        row, _, buckets = replay_cell(base, model.src.world_size, float(plan.get("bucket_mb", np.nan)))
+        resid.append(measured - (row["comm_end_ms"] - fwd))
+        counts.append(len(buckets))
+    if not (np.isfinite(resid).all() and max(counts) >= MIN_MESSAGE_RATIO * max(min(counts), 1)
+            and max(counts) - min(counts) >= MIN_MESSAGE_DIFF):
+        model.message_source = (f"none (the calibration's plans, {counts[0]} and {counts[1]} all-reduces, do not "
+                                "tell a cost per message)")
+        return model
+    per = (resid[1] - resid[0]) / (counts[1] - counts[0])
+    model.message_ms = min(max(float(per), 0.0), PER_MESSAGE_RANGE_MS[1])
+    mbs = " and ".join(f"{float(p.get('bucket_mb', np.nan)):g} MiB ({c} all-reduces)" for p, c in zip(plans, counts))
+    model.message_source = (f"in-job calibration, plans of {mbs}: the last all-reduce ended "
+                            f"{resid[0]:+.1f} and {resid[1]:+.1f} ms after the replay's, {per:.3f} ms per "
+                            f"message{' (clipped at 0)' if per < 0 else ''}")
     return model

@@ -74,6 +74,11 @@ class Model:
     #: step is multiplied by it (``whatif.model`` item 8; :func:`dpcore.read.whatif.build.anchor`)
     anchor_ratio: float = 1.0
     anchor_source: str = "none (not anchored to a measured step)"
+    #: in-training cost of one all-reduce that the alpha-beta replay misses (ms per bucket, exposed:
+    #: added to the step before the anchor; ``whatif.model`` item 9,
+    #: :func:`dpcore.read.whatif.calibrate.message_cost`)
+    message_ms: float = 0.0
+    message_source: str = "none (no in-job calibration with two plans to measure it from)"
 
 
 def core_share(model: Model, n: int) -> float:
@@ -151,6 +156,11 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
         cols["exposed_comm_ms"] += list(rp.exposed_ms)
         cols["compute_ms"] += list(rp.bwd_end + opt)
     med = {k: float(np.median(v)) for k, v in cols.items()}
+    if bucket_ms is None and world_size > 1:
+        # the per-message cost the replay misses is exposed comm: every bucket pays it on the step
+        extra = model.message_ms * len(buckets)
+        for k in ("step_ms", "comm_ms", "exposed_comm_ms", "comm_end_ms"):
+            med[k] += extra
     med["hidden_comm_ms"] = med["comm_ms"] - med["exposed_comm_ms"]
     med["other_ms"] = max(med["step_ms"] - med["compute_ms"] - med["exposed_comm_ms"], 0.0)
     # the rank drawn is the one whose replay is closest to the replay's median, before the anchor

@@ -58,6 +58,10 @@ def scale_factors(model: Model) -> list[tuple[str, str, str, str]]:
                      f"{model.ranks_that_fit:g} ranks fit", "assumed",
                      "run.json's cpu_cores / threads_per_rank: ranks beyond that share the cores evenly "
                      "(gloo's own threads left out)"))
+    rows.append(("in-training cost per all-reduce the replay misses (x buckets, on the step)",
+                 f"{model.message_ms:.3f} ms",
+                 "none" if model.message_source.startswith("none") else kind_of(model.message_source),
+                 model.message_source))
     rows.append(("bookkeeping after the last bucket", f"{model.tail_ms:.2f} ms", "measured",
                  "median over the source job's timed rank-steps"))
     anchored = not model.anchor_source.startswith("none")

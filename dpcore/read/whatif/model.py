@@ -67,6 +67,18 @@ The model, and every assumption it makes:
    against 21.8 %), because a 0.25 MiB source's large residual (in-training per-message cost)
    added to a 4 MiB cell's small step tripled it. Assumption: the ratio holds at every bucket
    size and world size; for a 1-rank source (1 -> N) it holds no waits for other ranks.
+9. **Each all-reduce costs the step a measured ``message_ms`` the alpha-beta line misses**
+   (``whatif.calibrate.message_cost``). The in-job calibration ran the source's backward with
+   two bucket plans (1 and 30 all-reduces, say); replaying both, the many-message plan's last
+   all-reduce ends far later in training than replayed (mlp-256 on the quiet held-out run: 26.4
+   ms late with thirty 0.25 MiB buckets, 1.5 ms with one 4 MiB bucket: 0.86 ms per message; gloo's
+   wake-ups and per-collective setup, which a line through service times dominated by tiny and
+   huge messages does not carry). That difference over the difference in message counts is added
+   per bucket to every cell's step, as exposed comm, before the anchor: the anchor's ratio then
+   covers only what does not scale with the messages. Without it a one-bucket source predicted
+   the 30-bucket cell 60 % low, and a 30-bucket source, whose large residual the ratio spread over
+   compute and comm alike, every 1-bucket cell 100 % high. Needs plans whose message counts
+   differ twofold (else 0, said so); not for a network the user names or a fabric.
 
 What it cannot know: changes in compute with world size beyond the batch (weak scaling keeps
 the per-rank batch; strong scaling scales forward/backward by N_src/N), memory effects of other

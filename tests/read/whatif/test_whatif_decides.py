@@ -12,6 +12,7 @@ import pytest
 
 from dpcore.cli import main
 from dpcore.contract.buckets import pack_reverse, rule_for
+from dpcore.read.analysis.summary import job_summary
 from dpcore.read.rundir import load_run
 from dpcore.read.whatif.fit import job_timelines
 from dpcore.read.whatif.predict import build_model, predict, scale_factors
@@ -104,8 +105,9 @@ def test_bench_find_the_term_and_family_bands_on_known_errors(sample) -> None:
 
     # ablation on the sample: the predicted job's own messages replace the model's, exactly its own
     model = build_model(sample, "torch_ddp-ws2-b25")
-    steps = ablate(sample, model, "torch_ddp-ws2-b1", 1.0)
+    steps = ablate(sample, model, "torch_ddp-ws2-b1", 1.0, job_summary(sample, None))
     assert set(steps) == set(TERMS + OFF) and all(np.isfinite(v) and v > 0 for v in steps.values())
+    assert np.isnan(ablate(sample, model, "torch_ddp-ws2-b1", 1.0)["message_cost"])  # no summary, no anchor
     df = pd.DataFrame({"model": "m", "variant": "v", "source": ["a", "a", "b", "b", "c", "c", "d"],
                        "source_bucket_mb": [1.0, 1.0, 4.0, 4.0, 16.0, 16.0, 1.0],
                        "bucket_mb": [4.0, 16.0, 16.0, 1.0, 1.0, 4.0, 16.0],
