@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -74,6 +75,33 @@ def test_a_list_containing_itself_and_deep_json_are_refused(tmp_path):
     (tmp_path / "b").write_text('{"entries": [' + "[" * 100_000 + "]" * 100_000 + "]}")
     with pytest.raises(DumpError, match="refused"):
         load_dump(tmp_path / "b")
+
+
+_LONG_OP = "gloo:" + "x" * 2**20  # one string object, so the pickle names it once
+
+
+@pytest.mark.parametrize("entries,needle", [
+    # one 1 MiB string named 100,000 times in one entry: 100 GiB once json.dumps-ed
+    ([{"profiling_name": "gloo:all_reduce", "collective_seq_id": 1,
+      "input_sizes": ["y" * 2**20] * 100_000}], "MiB of text (shared strings)"),
+    # one 1 MiB op name shared by 20,000 entries: each split(':') copies it, 20 GiB
+    ([{"profiling_name": _LONG_OP, "collective_seq_id": i} for i in range(20_000)],
+     "MiB of text (shared strings)"),
+    ([{"profiling_name": "gloo:all_reduce", "input_sizes": [b"y"]}], "holds a bytes value"),
+    ([{"profiling_name": "gloo:all_reduce", "input_sizes": {1, 2}}], "holds a set value"),
+    ([{"profiling_name": "gloo:all_reduce", "frames": {(1, 2): 3}}], "a dict key is not"),
+], ids=["sizes", "names", "bytes", "set", "key"])
+def test_shared_long_strings_and_values_json_cannot_hold_are_refused(tmp_path, entries, needle):
+    """A pickle's memo shares strings as it shares lists: a 1.3 MB file that stands for GiBs of
+    text ran ``hang`` out of memory; bytes, sets and tuple keys were a TypeError (exit 1)."""
+    raw = pickle.dumps({"entries": entries})
+    assert len(raw) < 2 * 2**20
+    (tmp_path / "rank0.fr.json").write_bytes(raw)
+    with pytest.raises(DumpError, match=re.escape(needle)):
+        load_dump(tmp_path / "rank0.fr.json")
+    out = _cli("hang", str(tmp_path), cap_mib=1500, timeout=90)
+    assert out.returncode == 2 and out.stdout == "", out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr
 
 
 def test_an_honest_dump_with_shared_strings_still_loads(tmp_path):
