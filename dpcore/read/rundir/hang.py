@@ -132,9 +132,12 @@ def load_hangs(path: str | Path, root: str | Path | None = None) -> list[HangSet
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             pass
         hang_root = p / rf.HANG_DIR
-        sets = [_job_folder(d, sizes.get(d.name) or None, r0) for d in sorted(hang_root.iterdir())
-                if d.is_dir() and (r0 is None or inside_root(d, r0))] \
-            if hang_root.is_dir() and (r0 is None or inside_root(hang_root, r0)) else []
+        folders = [d for d in sorted(hang_root.iterdir()) if d.is_dir()] if hang_root.is_dir() else []
+        kept = [d for d in folders if r0 is None or (inside_root(hang_root, r0) and inside_root(d, r0))]
+        sets = [_job_folder(d, sizes.get(d.name) or None, r0) for d in kept]
+        if not sets and folders:  # a linked hang/ (or every job in it) is not "no hang"
+            raise ValueError(f"{p}: its {rf.HANG_DIR}/ folders resolve outside the profiles folder "
+                             f"{r0}; not read")
         if not sets:
             raise ValueError(f"{p}: this run has no hang/ folder: none of its jobs hung (the "
                              "hang watchdog writes hang/<job_id>/ when one does)")

@@ -171,6 +171,23 @@ def test_hang_page_reads_nothing_outside_the_profiles_folder(tmp_path):
     assert {s.job_id: s.stacks.get(0) for s in free} == {job: "SECRET STACK\n", "linked": None}
 
 
+def test_a_linked_hang_folder_is_named_as_outside_not_as_no_hang(tmp_path):
+    """A run whose whole hang/ is a link out of the profiles folder: nothing is read, and the
+    page's one line says why (it said the run had no hang/ folder and none of its jobs hung)."""
+    profiles, outside = tmp_path / "profiles", tmp_path / "outside"
+    run = make_run(profiles, "20250101-120000-mlp")
+    _two_rank_hang(outside / "flat-ws2")
+    (outside / "flat-ws2" / "rank1.stack.txt").write_text("SECRET STACK\n")
+    (run / rf.HANG_DIR).symlink_to(outside)
+    with pytest.raises(ValueError, match="hang/ folders resolve outside the profiles folder"):
+        load_hangs(run, root=profiles)
+    assert [s.stacks for s in load_hangs(run)] == [{1: "SECRET STACK\n"}]  # the CLI follows it
+    (run / rf.HANG_DIR).unlink()
+    (run / rf.HANG_DIR).mkdir()
+    with pytest.raises(ValueError, match="this run has no hang/ folder"):
+        load_hangs(run, root=profiles)
+
+
 def test_a_huge_stack_file_is_cut(tmp_path):
     _two_rank_hang(tmp_path)
     with open(tmp_path / "rank1.stack.txt", "wb") as f:
