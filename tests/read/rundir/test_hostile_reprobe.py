@@ -142,6 +142,25 @@ def test_world_sizes_claimed_by_names_and_fields_are_bounded(tmp_path):
     assert flightrec.plausible_rank("99999999999999") is None and flightrec.plausible_world(10**15) is None
 
 
+def test_a_huge_run_json_is_not_read_for_the_hangs_world_sizes(tmp_path):
+    """The Hang page's loader reads run.json only for its jobs' world sizes: a 3 GiB sparse
+    run.json was read whole (MemoryError); now it is left out and the dumps alone give the
+    verdict, on the page and in the ``hang`` command (MemoryError, exit 1, before)."""
+    run = make_run(tmp_path, "20250101-120000-mlp")
+    job = json.loads((run / rf.RUN_JSON).read_text())["jobs"][0]["id"]
+    _two_rank_hang(rf.hang_dir(run, job))
+    os.truncate(run / rf.RUN_JSON, 3 * 2**30)
+    code = ("import sys; from tests.memlimit import limit_address_space; limit_address_space(1000); "
+            "from dpcore.read.rundir.hang import load_hangs; "
+            "print(sorted(load_hangs(sys.argv[1], root=sys.argv[2])[0].dumps))")
+    out = subprocess.run([sys.executable, "-c", code, str(run), str(tmp_path)], capture_output=True,
+                         text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=90)
+    assert out.returncode == 0 and out.stdout.strip() == "[0, 1]", out.stderr[-2000:]
+    out = _cli("hang", str(run), cap_mib=1000, timeout=90)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "verdict (missing): rank 1 never entered collective seq 8" in out.stdout
+
+
 def test_one_stray_file_ending_in_digits_does_not_abort_a_dump_folder(tmp_path):
     _two_rank_hang(tmp_path / "job")
     for r in (0, 1):
