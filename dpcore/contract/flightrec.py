@@ -17,7 +17,12 @@ one list from many places (a list of two references to a list of two references 
 530-byte file can stand for 2**60 elements; every later walk (``json.dumps``, the verdict) would
 expand it. :func:`load_dump` counts the elements reachable as a tree and refuses more than the
 file has bytes (an honest dump spends at least one byte per element) or deeper than
-:data:`MAX_DEPTH`, which also refuses a list that contains itself.
+:data:`MAX_DEPTH`, which also refuses a list that contains itself. The same memo lets one
+long string stand in many places (a 1 MiB name named 100 000 times is a 1.2 MB pickle and
+100 GiB of text once printed or ``json.dumps``-ed), so the text reachable as a tree is bounded
+too (:data:`MAX_DUMP_TEXT`; an honest pickle shares its short repeated strings, stack file
+names and op names, and stays far below it). Only JSON's kinds of value are accepted (no
+bytes, no sets): every reader after this one treats a dump as JSON.
 """
 from __future__ import annotations
 
@@ -40,6 +45,9 @@ DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "In
                "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 #: largest dump file read (a buffer of 20 000 entries with stacks is a few MB)
 MAX_DUMP_BYTES = 256 * 2**20
+#: most characters of text a dump may stand for when walked as a tree (shared strings counted
+#: each time they are reached): the largest dump file read, as JSON, holds no more
+MAX_DUMP_TEXT = MAX_DUMP_BYTES
 #: deepest nesting accepted in a dump (a real one nests entries > frames > frame: about 5)
 MAX_DEPTH = 64
 #: elements a dump may hold beyond its byte count (the empty containers around it)
@@ -64,11 +72,12 @@ class _NoGlobals(pickle.Unpickler):
 
 
 def _check_shape(data: Any, max_nodes: int, path: Path) -> None:
-    """Refuse ``data`` when walking it as a tree visits more than ``max_nodes`` elements or
-    goes deeper than :data:`MAX_DEPTH` (shared and self-referring containers counted each
-    time they are reached, as ``json.dumps`` would): iterative, so it stops at the bound."""
+    """Refuse ``data`` when walking it as a tree visits more than ``max_nodes`` elements,
+    more than :data:`MAX_DUMP_TEXT` characters of text, a value JSON cannot hold, or goes
+    deeper than :data:`MAX_DEPTH` (shared and self-referring containers and strings counted
+    each time they are reached, as ``json.dumps`` would): iterative, so it stops at the bound."""
     todo: list[tuple[Any, int]] = [(data, 0)]
-    seen = 0
+    seen = text = 0
     while todo:
         obj, depth = todo.pop()
         seen += 1
@@ -78,15 +87,27 @@ def _check_shape(data: Any, max_nodes: int, path: Path) -> None:
         if depth > MAX_DEPTH:
             raise DumpError(f"{path}: refused: nested deeper than {MAX_DEPTH} levels (or "
                             "containing itself); not a flight-recorder dump")
-        if isinstance(obj, dict):
+        if isinstance(obj, str):
+            text += len(obj)
+            if text > MAX_DUMP_TEXT:
+                raise DumpError(f"{path}: refused: the pickle expands to more than "
+                                f"{MAX_DUMP_TEXT // 2**20} MiB of text (shared strings); not a "
+                                "flight-recorder dump")
+        elif isinstance(obj, (bytes, bytearray, set, frozenset)):
+            raise DumpError(f"{path}: refused: holds a {type(obj).__name__} value, which JSON "
+                            "cannot; not a flight-recorder dump")
+        elif isinstance(obj, dict):
+            if any(not isinstance(k, (str, int, float, bool, type(None))) for k in obj):
+                raise DumpError(f"{path}: refused: a dict key is not a string or number; not a "
+                                "flight-recorder dump")
             todo.extend((v, depth + 1) for kv in obj.items() for v in kv)
-        elif isinstance(obj, (list, tuple, set, frozenset)):
+        elif isinstance(obj, (list, tuple)):
             todo.extend((v, depth + 1) for v in obj)
 
 
 def load_dump(path: Path) -> dict[str, Any]:
     """One dump file as a dict: JSON, or a pickle read without any global whose elements fit
-    its size and :data:`MAX_DEPTH` (DumpError else)."""
+    its size, :data:`MAX_DUMP_TEXT` and :data:`MAX_DEPTH` (DumpError else)."""
     try:
         with open_regular(path, MAX_DUMP_BYTES) as f:
             raw = f.read(MAX_DUMP_BYTES + 1)

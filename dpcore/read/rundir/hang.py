@@ -22,7 +22,7 @@ from pathlib import Path
 from dpcore.contract import flightrec
 from dpcore.contract import runformat as rf
 from dpcore.contract.tracefile import open_regular
-from dpcore.read.rundir.load import inside_root
+from dpcore.read.rundir.load import MAX_RUN_FILE_BYTES, inside_root
 
 #: most dump files read from one folder (a folder of something else is refused, not read)
 MAX_DUMPS = 4096
@@ -125,16 +125,20 @@ def load_hangs(path: str | Path, root: str | Path | None = None) -> list[HangSet
     if (p / rf.RUN_JSON).is_file():
         sizes: dict[str, int] = {}
         try:
-            meta = json.loads((p / rf.RUN_JSON).read_text())
+            with open_regular(p / rf.RUN_JSON, MAX_RUN_FILE_BYTES) as f:  # a 3 GiB sparse file
+                meta = json.loads(f.read(MAX_RUN_FILE_BYTES + 1))
             sizes = {str(j["id"]): flightrec.plausible_world(j.get("processes")
                                                              or j.get("world_size")) or 0
                      for j in meta.get("jobs", []) if isinstance(j, dict) and "id" in j}
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             pass
         hang_root = p / rf.HANG_DIR
-        sets = [_job_folder(d, sizes.get(d.name) or None, r0) for d in sorted(hang_root.iterdir())
-                if d.is_dir() and (r0 is None or inside_root(d, r0))] \
-            if hang_root.is_dir() and (r0 is None or inside_root(hang_root, r0)) else []
+        folders = [d for d in sorted(hang_root.iterdir()) if d.is_dir()] if hang_root.is_dir() else []
+        kept = [d for d in folders if r0 is None or (inside_root(hang_root, r0) and inside_root(d, r0))]
+        sets = [_job_folder(d, sizes.get(d.name) or None, r0) for d in kept]
+        if not sets and folders:  # a linked hang/ (or every job in it) is not "no hang"
+            raise ValueError(f"{p}: its {rf.HANG_DIR}/ folders resolve outside the profiles folder "
+                             f"{r0}; not read")
         if not sets:
             raise ValueError(f"{p}: this run has no hang/ folder: none of its jobs hung (the "
                              "hang watchdog writes hang/<job_id>/ when one does)")

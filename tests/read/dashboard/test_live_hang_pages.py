@@ -102,6 +102,22 @@ def test_live_page_links_a_hung_job_to_the_hang_page(root, monkeypatch):
     assert any("flat-ws2 hung" in w.value and "Hang page" in w.value for w in at.warning)
 
 
+def test_a_crafted_hang_folder_name_is_text_in_the_live_pages_link(root, monkeypatch):
+    """A hang/ folder's name is the run's text, not Markdown: in the warning and in the
+    link's label (Streamlit renders a page link's label as Markdown)."""
+    import streamlit
+
+    hang = root / "20250101-120000-mlp" / rf.HANG_DIR
+    crafted = "[x](https:evil.test) **b**"
+    (hang / "flat-ws2").rename(hang / crafted)
+    labels: list[str] = []
+    monkeypatch.setattr(streamlit, "page_link", lambda page, label="", **kw: labels.append(label))
+    at = open_page(start(root, monkeypatch), "Live")
+    assert not problems(at), problems(at)
+    assert r"Open Hang (\[x\]\(https\:evil.test\) \*\*b\*\*)" in labels, labels
+    assert any(r"\[x\]\(https\:evil.test\) \*\*b\*\* hung" in w.value for w in at.warning)
+
+
 def test_live_page_names_no_slowest_rank_at_world_size_one(root, monkeypatch):
     run = root / "20250101-120000-mlp"
     lines = _live_rows("single-ws1").splitlines(keepends=True)

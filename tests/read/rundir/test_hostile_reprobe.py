@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -76,6 +77,33 @@ def test_a_list_containing_itself_and_deep_json_are_refused(tmp_path):
         load_dump(tmp_path / "b")
 
 
+_LONG_OP = "gloo:" + "x" * 2**20  # one string object, so the pickle names it once
+
+
+@pytest.mark.parametrize("entries,needle", [
+    # one 1 MiB string named 100,000 times in one entry: 100 GiB once json.dumps-ed
+    ([{"profiling_name": "gloo:all_reduce", "collective_seq_id": 1,
+      "input_sizes": ["y" * 2**20] * 100_000}], "MiB of text (shared strings)"),
+    # one 1 MiB op name shared by 20,000 entries: each split(':') copies it, 20 GiB
+    ([{"profiling_name": _LONG_OP, "collective_seq_id": i} for i in range(20_000)],
+     "MiB of text (shared strings)"),
+    ([{"profiling_name": "gloo:all_reduce", "input_sizes": [b"y"]}], "holds a bytes value"),
+    ([{"profiling_name": "gloo:all_reduce", "input_sizes": {1, 2}}], "holds a set value"),
+    ([{"profiling_name": "gloo:all_reduce", "frames": {(1, 2): 3}}], "a dict key is not"),
+], ids=["sizes", "names", "bytes", "set", "key"])
+def test_shared_long_strings_and_values_json_cannot_hold_are_refused(tmp_path, entries, needle):
+    """A pickle's memo shares strings as it shares lists: a 1.3 MB file that stands for GiBs of
+    text ran ``hang`` out of memory; bytes, sets and tuple keys were a TypeError (exit 1)."""
+    raw = pickle.dumps({"entries": entries})
+    assert len(raw) < 2 * 2**20
+    (tmp_path / "rank0.fr.json").write_bytes(raw)
+    with pytest.raises(DumpError, match=re.escape(needle)):
+        load_dump(tmp_path / "rank0.fr.json")
+    out = _cli("hang", str(tmp_path), cap_mib=1500, timeout=90)
+    assert out.returncode == 2 and out.stdout == "", out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr
+
+
 def test_an_honest_dump_with_shared_strings_still_loads(tmp_path):
     entries = _steps(200)
     (tmp_path / "d").write_bytes(pickle.dumps({"entries": entries}))
@@ -114,6 +142,25 @@ def test_world_sizes_claimed_by_names_and_fields_are_bounded(tmp_path):
     assert flightrec.plausible_rank("99999999999999") is None and flightrec.plausible_world(10**15) is None
 
 
+def test_a_huge_run_json_is_not_read_for_the_hangs_world_sizes(tmp_path):
+    """The Hang page's loader reads run.json only for its jobs' world sizes: a 3 GiB sparse
+    run.json was read whole (MemoryError); now it is left out and the dumps alone give the
+    verdict, on the page and in the ``hang`` command (MemoryError, exit 1, before)."""
+    run = make_run(tmp_path, "20250101-120000-mlp")
+    job = json.loads((run / rf.RUN_JSON).read_text())["jobs"][0]["id"]
+    _two_rank_hang(rf.hang_dir(run, job))
+    os.truncate(run / rf.RUN_JSON, 3 * 2**30)
+    code = ("import sys; from tests.memlimit import limit_address_space; limit_address_space(1000); "
+            "from dpcore.read.rundir.hang import load_hangs; "
+            "print(sorted(load_hangs(sys.argv[1], root=sys.argv[2])[0].dumps))")
+    out = subprocess.run([sys.executable, "-c", code, str(run), str(tmp_path)], capture_output=True,
+                         text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=90)
+    assert out.returncode == 0 and out.stdout.strip() == "[0, 1]", out.stderr[-2000:]
+    out = _cli("hang", str(run), cap_mib=1000, timeout=90)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "verdict (missing): rank 1 never entered collective seq 8" in out.stdout
+
+
 def test_one_stray_file_ending_in_digits_does_not_abort_a_dump_folder(tmp_path):
     _two_rank_hang(tmp_path / "job")
     for r in (0, 1):
@@ -141,6 +188,23 @@ def test_hang_page_reads_nothing_outside_the_profiles_folder(tmp_path):
     free = load_hangs(run)  # the CLI on a path the user named follows links
     assert sorted(s.job_id for s in free) == sorted([job, "linked"])
     assert {s.job_id: s.stacks.get(0) for s in free} == {job: "SECRET STACK\n", "linked": None}
+
+
+def test_a_linked_hang_folder_is_named_as_outside_not_as_no_hang(tmp_path):
+    """A run whose whole hang/ is a link out of the profiles folder: nothing is read, and the
+    page's one line says why (it said the run had no hang/ folder and none of its jobs hung)."""
+    profiles, outside = tmp_path / "profiles", tmp_path / "outside"
+    run = make_run(profiles, "20250101-120000-mlp")
+    _two_rank_hang(outside / "flat-ws2")
+    (outside / "flat-ws2" / "rank1.stack.txt").write_text("SECRET STACK\n")
+    (run / rf.HANG_DIR).symlink_to(outside)
+    with pytest.raises(ValueError, match="hang/ folders resolve outside the profiles folder"):
+        load_hangs(run, root=profiles)
+    assert [s.stacks for s in load_hangs(run)] == [{1: "SECRET STACK\n"}]  # the CLI follows it
+    (run / rf.HANG_DIR).unlink()
+    (run / rf.HANG_DIR).mkdir()
+    with pytest.raises(ValueError, match="this run has no hang/ folder"):
+        load_hangs(run, root=profiles)
 
 
 def test_a_huge_stack_file_is_cut(tmp_path):

@@ -110,7 +110,7 @@ def _hang_link(run: Run) -> None:
     for job in hung_jobs(run.path):
         st.warning(f"{md(job)} hung: its ranks' last collectives and stacks are on the Hang page.")
         try:
-            st.page_link(spec("Hang").path, label=f"Open Hang ({job})")
+            st.page_link(spec("Hang").path, label=f"Open Hang ({md(job)})")  # labels are Markdown
         except Exception:  # noqa: BLE001 - outside app.py's navigation (a test): no link
             st.markdown("See the Hang page.")
 
