@@ -64,17 +64,16 @@ def calibrate_comm(model: Model) -> Model:
     return model
 
 
-def _plan_comm_end(plan: dict) -> tuple[float, float]:
-    """(median over the calibration's rank-steps of one plan of its last all-reduce's end after
-    the rank's backward began, ms; median all-reduces per rank-step)."""
-    ends, counts = [], []
+def _plan_comm_end(plan: dict) -> float:
+    """Median over the calibration's rank-steps of one plan of its last all-reduce's end after
+    the rank's backward began, ms (NaN without one)."""
+    ends = []
     for st in plan.get("steps") or []:
         end = np.asarray(st.get("end_ms") or [], float)
         if end.size and np.isfinite(end).all():
             ends.append(float(end.max()) - float(st.get("bwd_start_ms", np.nan)))
-            counts.append(end.size)
     ok = [e for e in ends if np.isfinite(e)]
-    return (float(np.median(ok)), float(np.median(counts))) if ok else (float("nan"), 0.0)
+    return float(np.median(ok)) if ok else float("nan")
 
 
 def message_cost(model: Model, cal: dict | None) -> Model:
@@ -94,7 +93,7 @@ def message_cost(model: Model, cal: dict | None) -> Model:
     fwd = float(np.median([tl.start_ms + tl.fwd_ms for tl in model.src.timelines]))
     resid, counts = [], []
     for plan in plans[:2]:
-        measured, _ = _plan_comm_end(plan)
+        measured = _plan_comm_end(plan)
         row, _, buckets = replay_cell(base, model.src.world_size, float(plan.get("bucket_mb", np.nan)))
         resid.append(measured - (row["comm_end_ms"] - fwd))
         counts.append(len(buckets))
