@@ -10,7 +10,7 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/dpcore-gpu-check}
-BUDGET_S=${BUDGET_S:-500}
+BUDGET_S=${BUDGET_S:-480}
 mkdir -p "$OUT/logs" "$OUT/runs"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 START=$(date +%s)
@@ -40,20 +40,29 @@ PY
 SMALL=(--model mlp --width 256 --batch-size 16 --steps 3 --warmup 1 --profile-steps 1
        --calibration-steps 0 --progress json --out "$OUT/runs")
 step profile-gloo-bf16-ws124 200 python -m dpcore profile --device cuda --backend gloo --dtype bf16 \
-     --variants all --world-sizes 1,2,4 --name gloo-bf16 "${SMALL[@]}"
+     --variants all --world-sizes 1,2,4 --run-id gloo-bf16 "${SMALL[@]}"
 step profile-gloo-fp32-ws124 150 python -m dpcore profile --device cuda --backend gloo --dtype fp32 \
-     --variants all --world-sizes 1,2,4 --no-trace --name gloo-fp32 "${SMALL[@]}"
+     --variants all --world-sizes 1,2,4 --no-trace --run-id gloo-fp32 "${SMALL[@]}"
 step profile-nccl-bf16-ws1 80 python -m dpcore profile --device cuda --backend nccl --dtype bf16 \
-     --variants all --world-sizes 1 --name nccl-bf16 "${SMALL[@]}"
+     --variants all --world-sizes 1 --run-id nccl-bf16 "${SMALL[@]}"
 step profile-nccl-fp32-ws1 80 python -m dpcore profile --device cuda --backend nccl --dtype fp32 \
-     --variants all --world-sizes 1 --no-trace --name nccl-fp32 "${SMALL[@]}"
+     --variants all --world-sizes 1 --no-trace --run-id nccl-fp32 "${SMALL[@]}"
 step verify-cuda-bf16-ws2 90 python -m dpcore verify --device cuda --dtype bf16 --world-size 2
 step verify-cuda-fp32-ws2 90 python -m dpcore verify --device cuda --dtype fp32 --world-size 2
 step pytest-gpu 150 python -m pytest -q -m gpu -p no:cacheprovider tests/write tests/contract
 step allreduce-cuda-gloo 60 python -m dpcore allreduce --device cuda --backend gloo --world-sizes 2 \
-     --sizes 4KB,1MB --repeats 5 --progress json --out "$OUT/runs" --name ar-gloo
+     --sizes 4KB,1MB --repeats 5 --progress json --out "$OUT/runs" --run-id ar-gloo
 step allreduce-cuda-nccl 60 python -m dpcore allreduce --device cuda --backend nccl --world-sizes 1 \
-     --algos native --sizes 4KB,1MB --repeats 5 --progress json --out "$OUT/runs" --name ar-nccl
+     --algos native --sizes 4KB,1MB --repeats 5 --progress json --out "$OUT/runs" --run-id ar-nccl
+# the read side on what the GPU just wrote: the GPU ledger, overlap, the per-job table, and the
+# what-if from a world-size-1 NCCL job to 8 and 64 GPUs on an NVLink preset (issue 32)
+step gpu-ledger-gloo-bf16 60 python -m dpcore gpu "$OUT/runs/gloo-bf16"
+step analyze-nccl-bf16 60 python -m dpcore analyze "$OUT/runs/nccl-bf16"
+step summarize-gloo-fp32 30 python -m dpcore summarize "$OUT/runs/gloo-fp32"
+step whatif-ws1-nvlink 60 python -m dpcore whatif "$OUT/runs/nccl-bf16" --job torch_ddp-ws1-b25 \
+     --world-sizes 8,64 --fabric nvlink-h100
+step whatif-ws1-csv 60 python -m dpcore whatif "$OUT/runs/nccl-bf16" --job bucketed-ws1-b25 \
+     --world-sizes 2,8 --fabric nvlink-h100,ib-ndr400 --csv
 
 echo
 echo "== steps ($(( $(date +%s) - START )) s in all; logs in $OUT/logs)"
@@ -61,6 +70,11 @@ printf '%s\n' "${SUMMARY[@]}"
 echo
 echo "== verify"
 for f in "$OUT"/logs/verify-*.log; do [ -f "$f" ] && { echo "-- $(basename "$f" .log)"; grep -E 'DIFFERS|error|skipped|match|lossy' "$f" | awk '{print $1, $3, $4, $5, $6, $7}' | head -20; }; done
+echo
+echo "== read side (tails)"
+for n in gpu-ledger-gloo-bf16 analyze-nccl-bf16 whatif-ws1-nvlink whatif-ws1-csv; do
+  [ -f "$OUT/logs/$n.log" ] && { echo "-- $n"; head -c 2500 "$OUT/logs/$n.log" | head -n 30; }
+done
 echo
 echo "== gpu tests"
 tail -n 3 "$OUT/logs/pytest-gpu.log" 2>/dev/null
