@@ -76,10 +76,20 @@ def _nccl_job(ctx: Any) -> dict[str, Any]:
 
 
 def test_nccl_is_asked_and_fsdp_reduce_scatters() -> None:
-    r = launch(_nccl_job, 1, backend="nccl", device="cuda", timeout_s=300)[0]
+    """dpcore's own fsdp reduce-scatters on NCCL even at one rank. torch_fsdp (FSDP2) does not:
+    its ``foreach_reduce`` skips the reduce-scatter when the group has one rank (torch 2.11 on an
+    H200 and 2.13 alike), so a world-size-1 torch_fsdp job logs only the start-up broadcast; with
+    two GPUs the same job must reduce-scatter."""
+    gpus = min(torch.cuda.device_count(), 2)
+    got = launch(_nccl_job, gpus, backend="nccl", device="cuda", timeout_s=300)
+    r = got[0]
     assert (r["backend"], r["device"], r["native_rs"]) == ("nccl", "cuda:0", True)
     assert r["torch_fsdp_skip"] is None and r["fsdp_skip"] is None
-    assert "reduce_scatter" in r["fsdp_ops"] and "reduce_scatter" in r["torch_fsdp_ops"]
+    assert "reduce_scatter" in r["fsdp_ops"]
+    if gpus == 1:
+        assert "reduce_scatter" not in r["torch_fsdp_ops"] and "broadcast" in r["torch_fsdp_ops"]
+    else:
+        assert all("reduce_scatter" in g["torch_fsdp_ops"] for g in got)
 
 
 def _shared_gpu_job(ctx: Any) -> dict[str, Any]:
