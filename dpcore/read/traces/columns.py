@@ -20,6 +20,17 @@ whitespace-separated objects): on one rank of ``benchmarks.bench_trace_load`` (2
 long as this whole scan (medians of 5 interleaved, one thread: 1.19 s vs 1.26 s on a loaded
 2-core machine; 0.98 s vs 0.96 s for the whole prototype on another run), and its threads only
 help when cores are idle, which the rank workers already use.
+
+Why not DuckDB's JSON reader (yyjson; ``read_json`` with the traceEvents array typed as a list
+of STRUCTs, unnested, the 'X' rows fetched to numpy and factorised into the same codes): it gave
+the same values on that rank, but a trace is one JSON document, so DuckDB parses it as one object
+in one thread and builds a document tree of every value before the typed columns. On that rank,
+gunzip included in both, one DuckDB thread (2.0.1), medians of 3: its parse alone
+(``read_json_objects``) 0.44-0.50 s, the typed columns 0.75 s, fetched 0.88 s, against 0.96 s
+(median of 5) for this whole scan; with the codes, medians of 5 interleaved in one process:
+1.73 s against 1.64 s on a loaded machine. No win, and a dependency of ~70 MB installed.
+Decompression is ~10 % of the scan (zlib: ~0.11 s of ~1 s); python-isal's igzip takes 0.07 s,
+~5 % of a rank, which does not pay for a dependency either.
 """
 from __future__ import annotations
 
