@@ -96,8 +96,9 @@ def whatif_text(path: str | None, job: str | None, bucket_mb: str | None = None,
     cores = (run.meta.get("environment") or {}).get("cpu_cores")
     notes = ["", "step = forward + max(backward end, last all-reduce end) + bookkeeping + optimizer; "
              "measured_ms: summarize's median step of the same cell (error_% = predicted vs measured).",
-             "band_lo-band_hi: the source job's p10/p90 step spread times the model's held-out error both ways "
-             "(band_err_%: its family's, dpcore/read/whatif/bands.csv); in_band: the measured cell inside it."]
+             "band_lo-band_hi: the model's held-out error (band_err_%: its family's, dpcore/read/whatif/bands.csv) "
+             "and the doubt of the source job's median step (its p10-p90 over the root of its steps), in quadrature; "
+             "in_band: the measured cell inside it."]
     notes += [f"band_err_% {e:g}: {w}" for e, w in
               table[["model_error_pct", "band_from"]].drop_duplicates().itertuples(index=False)]
     if cores and int(table["world_size"].max()) > int(cores) and \

@@ -4,16 +4,21 @@ Why bands: a prediction without its doubt misleads (a 0.25 MiB cell predicted at
 measured at 57 ms, with no sign of doubt). Two things make a predicted cell uncertain, and
 the band multiplies both in:
 
-* the **measured spread of the source job**: the replay reuses the source's steps, so a cell can
-  only be known as well as the source's step was: its p10/p50 and p90/p50 (``summarize``'s
-  numbers, the same function) scale the prediction down and up;
+* the **uncertainty of the source job's median step**: the replay reuses the source's steps and
+  is anchored on its median, and a predicted cell is a median step too (``summarize``'s
+  ``step_ms``, what the band must hold), so the source adds the doubt of its median, not the
+  spread of its single steps: from its p10/p50/p90 and its number of timed steps n
+  (:func:`source_spread`), about 1.6 x (p90 - p50) / sqrt(n) up and the same of p50 - p10 down;
 * the **model's error where it errs**: the held-out error of cells like this one, its family
   (variant x direction of extrapolation in bucket size and in world size, :func:`family_of`),
   from ``bands.csv`` next to this module (written by ``benchmarks/bench_whatif.py --held-out
-  --bands-out``), applied both ways on top. A family without held-out cells takes the global
-  :data:`MODEL_ERROR_PCT`, and its ``band_from`` says so.
+  --bands-out``). A family without held-out cells takes the global :data:`MODEL_ERROR_PCT`, and
+  its ``band_from`` says so.
 
-Why the recommendation compares against the model's error only: the source's spread moves every
+The two are independent, so they add in quadrature (:func:`add_bands`); the held-out error
+already holds the noise of the held-out runs' medians, so the band is, if anything, wide.
+
+Why the recommendation compares against the model's error only: the source median's doubt moves every
 predicted cell of one source together (they replay the same steps), so it cancels in a
 comparison of two cells; the model's error does not. A gain smaller than the fastest cell's
 family error "does not matter"; a larger one is named, in ms and %.
@@ -75,35 +80,48 @@ def cell_errors(table: pd.DataFrame, variant: str, src_mb: float, src_ws: int,
         if (variant, b, n) in errors.index:
             r = errors.loc[(variant, b, n)]
             pct.append(float(r["half_width_pct"]))
-            where.append(f"family {name}: 90th percentile of |error| of {int(r['cells'])} held-out cells")
+            where.append(f"family {name}: 90th percentile of |measured / predicted - 1| of {int(r['cells'])} "
+                         "held-out cells")
         else:
             pct.append(MODEL_ERROR_PCT)
             where.append(f"global {MODEL_ERROR_PCT:g} % (no held-out cells of family {name})")
     return np.array(pct, float), where
 
 
+#: The 90 % two-sided interval of the median of n normal samples, in units of (p90 - p50) / sqrt(n):
+#: z(0.95) x the median's standard error sqrt(pi / 2) x sigma / sqrt(n), with sigma = (p90 - p50) /
+#: z(0.90): 1.645 x 1.2533 / 1.2816.
+MEDIAN_INTERVAL = 1.645 * 1.2533 / 1.2816
+
+
 def source_spread(summary: pd.DataFrame, job_id: str) -> tuple[float, float]:
-    """(p10 / p50, p90 / p50) of the source job's timed step times (``job_summary`` rows); (1, 1)
-    when the run has no spread for it (a single step)."""
+    """(down, up): the relative uncertainty of the source job's median step (``job_summary`` rows:
+    ``step_ms``, ``step_ms_p10``, ``step_ms_p90``, ``n_steps``), :data:`MEDIAN_INTERVAL` x
+    (p50 - p10) / p50 / sqrt(n) and the same of p90 - p50 (one timed step: the whole p10/p90
+    spread); (0, 0) when the run has no spread for it."""
     row = summary[summary["job_id"] == job_id]
     if row.empty:
-        return 1.0, 1.0
+        return 0.0, 0.0
     p10, p50, p90 = (float(row[c].iloc[0]) for c in ("step_ms_p10", "step_ms", "step_ms_p90"))
     if not all(np.isfinite([p10, p50, p90])) or p50 <= 0:
-        return 1.0, 1.0
-    return min(p10 / p50, 1.0), max(p90 / p50, 1.0)
+        return 0.0, 0.0
+    n = float(row["n_steps"].iloc[0]) if "n_steps" in row and np.isfinite(row["n_steps"].iloc[0]) else 1.0
+    k = MEDIAN_INTERVAL / np.sqrt(max(n, 1.0)) if n > 1 else 1.0
+    return k * max(p50 - p10, 0.0) / p50, k * max(p90 - p50, 0.0) / p50
 
 
 def add_bands(table: pd.DataFrame, spread: tuple[float, float],
               model_error_pct: float | np.ndarray = MODEL_ERROR_PCT) -> pd.DataFrame:
-    """``table`` (WHATIF rows) with ``step_ms_lo``/``step_ms_hi`` (module docstring),
-    ``model_error_pct`` (one figure, or one per row: :func:`cell_errors`) and ``in_band`` (the
-    measured cell inside its band; NaN where the run has no such cell)."""
+    """``table`` (WHATIF rows) with ``step_ms_lo``/``step_ms_hi``: the prediction times
+    1 -/+ sqrt(e^2 + u^2), e the model's error (``model_error_pct``: one figure, or one per row,
+    :func:`cell_errors`) and u the source median's uncertainty down/up (``spread``,
+    :func:`source_spread`); ``model_error_pct``; and ``in_band`` (the measured cell inside its
+    band; NaN where the run has no such cell)."""
     out = table.copy()
     out["model_error_pct"] = np.broadcast_to(np.asarray(model_error_pct, float), len(out))
     e = out["model_error_pct"] / 100.0
-    out["step_ms_lo"] = out["step_ms"] * spread[0] * (1.0 - e)
-    out["step_ms_hi"] = out["step_ms"] * spread[1] * (1.0 + e)
+    out["step_ms_lo"] = out["step_ms"] * np.maximum(1.0 - np.sqrt(e ** 2 + spread[0] ** 2), 0.0)
+    out["step_ms_hi"] = out["step_ms"] * (1.0 + np.sqrt(e ** 2 + spread[1] ** 2))
     if "measured_step_ms" in out:
         m = out["measured_step_ms"]
         inside = (m >= out["step_ms_lo"]) & (m <= out["step_ms_hi"])

@@ -19,14 +19,22 @@ def _cells(steps: dict[float, float], measured: dict[float, float] | None = None
                          "measured_step_ms": [measured.get(b, np.nan) for b in steps]})
 
 
-def test_band_is_source_spread_times_model_error() -> None:
-    summary = pd.DataFrame({"job_id": ["j"], "step_ms": [100.0], "step_ms_p10": [80.0], "step_ms_p90": [150.0]})
-    spread = source_spread(summary, "j")
-    assert spread == (0.8, 1.5) and source_spread(summary, "other") == (1.0, 1.0)
-    out = add_bands(_cells({1.0: 40.0, 4.0: 50.0}, {1.0: 33.0, 4.0: 90.0}), spread, model_error_pct=10.0)
-    assert out["step_ms_lo"].tolist() == pytest.approx([40 * 0.8 * 0.9, 50 * 0.8 * 0.9])
-    assert out["step_ms_hi"].tolist() == pytest.approx([40 * 1.5 * 1.1, 50 * 1.5 * 1.1])
-    assert out["in_band"].tolist() == [True, False]          # 33 >= 28.8; 90 > 82.5
+def test_band_adds_the_source_medians_doubt_and_the_model_error_in_quadrature() -> None:
+    summary = pd.DataFrame({"job_id": ["j", "one"], "step_ms": [100.0, 100.0], "step_ms_p10": [80.0, 80.0],
+                            "step_ms_p90": [150.0, 150.0], "n_steps": [9, 1]})
+    # the median of 9 steps: 1.645 x 1.2533 / 1.2816 / sqrt(9) = 0.5362 of (p50 - p10) and of (p90 - p50)
+    down, up = source_spread(summary, "j")
+    assert (down, up) == pytest.approx((0.5362 * 0.2, 0.5362 * 0.5), abs=1e-4)
+    assert source_spread(summary, "one") == pytest.approx((0.2, 0.5))   # one step: its whole spread
+    assert source_spread(summary, "other") == (0.0, 0.0)
+    out = add_bands(_cells({1.0: 40.0, 4.0: 50.0}, {1.0: 35.0, 4.0: 70.0}), (down, up), model_error_pct=10.0)
+    # 40 x (1 - sqrt(0.1^2 + 0.1072^2)) = 34.14; 50 x (1 + sqrt(0.1^2 + 0.2681^2)) = 64.31
+    assert out["step_ms_lo"].tolist() == pytest.approx([34.14, 42.67], abs=0.01)
+    assert out["step_ms_hi"].tolist() == pytest.approx([51.44, 64.31], abs=0.01)
+    assert out["in_band"].tolist() == [True, False]          # 35 >= 34.14; 70 > 64.31
+    # no doubt in the source: the band is the model's error alone
+    plain = add_bands(_cells({1.0: 40.0}), (0.0, 0.0), model_error_pct=10.0)
+    assert plain[["step_ms_lo", "step_ms_hi"]].iloc[0].tolist() == pytest.approx([36.0, 44.0])
 
 
 def test_recommendation_names_the_knob_or_says_it_does_not_matter() -> None:

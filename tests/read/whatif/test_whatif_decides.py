@@ -121,10 +121,12 @@ def test_bench_find_the_term_and_family_bands_on_known_errors(sample) -> None:
     assert "| ready | 7 | 0.0 % | +15.7 points |" in text          # measured ready times: no error left
     assert "| messages | 7 | 15.7 % | +0.0 points |" in text and "| kappa | 0 |" in text
     fam = family_bands(df, q=1.0).set_index("family")
-    # to larger buckets: a (10, 20), b (30), d (5); a cell's half-width is the max |error| of the
-    # family's cells from other sources: a 30, 30; b 20; d 30; inside: all but b's 30 > 20
+    # to larger buckets: a (+10, +20), b (+30), d (+5) % of the measured, i.e. the measured is
+    # 1/1.1 - 1 = 9.09, 16.67, 23.08 and 4.76 % off the prediction the band is drawn around; a
+    # cell's half-width is the max of those of the family's cells from other sources: a 23.08,
+    # 23.08; b 16.67; d 23.08; inside: all but b's 23.08 > 16.67
     up = fam.loc["m, v, to larger buckets"]
-    assert up["cells"] == 4 and up["half_width_pct"] == pytest.approx((30 + 30 + 20 + 30) / 4)
+    assert up["cells"] == 4 and up["half_width_pct"] == pytest.approx((300 / 13 * 3 + 100 / 6) / 4)
     assert up["inside_pct"] == pytest.approx(75.0)
 
 
@@ -144,9 +146,10 @@ def test_bench_bands_table_from_printed_cells_on_known_errors() -> None:
     assert list(table.columns) == BAND_COLUMNS and set(table["variant"]) == {"bucketed"}
     table = table.set_index(["buckets", "ranks"])
     up = table.loc[("larger", "same")]
-    # to larger buckets: 10, 20 (source b1), 30 (b4), 40 (b16): max |error| 40, mean 25; leave one
-    # source out: b1's cells get 40 (inside), b4's 40 (inside), b16's 30 (40 outside): 3 of 4
-    assert (up["cells"], up["mae_pct"], up["half_width_pct"], up["inside_held_out_pct"]) == (4, 25.0, 40.0, 75.0)
+    # to larger buckets: +10, -20 (source b1), +30 (b4), +40 (b16) % of the measured: mean |error| 25;
+    # off the prediction 9.09, 25, 23.08, 28.57 %: half-width the max, 28.6; leave one source out:
+    # b1's cells get 28.57 (inside), b4's 28.57 (inside), b16's 25 (28.57 outside): 3 of 4
+    assert (up["cells"], up["mae_pct"], up["half_width_pct"], up["inside_held_out_pct"]) == (4, 25.0, 28.6, 75.0)
     assert table.loc[("smaller", "same"), "cells"] == 1 and table.loc[("smaller", "same"), "where"] == "test"
     # one rank to two: the cell names its world size; the family is "more" ranks
     one = cells_from_markdown(head + "| m | bucketed | bucketed-ws1-b4 | 1 MiB at 2 ranks | 1.0 (0.5-1.5) | 1.0 | "
@@ -272,3 +275,43 @@ def test_a_cell_at_a_world_size_the_allreduce_run_measured_takes_that_line() -> 
     rows = {name: value for name, value, _, _ in scale_factors(model)}
     # ring: 2(N-1) messages and 2(N-1)/N bytes per byte: 0.4 ms / 2, 3.2 ms / 4; 1 / 2e-9, (4/3) / 3e-9 B/s
     assert rows["alpha and B per world size"] == "2 ranks 200.0 µs, 0.500 GB/s; 3 ranks 800.0 µs, 0.444 GB/s"
+
+
+def test_bench_held_out_rounds_take_medians_of_prediction_and_measurement(tmp_path) -> None:
+    from benchmarks.bench_whatif import CELL_KEY, held_out_rounds, median_over_rounds
+
+    cell = {"model": "m", "variant": "bucketed", "source": "bucketed-ws2-b4", "source_bucket_mb": 4.0,
+            "source_world_size": 2, "bucket_mb": 1.0, "world_size": 2}
+    df = pd.DataFrame([{**cell, "round": k, "step_ms": p, "step_ms_lo": lo, "step_ms_hi": hi,
+                        "measured_step_ms": m, "model_error_pct": 20.0, "step_ready": r, "cal_saw": k == 2,
+                        "kappa_src": "in-job"}
+                       for k, p, lo, hi, m, r in [(1, 10.0, 8.0, 13.0, 10.0, 9.0), (2, 12.0, 9.0, 14.0, 14.0, 11.0),
+                                                  (3, 11.0, 10.0, 15.0, 12.0, 30.0)]])
+    out = median_over_rounds(df)
+    assert len(out) == 1 and set(CELL_KEY) <= set(out.columns)
+    r = out.iloc[0]
+    # medians: predicted 11, measured 12 (error -8.33 %), band 9-14 holds 12; measured 10..14 over rounds
+    assert (r["step_ms"], r["measured_step_ms"], r["step_ms_lo"], r["step_ms_hi"]) == (11.0, 12.0, 9.0, 14.0)
+    assert r["error_pct"] == pytest.approx(-100 / 12) and bool(r["in_band"])
+    assert r["spread_pct"] == pytest.approx(100 * 4 / 12) and r["rounds"] == 3 and r["step_ready"] == 11.0
+    assert bool(r["cal_saw"])                      # seen by the calibration in any round
+
+    def run(d):
+        d.mkdir(parents=True)
+        (d / "run.json").write_text("{}")
+
+    top = tmp_path / "three"
+    for k in (2, 1, 10):
+        run(top / f"round{k}" / "mlp-256")
+    run(top / "allreduce")
+    rounds = held_out_rounds(str(top), ["mlp-256", "mlp-1024"])
+    assert [r["mlp-256"].parent.name for r, _ in rounds] == ["round1", "round2", "round10"]  # numeric order
+    assert all(ar == top / "allreduce" for _, ar in rounds) and all(set(r) == {"mlp-256"} for r, _ in rounds)
+    a, b = tmp_path / "a", tmp_path / "b"
+    run(a / "mlp-1024")
+    run(a / "allreduce")
+    run(b / "mlp-1024")
+    got = held_out_rounds(f"{a},{b}", ["mlp-1024"])
+    assert [r["mlp-1024"] for r, _ in got] == [a / "mlp-1024", b / "mlp-1024"]
+    assert [ar for _, ar in got] == [a / "allreduce", a / "allreduce"]   # b has none: the first folder's
+    assert held_out_rounds(str(tmp_path / "nothing"), ["mlp-256"]) == []

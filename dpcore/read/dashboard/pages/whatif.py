@@ -174,8 +174,8 @@ def render(run: Run) -> None:
                              src.world_size)
     st.plotly_chart(sweep_figure(sweep, meas), key=f"wi-sw-{run.path}-{job}")
     st.caption(FORMULA + " Measured points use the fitted network; move B or α and only the lines move. "
-               "Bands: the source job's p10-p90 step spread times the held-out error of the cell's family "
-               "(variant, direction in bucket size and world size; dpcore/read/whatif/bands.csv) both ways; a "
+               "Bands: the held-out error of the cell's family (variant, direction in bucket size and world "
+               "size; dpcore/read/whatif/bands.csv) and the doubt of the source job's median step, in quadrature; a "
                "measured point outside its band is a red x. Fabrics: several nodes form one flat ring whose "
                "slower link sets its pace (dpcore/read/whatif/fabrics.py).")
 
