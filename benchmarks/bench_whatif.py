@@ -533,7 +533,6 @@ def main(argv: list[str] | None = None) -> None:
             if not held:
                 ap.error(f"--runs {a.runs}: no held-out runs of {', '.join(models)} (FOLDER/<model>/run.json, "
                          "FOLDER/round<k>/<model>/run.json, or several folders separated by commas)")
-            root = Path(a.runs.split(",")[0])
         else:
             root = Path(a.keep or tempfile.mkdtemp())
             ar = root / "allreduce"
