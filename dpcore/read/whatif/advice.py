@@ -106,7 +106,7 @@ def source_spread(summary: pd.DataFrame, job_id: str) -> tuple[float, float]:
     if not all(np.isfinite([p10, p50, p90])) or p50 <= 0:
         return 0.0, 0.0
     n = float(row["n_steps"].iloc[0]) if "n_steps" in row and np.isfinite(row["n_steps"].iloc[0]) else 1.0
-    k = MEDIAN_INTERVAL / np.sqrt(max(n, 1.0)) if n > 1 else 1.0
+    k = MEDIAN_INTERVAL / np.sqrt(n) if n > 1 else 1.0
     return k * max(p50 - p10, 0.0) / p50, k * max(p90 - p50, 0.0) / p50
 
 
