@@ -30,6 +30,7 @@ from dpcore.contract.tracefile import (
     loads,
     parse_metadata,
 )
+from dpcore.read.traces import native
 from dpcore.read.traces.limits import ReadBudget
 
 WINDOW_BYTES = 2 << 20  # cache-sized, and the work arrays stay small
@@ -113,8 +114,10 @@ class Scanner:
     index of its span's text among the distinct texts seen so far (decoded once, at the end).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, use_native: bool = True) -> None:
         self.path = path
+        lib = native.load() if use_native else None
+        self.native = native.NativeScan(lib) if lib is not None else None  # scan.c walks the windows
         self.parts: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}  # per window
         self.raw: dict[str, dict[bytes, int]] = {f: {} for f in _TEXT}  # distinct spans, in order
         self.escapes = False  # whether the current window has a backslash
@@ -185,6 +188,8 @@ class Scanner:
         """Keep the values of the whole events in buf[w0:]. Returns (where the next window
         starts: just after the last whole event, -1 if none, False) or (the array's
         closing bracket, True)."""
+        if self.native is not None:
+            return self._window_native(w0, first)
         seg = self.a[w0:]
         low, mark, tmp = self._scratch(len(seg))  # reused: no fresh pages per window
         quote = np.equal(seg, 34, out=tmp)
@@ -224,6 +229,43 @@ class Scanner:
         if left.size:
             return int(p[stop]), True
         return (int(p[item[3 * k - 1]]) + 1 if k else -1), False
+
+    def _window_native(self, w0: int, first: bool) -> tuple[int, bool]:
+        """:meth:`_window` by scan.c: it walks the events and returns their values in batches
+        (numbers converted, text values as byte spans); the spans become ids as in :meth:`_values`."""
+        assert self.native is not None
+        pos, nxt, self.entries = w0, -1, 0
+        while True:
+            status, end, entries, rows = self.native.scan(self.buf, pos, first)
+            if status == native.ODD:
+                raise OddTrace
+            self.entries += entries
+            if rows:
+                self._keep_native(rows)
+            if status == native.DONE:
+                return end, True
+            if end >= 0:
+                nxt = end
+            if status != native.FULL:
+                return nxt, False
+            pos, first = end, False
+
+    def _keep_native(self, n: int) -> None:
+        """Keep the first n rows of the native scan's output (see :meth:`_window_native`)."""
+        out = self.native
+        assert out is not None
+        times = iter(out.times[:, :n].copy())
+        ints = iter(out.ints[:, :n].copy())
+        text = 0
+        for f in FIELDS:
+            if f in _TEXT:
+                ve = out.end[text, :n]
+                rows = np.flatnonzero(ve >= 0)
+                vs, ve = (out.start[text, :n], ve) if rows.size == n else (out.start[text, rows], ve[rows])
+                self.parts[f].append(self._raw_ids(f, vs, ve, rows, n))
+                text += 1
+            else:
+                self.parts[f].append(next(times) if f in ("ts", "dur") else next(ints))
 
     def _events(self, p: np.ndarray, ch: np.ndarray, dl: np.ndarray, depth: np.ndarray,
                 opens: np.ndarray) -> None:

@@ -87,10 +87,15 @@ def read_columns(path: str | Path, window: int = WINDOW_BYTES) -> tuple[dict[str
     the scanner declines is read again and parsed whole if its content is at most
     ``limits.MAX_PARSE_BYTES``.
     """
-    try:
-        found = Scanner(path).run(window)
-    except OddTrace:
-        found = None
+    found = None
+    for use_native in (True, False):  # the native scan's odd files go to the numpy scan
+        scanner = Scanner(path, use_native)
+        try:
+            found = scanner.run(window)
+            break
+        except OddTrace:
+            if scanner.native is None:
+                break
     if found is None:
         meta, events = load_trace(path, max_json_bytes=limits.MAX_PARSE_BYTES)
         return meta, columns_from_events(events, path)

@@ -20,6 +20,8 @@ from dpcore.read.traces import columns as tf
 from dpcore.read.traces import read_trace, read_trace_dir
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
+pytestmark = pytest.mark.usefixtures("scan_path")  # each test: native scan, then numpy scan
+
 DATA = Path(__file__).resolve().parents[2] / "data"
 PROFILES = Path(__file__).resolve().parents[3] / "profiles"
 DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel",

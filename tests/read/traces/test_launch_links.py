@@ -12,6 +12,8 @@ import pytest
 from dpcore.read.traces.bytescan import Columns
 from dpcore.read.traces.collectives import DTYPE_BYTES, collective_meta, range_of_launch
 
+pytestmark = pytest.mark.usefixtures("scan_path")  # each test: native scan, then numpy scan
+
 NAMES = ["record_param_comms", "aten::mm", "cudaLaunchKernel", "ncclKernel_AllReduce", "other"]
 CATS = ["user_annotation", "cpu_op", "cuda_runtime", "kernel", "cuda_driver"]
 COLLS = ["", "allreduce", "broadcast", "all_gather"]

@@ -1,0 +1,137 @@
+"""The native scan of the traceEvents array (scan.c), built on first use and loaded with ctypes.
+
+Why native code: the numpy scan (:mod:`dpcore.read.traces.bytescan`) spends ~85 % of a rank's
+first read walking the JSON, in a dozen vectorised passes of a few MB each; one pass of C over
+the same bytes does that part ~10x faster, and no JSON library did it for less than the numpy
+scan did (columns.py). scan.c writes, for each complete event, ts/dur, the integer args and the
+byte spans of the text values into preallocated numpy arrays; bytescan's Scanner then decodes
+the distinct spans exactly as it does its own, so both paths end in the same Columns.
+
+Why compiled here and not shipped: the README's set-up is ``pip install -r requirements.txt``,
+run from the source tree. The first call compiles scan.c with the system C compiler (``cc``,
+or ``$CC``) into a per-user cache folder (``$XDG_CACHE_HOME/dpcore/native`` or ``~/.cache/dpcore/native``,
+else the temp folder), under a name keyed by the source's hash and the machine, written to a
+temporary name and renamed, so ranks, workers and processes that race to build it each load a
+whole file. Once per machine, like an install. Without a compiler, or when the build fails,
+the numpy scan reads every file (same values); ``DPCORE_NATIVE=0`` turns the native scan off,
+and :func:`why_not` says why it is not in use.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["DONE", "FULL", "MORE", "ODD", "NativeScan", "load", "why_not"]
+
+SOURCE = Path(__file__).with_name("scan.c")
+MORE, DONE, FULL, ODD = 0, 1, 2, 3  # dp_scan's return values (scan.c)
+N_TIME, N_INT, N_TEXT = 2, 5, 8
+#: Rows of the output arrays: a window's 'X' events arrive in batches of at most this many, so
+#: the arrays stay ~3 MB whatever the window holds.
+ROWS = 1 << 14
+_state: dict[str, object] = {}  # "lib" (a loaded library or None) and "why" (the reason for None)
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dpcore" / "native"
+
+
+def _build(out: Path) -> str | None:
+    """Compile scan.c into ``out`` (atomically); None on success, else why not."""
+    cc = shlex.split(os.environ.get("CC") or "cc")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE), "-lm"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            return f"{cc[0]} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}"
+        os.replace(tmp, out)
+        return None
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot run the C compiler {cc[0]!r}: {exc}"
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _library_path() -> tuple[Path | None, str | None]:
+    """The built library (building it if needed), or None and why."""
+    key = hashlib.sha256(SOURCE.read_bytes() + f"{sys.platform}-{platform.machine()}".encode()).hexdigest()[:16]
+    why = None
+    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"dpcore-{os.getuid()}"):
+        lib = folder / f"dpscan-{key}.so"
+        if lib.is_file():
+            return lib, None
+        try:
+            why = _build(lib)
+        except OSError as exc:  # the folder cannot be written: try the next one
+            why = f"cannot write {folder}: {exc}"
+            continue
+        if why is None:
+            return lib, None
+        if "cannot run the C compiler" in why:
+            break
+    return None, why
+
+
+def load() -> ctypes.CDLL | None:
+    """The native library, built and loaded once per process; None when it is turned off
+    (``DPCORE_NATIVE=0``) or cannot be built (see :func:`why_not`)."""
+    if os.environ.get("DPCORE_NATIVE", "1").strip() in ("0", "no", "off", "false"):
+        return None
+    if "lib" not in _state:
+        lib, why = None, None
+        try:
+            path, why = _library_path()
+            if path is not None:
+                lib = ctypes.CDLL(str(path))
+                lib.dp_scan.restype = ctypes.c_int
+                lib.dp_scan.argtypes = (ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+                                        ctypes.c_int64, *[ctypes.c_void_p] * 5)
+        except OSError as exc:
+            lib, why = None, f"cannot load the native scanner: {exc}"
+        _state["lib"], _state["why"] = lib, why
+    found = _state["lib"]
+    return found if isinstance(found, ctypes.CDLL) else None
+
+
+def why_not() -> str | None:
+    """Why the native scan is not in use (None when it is): one line for ``doctor``-like output."""
+    if os.environ.get("DPCORE_NATIVE", "1").strip() in ("0", "no", "off", "false"):
+        return "turned off by DPCORE_NATIVE=0"
+    if load() is None:
+        return f"not built ({_state.get('why')}): traces are read by the numpy scan (same values)"
+    return None
+
+
+class NativeScan:
+    """The output arrays of :func:`dp_scan` (reused between calls) and one call of it."""
+
+    def __init__(self, lib: ctypes.CDLL, rows: int = ROWS) -> None:
+        self.lib, self.rows = lib, rows
+        self.times = np.empty((N_TIME, rows), np.float64)
+        self.ints = np.empty((N_INT, rows), np.int64)
+        self.start = np.empty((N_TEXT, rows), np.int64)
+        self.end = np.empty((N_TEXT, rows), np.int64)
+        self.out = np.zeros(3, np.int64)
+
+    def scan(self, buf: bytes, pos: int, first: bool) -> tuple[int, int, int, int]:
+        """(status, next, entries, 'X' rows written) of one call over buf[pos:] (see scan.c)."""
+        ptr = ctypes.c_void_p
+        status = self.lib.dp_scan(buf, len(buf), pos, int(first), self.rows,
+                                  ptr(self.times.ctypes.data), ptr(self.ints.ctypes.data),
+                                  ptr(self.start.ctypes.data), ptr(self.end.ctypes.data),
+                                  ptr(self.out.ctypes.data))
+        return int(status), int(self.out[0]), int(self.out[1]), int(self.out[2])
