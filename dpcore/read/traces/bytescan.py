@@ -54,6 +54,8 @@ _DELTA[list(b"{[")], _DELTA[list(b"}]")] = 1, -1
 _TEXT: dict[str, tuple[Callable[[Any], Any], Any]] = {"name": (as_text, ""), "cat": (as_text, ""),
                                                      "pid": (as_ident, -1), "tid": (as_ident, -1),
                                                      **{f: (as_text, "") for f in META_TEXT}}
+#: The numeric fields that scan.c converts, in its order (the text fields are _TEXT's).
+NATIVE_INTS = ("corr", "stream", "in_nelems", "out_nelems", "group_size")
 _ENTRY = np.frombuffer(b",{}", np.uint8)  # the array's tokens: a comma, then an object
 _SPACES = np.uint64(0x2020202020202020)
 _LOW_BYTES = np.asarray([(1 << 8 * k) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)
@@ -232,40 +234,35 @@ class Scanner:
 
     def _window_native(self, w0: int, first: bool) -> tuple[int, bool]:
         """:meth:`_window` by scan.c: it walks the events and returns their values in batches
-        (numbers converted, text values as byte spans); the spans become ids as in :meth:`_values`."""
-        assert self.native is not None
+        (numbers converted, text values as ids among their distinct raw texts, which are added
+        to ``self.raw`` in the order of their ids: the order :meth:`_raw_ids` gives)."""
+        scan = self.native
+        assert scan is not None
         pos, nxt, self.entries = w0, -1, 0
         while True:
-            status, end, entries, rows = self.native.scan(self.buf, pos, first)
+            status, end, entries, rows = scan.scan(self.buf, pos, first)
             if status == native.ODD:
                 raise OddTrace
             self.entries += entries
             if rows:
-                self._keep_native(rows)
+                times, ints, texts = (a[:, :rows].copy() for a in (scan.times, scan.ints, scan.texts))
+                for j, f in enumerate(FIELDS[:2]):
+                    self.parts[f].append(times[j])
+                for j, f in enumerate(NATIVE_INTS):
+                    self.parts[f].append(ints[j])
+                for j, f in enumerate(_TEXT):
+                    self.parts[f].append(texts[j])
             if status == native.DONE:
+                for j, f in enumerate(_TEXT):
+                    seen = self.raw[f]
+                    for raw in scan.raws(j, len(seen)):
+                        seen[raw] = len(seen)
                 return end, True
             if end >= 0:
                 nxt = end
             if status != native.FULL:
                 return nxt, False
             pos, first = end, False
-
-    def _keep_native(self, n: int) -> None:
-        """Keep the first n rows of the native scan's output (see :meth:`_window_native`)."""
-        out = self.native
-        assert out is not None
-        times = iter(out.times[:, :n].copy())
-        ints = iter(out.ints[:, :n].copy())
-        text = 0
-        for f in FIELDS:
-            if f in _TEXT:
-                ve = out.end[text, :n]
-                rows = np.flatnonzero(ve >= 0)
-                vs, ve = (out.start[text, :n], ve) if rows.size == n else (out.start[text, rows], ve[rows])
-                self.parts[f].append(self._raw_ids(f, vs, ve, rows, n))
-                text += 1
-            else:
-                self.parts[f].append(next(times) if f in ("ts", "dur") else next(ints))
 
     def _events(self, p: np.ndarray, ch: np.ndarray, dl: np.ndarray, depth: np.ndarray,
                 opens: np.ndarray) -> None:

@@ -8,7 +8,6 @@ the subprocess timeouts only turn a regression (minutes) into a failure instead 
 from __future__ import annotations
 
 import gzip
-import json
 import subprocess
 import sys
 import zlib
@@ -90,8 +89,9 @@ def test_event_count_and_time_and_full_parse_are_bounded(tmp_path, monkeypatch):
     with pytest.raises(tf.TraceFormatError, match="took more than 0 s"):
         read_trace(f)
     monkeypatch.setattr(limits, "MAX_READ_SECONDS", 60.0)
-    spaced = tmp_path / "spaced.json"  # "k" : v is the full parse's layout: its size is capped
-    spaced.write_bytes(json.dumps({"traceEvents": [json.loads(EVENT[:-1])] * 100}, separators=(",", " : ")).encode())
+    spaced = tmp_path / "spaced.json"  # a duplicate key is the full parse's case: its size is capped
+    dup = EVENT[:-2].replace(b"{", b'{"ph": "i", ', 1) + b"}"
+    spaced.write_bytes(b'{"traceEvents": [' + b",".join([dup] * 100) + b"]}")
     monkeypatch.setattr(limits, "MAX_PARSE_BYTES", 1000)
     with pytest.raises(tf.TraceFormatError, match="larger than 1000 bytes"):
         read_trace(spaced)

@@ -4,8 +4,9 @@ Why native code: the numpy scan (:mod:`dpcore.read.traces.bytescan`) spends ~85 
 first read walking the JSON, in a dozen vectorised passes of a few MB each; one pass of C over
 the same bytes does that part ~10x faster, and no JSON library did it for less than the numpy
 scan did (columns.py). scan.c writes, for each complete event, ts/dur, the integer args and the
-byte spans of the text values into preallocated numpy arrays; bytescan's Scanner then decodes
-the distinct spans exactly as it does its own, so both paths end in the same Columns.
+ids of the text values among their distinct raw texts into preallocated numpy arrays;
+bytescan's Scanner then decodes each distinct raw text exactly as it does its own, so both
+paths end in the same Columns.
 
 Why compiled here and not shipped: the README's set-up is ``pip install -r requirements.txt``,
 run from the source tree. The first call compiles scan.c with the system C compiler (``cc``,
@@ -36,7 +37,7 @@ SOURCE = Path(__file__).with_name("scan.c")
 MORE, DONE, FULL, ODD = 0, 1, 2, 3  # dp_scan's return values (scan.c)
 N_TIME, N_INT, N_TEXT = 2, 5, 8
 #: Rows of the output arrays: a window's 'X' events arrive in batches of at most this many, so
-#: the arrays stay ~3 MB whatever the window holds.
+#: the arrays stay ~2 MB whatever the window holds.
 ROWS = 1 << 14
 _state: dict[str, object] = {}  # "lib" (a loaded library or None) and "why" (the reason for None)
 
@@ -98,8 +99,13 @@ def load() -> ctypes.CDLL | None:
             if path is not None:
                 lib = ctypes.CDLL(str(path))
                 lib.dp_scan.restype = ctypes.c_int
-                lib.dp_scan.argtypes = (ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
-                                        ctypes.c_int64, *[ctypes.c_void_p] * 5)
+                lib.dp_scan.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
+                                        ctypes.c_int, ctypes.c_int64, *[ctypes.c_void_p] * 4)
+                lib.dp_new.restype, lib.dp_new.argtypes = ctypes.c_void_p, ()
+                lib.dp_free.restype, lib.dp_free.argtypes = None, (ctypes.c_void_p,)
+                lib.dp_count.restype, lib.dp_count.argtypes = ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int)
+                lib.dp_raw.restype = ctypes.c_void_p
+                lib.dp_raw.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))
         except OSError as exc:
             lib, why = None, f"cannot load the native scanner: {exc}"
         _state["lib"], _state["why"] = lib, why
@@ -117,21 +123,37 @@ def why_not() -> str | None:
 
 
 class NativeScan:
-    """The output arrays of :func:`dp_scan` (reused between calls) and one call of it."""
+    """One file's native scan: the state in C (the distinct raw texts of each text field) and
+    the output arrays, reused between calls."""
 
     def __init__(self, lib: ctypes.CDLL, rows: int = ROWS) -> None:
         self.lib, self.rows = lib, rows
         self.times = np.empty((N_TIME, rows), np.float64)
         self.ints = np.empty((N_INT, rows), np.int64)
-        self.start = np.empty((N_TEXT, rows), np.int64)
-        self.end = np.empty((N_TEXT, rows), np.int64)
+        self.texts = np.empty((N_TEXT, rows), np.int32)
         self.out = np.zeros(3, np.int64)
+        self.state = lib.dp_new()
+        if not self.state:
+            raise MemoryError("native scan: no memory for its tables")
+
+    def __del__(self) -> None:
+        state, self.state = getattr(self, "state", None), None
+        if state:
+            self.lib.dp_free(state)
 
     def scan(self, buf: bytes, pos: int, first: bool) -> tuple[int, int, int, int]:
         """(status, next, entries, 'X' rows written) of one call over buf[pos:] (see scan.c)."""
         ptr = ctypes.c_void_p
-        status = self.lib.dp_scan(buf, len(buf), pos, int(first), self.rows,
+        status = self.lib.dp_scan(self.state, buf, len(buf), pos, int(first), self.rows,
                                   ptr(self.times.ctypes.data), ptr(self.ints.ctypes.data),
-                                  ptr(self.start.ctypes.data), ptr(self.end.ctypes.data),
-                                  ptr(self.out.ctypes.data))
+                                  ptr(self.texts.ctypes.data), ptr(self.out.ctypes.data))
         return int(status), int(self.out[0]), int(self.out[1]), int(self.out[2])
+
+    def raws(self, k: int, start: int) -> list[bytes]:
+        """The distinct raw texts of text field k (in scan.c's order) from id ``start`` on."""
+        size = ctypes.c_int64()
+        out = []
+        for i in range(start, self.lib.dp_count(self.state, k)):
+            at = self.lib.dp_raw(self.state, k, i, ctypes.byref(size))
+            out.append(ctypes.string_at(at, size.value) if at else b"")
+        return out

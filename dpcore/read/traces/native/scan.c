@@ -3,9 +3,10 @@
  *
  * One call walks the whole events of buf[pos:len) (a window of the decompressed file, which
  * starts where the previous window's last whole event ended) and, for each complete ('X')
- * event, writes ts/dur as doubles, the integer args (correlation, stream, ...) as int64 and the
- * byte spans [start, end) of the text/id values (end -1: absent). The spans are decoded later,
- * in Python, once per distinct span. Anything this code does not expect (escaped keys, a "ph"
+ * event, writes ts/dur as doubles, the integer args (correlation, stream, ...) as int64 and, for
+ * the text/id values, the id of their raw text among the distinct ones seen so far (kept in a
+ * dp_state across calls; absent values are the empty text). Python decodes each distinct raw
+ * text once. Anything this code does not expect (escaped keys, a "ph"
  * with escapes, duplicate keys, entries that are not objects, a number it cannot convert
  * exactly as Python's float()/int() would) returns DP_ODD, and the caller reads the file the
  * numpy way. Every read is bounds-checked against len; nesting is counted, never recursed.
@@ -46,17 +47,17 @@ static int64_t skip_ws(const uint8_t *b, int64_t i, int64_t n) {
 }
 
 /* End (just after the closing quote) of the string whose opening quote is at i; -1 if it does
- * not end before n. *esc is set when it holds a backslash. */
-static int64_t string_end(const uint8_t *b, int64_t i, int64_t n, int *esc) {
-    i++;
+ * not end before n. A quote ends it unless an odd run of backslashes comes before it. */
+static int64_t string_end(const uint8_t *b, int64_t i, int64_t n) {
+    int64_t from = i + 1;
+    i = from;
     while (i < n) {
         const uint8_t *q = memchr(b + i, '"', (size_t)(n - i));
         if (!q) return -1;
-        int64_t j = q - b;
-        const uint8_t *s = memchr(b + i, '\\', (size_t)(j - i));
-        if (!s) return j + 1;
-        *esc = 1;
-        i = (s - b) + 2; /* the escaped byte is skipped, whatever it is */
+        int64_t j = q - b, k = j;
+        while (k > from && b[k - 1] == '\\') k--;
+        if (((j - k) & 1) == 0) return j + 1;
+        i = j + 1; /* an escaped quote */
     }
     return -1;
 }
@@ -66,17 +67,13 @@ static int64_t string_end(const uint8_t *b, int64_t i, int64_t n, int *esc) {
  * next ',', '}', ']' or whitespace; an object/array at its matching bracket. */
 static int64_t value_end(const uint8_t *b, int64_t i, int64_t n) {
     uint8_t c = b[i];
-    if (c == '"') {
-        int esc = 0;
-        return string_end(b, i, n, &esc);
-    }
+    if (c == '"') return string_end(b, i, n);
     if (c == '{' || c == '[') {
         int64_t depth = 0;
         while (i < n) {
             c = b[i];
             if (c == '"') {
-                int esc = 0;
-                i = string_end(b, i, n, &esc);
+                i = string_end(b, i, n);
                 if (i < 0) return -1;
                 continue;
             }
@@ -127,6 +124,22 @@ static int is_number(const uint8_t *b, int64_t s, int64_t e, int *integral) {
 /* The correctly rounded double of the number [s, e) (strtod on a bounded, NUL-terminated
  * copy: the same value as Python's float() of the text); 0 if it cannot be read whole. */
 static int to_double(const uint8_t *b, int64_t s, int64_t e, double *out) {
+    /* Fast path (Clinger): at most 15 digits (an exact double) and a power of ten of at most
+     * 22 (exact too): one multiplication or division, correctly rounded, is the value. */
+    static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    int64_t i = s, digits = 0, scale = 0;
+    uint64_t m = 0;
+    int neg = i < e && b[i] == '-';
+    if (neg) i++;
+    for (; i < e && b[i] >= '0' && b[i] <= '9'; i++, digits++) m = m * 10 + (uint64_t)(b[i] - '0');
+    if (i < e && b[i] == '.')
+        for (i++; i < e && b[i] >= '0' && b[i] <= '9'; i++, digits++, scale--) m = m * 10 + (uint64_t)(b[i] - '0');
+    if (i == e && digits <= 15 && scale >= -22) {
+        double v = scale ? (double)m / P10[-scale] : (double)m;
+        *out = neg ? -v : v;
+        return 1;
+    }
     char tmp[80];
     if (e - s >= (int64_t)sizeof tmp) return 0;
     memcpy(tmp, b + s, (size_t)(e - s));
@@ -185,8 +198,8 @@ static int as_id(const uint8_t *b, int64_t s, int64_t e, int64_t *out) {
 }
 
 /* The slot of key b[s:e) among keys (-1: not ours); -2 when the key has an escape. */
-static int key_slot(const uint8_t *b, int64_t s, int64_t e, int esc, const dp_key *keys, int nk) {
-    if (esc) return -2;
+static int key_slot(const uint8_t *b, int64_t s, int64_t e, const dp_key *keys, int nk) {
+    if (memchr(b + s, '\\', (size_t)(e - s))) return -2;
     for (int k = 0; k < nk; k++)
         if (keys[k].len == e - s && !memcmp(b + s, keys[k].key, (size_t)keys[k].len)) return keys[k].slot;
     return -1;
@@ -201,10 +214,9 @@ static int64_t members(const uint8_t *b, int64_t i, int64_t n, const dp_key *key
     if (b[i] == '}') return i + 1;
     for (;;) {
         if (b[i] != '"') return -2;
-        int esc = 0;
-        int64_t ke = string_end(b, i, n, &esc);
+        int64_t ke = string_end(b, i, n);
         if (ke < 0) return -1;
-        int slot = key_slot(b, i + 1, ke - 1, esc, keys, nk);
+        int slot = key_slot(b, i + 1, ke - 1, keys, nk);
         if (slot == -2) return -2;
         i = skip_ws(b, ke, n);
         if (i >= n) return -1;
@@ -227,15 +239,146 @@ static int64_t members(const uint8_t *b, int64_t i, int64_t n, const dp_key *key
     }
 }
 
+/* The distinct raw texts of one text field, in order of first appearance: an open-addressing
+ * table of (hash, id) over an arena of their bytes. Absent values are the empty text. */
+typedef struct {
+    uint64_t *hash;  /* per slot; 0: empty */
+    int32_t *slot_id;
+    int64_t cap;     /* slots, a power of two */
+    int64_t count;
+    int64_t *off;    /* per id: start in arena; off[count] is the arena's used size */
+    int64_t off_cap;
+    uint8_t *arena;
+    int64_t arena_cap;
+} dp_field;
+
+typedef struct {
+    dp_field f[N_TEXT];
+} dp_state;
+
+void dp_free(dp_state *st) {
+    if (!st) return;
+    for (int k = 0; k < N_TEXT; k++) {
+        free(st->f[k].hash);
+        free(st->f[k].slot_id);
+        free(st->f[k].off);
+        free(st->f[k].arena);
+    }
+    free(st);
+}
+
+dp_state *dp_new(void) {
+    dp_state *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    for (int k = 0; k < N_TEXT; k++) {
+        dp_field *f = &st->f[k];
+        f->cap = 1024;
+        f->hash = calloc((size_t)f->cap, sizeof *f->hash);
+        f->slot_id = calloc((size_t)f->cap, sizeof *f->slot_id);
+        f->off_cap = 1024;
+        f->off = calloc((size_t)f->off_cap, sizeof *f->off);
+        f->arena_cap = 1 << 16;
+        f->arena = malloc((size_t)f->arena_cap);
+        if (!f->hash || !f->slot_id || !f->off || !f->arena) {
+            dp_free(st);
+            return NULL;
+        }
+    }
+    return st;
+}
+
+/* The raw text of id in field k: its bytes (and *len), or NULL for an id not seen. */
+const uint8_t *dp_raw(const dp_state *st, int k, int64_t id, int64_t *len) {
+    if (!st || k < 0 || k >= N_TEXT || id < 0 || id >= st->f[k].count) return NULL;
+    *len = st->f[k].off[id + 1] - st->f[k].off[id];
+    return st->f[k].arena + st->f[k].off[id];
+}
+
+int64_t dp_count(const dp_state *st, int k) { return st && k >= 0 && k < N_TEXT ? st->f[k].count : -1; }
+
+static uint64_t hash_bytes(const uint8_t *p, int64_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n, w;
+    while (n >= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    w = 0;
+    memcpy(&w, p, (size_t)n);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 29;
+    return h | 1; /* never 0: 0 marks an empty slot */
+}
+
+/* The id of the text p[0:n) in field f, added if new; -1 when memory runs out. */
+static int64_t intern(dp_field *f, const uint8_t *p, int64_t n) {
+    uint64_t h = hash_bytes(p, n);
+    int64_t mask = f->cap - 1, at = (int64_t)(h & (uint64_t)mask);
+    while (f->hash[at]) {
+        if (f->hash[at] == h) {
+            int64_t id = f->slot_id[at], len = f->off[id + 1] - f->off[id];
+            if (len == n && !memcmp(f->arena + f->off[id], p, (size_t)n)) return id;
+        }
+        at = (at + 1) & mask;
+    }
+    if (f->count + 2 > f->off_cap) {
+        int64_t *off = realloc(f->off, (size_t)(2 * f->off_cap) * sizeof *off);
+        if (!off) return -1;
+        f->off = off;
+        f->off_cap *= 2;
+    }
+    int64_t used = f->off[f->count];
+    if (used + n > f->arena_cap) {
+        int64_t cap = f->arena_cap;
+        while (used + n > cap) cap *= 2;
+        uint8_t *arena = realloc(f->arena, (size_t)cap);
+        if (!arena) return -1;
+        f->arena = arena;
+        f->arena_cap = cap;
+    }
+    if (n) memcpy(f->arena + used, p, (size_t)n);
+    int64_t id = f->count++;
+    f->off[f->count] = used + n;
+    f->hash[at] = h;
+    f->slot_id[at] = (int32_t)id;
+    if (2 * f->count > f->cap) { /* keep the table at most half full */
+        int64_t cap = 2 * f->cap;
+        uint64_t *hash = calloc((size_t)cap, sizeof *hash);
+        int32_t *ids = calloc((size_t)cap, sizeof *ids);
+        if (!hash || !ids) {
+            free(hash);
+            free(ids);
+            return -1;
+        }
+        for (int64_t j = 0; j < f->cap; j++) {
+            if (!f->hash[j]) continue;
+            int64_t to = (int64_t)(f->hash[j] & (uint64_t)(cap - 1));
+            while (hash[to]) to = (to + 1) & (cap - 1);
+            hash[to] = f->hash[j];
+            ids[to] = f->slot_id[j];
+        }
+        free(f->hash);
+        free(f->slot_id);
+        f->hash = hash;
+        f->slot_id = ids;
+        f->cap = cap;
+    }
+    return id;
+}
+
 /* Scan the events of buf[pos:n). first: pos is just after the array's '['; otherwise just after
  * a whole event. out[0]: where the next call starts (after the last whole event; -1 if none)
  * or, with DP_DONE, the index of the array's ']'; out[1]: entries of the array passed; out[2]:
  * 'X' events written (rows 0..out[2]-1 of the outputs, each output a field-major array of cap
- * rows). DP_FULL: cap rows written, call again from out[0]. */
-int dp_scan(const uint8_t *b, int64_t n, int64_t pos, int first, int64_t cap, double *times,
-            int64_t *ints, int64_t *tstart, int64_t *tend, int64_t *out) {
+ * rows; texts: ids among the field's distinct raw texts in st, see dp_raw). DP_FULL: cap rows
+ * written, call again from out[0]. */
+int dp_scan(dp_state *st, const uint8_t *b, int64_t n, int64_t pos, int first, int64_t cap, double *times,
+            int64_t *ints, int32_t *texts, int64_t *out) {
     int64_t i = pos, last = -1, entries = 0, nx = 0;
     int status = DP_MORE;
+    if (!st) return DP_ODD;
     out[0] = -1;
     out[1] = out[2] = 0;
     if (first) {
@@ -284,8 +427,9 @@ int dp_scan(const uint8_t *b, int64_t n, int64_t pos, int first, int64_t cap, do
         for (int k = 0; k < N_TEXT; k++) {
             int slot = S_TEXT + k;
             int64_t s = k < 4 ? vs[slot] : as[slot], e = k < 4 ? ve[slot] : ae[slot];
-            tstart[k * cap + nx] = e >= 0 ? s : 0;
-            tend[k * cap + nx] = e;
+            int64_t id = intern(&st->f[k], b + s, e >= 0 ? e - s : 0);
+            if (id < 0) return DP_ODD;
+            texts[k * cap + nx] = (int32_t)id;
         }
         if (++nx == cap) {
             status = DP_FULL;
