@@ -282,9 +282,12 @@ def test_build_cache_and_switches(tmp_path):
     code = ("import sys; from dpcore.read.traces import native; from dpcore.read.traces.columns import read_columns;"
             f"print(native.why_not()); print(read_columns({str(trace)!r})[1].ts.tolist())")
     base = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    runs = {}
+    runs, errs = {}, {}
     for name, extra in (("build", {}), ("again", {"CC": "no-such-cc"}), ("none", {"CC": "no-such-cc"}),
                         ("off", {"DPCORE_NATIVE": "0"})):
+        base.pop("DPCORE_NATIVE", None)
+        if name in ("again", "none"):
+            extra["DPCORE_NATIVE"] = "1"  # asked for: a process that cannot have it says so on stderr
         if name == "none":
             base["XDG_CACHE_HOME"] = str(tmp_path / "empty")
             extra["TMPDIR"] = str(tmp_path / "tmp")
@@ -292,11 +295,12 @@ def test_build_cache_and_switches(tmp_path):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               env={**base, **extra}, timeout=300, check=False)
         assert done.returncode == 0, done.stderr
-        runs[name] = done.stdout.splitlines()
+        runs[name], errs[name] = done.stdout.splitlines(), done.stderr
     assert runs["build"] == ["None", "[1.5]"]
     assert runs["again"] == ["None", "[1.5]"]  # built already: no compiler needed
     assert runs["none"][0].startswith("not built (cannot run the C compiler 'no-such-cc'")
     assert runs["none"][1] == "[1.5]"
+    assert errs["none"].count("native trace scan is not in use") == 1 and errs["build"] == errs["again"] == ""
     assert runs["off"] == ["turned off by DPCORE_NATIVE=0", "[1.5]"]
     built = list((tmp_path / "cache" / "dpcore" / "native").iterdir())
     assert [(p.name[:7], p.suffix) for p in built] == [("dpscan-", ".so")]

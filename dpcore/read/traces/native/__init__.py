@@ -14,7 +14,8 @@ or ``$CC``) into a per-user cache folder (``$XDG_CACHE_HOME/dpcore/native`` or `
 else the temp folder), under a name keyed by the source's hash and the machine, written to a
 temporary name and renamed, so ranks, workers and processes that race to build it each load a
 whole file. Once per machine, like an install. Without a compiler, or when the build fails,
-the numpy scan reads every file (same values); ``DPCORE_NATIVE=0`` turns the native scan off,
+the numpy scan reads every file (same values) silently; ``DPCORE_NATIVE=0`` turns the native scan
+off, ``DPCORE_NATIVE=1`` asks for it (a process then says once on stderr why it could not have it),
 and :func:`why_not` says why it is not in use.
 """
 from __future__ import annotations
@@ -109,6 +110,9 @@ def load() -> ctypes.CDLL | None:
         except OSError as exc:
             lib, why = None, f"cannot load the native scanner: {exc}"
         _state["lib"], _state["why"] = lib, why
+        if lib is None and os.environ.get("DPCORE_NATIVE", "").strip() == "1":  # asked for: say why not, once
+            print(f"dpcore: the native trace scan is not in use: {why}; the numpy scan reads the traces",
+                  file=sys.stderr)
     found = _state["lib"]
     return found if isinstance(found, ctypes.CDLL) else None
 
