@@ -304,3 +304,84 @@ def test_build_cache_and_switches(tmp_path):
     assert runs["off"] == ["turned off by DPCORE_NATIVE=0", "[1.5]"]
     built = list((tmp_path / "cache" / "dpcore" / "native").iterdir())
     assert [(p.name[:7], p.suffix) for p in built] == [("dpscan-", ".so")]
+
+
+HARNESS = r"""#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include SCAN_C
+/* each file: scanned from every start, as a window of exactly its size (ASAN sees any overread) */
+int main(int argc, char **argv) {
+    enum { CAP = 7 };
+    double times[2 * CAP]; int64_t ints[5 * CAP]; int32_t texts[8 * CAP]; int64_t out[3];
+    long calls = 0;
+    for (int a = 1; a < argc; a++) {
+        FILE *fh = fopen(argv[a], "rb");
+        if (!fh) return 2;
+        fseek(fh, 0, SEEK_END); long n = ftell(fh); fseek(fh, 0, SEEK_SET);
+        uint8_t *b = malloc(n ? n : 1);
+        if (fread(b, 1, n, fh) != (size_t)n) return 2;
+        fclose(fh);
+        for (long cut = n; cut >= 0; cut -= (n / 50 + 1)) {
+            uint8_t *w = malloc(cut ? cut : 1);
+            memcpy(w, b, cut);
+            dp_state *st = dp_new();
+            for (int pass = 0; pass < 2; pass++) {
+                int first = pass;
+                int64_t pos = first && cut && w[0] == '[' ? 1 : 0;
+                if (first && cut && w[0] == '{') {
+                    uint8_t *k = memmem(w, cut, "\"traceEvents\"", 13);
+                    uint8_t *br = k ? memchr(k, '[', cut - (k - w)) : NULL;
+                    if (br) pos = br - w + 1;
+                }
+                for (;;) {
+                    int r = dp_scan(st, w, cut, pos, first, CAP, times, ints, texts, out);
+                    calls++;
+                    if (r != DP_FULL) break;
+                    if (out[0] <= pos || out[0] > cut) { printf("bad next\n"); return 3; }
+                    pos = out[0]; first = 0;
+                }
+            }
+            dp_free(st);
+            free(w);
+        }
+        free(b);
+    }
+    printf("calls %ld\n", calls);
+    return 0;
+}
+"""
+
+
+def test_scan_is_clean_under_address_sanitizer(tmp_path):
+    """scan.c built with AddressSanitizer and UBSan, each case copied into a buffer of exactly its
+    size and scanned whole and cut at 50 places, from the array's start and as a later window,
+    in batches of 7 rows: any read out of bounds, overflow or leak-free crash fails the run."""
+    rng = random.Random(11)
+    base = _write(tmp_path / "base.json", [_event_text(rng, True) for _ in range(60)], rng).read_bytes()
+    cases = [base, b"[" * 100_000, b"[" + b"{" * 50_000, b'[{"a":"' + b"\\" * 1001, b"[" + b"\x00" * 4096,
+             b'[{"ph":"X","ts":' + b"9" * 1000 + b"}]", b'[{"ph":"X","ts":-}]', b'[{"ph":"X","ts":1.}]',
+             b'[{"ph":"X","name":"a\\"}]', b'{"traceEvents": [{"ph":"X"}  ,  {"ph":"X"}  ]}', b"", b"["]
+    for _ in range(150):
+        b = bytearray(base)
+        for _ in range(rng.randint(1, 8)):
+            j = rng.randrange(len(b))
+            junk = bytes(rng.choice(b'{}[]",:\\ 0e-.X\x00\xff') for _ in range(rng.randint(0, 3)))
+            b[j:j + rng.choice([0, 1, 1, 9])] = junk
+        cases.append(bytes(b))
+    files = []
+    for i, case in enumerate(cases):
+        files.append(tmp_path / f"case{i}")
+        files[-1].write_bytes(case)
+    (tmp_path / "harness.c").write_text(HARNESS)
+    exe = tmp_path / "harness"
+    cc = subprocess.run(["cc", "-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                         f'-DSCAN_C="{native.SOURCE}"', "-o", str(exe), str(tmp_path / "harness.c"), "-lm"],
+                        capture_output=True, text=True, check=False)
+    if cc.returncode != 0:
+        pytest.skip(f"no sanitizer build here: {cc.stderr.strip()[-200:]}")
+    done = subprocess.run([str(exe), *map(str, files)], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("calls ") and int(done.stdout.split()[1]) > 10 * len(cases)
