@@ -385,3 +385,20 @@ def test_scan_is_clean_under_address_sanitizer(tmp_path):
     done = subprocess.run([str(exe), *map(str, files)], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("calls ") and int(done.stdout.split()[1]) > 10 * len(cases)
+
+
+def test_a_cache_folder_others_can_write_is_not_loaded_from(tmp_path):
+    """A library is loaded from the cache: a cache folder that other users can write (or a
+    temporary folder someone else made) is passed over for the next one."""
+    shared = tmp_path / "cache" / "dpcore" / "native"
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "TMPDIR": str(tmp_path / "tmp")}
+    code = "from dpcore.read.traces import native; lib = native.load(); print(lib._name if lib else native.why_not())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).parent == tmp_path / "tmp" / f"dpcore-{os.getuid()}"
+    assert not list(shared.iterdir())

@@ -13,7 +13,7 @@ run from the source tree. The first call compiles scan.c with the system C compi
 or ``$CC``) into a per-user cache folder (``$XDG_CACHE_HOME/dpcore/native`` or ``~/.cache/dpcore/native``,
 else the temp folder), under a name keyed by the source's hash and the machine, written to a
 temporary name and renamed, so ranks, workers and processes that race to build it each load a
-whole file. Once per machine, like an install. Without a compiler, or when the build fails,
+whole file. A library is only loaded from a folder, and a file, that no other user can write. Once per machine, like an install. Without a compiler, or when the build fails,
 the numpy scan reads every file (same values) silently; ``DPCORE_NATIVE=0`` turns the native scan
 off, ``DPCORE_NATIVE=1`` asks for it (a process then says once on stderr why it could not have it),
 and :func:`why_not` says why it is not in use.
@@ -51,7 +51,6 @@ def _cache_dir() -> Path:
 def _build(out: Path) -> str | None:
     """Compile scan.c into ``out`` (atomically); None on success, else why not."""
     cc = shlex.split(os.environ.get("CC") or "cc")
-    out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".tmp", dir=out.parent)
     os.close(fd)
     try:
@@ -59,6 +58,7 @@ def _build(out: Path) -> str | None:
                               capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             return f"{cc[0]} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}"
+        os.chmod(tmp, 0o755)
         os.replace(tmp, out)
         return None
     except (OSError, subprocess.SubprocessError) as exc:
@@ -68,15 +68,29 @@ def _build(out: Path) -> str | None:
             os.unlink(tmp)
 
 
+def _ours(path: Path) -> bool:
+    """Whether ``path`` (a folder or the library) is this user's and no one else can write it: a
+    library is loaded from there, and the temporary folder is shared with other users."""
+    st = path.stat()
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _library_path() -> tuple[Path | None, str | None]:
     """The built library (building it if needed), or None and why."""
     key = hashlib.sha256(SOURCE.read_bytes() + f"{sys.platform}-{platform.machine()}".encode()).hexdigest()[:16]
     why = None
     for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"dpcore-{os.getuid()}"):
         lib = folder / f"dpscan-{key}.so"
-        if lib.is_file():
-            return lib, None
         try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not _ours(folder):
+                why = f"{folder} is not only this user's to write"
+                continue
+            if lib.is_file():
+                if _ours(lib):
+                    return lib, None
+                why = f"{lib} is not only this user's to write"
+                continue
             why = _build(lib)
         except OSError as exc:  # the folder cannot be written: try the next one
             why = f"cannot write {folder}: {exc}"
