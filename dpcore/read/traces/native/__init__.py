@@ -9,14 +9,15 @@ bytescan's Scanner then decodes each distinct raw text exactly as it does its ow
 paths end in the same Columns.
 
 Why compiled here and not shipped: the README's set-up is ``pip install -r requirements.txt``,
-run from the source tree. The first call compiles scan.c with the system C compiler (``cc``,
-or ``$CC``) into a per-user cache folder (``$XDG_CACHE_HOME/dpcore/native`` or ``~/.cache/dpcore/native``,
-else the temp folder), under a name keyed by the source's hash and the machine, written to a
-temporary name and renamed, so ranks, workers and processes that race to build it each load a
-whole file. A library is only loaded from a folder, and a file, that no other user can write. Once per machine, like an install. Without a compiler, or when the build fails,
-the numpy scan reads every file (same values) silently; ``DPCORE_NATIVE=0`` turns the native scan
-off, ``DPCORE_NATIVE=1`` asks for it (a process then says once on stderr why it could not have it),
-and :func:`why_not` says why it is not in use.
+run from the source tree. The first call compiles scan.c with the system C compiler (``cc``, or
+``$CC``) into a per-user cache folder (``$XDG_CACHE_HOME/dpcore/native`` or
+``~/.cache/dpcore/native``, else the temp folder), under a name keyed by the source's hash and
+the machine, written to a temporary name and renamed, so ranks, workers and processes that race
+to build it each load a whole file. A library is only loaded from a folder, and a file, that no
+other user can write. Once per machine, like an install. Without a compiler, or when the build
+fails, the numpy scan reads every file (same values) silently; ``DPCORE_NATIVE=0`` turns the
+native scan off, ``DPCORE_NATIVE=1`` asks for it (a process then says once on stderr why it
+could not have it), and :func:`why_not` says why it is not in use.
 """
 from __future__ import annotations
 
