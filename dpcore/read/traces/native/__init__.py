@@ -122,7 +122,7 @@ def load() -> ctypes.CDLL | None:
                 lib.dp_count.restype, lib.dp_count.argtypes = ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int)
                 lib.dp_raw.restype = ctypes.c_void_p
                 lib.dp_raw.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))
-        except OSError as exc:
+        except (OSError, AttributeError, ValueError) as exc:  # AttributeError: no os.getuid, no dp_scan
             lib, why = None, f"cannot load the native scanner: {exc}"
         _state["lib"], _state["why"] = lib, why
         if lib is None and os.environ.get("DPCORE_NATIVE", "").strip() == "1":  # asked for: say why not, once
