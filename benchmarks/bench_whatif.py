@@ -559,8 +559,9 @@ def main(argv: list[str] | None = None) -> None:
             print("\n" + round_lines(per_round))
         made = f"the runs in {a.runs} (not profiled again)" if a.runs else f"{a.steps} timed steps per job"
         print(f"\n_{made}, {len(held)} round(s) (one run per model each; every number above is the median "
-              f"over rounds of the prediction and of the measured step), alpha/B/kappa from each source job's "
-              f"in-job calibration where it has one; {time.perf_counter() - t0:.0f} s. Reproduce: "
+              f"over rounds of the prediction and of the measured step), alpha/B from each source job's "
+              f"in-job calibration where it has one, kappa as whatif takes it; {time.perf_counter() - t0:.0f} s. "
+              "Reproduce: "
               "`python -m benchmarks.bench_whatif --held-out`._")
         return
     if a.runs:

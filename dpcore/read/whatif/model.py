@@ -70,8 +70,8 @@ The model, and every assumption it makes:
 9. **Each all-reduce costs the step a measured ``message_ms`` the alpha-beta line misses**
    (``whatif.calibrate.message_cost``). The in-job calibration ran the source's backward with
    two bucket plans (1 and 30 all-reduces, say); replaying both, the many-message plan's last
-   all-reduce ends far later in training than replayed (mlp-256 on the quiet held-out run: 26.4
-   ms late with thirty 0.25 MiB buckets, 1.5 ms with one 4 MiB bucket: 0.86 ms per message; gloo's
+   all-reduce ends far later in training than replayed (mlp-256 on the quiet held-out run: 28.1
+   ms late with thirty 0.25 MiB buckets, 1.5 ms with one 4 MiB bucket: 0.92 ms per message; gloo's
    wake-ups and per-collective setup, which a line through service times dominated by tiny and
    huge messages does not carry). That difference over the difference in message counts is added
    per bucket to every cell's step, as exposed comm, before the anchor: the anchor's ratio then
