@@ -36,7 +36,7 @@ from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import clip, comm_start, overlap_stats, step_comm, subtract
 from dpcore.contract.runformat import parse_bools
 from dpcore.read.traces.kinds import STEP_RE
-from dpcore.read.traces.rank_table import RankTable
+from dpcore.read.traces.rank_table import BASE, RankTable
 
 MS_NS = 1e6
 BREAKDOWN_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "step", "step_ms", "fwd_ms", "bwd_ms",
@@ -391,7 +391,7 @@ def overlap_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
 #: The per-rank table of the overlap numbers: one row per traced step of the rank (what
 #: analyze, summarize and the overview read of a trace).
 OVERLAP_TABLE = RankTable("overlap", {c: (np.int64 if c in ("rank", "step") else np.float64) for c in TRACE_COLUMNS},
-                          overlap_table)
+                          overlap_table, columns=BASE)
 
 
 def overlap_by_rank(events: pd.DataFrame) -> pd.DataFrame:

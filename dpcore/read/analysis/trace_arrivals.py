@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.traces.kinds import comm_op
-from dpcore.read.traces.rank_table import RankTable
+from dpcore.read.traces.rank_table import BASE, RankTable
 from dpcore.read.traces.reader import on_host
 
 TRACE_COMM_COLUMNS = ["job_id", "rank", "step", "op", "t_launch_ns", "t_start_ns", "t_end_ns", "p2p", "enqueued"]
@@ -177,4 +177,4 @@ def comm_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
 #: columns without job_id.
 COMM_TABLE = RankTable("comm", {"rank": np.int64, "step": np.int64, "op": object, "t_launch_ns": np.float64,
                                 "t_start_ns": np.float64, "t_end_ns": np.float64, "p2p": bool, "enqueued": bool},
-                       comm_table)
+                       comm_table, columns=BASE)

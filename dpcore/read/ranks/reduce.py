@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpcore.read.traces.rank_table import RankTable, reduce_tables
+from dpcore.read.traces.rank_table import RankTable, columns_read, reduce_tables
 from dpcore.read.traces.reader import rank_of, read_trace_meta, trace_notes
 
 
@@ -71,6 +71,6 @@ def reduce_events(events: pd.DataFrame, rank: int, world_size: int | None = None
 def reduce_trace(path: str | Path, only: bool = False, tables: tuple[RankTable, ...] = ()) -> RankTables:
     """Read one rank's trace and reduce it to ``tables`` (module-level: worker processes and
     Dask run it). ``only``: see :func:`dpcore.read.traces.reader.read_trace`. Raises TraceFormatError."""
-    meta, events = read_trace_meta(path, only)
+    meta, events = read_trace_meta(path, only, columns_read(tables))
     rank = int(events["rank"].iloc[0]) if len(events) else (rank_of(meta, Path(path)) or 0)
     return reduce_events(events, rank, world_size_of(meta), meta, tables)

@@ -384,7 +384,9 @@ class Scanner:
             table: dict[Any, int] = {}
             remap = np.asarray([table.setdefault(conv(self._decode(raw)) if raw else default, len(table))
                                 for raw in self.raw[f]] + [0], np.int32)
-            codes[f], tables[f] = remap.take(cols[f]), list(table)
+            # distinct texts that are distinct values (the rule): the ids are the codes already
+            codes[f] = cols[f] if len(table) == len(self.raw[f]) else remap.take(cols[f])
+            tables[f] = list(table)
         cols["stream"][~np.asarray([c in DEVICE_CATS for c in tables["cat"]] + [False], bool).take(codes["cat"])] = -1
         return Columns(cols["ts"], cols["dur"], cols["corr"], cols["stream"], codes, tables,
                        {f: cols[f] for f in META_FIELDS if f not in _TEXT})

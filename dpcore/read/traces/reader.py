@@ -131,19 +131,26 @@ def _no_rank(path: Path) -> TraceFormatError:
                             f"'rank<r>' in the file name, and it is not the only trace read")
 
 
-def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
+def events_frame(meta: dict, cols: Columns, rank: int, columns: frozenset[str] | None = None) -> pd.DataFrame:
     """Columns -> events DataFrame (see ANALYSIS_API.md) with kind, step, the correlation id
     (``corr``, -1 where none: what links a kernel to its launch call) and, for comm kernels,
     the collective's name and bytes where the trace's metadata says (else "" and NaN), and for
     kernels of a matrix product with recorded shapes its FLOPs and input dtype (``flops``,
     ``mm_dtype``; else NaN and "": :mod:`dpcore.read.traces.matmuls`).
-    ``attrs["notes"]``: the rules this trace needed (kinds.classify's notes)."""
+    ``attrs["notes"]``: the rules this trace needed (kinds.classify's notes). ``columns``: the
+    columns the caller reads (None: all); the derived ones it does not read
+    (:data:`~dpcore.read.traces.rank_table.DERIVED`) are left out."""
     kind, step, notes = classify(cols)  # first: it renames legacy categories in cols
     ts, dur, stream = cols.ts, cols.dur, cols.stream
     names, cats = cols.tables["name"], cols.tables["cat"]
     name_c, cat_c = cols.codes["name"], cols.codes["cat"]
-    coll_c, coll_t, nbytes = collective_meta(cols, kind == KINDS.index("comm"))
-    flops, mm_c, mm_t = kernel_matmuls(cols, (stream >= 0) & (kind == KINDS.index("compute")))
+    derived: dict[str, object] = {}
+    if columns is None or not columns.isdisjoint(("collective", "bytes")):
+        coll_c, coll_t, nbytes = collective_meta(cols, kind == KINDS.index("comm"))
+        derived.update(collective=_codes_to_cat(coll_c, coll_t), bytes=nbytes)
+    if columns is None or not columns.isdisjoint(("flops", "mm_dtype")):
+        flops, mm_c, mm_t = kernel_matmuls(cols, (stream >= 0) & (kind == KINDS.index("compute")))
+        derived.update(flops=flops, mm_dtype=_codes_to_cat(mm_c, mm_t))
     df = pd.DataFrame({
         "ts": ts, "dur": dur,
         "name": _codes_to_cat(name_c, names),
@@ -152,18 +159,18 @@ def events_frame(meta: dict, cols: Columns, rank: int) -> pd.DataFrame:
         "tid": _codes_to_cat(cols.codes["tid"], cols.tables["tid"]),
         "stream": stream, "corr": cols.corr, "rank": np.full(ts.size, rank, dtype=np.int64),
         "kind": pd.Categorical.from_codes(kind, categories=list(KINDS)),
-        "step": step,
-        "collective": _codes_to_cat(coll_c, coll_t), "bytes": nbytes,
-        "flops": flops, "mm_dtype": _codes_to_cat(mm_c, mm_t),
+        "step": step, **derived,
     }, copy=False)
     df.attrs["notes"] = notes
     return df
 
 
-def read_trace_meta(path: str | Path, only: bool = True) -> tuple[dict, pd.DataFrame]:
+def read_trace_meta(path: str | Path, only: bool = True,
+                    columns: frozenset[str] | None = None) -> tuple[dict, pd.DataFrame]:
     """(top-level metadata, events) of one trace: what :func:`read_trace` reads, plus the
     trace's own description (``distributedInfo``, ``deviceProperties``, ``host_name``) that an
-    importer records as the run's environment. ``only``: see :func:`read_trace`."""
+    importer records as the run's environment. ``only``: see :func:`read_trace`; ``columns``:
+    see :func:`events_frame`."""
     p = Path(path)
     if not p.exists():  # a FIFO or device exists but is refused, by name, when opened
         raise TraceFormatError(f"trace file not found: {p}")
@@ -174,7 +181,7 @@ def read_trace_meta(path: str | Path, only: bool = True) -> tuple[dict, pd.DataF
         parts, notes = [], []
         for code, pid in enumerate(cols.tables["pid"]):
             if str(pid) in ranks:
-                part = events_frame(meta, _subset(cols, cols.codes["pid"] == code), ranks[str(pid)])
+                part = events_frame(meta, _subset(cols, cols.codes["pid"] == code), ranks[str(pid)], columns)
                 parts.append(part)
                 notes += [n for n in part.attrs["notes"] if n not in notes]
         df = pd.concat(parts, ignore_index=True)
@@ -184,7 +191,7 @@ def read_trace_meta(path: str | Path, only: bool = True) -> tuple[dict, pd.DataF
         return meta, df
     if rank is None and not only:
         raise _no_rank(p)
-    df = events_frame(meta, cols, 0 if rank is None else rank)
+    df = events_frame(meta, cols, 0 if rank is None else rank, columns)
     if rank is None:
         df.attrs["notes"] = ["no rank in the trace (no distributedInfo, no 'rank<r>' in the file name): "
                              "read as rank 0 of 1", *df.attrs["notes"]]

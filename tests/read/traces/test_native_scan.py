@@ -182,6 +182,9 @@ def test_numbers_are_read_as_python_reads_them(tmp_path):
     '[{"ph":"X"},5]',  # an entry that is not an object
     '[{"ph":"X"},]',  # a trailing comma
     '[{"ph":"X","args":{"correlation":"7"}}]',  # an id in a string
+    '[{"ph":"X","args":{"stream":1,"stream":2}}]',  # a duplicate key in args
+    '[{"ph":"X","args":{"stream":1},"args":{"dtype":"Float"}}]',  # args twice
+    '[{"ph":"X","args":{"corr\\u0065lation":7}}]',  # an escaped key in args
     '[{"ph":"X","ts":123456789012345678901234567890123456789012345678901234567890123456789012345678901234}]',
 ])
 def test_what_the_native_scan_declines_the_others_read(tmp_path, text):
@@ -193,8 +196,26 @@ def test_what_the_native_scan_declines_the_others_read(tmp_path, text):
         ref = reference(path)
     except ValueError:
         ref = None  # not JSON: read_columns refuses it (tests/read/traces/test_columns.py)
-    if ref is not None and "\\u0073" not in text:  # the numpy scan takes "t\u0073" for another key
+    if ref is not None and "\\u0073" not in text and "\\u0065" not in text:  # the numpy scan takes
+        # an escaped key ("t\u0073") for another key
         same(read_columns(path)[1], ref)
+
+
+def test_escaped_quotes_anywhere_in_a_string(tmp_path):
+    """A string ends at its first unescaped quote wherever the escapes fall: within the first
+    bytes scan.c checks one by one, across that stretch, or after it (where memchr takes over)."""
+    events = []
+    for k in range(0, 40):
+        for tail in ('\\"', '\\\\', '\\\\\\"', '\\u0022'):
+            name = "n" * k + tail + "x" * (k % 5)
+            events.append(f'{{"ph":"X","name":"{name}","cat":"{tail}{name}","ts":{k},"dur":1,'
+                          f'"args":{{"dtype":"{name}","stream":{k}}}}}')
+    path = tmp_path / "escapes.json"
+    path.write_text("[" + ",".join(events) + "]")
+    ref = reference(path)
+    assert len(ref.ts) == 160 and len(set(ref.tables["name"])) == 120  # \\" and \\u0022 are one text
+    for window in (97, 4096, 2 << 20):
+        same(native_columns(path, window), ref)
 
 
 HOSTILE = r"""

@@ -39,6 +39,8 @@ static const dp_key ARG_KEYS[] = {
     {"Group size", 10, S_INT + 4}, {"Input Dims", 10, S_TEXT + 6}, {"Input type", 10, S_TEXT + 7},
 };
 
+enum { N_EVENT_KEYS = sizeof EVENT_KEYS / sizeof EVENT_KEYS[0], N_ARG_KEYS = sizeof ARG_KEYS / sizeof ARG_KEYS[0] };
+
 static int is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 static int64_t skip_ws(const uint8_t *b, int64_t i, int64_t n) {
@@ -51,6 +53,10 @@ static int64_t skip_ws(const uint8_t *b, int64_t i, int64_t n) {
 static int64_t string_end(const uint8_t *b, int64_t i, int64_t n) {
     int64_t from = i + 1;
     i = from;
+    for (int64_t stop = from + 16 < n ? from + 16 : n; i < stop; i++) { /* most strings are short */
+        if (b[i] == '\\') break;
+        if (b[i] == '"') return i + 1;
+    }
     while (i < n) {
         const uint8_t *q = memchr(b + i, '"', (size_t)(n - i));
         if (!q) return -1;
@@ -197,18 +203,21 @@ static int as_id(const uint8_t *b, int64_t s, int64_t e, int64_t *out) {
     return 1;
 }
 
-/* The slot of key b[s:e) among keys (-1: not ours); -2 when the key has an escape. */
+/* The slot of key b[s:e) among keys (-1: not ours); -2 when the key has an escape. Our keys
+ * have none, so only a key that is none of them is searched for a backslash. */
 static int key_slot(const uint8_t *b, int64_t s, int64_t e, const dp_key *keys, int nk) {
-    if (memchr(b + s, '\\', (size_t)(e - s))) return -2;
     for (int k = 0; k < nk; k++)
-        if (keys[k].len == e - s && !memcmp(b + s, keys[k].key, (size_t)keys[k].len)) return keys[k].slot;
-    return -1;
+        if (keys[k].len == e - s && b[s] == (uint8_t)keys[k].key[0] && !memcmp(b + s, keys[k].key, (size_t)keys[k].len))
+            return keys[k].slot;
+    return memchr(b + s, '\\', (size_t)(e - s)) ? -2 : -1;
 }
 
-/* The members of the object whose '{' is at i: values of known keys go to vs/ve by slot. Returns
- * the index after its '}', -1 if it does not end before n, -2 if odd. */
+/* The members of the object whose '{' is at i: values of known keys go to vs/ve by slot; an
+ * object value of the key of slot S_ARGS is walked here too, its members' values to as/ae by
+ * ARG_KEYS (when as is not NULL: one pass over the args). Returns the index after its '}', -1
+ * if it does not end before n, -2 if odd. */
 static int64_t members(const uint8_t *b, int64_t i, int64_t n, const dp_key *keys, int nk,
-                       int64_t *vs, int64_t *ve) {
+                       int64_t *vs, int64_t *ve, int64_t *as, int64_t *ae) {
     i = skip_ws(b, i + 1, n);
     if (i >= n) return -1;
     if (b[i] == '}') return i + 1;
@@ -223,10 +232,12 @@ static int64_t members(const uint8_t *b, int64_t i, int64_t n, const dp_key *key
         if (b[i] != ':') return -2;
         i = skip_ws(b, i + 1, n);
         if (i >= n) return -1;
-        int64_t e = value_end(b, i, n);
+        if (slot >= 0 && ve[slot] >= 0) return -2; /* a duplicate key: a JSON parser keeps the last one */
+        int64_t e = slot == S_ARGS && as && b[i] == '{'
+                        ? members(b, i, n, ARG_KEYS, N_ARG_KEYS, as, ae, NULL, NULL)
+                        : value_end(b, i, n);
         if (e < 0) return e;
         if (slot >= 0) {
-            if (ve[slot] >= 0) return -2; /* a duplicate key: a JSON parser keeps the last one */
             vs[slot] = i;
             ve[slot] = e;
         }
@@ -250,6 +261,8 @@ typedef struct {
     int64_t off_cap;
     uint8_t *arena;
     int64_t arena_cap;
+    int64_t last;    /* 1 + the id interned last (0: none): consecutive events repeat a text */
+    int64_t empty;   /* 1 + the id of the empty text (0: not seen): most events lack most args */
 } dp_field;
 
 typedef struct {
@@ -312,8 +325,25 @@ static uint64_t hash_bytes(const uint8_t *p, int64_t n) {
     return h | 1; /* never 0: 0 marks an empty slot */
 }
 
+static int64_t intern_hashed(dp_field *f, const uint8_t *p, int64_t n);
+
 /* The id of the text p[0:n) in field f, added if new; -1 when memory runs out. */
 static int64_t intern(dp_field *f, const uint8_t *p, int64_t n) {
+    if (!n && f->empty) return f->empty - 1;
+    if (f->last) {
+        int64_t id = f->last - 1;
+        if (f->off[id + 1] - f->off[id] == n && !memcmp(f->arena + f->off[id], p, (size_t)n)) return id;
+    }
+    int64_t id = intern_hashed(f, p, n);
+    if (id >= 0) {
+        f->last = id + 1;
+        if (!n) f->empty = id + 1;
+    }
+    return id;
+}
+
+/* intern without the shortcuts: the id of p[0:n) from the hash table, added if new. */
+static int64_t intern_hashed(dp_field *f, const uint8_t *p, int64_t n) {
     uint64_t h = hash_bytes(p, n);
     int64_t mask = f->cap - 1, at = (int64_t)(h & (uint64_t)mask);
     while (f->hash[at]) {
@@ -406,7 +436,7 @@ int dp_scan(dp_state *st, const uint8_t *b, int64_t n, int64_t pos, int first, i
         if (b[i] != '{') return DP_ODD; /* an entry that is not an object (or a trailing comma) */
         int64_t vs[N_SLOT], ve[N_SLOT], as[N_SLOT], ae[N_SLOT];
         for (int k = 0; k < N_SLOT; k++) ve[k] = ae[k] = -1, vs[k] = as[k] = 0;
-        int64_t end = members(b, i, n, EVENT_KEYS, 8, vs, ve);
+        int64_t end = members(b, i, n, EVENT_KEYS, N_EVENT_KEYS, vs, ve, as, ae);
         if (end == -2) return DP_ODD;
         if (end < 0) break;
         entries++;
@@ -414,9 +444,6 @@ int dp_scan(dp_state *st, const uint8_t *b, int64_t n, int64_t pos, int first, i
         int64_t ps = vs[S_PH], pe = ve[S_PH];
         int is_x = pe - ps == 3 && b[ps] == '"' && b[ps + 1] == 'X' && b[ps + 2] == '"';
         if (!is_x && pe >= 0 && b[ps] == '"' && memchr(b + ps, '\\', (size_t)(pe - ps))) return DP_ODD;
-        if (ve[S_ARGS] >= 0 && b[vs[S_ARGS]] == '{') {
-            if (members(b, vs[S_ARGS], n, ARG_KEYS, 9, as, ae) < 0) return DP_ODD;
-        }
         i = end;
         last = end;
         if (!is_x) continue;
