@@ -194,7 +194,8 @@ CELL_KEY = ["model", "variant", "source", "source_bucket_mb", "source_world_size
 def median_over_rounds(df: pd.DataFrame) -> pd.DataFrame:
     """One row per held-out prediction (:data:`CELL_KEY`) from the rounds' rows (``round``):
     the median over rounds of the prediction, its band's ends, the ablation's steps and the
-    measured step; the error and ``in_band`` of those medians; ``spread_pct``, the measured
+    measured step; the error and ``in_band`` of those medians; ``u_dn_pct``/``u_up_pct``, the
+    source median's doubt the band added (:func:`source_doubt`); ``spread_pct``, the measured
     cell's (max - min) / median over rounds; ``rounds``, how many rounds had the cell.
 
     Why medians: on a shared machine the same cell measured in two quiet runs differs by ~16 %
@@ -207,6 +208,8 @@ def median_over_rounds(df: pd.DataFrame) -> pd.DataFrame:
     extra = g.agg(cal_saw=("cal_saw", "any"), kappa_src=("kappa_src", "first"), rounds=("round", "nunique"),
                   meas_max=("measured_step_ms", "max"), meas_min=("measured_step_ms", "min")).reset_index()
     med = med.merge(extra, on=CELL_KEY)
+    doubt = df.assign(**source_doubt(df)).groupby(CELL_KEY, sort=False)[["u_dn_pct", "u_up_pct"]].median()
+    med = med.merge(doubt.reset_index(), on=CELL_KEY)
     med["spread_pct"] = 100 * (med.pop("meas_max") - med.pop("meas_min")) / med["measured_step_ms"]
     med["error_pct"] = 100 * (med["step_ms"] - med["measured_step_ms"]) / med["measured_step_ms"]
     med["in_band"] = (med["step_ms_lo"] <= med["measured_step_ms"]) & (med["measured_step_ms"] <= med["step_ms_hi"])
@@ -301,18 +304,38 @@ def direction(src_mb: float, mb: float) -> str:
     return "to larger buckets" if mb > src_mb else "to smaller buckets"
 
 
-def band_error(error_pct: pd.Series) -> pd.Series:
-    """|measured / predicted - 1| in %, from ``error_pct`` ((predicted - measured) / measured):
-    the error as a band needs it. A band is drawn around the prediction, so a cell predicted 30 %
-    low (measured 1.43 x the prediction) needs a band reaching 43 % above it, not 30 %."""
-    return (100.0 * (1.0 / (1.0 + error_pct / 100.0) - 1.0)).abs()
+def source_doubt(df: pd.DataFrame) -> dict[str, pd.Series]:
+    """``u_dn_pct``/``u_up_pct``: the source median's doubt (%, down and up) the band of each row
+    added to its family error (``whatif.advice.add_bands``: half-width sqrt(e² + u²)), taken back
+    out of the row's band (``step_ms_lo``/``step_ms_hi``) and family error (``model_error_pct``)."""
+    e = df["model_error_pct"] / 100.0
+    return {"u_dn_pct": 100.0 * np.sqrt(np.maximum((1.0 - df["step_ms_lo"] / df["step_ms"]) ** 2 - e ** 2, 0.0)),
+            "u_up_pct": 100.0 * np.sqrt(np.maximum((df["step_ms_hi"] / df["step_ms"] - 1.0) ** 2 - e ** 2, 0.0))}
+
+
+def needed_error(df: pd.DataFrame) -> pd.Series:
+    """Per held-out cell, the family error (%) its band needs to hold the measured step, the band
+    drawn as ``whatif`` draws it: the prediction x (1 ± sqrt(e² + u²)), u the source median's
+    doubt on that side (``u_dn_pct``/``u_up_pct``; 0 where ``df`` lacks them, e.g. cells taken
+    from an older printed table). With u = 0 it is |measured / predicted - 1|: a band is drawn
+    around the prediction, so a cell predicted 30 % low (measured 1.43 x the prediction) needs a
+    band reaching 43 % above it, not 30 %.
+
+    Why not that alone: the band adds the source's doubt to the family error; a family error that
+    alone holds 90 % of the cells gives a band, once the doubt is added, that holds more than the
+    90 % it claims (91-93 % on the held-out runs): wider than the errors need."""
+    ratio = 1.0 / (1.0 + df["error_pct"] / 100.0) - 1.0           # measured / predicted - 1
+    zero = pd.Series(0.0, index=df.index)
+    u = np.where(ratio >= 0, df.get("u_up_pct", zero), df.get("u_dn_pct", zero)) / 100.0
+    return pd.Series(100.0 * np.sqrt(np.maximum(ratio.to_numpy() ** 2 - u ** 2, 0.0)), index=df.index)
 
 
 def _loso_half(df: pd.DataFrame, key: str, q: float) -> pd.DataFrame:
-    """``df`` with ``half_pct`` (the ``q`` quantile of :func:`band_error` of the cells of its
-    ``key`` group predicted from OTHER sources: leave one source out, so no cell sets its own
-    band) and ``inside`` (its band error within that; NaN where fewer than two other cells)."""
-    df = df.assign(band_err=band_error(df["error_pct"]))
+    """``df`` with ``band_err`` (:func:`needed_error`), ``half_pct`` (the ``q`` quantile of it
+    over the cells of its ``key`` group predicted from OTHER sources: leave one source out, so no
+    cell sets its own band) and ``inside`` (its own within that; NaN where fewer than two other
+    cells)."""
+    df = df.assign(band_err=needed_error(df))
     half = []
     for r in df.itertuples():
         others = df[(df[key] == getattr(r, key)) & (df["source"] != r.source)]["band_err"]
@@ -322,10 +345,10 @@ def _loso_half(df: pd.DataFrame, key: str, q: float) -> pd.DataFrame:
 
 
 def family_bands(df: pd.DataFrame, q: float = 0.9) -> pd.DataFrame:
-    """Bands per family (model, variant, direction of extrapolation): a cell's half-width is the
-    ``q`` quantile of |error| of its family's cells predicted from OTHER sources (leave one
-    source out, so no cell sets its own band); the table: per family, cells, mean half-width
-    (% of the prediction) and the share of measured cells inside."""
+    """Bands per family (model, variant, direction of extrapolation): a cell's family error is the
+    ``q`` quantile of :func:`needed_error` of its family's cells predicted from OTHER sources (leave one
+    source out, so no cell sets its own band); the table: per family, cells, mean family error
+    (% of the prediction) and the share of measured cells inside the band it draws."""
     df = df.assign(family=[f"{m}, {v}, {direction(s, b)}" for m, v, s, b in
                            zip(df["model"], df["variant"], df["source_bucket_mb"], df["bucket_mb"])])
     df = _loso_half(df, "family", q)
@@ -338,15 +361,16 @@ def bands_table(df: pd.DataFrame, where: str, q: float = 0.9) -> pd.DataFrame:
     """The table ``advice.py`` reads (dpcore/read/whatif/bands.csv, :data:`BAND_COLUMNS`): per
     family (variant x direction of extrapolation in bucket size and in world size, the families
     :func:`dpcore.read.whatif.advice.family_of` gives a predicted cell), the cells, their mean
-    |error|, the band's half-width (the ``q`` quantile of their :func:`band_error`, the error
-    relative to the prediction the band is drawn around), the share of cells inside it when
+    |error|, the family error the band takes (``half_width_pct``: the ``q`` quantile of their
+    :func:`needed_error`, so that the band as ``whatif`` draws it, this error and the source's own
+    doubt in quadrature, holds ``q`` of them), the share of cells inside it when
     each source's cells get the half-width of the OTHER sources' (leave one source out: how
     well the band holds on cells it was not taken from), and ``where``."""
     from dpcore.read.whatif.advice import family_of
 
     # the errors as the per-cell table prints them, so a table taken again from the printed cells
     # (--cells-from) is this one
-    df = df.assign(error_pct=df["error_pct"].round(1))
+    df = df.assign(**{c: df[c].round(1) for c in ("error_pct", "u_dn_pct", "u_up_pct") if c in df})
     fam = [family_of(s, n0, b, n) for s, n0, b, n in
            zip(df["source_bucket_mb"], df["source_world_size"], df["bucket_mb"], df["world_size"])]
     df = df.assign(buckets=[f[0] for f in fam], ranks=[f[1] for f in fam])
@@ -371,18 +395,21 @@ _AT = re.compile(r" at (\d+) ranks")
 def cells_from_markdown(text: str) -> pd.DataFrame:
     """The per-cell rows of a held-out table this benchmark printed (:func:`markdown_held_out`,
     e.g. the README's): model, variant, source, source_bucket_mb, source_world_size, bucket_mb,
-    world_size (the source's, or the N of "at N ranks" in the cell), error_pct. Lets the
-    bands be taken again from a printed run without profiling it again."""
+    world_size (the source's, or the N of "at N ranks" in the cell), error_pct, and u_dn_pct /
+    u_up_pct (the source doubt column; 0 in a table printed without it). Lets the bands be taken
+    again from a printed run without profiling it again."""
     rows = []
     for line in text.splitlines():
         f = [c.strip() for c in line.strip().strip("|").split("|")]
-        m = _JOB.search(f[2]) if len(f) == 8 else None
+        m = _JOB.search(f[2]) if len(f) in (8, 9) else None
         if m is None:
             continue
         at = _AT.search(f[3])
+        dn, up = (float(x) for x in f[8].split()[0].split("/")) if len(f) == 9 else (0.0, 0.0)
         rows.append({"model": f[0], "variant": f[1], "source": f[2], "source_world_size": int(m.group(1)),
                      "source_bucket_mb": float(m.group(2)), "world_size": int(at.group(1) if at else m.group(1)),
-                     "bucket_mb": float(f[3].split()[0]), "error_pct": float(f[6].split()[0])})
+                     "bucket_mb": float(f[3].split()[0]), "error_pct": float(f[6].split()[0]),
+                     "u_dn_pct": dn, "u_up_pct": up})
     return pd.DataFrame(rows)
 
 
@@ -444,12 +471,12 @@ def _cell(r) -> str:
 
 def markdown_held_out(df: pd.DataFrame) -> str:
     """Every cell, then MAE and band coverage per model/variant and overall."""
-    lines = ["| model | variant | source job | predicted cell | predicted ms (band) | measured ms | error | in band |",
-             "|---|---|---|---|---:|---:|---:|:---:|"]
+    lines = ["| model | variant | source job | predicted cell | predicted ms (band) | measured ms | error | in band "
+             "| source doubt -/+ |", "|---|---|---|---|---:|---:|---:|:---:|---:|"]
     for r in df.sort_values(["model", "variant", "source_bucket_mb", "bucket_mb"]).itertuples():
         lines.append(f"| {r.model} | {r.variant} | {r.source} | {_cell(r)} | "
                      f"{r.step_ms:.1f} ({r.step_ms_lo:.1f}-{r.step_ms_hi:.1f}) | {r.measured_step_ms:.1f} | "
-                     f"{r.error_pct:+.1f} % | {'yes' if r.in_band else 'no'} |")
+                     f"{r.error_pct:+.1f} % | {'yes' if r.in_band else 'no'} | {r.u_dn_pct:.1f}/{r.u_up_pct:.1f} % |")
     lines += ["", "| model | variant | ranks | predictions | MAE | inside band |", "|---|---|---|---:|---:|---:|"]
     for (m, v, n0), g in df.groupby(["model", "variant", "source_world_size"]):
         lines.append(f"| {m} | {v} | {'2 from 2' if n0 == 2 else f'2 from {n0}'} | {len(g)} | "

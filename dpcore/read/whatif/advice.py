@@ -15,8 +15,10 @@ the band multiplies both in:
   --bands-out``). A family without held-out cells takes the global :data:`MODEL_ERROR_PCT`, and
   its ``band_from`` says so.
 
-The two are independent, so they add in quadrature (:func:`add_bands`); the held-out error
-already holds the noise of the held-out runs' medians, so the band is, if anything, wide.
+The two are independent, so they add in quadrature (:func:`add_bands`). The family error is
+calibrated with the band as it is drawn: the smallest error that, with each held-out cell's own
+source doubt added this way, holds 90 % of the family's cells (``bench_whatif.needed_error``);
+an error that held 90 % alone would, once the doubt is added, hold more than the 90 % it claims.
 
 Why the recommendation compares against the model's error only: the source median's doubt moves every
 predicted cell of one source together (they replay the same steps), so it cancels in a
@@ -80,8 +82,8 @@ def cell_errors(table: pd.DataFrame, variant: str, src_mb: float, src_ws: int,
         if (variant, b, n) in errors.index:
             r = errors.loc[(variant, b, n)]
             pct.append(float(r["half_width_pct"]))
-            where.append(f"family {name}: 90th percentile of |measured / predicted - 1| of {int(r['cells'])} "
-                         "held-out cells")
+            where.append(f"family {name}: the error that, with the source's doubt added, held 90 % of its "
+                         f"{int(r['cells'])} held-out cells")
         else:
             pct.append(MODEL_ERROR_PCT)
             where.append(f"global {MODEL_ERROR_PCT:g} % (no held-out cells of family {name})")

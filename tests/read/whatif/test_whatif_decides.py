@@ -315,3 +315,28 @@ def test_bench_held_out_rounds_take_medians_of_prediction_and_measurement(tmp_pa
     assert [r["mlp-1024"] for r, _ in got] == [a / "mlp-1024", b / "mlp-1024"]
     assert [ar for _, ar in got] == [a / "allreduce", a / "allreduce"]   # b has none: the first folder's
     assert held_out_rounds(str(tmp_path / "nothing"), ["mlp-256"]) == []
+
+
+def test_bench_bands_leave_out_the_source_doubt_the_band_adds() -> None:
+    from benchmarks.bench_whatif import bands_table, cells_from_markdown, needed_error
+
+    # measured 1.25 x the prediction (error -20 %) with the source's doubt 15 % up: a band of
+    # sqrt(e^2 + 0.15^2) holds it from e = sqrt(0.25^2 - 0.15^2) = 20 %; measured 0.8 x (error
+    # +25 %) with 12 % down: sqrt(0.2^2 - 0.12^2) = 16 %; a doubt wider than the miss needs none
+    df = pd.DataFrame({"error_pct": [-20.0, 25.0, 5.0, -20.0], "u_dn_pct": [0.0, 12.0, 10.0, 0.0],
+                       "u_up_pct": [15.0, 0.0, 0.0, 0.0]})
+    assert needed_error(df).round(6).tolist() == [20.0, 16.0, 0.0, 25.0]
+    assert needed_error(df.drop(columns=["u_dn_pct", "u_up_pct"])).round(6).tolist() == [25.0, 20.0, 4.761905, 25.0]
+    head = ("| model | variant | source job | predicted cell | predicted ms (band) | measured ms | error | in band "
+            "| source doubt -/+ |\n|---|\n")
+    rows = [("bucketed-ws2-b1", "4 MiB", -20.0, "0.0/15.0"), ("bucketed-ws2-b4", "16 MiB", 25.0, "12.0/0.0"),
+            ("bucketed-ws2-b16", "64 MiB", -20.0, "0.0/0.0")]
+    text = head + "".join(f"| m | bucketed | {j} | {c} | 1.0 (0.5-1.5) | 1.0 | {e:+.1f} % | yes | {u} % |\n"
+                          for j, c, e, u in rows)
+    cells = cells_from_markdown(text)
+    assert cells[["u_dn_pct", "u_up_pct"]].values.tolist() == [[0.0, 15.0], [12.0, 0.0], [0.0, 0.0]]
+    up = bands_table(cells, "t", q=1.0).set_index(["buckets", "ranks"]).loc[("larger", "same")]
+    # needed 20, 16, 25: the family error is their max, 25 (|error| alone would need 25, 20, 25)
+    assert (up["cells"], up["half_width_pct"]) == (3, 25.0)
+    # leave one source out: b1 gets max(16, 25) = 25 >= 20, b4 25 >= 16, b16 max(20, 16) = 20 < 25
+    assert up["inside_held_out_pct"] == pytest.approx(67.0)
