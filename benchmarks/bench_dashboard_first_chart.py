@@ -18,8 +18,10 @@ server's script run, is what a reload waits for.
 
 A/B of server settings: ``--b-option server.fileWatcherType=none`` (repeatable) starts a second
 server with those options beside the first (same copy of the runs, same browser) and alternates
-the reloads A, B, A, B, ...; it prints both medians and B/A of the medians. On a loaded machine
-the ratio, not either time, is the number to trust: both sides see the same load.
+the reloads in pairs, A B, B A, A B, ... (whatever the first or second reload of a pair pays, e.g.
+the other page's leftover work, falls on both sides alike); it prints both medians and B/A of the
+medians. On a loaded machine the ratio, not either time, is the number to trust: both sides see
+the same load.
 
 A/B of code: ``--b-tree DIR`` serves side B's app.py from another source tree (e.g. main, exported
 with ``git archive main | tar -x -C DIR``), so a change to a page is measured against the code it
@@ -357,8 +359,11 @@ def main() -> None:
                 cdps.append(cdp)
             times: list[list[dict[str, float]]] = [[] for _ in pages]
             profiles: list[list[dict[str, float]]] = [[] for _ in pages]
-            for _ in range(max(1, a.repeat)):
-                for i, (page, cdp) in enumerate(zip(pages, cdps)):
+            for rep in range(max(1, a.repeat)):
+                # A, B then B, A: whatever the first reload of a pair pays (the other page's
+                # leftover work, the server's) falls on each side equally often
+                for i in (range(len(pages)) if rep % 2 == 0 else reversed(range(len(pages)))):
+                    page, cdp = pages[i], cdps[i]
                     page.bring_to_front()
                     if a.profile_main_thread:
                         browser.start_tracing(page=page, path=str(tmp / "trace.json"), categories=PROFILE_CATEGORIES)
