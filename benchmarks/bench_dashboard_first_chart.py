@@ -145,11 +145,11 @@ def _sampled_scripts(events: list[dict], pid: int, tid: int, start: float, end: 
     starts = {e.get("id"): e["args"]["data"]["startTime"] for e in events if e.get("name") == "Profile"
               and e.get("id") in profiles}
     out: dict[str, float] = {}
-    for pid_id in profiles:
+    for profile in profiles:
         where: dict[int, str] = {}
-        t = starts[pid_id]
+        t = starts[profile]
         for e in events:
-            if e.get("name") != "ProfileChunk" or e.get("pid") != pid or e.get("id") != pid_id:
+            if e.get("name") != "ProfileChunk" or e.get("pid") != pid or e.get("id") != profile:
                 continue
             data = e["args"]["data"]
             for node in (data.get("cpuProfile") or {}).get("nodes") or []:
@@ -161,7 +161,8 @@ def _sampled_scripts(events: list[dict], pid: int, tid: int, start: float, end: 
             for node, delta in zip(samples, data.get("timeDeltas") or []):
                 t += delta
                 if start <= t <= end:
-                    out[where.get(node, "(no script)")] = out.get(where.get(node, "(no script)"), 0.0) + delta
+                    name = where.get(node, "(no script)")
+                    out[name] = out.get(name, 0.0) + delta
     return out
 
 
