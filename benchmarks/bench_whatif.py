@@ -515,8 +515,9 @@ def committed_coverage(df: pd.DataFrame) -> str:
 def write_bands(df: pd.DataFrame, out: str | None, where: str) -> None:
     """Print the per-family band table (:func:`bands_table`) and write it as CSV to ``out``."""
     table = bands_table(df, where)
-    print("\n**Bands per family** (variant x direction in bucket size and world size; half-width: 90th "
-          "percentile of the family's |measured / predicted - 1|; inside: leave one source out):\n")
+    print("\n**Bands per family** (variant x direction in bucket size and world size; half-width: the family "
+          "error e, the 90th percentile of what each cell needs with its source's doubt in the band "
+          "(needed_error); inside: leave one source out):\n")
     print("| variant | buckets | ranks | cells | MAE | half-width | inside |\n|---|---|---|---:|---:|---:|---:|")
     for r in table.itertuples():
         print(f"| {r.variant} | {r.buckets} | {r.ranks} | {r.cells} | {r.mae_pct:.1f} % | {r.half_width_pct:.1f} % | "
@@ -573,8 +574,8 @@ def main(argv: list[str] | None = None) -> None:
               "predicted job's measured value.\n")
         print(ablation_table(same))
         fam = family_bands(same)
-        print("\n**Bands per family** (model, variant, direction of extrapolation; 90th percentile of "
-              "|measured / predicted - 1| of the family's cells from other sources):\n")
+        print("\n**Bands per family** (model, variant, direction of extrapolation; the family error: 90th "
+              "percentile of needed_error of the family's cells from other sources):\n")
         print("| family | cells | mean half-width | inside |\n|---|---:|---:|---:|")
         for r in fam.itertuples():
             print(f"| {r.family} | {r.cells} | {r.half_width_pct:.1f} % | {r.inside_pct:.0f} % |")
