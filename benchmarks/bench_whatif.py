@@ -193,9 +193,12 @@ CELL_KEY = ["model", "variant", "source", "source_bucket_mb", "source_world_size
 
 def median_over_rounds(df: pd.DataFrame) -> pd.DataFrame:
     """One row per held-out prediction (:data:`CELL_KEY`) from the rounds' rows (``round``):
-    the median over rounds of the prediction, its band's ends, the ablation's steps and the
-    measured step; the error and ``in_band`` of those medians; ``u_dn_pct``/``u_up_pct``, the
-    source median's doubt the band added (:func:`source_doubt`); ``spread_pct``, the measured
+    the median over rounds of the prediction, the ablation's steps and the measured step;
+    ``u_dn_pct``/``u_up_pct``, the median over rounds of the source median's doubt the band added
+    (:func:`source_doubt`); the band drawn from those (``step_ms_lo``/``step_ms_hi``: the median
+    prediction x (1 -/+ sqrt(e² + u²)), as whatif draws it, rather than the medians of each round's
+    band ends, which can hold a cell the calibration, :func:`needed_error` of the same medians, says
+    is outside, or the reverse); the error and ``in_band`` of those medians; ``spread_pct``, the measured
     cell's (max - min) / median over rounds; ``rounds``, how many rounds had the cell.
 
     Why medians: on a shared machine the same cell measured in two quiet runs differs by ~16 %
@@ -211,6 +214,11 @@ def median_over_rounds(df: pd.DataFrame) -> pd.DataFrame:
     doubt = df.assign(**source_doubt(df)).groupby(CELL_KEY, sort=False)[["u_dn_pct", "u_up_pct"]].median()
     med = med.merge(doubt.reset_index(), on=CELL_KEY)
     med["spread_pct"] = 100 * (med.pop("meas_max") - med.pop("meas_min")) / med["measured_step_ms"]
+    # the band drawn around the median prediction as whatif draws one, from the family error and the
+    # median doubt: the one needed_error calibrates, so in_band and the calibration agree cell by cell
+    e = med["model_error_pct"] / 100.0
+    med["step_ms_lo"] = med["step_ms"] * np.maximum(1.0 - np.sqrt(e ** 2 + (med["u_dn_pct"] / 100.0) ** 2), 0.0)
+    med["step_ms_hi"] = med["step_ms"] * (1.0 + np.sqrt(e ** 2 + (med["u_up_pct"] / 100.0) ** 2))
     med["error_pct"] = 100 * (med["step_ms"] - med["measured_step_ms"]) / med["measured_step_ms"]
     med["in_band"] = (med["step_ms_lo"] <= med["measured_step_ms"]) & (med["measured_step_ms"] <= med["step_ms_hi"])
     return med
@@ -469,6 +477,12 @@ def _cell(r) -> str:
     return f"{r.bucket_mb:g} MiB{at}{' (cal)' if r.cal_saw else ''}"
 
 
+def half_width_pct(df: pd.DataFrame) -> float:
+    """How wide the bands of ``df``'s cells are on average: the mean over cells of the band's
+    half-width, (hi - lo) / 2, in % of the prediction (both sides: u differs down and up)."""
+    return float((100 * (df["step_ms_hi"] - df["step_ms_lo"]) / 2 / df["step_ms"]).mean())
+
+
 def markdown_held_out(df: pd.DataFrame) -> str:
     """Every cell, then MAE and band coverage per model/variant and overall."""
     lines = ["| model | variant | source job | predicted cell | predicted ms (band) | measured ms | error | in band "
@@ -485,13 +499,14 @@ def markdown_held_out(df: pd.DataFrame) -> str:
     df = df[df["source_world_size"] == df["world_size"]]
     held = df[~df["cal_saw"]]
     lines += ["", f"All: MAE **{df['error_pct'].abs().mean():.1f} %** over {len(df)} predictions, "
-              f"{100 * df['in_band'].astype(bool).mean():.0f} % of measured cells inside their band; "
+              f"{100 * df['in_band'].astype(bool).mean():.0f} % of measured cells inside their band "
+              f"({half_width_pct(df):.1f} % wide on average); "
               f"cells the source's calibration never ran: MAE {held['error_pct'].abs().mean():.1f} % "
               f"({len(held)}), {100 * held['in_band'].astype(bool).mean():.0f} % inside."]
     if not up.empty:
         lines.append(f"One rank to two (alpha and B from the `allreduce` run): MAE "
                      f"{up['error_pct'].abs().mean():.1f} % over {len(up)} predictions, "
-                     f"{100 * up['in_band'].astype(bool).mean():.0f} % inside.")
+                     f"{100 * up['in_band'].astype(bool).mean():.0f} % inside ({half_width_pct(up):.1f} % wide).")
     return "\n".join(lines)
 
 

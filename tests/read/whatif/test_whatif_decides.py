@@ -290,8 +290,19 @@ def test_bench_held_out_rounds_take_medians_of_prediction_and_measurement(tmp_pa
     out = median_over_rounds(df)
     assert len(out) == 1 and set(CELL_KEY) <= set(out.columns)
     r = out.iloc[0]
-    # medians: predicted 11, measured 12 (error -8.33 %), band 9-14 holds 12; measured 10..14 over rounds
-    assert (r["step_ms"], r["measured_step_ms"], r["step_ms_lo"], r["step_ms_hi"]) == (11.0, 12.0, 9.0, 14.0)
+    # medians: predicted 11, measured 12 (error -8.33 %); measured 10..14 over rounds. The doubts the
+    # rounds' bands added to e = 20 %: down 0, 15, 0 %; up sqrt(0.3² - 0.2²) = 22.36 %, 0,
+    # sqrt((15/11 - 1)² - 0.2²) = 30.37 %: medians 0 and 22.36 %, so the band is 11 x (1 - 0.2) = 8.8
+    # to 11 x (1 + sqrt(0.2² + 0.2236²)) = 14.3 (not the medians of the ends, 9 and 14), and holds 12
+    assert (r["step_ms"], r["measured_step_ms"]) == (11.0, 12.0)
+    assert (r["u_dn_pct"], r["u_up_pct"]) == (pytest.approx(0.0, abs=1e-9), pytest.approx(100 * 0.05 ** 0.5))
+    assert (r["step_ms_lo"], r["step_ms_hi"]) == (pytest.approx(8.8), pytest.approx(14.3))
+    # the calibration's view of the same cell agrees: measured 12 = 1.0909 x 11 needs e >= 0 up
+    from benchmarks.bench_whatif import half_width_pct, needed_error
+    assert float(needed_error(out).iloc[0]) <= 20.0 and bool(r["in_band"])
+    # half-width: (14.3 - 8.8) / 2 / 11 = 25 %; a second cell 10 (9-12) is 15 %: 20 % on average
+    two = pd.DataFrame({"step_ms": [11.0, 10.0], "step_ms_lo": [8.8, 9.0], "step_ms_hi": [14.3, 12.0]})
+    assert half_width_pct(two) == pytest.approx(20.0)
     assert r["error_pct"] == pytest.approx(-100 / 12) and bool(r["in_band"])
     assert r["spread_pct"] == pytest.approx(100 * 4 / 12) and r["rounds"] == 3 and r["step_ready"] == 11.0
     assert bool(r["cal_saw"])                      # seen by the calibration in any round
