@@ -123,6 +123,7 @@ class Scanner:
         self.parts: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}  # per window
         self.raw: dict[str, dict[bytes, int]] = {f: {} for f in _TEXT}  # distinct spans, in order
         self.escapes = False  # whether the current window has a backslash
+        self.quotes = self.slashes = np.zeros(0, np.int64)  # their positions in such a window
         self.d_arr = 2  # depth inside the array
         self.work, self.window = np.empty((3, 0), np.uint8), WINDOW_BYTES
         self.entries = 0  # entries of the array in the last window
@@ -196,8 +197,9 @@ class Scanner:
         low, mark, tmp = self._scratch(len(seg))  # reused: no fresh pages per window
         quote = np.equal(seg, 34, out=tmp)
         self.escapes = self.buf.find(b"\\", w0) >= 0
-        if self.escapes:
-            _drop_escaped(quote, seg)
+        if self.escapes:  # the quotes and backslashes, for keys written with escapes (_keys)
+            self.slashes = _drop_escaped(quote, seg) + w0
+            self.quotes = np.flatnonzero(quote) + w0
         inside = in_strings(quote)
         np.bitwise_or(seg, 0x20, out=low)
         np.equal(low, 0x7B, out=mark)  # { [
@@ -334,6 +336,8 @@ class Scanner:
             if leads[j] == j:
                 kid[hit] = nk
             kid[hit[ok]] = j
+        if self.escapes:
+            self._escaped_keys(kid, e, keys)
         cell = evid.take(kc)
         cell *= nk + 1
         cell += kid
@@ -343,6 +347,23 @@ class Scanner:
         if not (out.take(cell.compress(ours)) == kc.compress(ours)).all():
             raise OddTrace  # a duplicate key (two colons, one cell): the last one wins in a JSON parser
         return out.reshape(nev, nk + 1)[:, :nk]
+
+    def _escaped_keys(self, kid: np.ndarray, e: np.ndarray, keys: tuple[bytes, ...]) -> None:
+        """Set ``kid`` of the keys (closing quotes at ``e``) that hold a backslash to the key they
+        decode to: JSON lets a key be spelt with escapes (``"t\\u0073"`` is ``"ts"``), which
+        the bytes that end it do not tell. Only windows with a backslash get here, and only
+        keys with one are decoded (each distinct spelling once)."""
+        opening = self.quotes.take(np.searchsorted(self.quotes, e) - 1)
+        odd = np.flatnonzero(np.searchsorted(self.slashes, e) > np.searchsorted(self.slashes, opening))
+        if not odd.size:
+            return
+        known = {loads(k): j for j, k in enumerate(keys)}
+        found: dict[bytes, int] = {}
+        for i, s, t in zip(odd.tolist(), opening.take(odd).tolist(), e.take(odd).tolist()):
+            raw = self.buf[s:t + 1]
+            if raw not in found:
+                found[raw] = known.get(self._decode(raw), len(keys))
+            kid[i] = found[raw]
 
     def _spans(self, t: np.ndarray, p: np.ndarray, dl: np.ndarray, depth: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -512,10 +533,12 @@ def in_strings(quote: np.ndarray) -> np.ndarray:
     return np.unpackbits(w.view(np.uint8), count=n, bitorder="little").view(bool)
 
 
-def _drop_escaped(quote: np.ndarray, seg: np.ndarray) -> None:
-    """Unmark quotes escaped by a backslash (those after an odd run of backslashes)."""
+def _drop_escaped(quote: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Unmark quotes escaped by a backslash (those after an odd run of backslashes); returns
+    the backslashes' positions."""
     bs = np.flatnonzero(seg == 92)
     brk = np.flatnonzero(np.diff(bs) != 1)
     first, last = np.r_[bs[:1], bs[brk + 1]], np.r_[bs[brk], bs[-1:]]
     after = last[(last - first) % 2 == 0] + 1
     quote[after[after < len(quote)]] = False
+    return bs

@@ -211,6 +211,43 @@ def test_duplicate_keys_fall_back_to_the_full_parse(tmp_path):
     assert tf.read_columns(path)[1].ts.tolist() == [2.0]
 
 
+def _escaped(value, at: list[int]) -> str:
+    """JSON text of ``value`` with one character of every key and string written as a \\u escape
+    (a different position each time): the same document to json.loads."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_escaped(k, at)}:{_escaped(v, at)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_escaped(v, at) for v in value) + "]"
+    if not isinstance(value, str) or not value:
+        return json.dumps(value)
+    at[0] += 1
+    j = at[0] % len(value)
+    return json.dumps(value[:j])[:-1] + f"\\u{ord(value[j]):04x}" + json.dumps(value[j + 1:])[1:]
+
+
+def test_escaped_keys_and_names_read_as_json_loads_reads_them(tmp_path):
+    """Keys spelt with escapes ("t\\u0073" is "ts") are the keys they decode to, in the events and
+    their args, without a full parse; the trace's frame equals the plain file's."""
+    doc = gpu_trace(0, steps=2, kernels_per_step=30)
+    doc["traceEvents"] += [{"ph": "X", "name": "q\"k", "cat": "kernel", "ts": 7.5, "dur": 2,
+                            "args": {"correlation": 11, "stream": 3, "Collective name": "allreduce"}}]
+    plain = write(tmp_path / "plain_rank0.json", doc)
+    rest = {k: v for k, v in doc.items() if k != "traceEvents"}  # the array's own key plain: found fast
+    text = '{"traceEvents":' + _escaped(doc["traceEvents"], [0]) + "," + json.dumps(rest)[1:]
+    assert '"t\\u0073"' in text and '"\\u0064ur"' in text and '"\\u0043ollective name"' in text
+    escaped = write(tmp_path / "escaped_rank0.json.gz", None, text)
+    for window in (97, 4096, tf.WINDOW_BYTES):
+        check(escaped, window=window)  # fast: no full parse
+    a, b = read_trace(plain), read_trace(escaped)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert b["dur"].sum() == pytest.approx(sum(e["dur"] for e in doc["traceEvents"] if e["ph"] == "X"))
+    assert (b["collective"] == "allreduce").sum() == (a["collective"] == "allreduce").sum() > 0
+    # one key spelt twice in an event: a JSON parser keeps the last, so the full parse reads it
+    dup = write(tmp_path / "dup.json", None, '[{"ph":"X","ts":1,"t\\u0073":2,"n\\u0061me":"\\u0061b"}]')
+    check(dup, fast=False)
+    assert tf.read_columns(dup)[1].ts.tolist() == [2.0]
+
+
 def test_dir_categories_as_pandas_concat(tmp_path):
     """Ranks with different pids (one with a string pid): the categories read_trace_dir always
     gave (pd.concat, then astype('category')), built without the object detour."""
