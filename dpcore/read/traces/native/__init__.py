@@ -14,10 +14,14 @@ run from the source tree. The first call compiles scan.c with the system C compi
 ``~/.cache/dpcore/native``, else the temp folder), under a name keyed by the source's hash and
 the machine, written to a temporary name and renamed, so ranks, workers and processes that race
 to build it each load a whole file. A library is only loaded from a folder, and a file, that no
-other user can write. Once per machine, like an install. Without a compiler, or when the build
-fails, the numpy scan reads every file (same values) silently; ``DPCORE_NATIVE=0`` turns the
-native scan off, ``DPCORE_NATIVE=1`` asks for it (a process then says once on stderr why it
-could not have it), and :func:`why_not` says why it is not in use.
+other user can write. Once per machine, like an install. A build that fails is remembered next
+to where the library would be (``dpscan-<key>.failed``, the compiler's first error line), so
+later processes (each ``analyze`` worker) go straight to the numpy scan instead of each running
+the compiler again; a changed scan.c (a new key) or another ``$CC`` tries again, and deleting the
+marker does. Without a compiler, or when the build fails, the numpy scan reads every file
+(same values) silently; ``DPCORE_NATIVE=0`` turns the native scan off, ``DPCORE_NATIVE=1``
+asks for it (a process then says once on stderr why it could not have it), and :func:`why_not`
+says why it is not in use.
 """
 from __future__ import annotations
 
@@ -49,24 +53,63 @@ def _cache_dir() -> Path:
     return Path(base) / "dpcore" / "native"
 
 
+def _compiler() -> list[str]:
+    return shlex.split(os.environ.get("CC") or "cc")
+
+
+def _first_error(text: str) -> str:
+    """The compiler's first error line (else its first line): what a user fixes first."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[0] if lines else "no message")
+
+
 def _build(out: Path) -> str | None:
-    """Compile scan.c into ``out`` (atomically); None on success, else why not."""
-    cc = shlex.split(os.environ.get("CC") or "cc")
+    """Compile scan.c into ``out`` (atomically); None on success, else why not. A compiler that
+    runs but fails (or hangs) leaves that reason in ``out``'s marker (:func:`_marker`), so that
+    the next processes (each ``analyze`` worker, each run) do not spend a build on it again."""
+    cc = _compiler()
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".tmp", dir=out.parent)
     os.close(fd)
     try:
         done = subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE), "-lm"],
                               capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
-            return f"{cc[0]} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}"
+            return _remember(out, f"{shlex.join(cc)} failed: {_first_error(done.stderr or done.stdout)}")
         os.chmod(tmp, 0o755)
         os.replace(tmp, out)
         return None
+    except subprocess.TimeoutExpired:
+        return _remember(out, f"{shlex.join(cc)} failed: no library after 120 s")
     except (OSError, subprocess.SubprocessError) as exc:
         return f"cannot run the C compiler {cc[0]!r}: {exc}"
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _marker(lib: Path) -> Path:
+    """Where a failed build of ``lib`` is remembered: keyed like the library, so a changed
+    scan.c (a new key) is built again."""
+    return lib.with_suffix(".failed")
+
+
+def _remember(lib: Path, why: str) -> str:
+    """Write ``why`` (one line) into ``lib``'s marker, if the folder lets us; returns ``why``."""
+    try:
+        _marker(lib).write_text(why.replace("\n", " ") + "\n")
+    except OSError:
+        pass
+    return why
+
+
+def _remembered(lib: Path) -> str | None:
+    """The failure a marker holds for ``lib``, if it is this compiler's (``$CC`` set to another
+    one tries again); None when there is none."""
+    try:
+        why = _marker(lib).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return why if why.startswith(f"{shlex.join(_compiler())} failed:") else None
 
 
 def _ours(path: Path) -> bool:
@@ -92,14 +135,16 @@ def _library_path() -> tuple[Path | None, str | None]:
                     return lib, None
                 why = f"{lib} is not only this user's to write"
                 continue
+            failed = _remembered(lib)
+            if failed is not None:
+                return None, f"{failed} (remembered in {_marker(lib)}: delete it to build again)"
             why = _build(lib)
         except OSError as exc:  # the folder cannot be written: try the next one
             why = f"cannot write {folder}: {exc}"
             continue
         if why is None:
             return lib, None
-        if "cannot run the C compiler" in why:
-            break
+        break  # no compiler, or one that fails on scan.c: it would fail in the next folder too
     return None, why
 
 

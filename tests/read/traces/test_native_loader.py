@@ -1,0 +1,101 @@
+"""How the native scan's library is built and cached (dpcore/read/traces/native/__init__.py),
+with stand-in compilers (``$CC``): these run whether or not the machine has a C compiler.
+
+A build that fails is remembered (a marker keyed like the library), so later processes do not
+run the compiler again; a changed scan.c or another compiler tries again.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from dpcore.read.traces import native
+
+ROOT = Path(__file__).resolve().parents[3]
+FAILING = """#!/bin/sh
+echo run >> "{calls}"
+echo "In file included from scan.c:1:" >&2
+echo "scan.c:7:3: error: {what}" >&2
+echo "scan.c:9:1: error: and more" >&2
+exit 1
+"""
+
+
+def _compiler(path: Path, text: str, **fields: str) -> Path:
+    path.write_text(text.format(**fields))
+    path.chmod(0o755)
+    return path
+
+
+def _calls(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.fixture
+def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A process's first load, with its own cache and temporary folders; returns the cache folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.delenv("DPCORE_NATIVE", raising=False)
+    monkeypatch.setattr(native, "_state", {})
+    return tmp_path / "cache" / "dpcore" / "native"
+
+
+def _why_not_in_a_new_process() -> str:
+    done = subprocess.run([sys.executable, "-c", "from dpcore.read.traces import native; print(native.why_not())"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_failed_build_is_remembered_across_processes(fresh: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("CC", str(_compiler(tmp_path / "badcc", FAILING, calls=str(calls), what="boom")))
+    assert native.load() is None
+    assert _calls(calls) == 1  # one folder tried: the temporary one would fail the same way
+    markers = list(fresh.glob("dpscan-*.failed"))
+    assert len(markers) == 1 and not list(fresh.glob("dpscan-*.so"))
+    assert markers[0].read_text() == f"{tmp_path / 'badcc'} failed: scan.c:7:3: error: boom\n"
+    assert "error: boom" in str(native.why_not())
+    # later processes (each analyze worker): straight to the numpy scan, the compiler not run
+    why = _why_not_in_a_new_process()
+    assert _calls(calls) == 1
+    assert "scan.c:7:3: error: boom" in why and str(markers[0]) in why, why
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls) == 1
+    assert not list((tmp_path / "tmp").iterdir())  # nothing built or tried in the temporary folder
+
+    # another compiler tries again (and is remembered in turn)
+    calls2 = tmp_path / "calls2"
+    monkeypatch.setenv("CC", str(_compiler(tmp_path / "othercc", FAILING, calls=str(calls2), what="other")))
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls2) == 1 and _calls(calls) == 1
+    assert "error: other" in markers[0].read_text()
+
+    # a changed scan.c is a new key: built again, its failure remembered apart
+    monkeypatch.setenv("CC", str(tmp_path / "badcc"))
+    changed = tmp_path / "scan.c"
+    changed.write_text(native.SOURCE.read_text() + "\n/* changed */\n")
+    monkeypatch.setattr(native, "SOURCE", changed)
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls) == 2
+    assert len(list(fresh.glob("dpscan-*.failed"))) == 2
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls) == 2
+
+
+def test_a_missing_compiler_is_not_remembered(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No compiler costs no build: nothing is remembered, so installing one takes effect."""
+    monkeypatch.setenv("CC", "no-such-cc-here")
+    assert native.load() is None
+    assert "cannot run the C compiler 'no-such-cc-here'" in str(native.why_not())
+    assert not list(fresh.glob("dpscan-*"))
