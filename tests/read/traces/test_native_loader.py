@@ -2,7 +2,8 @@
 with stand-in compilers (``$CC``): these run whether or not the machine has a C compiler.
 
 A build that fails is remembered (a marker keyed like the library), so later processes do not
-run the compiler again; a changed scan.c or another compiler tries again.
+run the compiler again; a changed scan.c or another compiler tries again; a successful build
+deletes the libraries of older scan.c's.
 """
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ echo "In file included from scan.c:1:" >&2
 echo "scan.c:7:3: error: {what}" >&2
 echo "scan.c:9:1: error: and more" >&2
 exit 1
+"""
+BUILDING = """#!/bin/sh
+echo run >> "{calls}"
+while [ "$#" -gt 0 ]; do
+  if [ "$1" = "-o" ]; then echo "not a library" > "$2"; fi
+  shift
+done
 """
 
 
@@ -99,3 +107,27 @@ def test_a_missing_compiler_is_not_remembered(fresh: Path, monkeypatch: pytest.M
     assert native.load() is None
     assert "cannot run the C compiler 'no-such-cc-here'" in str(native.why_not())
     assert not list(fresh.glob("dpscan-*"))
+
+
+def test_a_build_deletes_older_libraries_and_markers(fresh: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls"
+    fresh.mkdir(parents=True, mode=0o700)
+    old = [fresh / "dpscan-0123456789abcdef.so", fresh / "dpscan-fedcba9876543210.so",
+           fresh / "dpscan-0123456789abcdef.failed"]
+    kept = [fresh / "dpscan-0011223344556677.ab12cd.tmp", fresh / "README", fresh / "other.so"]
+    for path in old + kept:
+        path.write_text("x")
+    # a build that fails deletes nothing
+    monkeypatch.setenv("CC", str(_compiler(tmp_path / "badcc", FAILING, calls=str(calls), what="boom")))
+    assert native.load() is None and _calls(calls) == 1
+    failed = [p for p in fresh.glob("dpscan-*.failed") if p not in old]
+    assert len(failed) == 1 and all(p.exists() for p in old + kept)
+    # one that builds (a stand-in that writes a file ctypes cannot load) deletes the others and the markers
+    monkeypatch.setenv("CC", str(_compiler(tmp_path / "goodcc", BUILDING, calls=str(calls))))
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls) == 2
+    assert "cannot load the native scanner" in str(native.why_not())
+    built = failed[0].with_suffix(".so")
+    assert built.read_text() == "not a library\n"
+    assert sorted(fresh.iterdir()) == sorted([built, *kept])

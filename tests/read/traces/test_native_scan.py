@@ -302,6 +302,8 @@ def test_build_cache_and_switches(tmp_path):
     code = ("import sys; from dpcore.read.traces import native; from dpcore.read.traces.columns import read_columns;"
             f"print(native.why_not()); print(read_columns({str(trace)!r})[1].ts.tolist())")
     base = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    (tmp_path / "cache" / "dpcore" / "native").mkdir(parents=True, mode=0o700)
+    (tmp_path / "cache" / "dpcore" / "native" / "dpscan-0000000000000000.so").write_bytes(b"an older scan.c's")
     runs, errs = {}, {}
     for name, extra in (("build", {}), ("again", {"CC": "no-such-cc"}), ("none", {"CC": "no-such-cc"}),
                         ("off", {"DPCORE_NATIVE": "0"})):
@@ -322,8 +324,8 @@ def test_build_cache_and_switches(tmp_path):
     assert runs["none"][1] == "[1.5]"
     assert errs["none"].count("native trace scan is not in use") == 1 and errs["build"] == errs["again"] == ""
     assert runs["off"] == ["turned off by DPCORE_NATIVE=0", "[1.5]"]
-    built = list((tmp_path / "cache" / "dpcore" / "native").iterdir())
-    assert [(p.name[:7], p.suffix) for p in built] == [("dpscan-", ".so")]
+    built = list((tmp_path / "cache" / "dpcore" / "native").iterdir())  # the older library deleted
+    assert [(p.name[:7], p.suffix) for p in built] == [("dpscan-", ".so")] and "dpscan-0000" not in built[0].name
 
 
 HARNESS = r"""#define _GNU_SOURCE

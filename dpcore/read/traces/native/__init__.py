@@ -18,8 +18,9 @@ other user can write. Once per machine, like an install. A build that fails is r
 to where the library would be (``dpscan-<key>.failed``, the compiler's first error line), so
 later processes (each ``analyze`` worker) go straight to the numpy scan instead of each running
 the compiler again; a changed scan.c (a new key) or another ``$CC`` tries again, and deleting the
-marker does. Without a compiler, or when the build fails, the numpy scan reads every file
-(same values) silently; ``DPCORE_NATIVE=0`` turns the native scan off, ``DPCORE_NATIVE=1``
+marker does. A successful build deletes the libraries of older scan.c's (and the markers) in
+its folder, so they do not pile up. Without a compiler, or when the build fails, the numpy scan
+reads every file (same values) silently; ``DPCORE_NATIVE=0`` turns the native scan off, ``DPCORE_NATIVE=1``
 asks for it (a process then says once on stderr why it could not have it), and :func:`why_not`
 says why it is not in use.
 """
@@ -77,6 +78,7 @@ def _build(out: Path) -> str | None:
             return _remember(out, f"{shlex.join(cc)} failed: {_first_error(done.stderr or done.stdout)}")
         os.chmod(tmp, 0o755)
         os.replace(tmp, out)
+        _prune(out)
         return None
     except subprocess.TimeoutExpired:
         return _remember(out, f"{shlex.join(cc)} failed: no library after 120 s")
@@ -110,6 +112,20 @@ def _remembered(lib: Path) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None
     return why if why.startswith(f"{shlex.join(_compiler())} failed:") else None
+
+
+def _prune(lib: Path) -> None:
+    """Delete the other libraries (and every failure marker) in ``lib``'s folder: each change of
+    scan.c leaves a library under its old key, which no dpcore of this source loads again.
+    Errors are ignored (another user's file, a file gone already). A process may still have an
+    old one loaded: on Linux and macOS unlinking a loaded library leaves its mapping intact.
+    Temporary files are left: another process may be writing one."""
+    for path in lib.parent.glob("dpscan-*"):
+        if path != lib and path.suffix in (".so", ".failed"):
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
 
 def _ours(path: Path) -> bool:
