@@ -39,6 +39,7 @@ import pandas as pd
 from dpcore.read.analysis.summary import job_summary
 from dpcore.read.ranks import run_trace_steps
 from dpcore.read.rundir.load import load_run
+from dpcore.read.whatif.advice import add_bands
 from dpcore.read.whatif.fit import Source, service_times
 from dpcore.read.whatif.predict import build_model, measured_cells, predict, with_measured
 
@@ -214,14 +215,10 @@ def median_over_rounds(df: pd.DataFrame) -> pd.DataFrame:
     doubt = df.assign(**source_doubt(df)).groupby(CELL_KEY, sort=False)[["u_dn_pct", "u_up_pct"]].median()
     med = med.merge(doubt.reset_index(), on=CELL_KEY)
     med["spread_pct"] = 100 * (med.pop("meas_max") - med.pop("meas_min")) / med["measured_step_ms"]
-    # the band drawn around the median prediction as whatif draws one, from the family error and the
-    # median doubt: the one needed_error calibrates, so in_band and the calibration agree cell by cell
-    e = med["model_error_pct"] / 100.0
-    med["step_ms_lo"] = med["step_ms"] * np.maximum(1.0 - np.sqrt(e ** 2 + (med["u_dn_pct"] / 100.0) ** 2), 0.0)
-    med["step_ms_hi"] = med["step_ms"] * (1.0 + np.sqrt(e ** 2 + (med["u_up_pct"] / 100.0) ** 2))
     med["error_pct"] = 100 * (med["step_ms"] - med["measured_step_ms"]) / med["measured_step_ms"]
-    med["in_band"] = (med["step_ms_lo"] <= med["measured_step_ms"]) & (med["measured_step_ms"] <= med["step_ms_hi"])
-    return med
+    # the band drawn around the median prediction by whatif's own add_bands, from the family error and
+    # the median doubt: the one needed_error calibrates, so in_band and the calibration agree cell by cell
+    return add_bands(med, (med["u_dn_pct"] / 100.0, med["u_up_pct"] / 100.0), med["model_error_pct"].to_numpy())
 
 
 def evaluate_rounds(rounds: list[tuple[dict[str, Path], Path | None]]) -> pd.DataFrame:

@@ -112,12 +112,13 @@ def source_spread(summary: pd.DataFrame, job_id: str) -> tuple[float, float]:
     return k * max(p50 - p10, 0.0) / p50, k * max(p90 - p50, 0.0) / p50
 
 
-def add_bands(table: pd.DataFrame, spread: tuple[float, float],
+def add_bands(table: pd.DataFrame, spread: tuple[float | pd.Series, float | pd.Series],
               model_error_pct: float | np.ndarray = MODEL_ERROR_PCT) -> pd.DataFrame:
     """``table`` (WHATIF rows) with ``step_ms_lo``/``step_ms_hi``: the prediction times
     1 -/+ sqrt(e^2 + u^2), e the model's error (``model_error_pct``: one figure, or one per row,
     :func:`cell_errors`) and u the source median's uncertainty down/up (``spread``,
-    :func:`source_spread`); ``model_error_pct``; and ``in_band`` (the measured cell inside its
+    :func:`source_spread`; or one per row, as the held-out benchmark's medians over rounds
+    have); ``model_error_pct``; and ``in_band`` (the measured cell inside its
     band; NaN where the run has no such cell)."""
     out = table.copy()
     out["model_error_pct"] = np.broadcast_to(np.asarray(model_error_pct, float), len(out))
