@@ -5,6 +5,8 @@ storages are checked against byte counts worked out by hand (a tied weight once,
 buffer once, Adam's two moments); a real 2-rank gloo profile must write the parameter bytes the
 model has; and the Memory picture must show exactly the numbers of a hand-written run folder
 holding the sharded variants (zero1, fsdp), whatever the write side of those variants does.
+The plots are imported inside the tests that draw them: a GPU host (scripts/gpu_check.sh) has no
+plotly, and its `pytest -m gpu` must still collect this module for the allocator test.
 """
 from __future__ import annotations
 
@@ -32,7 +34,6 @@ from dpcore.read.analysis.memory import (
     summary_memory_columns,
     volume_totals,
 )
-from dpcore.read.plots.memory import memory_breakdown_figure, memory_tradeoff_figure, volume_figure
 from dpcore.read.rundir import load_run
 from dpcore.write.capture.comm_log import PhaseTimer
 from dpcore.write.capture.memory import CPU_METHOD, held_bytes, measure_step
@@ -217,6 +218,8 @@ def test_memory_table_joins_the_summary_step_time(sharded) -> None:
 
 
 def test_memory_figures_show_the_numbers(sharded) -> None:
+    from dpcore.read.plots.memory import memory_breakdown_figure, memory_tradeoff_figure
+
     table = memory_table(sharded.memory, job_summary(sharded, trace_step_metrics(traced_job_events(sharded))))
     trade = memory_tradeoff_figure(job_memory(table))
     points = {t.name: (list(t.x), list(t.y)) for t in trade.data}
@@ -246,6 +249,8 @@ def test_comm_volume_measured_next_to_expected(sharded) -> None:
     assert totals.at["zero1-ws2", "expected_bus_bytes_per_step"] == pytest.approx(12 * MIB)
     assert totals.at["fsdp-ws2", "expected_bus_bytes_per_step"] == pytest.approx(11.5 * MIB)
     assert np.allclose(totals["ratio"], 1.0)
+    from dpcore.read.plots.memory import volume_figure
+
     fig = volume_figure(vol)
     measured = {t.name: list(t.y) for t in fig.data if t.type == "bar"}
     assert measured["all-gather"] == [0, 4, 7] and measured["reduce-scatter"] == [0, 0, 3.5]
@@ -281,7 +286,7 @@ def test_readme_states_the_formulas_of_expected_volume() -> None:
         assert formula in row, (variant, formula)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu  # skipped without a GPU (tests/conftest.py); selected by `pytest -m gpu` on one
 def test_gpu_peak_comes_from_the_allocator() -> None:
     cfg = TrainConfig(model="mlp", width=64, batch_size=64, warmup=0)
     tr = make_trainer("single", local_context("cuda"), cfg)
