@@ -27,6 +27,7 @@ from dpcore.read.analysis.stragglers import (
     straggler_summary,
     straggler_verdict,
 )
+from dpcore.read.dashboard.after_chart import FALLBACK_MS, WAITING_ATTR
 from dpcore.read.rundir import load_run
 from tests.read.dashboard.browser_checks import (
     columns_out_of_view,
@@ -59,13 +60,16 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _idle(page) -> None:
-    """The script has finished and every figure is drawn."""
+    """The script has finished, every figure is drawn and nothing waits for the first chart
+    (after_chart: the Overview's table is drawn by a fragment rerun once the chart is)."""
     page.wait_for_timeout(500)
     page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=90_000)
     page.wait_for_function("document.querySelectorAll('[data-testid=stSkeleton]').length === 0", timeout=90_000)
     plots = page.locator(".js-plotly-plot")
     for i in range(plots.count()):
         plots.nth(i).locator(".main-svg").first.wait_for(timeout=60_000)
+    page.wait_for_function(f"!document.querySelector('[{WAITING_ATTR}]')", timeout=60_000)
+    page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=90_000)
     page.wait_for_timeout(800)  # plotly's layout pass
 
 
@@ -93,6 +97,51 @@ def _nav(page, title: str) -> str:
 def _job_picked(page) -> str:
     """The value the page's Job picker opened on (Streamlit's select box is a combobox input)."""
     return page.get_by_role("combobox", name="Job").first.input_value()
+
+
+#: Put in the page before its scripts: the time (ms since the document started) each of the
+#: Overview's first chart and its summary table first appears.
+_ORDER = """window.__seen = {};
+new MutationObserver(() => {
+  for (const [name, sel] of [['chart', '.js-plotly-plot .main-svg'], ['table', '[data-testid=stDataFrame]']]) {
+    if (!(name in window.__seen) && document.querySelector(sel)) window.__seen[name] = performance.now();
+  }
+}).observe(document, {childList: true, subtree: true});"""
+
+
+def test_overview_table_waits_for_the_first_chart(server) -> None:
+    """After a reload the summary table is drawn only once the chart is (its grid would compete
+    with Plotly for the main thread: issue 34's first chart), and then it is drawn, without
+    waiting for the fallback; a second visit in the same session draws both in one run. Fails
+    without after_chart (the table arrives with the chart, before Plotly's chunk has loaded)."""
+    from playwright.sync_api import sync_playwright
+
+    url, _ = server
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.add_init_script(_ORDER)
+            for visit in ("first", "reload"):
+                if visit == "first":
+                    page.goto(url, wait_until="commit")
+                else:
+                    page.reload(wait_until="commit")
+                page.locator("[data-testid=stDataFrame]").first.wait_for(timeout=90_000)
+                seen = page.evaluate("window.__seen")
+                assert seen["chart"] < seen["table"], (visit, seen)
+                # drawn on the chart's report, not by the fallback that fires FALLBACK_MS after mounting
+                assert seen["table"] - seen["chart"] < FALLBACK_MS, (visit, seen)
+            _idle(page)
+            assert page.locator(f"[{WAITING_ATTR}]").count() == 0  # the watcher is gone once it reported
+            assert page.locator("[data-testid=stException]").count() == 0
+            # another page and back, same session: no wait, the table comes with the chart's run
+            _nav(page, "Runs")
+            page.evaluate("window.__seen = {}")
+            _nav(page, "Overview")
+            assert page.locator("[data-testid=stDataFrame]").count() == 1
+        finally:
+            browser.close()
 
 
 def test_what_a_newcomer_sees_on_the_samples(server) -> None:

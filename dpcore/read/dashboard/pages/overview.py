@@ -14,7 +14,7 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY
 from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, rank_step_matrix
-from dpcore.read.dashboard import data, frame
+from dpcore.read.dashboard import after_chart, data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG, SUMMARY_STATUS_HELP
 from dpcore.read.dashboard.compare import compare_overview, shared_y_max
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS
@@ -63,8 +63,9 @@ def _gpu_host_idle(run: Run, key: tuple) -> pd.Series:
 
 
 def render(run: Run, peers: list[Run] | None = None) -> None:
-    """Stacked step breakdown per (variant, world size) and the summary table (every row shown).
-    ``peers``: the runs shown together in compare mode; their charts then share one y-axis."""
+    """Stacked step breakdown per (variant, world size) and, once the chart is drawn, the summary
+    table (every row shown). ``peers``: the runs shown together in compare mode; their charts then
+    share one y-axis."""
     key = data.key(run)
     summary = data.cached_summary(run, key)
     y_max = shared_y_max([data.cached_summary(r, data.key(r)) for r in peers]) if peers and len(peers) > 1 else None
@@ -72,6 +73,21 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     st.caption(BREAKDOWN_CAPTION)
     if summary.empty:
         return
+    _table_after_chart(run, key)
+
+
+@st.fragment
+def _table_after_chart(run: Run, key: tuple) -> None:
+    """The summary table, once the browser has drawn the first chart (:mod:`..after_chart`: the
+    table's grid would otherwise compete with Plotly for the browser's main thread after a reload).
+    A fragment, so that the browser's report reruns only this, not the page."""
+    if after_chart.first_chart_drawn(f"ov-table-{run.path}"):
+        _table(run, key)
+
+
+def _table(run: Run, key: tuple) -> None:
+    """The summary table (every row shown), the whole text of long statuses, the heat strip."""
+    summary = data.cached_summary(run, key)
     cols = [c for c in SUMMARY_COLS if c in summary.columns]
     ordered = summary.assign(_o=variant_rank(summary["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
     shown = overview_rows(ordered, run.jobs)
