@@ -82,8 +82,10 @@ def cell_errors(table: pd.DataFrame, variant: str, src_mb: float, src_ws: int,
         if (variant, b, n) in errors.index:
             r = errors.loc[(variant, b, n)]
             pct.append(float(r["half_width_pct"]))
+            # "when calibrated": the 90 % is in sample (the cells the error was fitted on); the
+            # README's held-out section gives how these bands held on rounds measured after
             where.append(f"family {name}: the error that, with the source's doubt added, held 90 % of its "
-                         f"{int(r['cells'])} held-out cells")
+                         f"{int(r['cells'])} held-out cells when calibrated")
         else:
             pct.append(MODEL_ERROR_PCT)
             where.append(f"global {MODEL_ERROR_PCT:g} % (no held-out cells of family {name})")
