@@ -131,3 +131,52 @@ def test_a_build_deletes_older_libraries_and_markers(fresh: Path, tmp_path: Path
     built = failed[0].with_suffix(".so")
     assert built.read_text() == "not a library\n"
     assert sorted(fresh.iterdir()) == sorted([built, *kept])
+
+
+HANGING = """#!/bin/sh
+echo run >> "{calls}"
+sleep 30
+"""
+
+
+def test_a_timed_out_build_is_remembered_for_an_hour_only(fresh: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiler that ran out of time may have been starved, not broken: its marker stops the
+    next processes for TIMEOUT_REMEMBERED_S, then the build is tried again; a compiler *error*
+    stays remembered however old its marker is."""
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("CC", str(_compiler(tmp_path / "slowcc", HANGING, calls=str(calls))))
+    monkeypatch.setattr(native, "BUILD_TIMEOUT_S", 0.5)
+    assert native.load() is None and _calls(calls) == 1
+    marker = next(fresh.glob("dpscan-*.failed"))
+    assert marker.read_text() == f"{tmp_path / 'slowcc'} failed: no library after 0.5 s\n"
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls) == 1  # remembered: not run again
+    hour_ago = marker.stat().st_mtime - native.TIMEOUT_REMEMBERED_S - 60
+    os.utime(marker, (hour_ago, hour_ago))
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls) == 2  # expired: tried again, remembered anew
+    assert marker.stat().st_mtime > hour_ago + 60
+    # an error's marker, as old, still holds
+    monkeypatch.setenv("CC", str(_compiler(tmp_path / "badcc", FAILING, calls=str(calls), what="boom")))
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls) == 3
+    os.utime(marker, (hour_ago, hour_ago))
+    monkeypatch.setattr(native, "_state", {})
+    assert native.load() is None and _calls(calls) == 3
+
+
+def test_a_build_deletes_temporary_files_older_than_an_hour(fresh: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed build leaves its temporary file; the next successful build deletes it once it is
+    older than any build can run, and leaves a young one (another process may be writing it)."""
+    fresh.mkdir(parents=True, mode=0o700)
+    stale, young = fresh / "dpscan-0011223344556677.aaaa.tmp", fresh / "dpscan-0011223344556677.bbbb.tmp"
+    for path in (stale, young):
+        path.write_text("half a library")
+    old = stale.stat().st_mtime - native.STALE_TMP_S - 60
+    os.utime(stale, (old, old))
+    monkeypatch.setenv("CC", str(_compiler(tmp_path / "goodcc", BUILDING, calls=str(tmp_path / "calls"))))
+    native.load()
+    assert not stale.exists() and young.exists()
+    assert len(list(fresh.glob("dpscan-*.so"))) == 1

@@ -18,11 +18,13 @@ other user can write. Once per machine, like an install. A build that fails is r
 to where the library would be (``dpscan-<key>.failed``, the compiler's first error line), so
 later processes (each ``analyze`` worker) go straight to the numpy scan instead of each running
 the compiler again; a changed scan.c (a new key) or another ``$CC`` tries again, and deleting the
-marker does. A successful build deletes the libraries of older scan.c's (and the markers) in
-its folder, so they do not pile up. Without a compiler, or when the build fails, the numpy scan
-reads every file (same values) silently; ``DPCORE_NATIVE=0`` turns the native scan off, ``DPCORE_NATIVE=1``
-asks for it (a process then says once on stderr why it could not have it), and :func:`why_not`
-says why it is not in use.
+marker does; a build that ran out of time (a compiler starved on a loaded machine) is remembered
+for an hour only. A successful build deletes the libraries of older scan.c's (and the markers,
+and temporary files over an hour old that killed builds left) in its folder, so they do not
+pile up. Without a compiler, or when the build fails, the numpy scan reads every file (same
+values) silently; ``DPCORE_NATIVE=0`` turns the native scan off, ``DPCORE_NATIVE=1`` asks for it
+(a process then says once on stderr why it could not have it), and :func:`why_not` says why it is
+not in use.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +76,7 @@ def _build(out: Path) -> str | None:
     os.close(fd)
     try:
         done = subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE), "-lm"],
-                              capture_output=True, text=True, timeout=120, check=False)
+                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
         if done.returncode != 0:
             return _remember(out, f"{shlex.join(cc)} failed: {_first_error(done.stderr or done.stdout)}")
         os.chmod(tmp, 0o755)
@@ -81,12 +84,24 @@ def _build(out: Path) -> str | None:
         _prune(out)
         return None
     except subprocess.TimeoutExpired:
-        return _remember(out, f"{shlex.join(cc)} failed: no library after 120 s")
+        return _remember(out, f"{shlex.join(cc)} failed: {TIMED_OUT} {BUILD_TIMEOUT_S:g} s")
     except (OSError, subprocess.SubprocessError) as exc:
         return f"cannot run the C compiler {cc[0]!r}: {exc}"
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+#: Seconds a build may take (scan.c compiles in about a second; a loaded machine, many times that).
+BUILD_TIMEOUT_S = 120.0
+#: What a marker says of a build that ran out of time (:func:`_remembered` lets it expire).
+TIMED_OUT = "no library after"
+#: Seconds a timed-out build is remembered: a compiler that hung once may have been starved by a
+#: loaded machine, so it is tried again after this, where a compiler error stays remembered.
+TIMEOUT_REMEMBERED_S = 3600.0
+#: A temporary file older than this (seconds) is a killed build's leftover, not one in progress
+#: (a build is killed after BUILD_TIMEOUT_S): :func:`_prune` deletes it.
+STALE_TMP_S = 3600.0
 
 
 def _marker(lib: Path) -> Path:
@@ -107,10 +122,14 @@ def _remember(lib: Path, why: str) -> str:
 def _remembered(lib: Path) -> str | None:
     """The failure a marker holds for ``lib``, if it is this compiler's (``$CC`` set to another
     one tries again); None when there is none."""
+    marker = _marker(lib)
     try:
-        why = _marker(lib).read_text().strip()
+        why = marker.read_text().strip()
+        age = time.time() - marker.stat().st_mtime
     except (OSError, UnicodeDecodeError):
         return None
+    if TIMED_OUT in why and age > TIMEOUT_REMEMBERED_S:
+        return None  # a hang may have been a starved machine: build again (and remember anew)
     return why if why.startswith(f"{shlex.join(_compiler())} failed:") else None
 
 
@@ -119,13 +138,18 @@ def _prune(lib: Path) -> None:
     scan.c leaves a library under its old key, which no dpcore of this source loads again.
     Errors are ignored (another user's file, a file gone already). A process may still have an
     old one loaded: on Linux and macOS unlinking a loaded library leaves its mapping intact.
-    Temporary files are left: another process may be writing one."""
+    A temporary file is deleted only when older than :data:`STALE_TMP_S` (a build killed with
+    its process left it); a younger one may be another process's build in progress."""
+    now = time.time()
     for path in lib.parent.glob("dpscan-*"):
-        if path != lib and path.suffix in (".so", ".failed"):
-            try:
+        try:
+            if path == lib:
+                continue
+            if path.suffix in (".so", ".failed") or (
+                    path.suffix == ".tmp" and now - path.stat().st_mtime > STALE_TMP_S):
                 path.unlink()
-            except OSError:
-                pass
+        except OSError:
+            pass
 
 
 def _ours(path: Path) -> bool:
