@@ -287,3 +287,20 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
             assert not at.get("plotly_chart")
         elif page.title not in NO_CHART:
             assert at.get("plotly_chart"), f"{page.title} drew no chart"
+
+
+def test_a_failing_summary_table_keeps_the_overview_chart(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Overview's table is drawn in its own fragment (after_chart: it waits for the chart in a
+    browser), so a rerun of that fragment alone does not pass through the page's `safely`: the
+    table guards itself, and the chart above it stays."""
+    from dpcore.read.dashboard import table_cells
+
+    def broken(*_: object, **__: object) -> None:
+        raise ValueError("bad table")
+
+    monkeypatch.setattr(table_cells, "overview_rows", broken)
+    at = start(two_runs, monkeypatch)
+    assert not at.exception, [e.value for e in at.exception]
+    assert [e.value for e in at.error] == [
+        "The summary table of run 20250102-120000-mlp could not be drawn: ValueError: bad table"]
+    assert len(at.get("plotly_chart")) == 1 and not at.dataframe

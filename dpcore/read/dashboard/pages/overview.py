@@ -80,9 +80,10 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
 def _table_after_chart(run: Run, key: tuple) -> None:
     """The summary table, once the browser has drawn the first chart (:mod:`..after_chart`: the
     table's grid would otherwise compete with Plotly for the browser's main thread after a reload).
-    A fragment, so that the browser's report reruns only this, not the page."""
+    A fragment, so that the browser's report reruns only this, not the page; inside
+    :func:`frame.safely` itself, since that rerun does not pass through the page's."""
     if after_chart.first_chart_drawn(f"ov-table-{run.path}"):
-        _table(run, key)
+        frame.safely(lambda: _table(run, key), f"The summary table of run {md(run.path.name)}")
 
 
 def _table(run: Run, key: tuple) -> None:
