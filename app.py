@@ -19,7 +19,7 @@ import streamlit as st
 
 from dpcore.read.dashboard import data, frame, launcher
 from dpcore.read.dashboard.pages import PAGES
-from dpcore.read.dashboard.picker import OPEN_HERE, OPEN_ON_OVERVIEW, load_picked, pick_runs
+from dpcore.read.dashboard.picker import OPEN_HERE, OPEN_ON_OVERVIEW, load_picked, pick_runs, planned_runs
 
 st.set_page_config(page_icon="⚡", layout="wide")
 root = data.profiles_root()
@@ -51,7 +51,13 @@ if runs.empty:
         current.run()
     st.stop()
 
-loaded = load_picked(runs, pick_runs(runs), root)  # by folder name: unique, unlike run ids
+# The run pickers' place in the sidebar, filled after the page: the page's first chart reaches the
+# browser before the pickers' bundles (picker.planned_runs says why and what it measured).
+picker_slot = st.sidebar.container()
+loaded = load_picked(runs, planned_runs(runs), root)  # by folder name: unique, unlike run ids
 frame.hand_over(frame.Context(root, runs, loaded, spec))
 st.title(spec.title)
-current.run()
+try:
+    current.run()
+finally:  # also after a page's st.stop(): a run without its pickers would forget their values
+    pick_runs(runs, picker_slot)

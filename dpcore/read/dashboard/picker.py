@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from dpcore.read.dashboard import data
 from dpcore.read.dashboard.pages import PageSpec
@@ -136,29 +137,52 @@ def run_labels(runs: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def pick_runs(runs: pd.DataFrame) -> list[str]:
-    """Sidebar: one run (default newest complete) and, in compare mode, a second one. Returns
-    the chosen runs' folder names (unique, unlike run ids)."""
-    labels = run_labels(runs)
-    keys = list(labels)
+def planned_runs(runs: pd.DataFrame) -> list[str]:
+    """The runs the pickers of :func:`pick_runs` will show (folder names): their values in the
+    session, or the defaults (newest complete run; in compare mode, the second run's default),
+    written into the session so the pickers open on them. Draws nothing.
+
+    Why apart from the widgets: app.py draws the page first and the pickers after it, into
+    their place in the sidebar (issue 34: the first chart after a reload reached Plotly sooner,
+    0.85-0.94x in A/B runs both ways, when the select box and toggle bundles were no longer
+    evaluated before it); a widget's value is in the session before the script runs, so the page
+    gets the same runs the pickers then show."""
+    keys = list(run_labels(runs))
     if st.session_state.get("run_a") not in keys:
         st.session_state["run_a"] = default_run(runs)
+    a = st.session_state["run_a"]
+    chosen = [a]
+    if len(keys) > 1 and st.session_state.get("compare"):
+        others = comparable(runs, a)
+        if others:
+            if st.session_state.get("run_b") not in others:
+                st.session_state["run_b"] = default_second(runs, a) or others[0]
+            chosen.append(st.session_state["run_b"])
+    return chosen
+
+
+def pick_runs(runs: pd.DataFrame, where: DeltaGenerator | None = None) -> list[str]:
+    """Sidebar (or ``where``, a place in it): one run (default newest complete) and, in compare
+    mode, a second one, opening on :func:`planned_runs`' values. Returns the chosen runs' folder
+    names (unique, unlike run ids)."""
+    box = st.sidebar if where is None else where
+    planned_runs(runs)
+    labels = run_labels(runs)
+    keys = list(labels)
     fmt = lambda f: labels.get(f, f)  # noqa: E731 - option labels are plain text, not Markdown
-    a = st.sidebar.selectbox("Run", keys, key="run_a", format_func=fmt,
+    a = box.selectbox("Run", keys, key="run_a", format_func=fmt,
                              help="Runs under the profiles folder, newest first; a run that is not complete "
                                   "shows its status.")
     chosen = [a]
-    if len(keys) > 1 and st.sidebar.toggle("Compare with a second run", key="compare"):
+    if len(keys) > 1 and box.toggle("Compare with a second run", key="compare"):
         others = comparable(runs, a)
         if not others:
             kinds = runs.loc[[f == a for f in folders(runs)], "kinds"]
             what = " or ".join(sorted(_kinds(kinds.iloc[0]) if len(kinds) else set())) or "the same kind of"
-            st.sidebar.info(f"No other run has {md(what)} jobs to compare with {md(a)}: a training run and an "
+            box.info(f"No other run has {md(what)} jobs to compare with {md(a)}: a training run and an "
                             "all-reduce benchmark have no number in common.")
             return chosen
-        if st.session_state.get("run_b") not in others:
-            st.session_state["run_b"] = default_second(runs, a) or others[0]
-        chosen.append(st.sidebar.selectbox("Second run", others, key="run_b", format_func=fmt,
+        chosen.append(box.selectbox("Second run", others, key="run_b", format_func=fmt,
                                            help="Runs with the same kind of jobs (training, all-reduce)."))
     return chosen
 

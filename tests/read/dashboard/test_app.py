@@ -304,3 +304,27 @@ def test_a_failing_summary_table_keeps_the_overview_chart(two_runs: Path, monkey
     assert [e.value for e in at.error] == [
         "The summary table of run 20250102-120000-mlp could not be drawn: ValueError: bad table"]
     assert len(at.get("plotly_chart")) == 1 and not at.dataframe
+
+
+def test_pickers_drawn_after_the_page_sit_under_the_title_and_pick_what_it_shows(
+        two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """app.py draws the page before the run pickers (picker.planned_runs: the first chart after a
+    reload comes sooner) into their place under the sidebar's title; the page must show the run
+    the picker shows, on the first run (the default) and after a pick."""
+    at = start(two_runs, monkeypatch)
+    # depth first, the navigation left out: the pickers inside their block, under the title
+    shown = [type(e).__name__ for e in at.sidebar if type(e).__name__ != "SpecialBlock"]
+    assert shown == ["Title", "Caption", "Block", "Selectbox", "Toggle"], shown
+    assert at.sidebar.selectbox(key="run_a").value == "20250102-120000-mlp"  # newest complete
+    newest = at.dataframe[0].value
+    at.sidebar.selectbox(key="run_a").set_value("20250101-120000-mlp").run()
+    assert not problems(at)
+    picked = at.dataframe[0].value
+    assert not picked.equals(newest)  # the page followed the picker in the same run
+    # and it is the table of that run, as a session opened on it shows
+    monkeypatch.setenv("DPCORE_PROFILES", str(two_runs))
+    fresh = AppTest.from_file(APP, default_timeout=60)
+    fresh.session_state["run_a"] = "20250101-120000-mlp"
+    fresh.run()
+    assert fresh.sidebar.selectbox(key="run_a").value == "20250101-120000-mlp"
+    assert fresh.dataframe[0].value.equals(picked)
