@@ -7,7 +7,8 @@ numbers from the analysis (`dpcore.read.analysis`, `dpcore.read.whatif`), its fi
 `dpcore.read.plots`, and caches what it computes with `st.cache_data` keyed by the run's path
 and file stamp (`dpcore.read.dashboard.data`).
 
-Shared by every page: the run picker in the sidebar (one run, or two in compare mode), which
+Shared by every page: the run picker in the sidebar (one run, or two in compare mode; drawn
+after the page, into its place under the title, from the runs `picker.planned_runs` gave it), which
 also opens the run that a finished profile or import (on the Overview) or a page's "Open <run>"
 button (on that page) asks for; the progress of a profile started from the app; and, with no run
 in the profiles folder, the landing on every page (New run and Import still work below it).
