@@ -10,9 +10,9 @@ frame after a Plotly chart is in it (so that it is painted first) it reports "dr
 fragment holding the table then reruns, alone, and draws it. After that the session has drawn a
 chart, and every later run draws the table at once.
 
-Where no browser can report (``streamlit.testing``'s AppTest, bare mode: no HTTP headers), or the
-page has no chart to wait for, nothing waits: the script gives up after :data:`FALLBACK_MS`, and
-without a browser the table is drawn in the same run.
+Where no browser can report (``streamlit.testing``'s AppTest, bare mode: no HTTP headers), nothing
+waits: the table is drawn in the same run. Where the page draws no chart (it failed), the watcher
+reports anyway after :data:`FALLBACK_MS`.
 """
 from __future__ import annotations
 

@@ -143,8 +143,8 @@ def planned_runs(runs: pd.DataFrame) -> list[str]:
     written into the session so the pickers open on them. Draws nothing.
 
     Why apart from the widgets: app.py draws the page first and the pickers after it, into
-    their place in the sidebar (issue 34: the first chart after a reload reached Plotly sooner,
-    0.85-0.94x in A/B runs both ways, when the select box and toggle bundles were no longer
+    their place in the sidebar (issue 34: the first chart after a reload came about 0.9x as late
+    in A/B runs both ways, README, when the select box and toggle bundles were no longer
     evaluated before it); a widget's value is in the session before the script runs, so the page
     gets the same runs the pickers then show."""
     keys = list(run_labels(runs))
@@ -171,8 +171,8 @@ def pick_runs(runs: pd.DataFrame, where: DeltaGenerator | None = None) -> list[s
     keys = list(labels)
     fmt = lambda f: labels.get(f, f)  # noqa: E731 - option labels are plain text, not Markdown
     a = box.selectbox("Run", keys, key="run_a", format_func=fmt,
-                             help="Runs under the profiles folder, newest first; a run that is not complete "
-                                  "shows its status.")
+                      help="Runs under the profiles folder, newest first; a run that is not complete "
+                           "shows its status.")
     chosen = [a]
     if len(keys) > 1 and box.toggle("Compare with a second run", key="compare"):
         others = comparable(runs, a)
@@ -180,10 +180,10 @@ def pick_runs(runs: pd.DataFrame, where: DeltaGenerator | None = None) -> list[s
             kinds = runs.loc[[f == a for f in folders(runs)], "kinds"]
             what = " or ".join(sorted(_kinds(kinds.iloc[0]) if len(kinds) else set())) or "the same kind of"
             box.info(f"No other run has {md(what)} jobs to compare with {md(a)}: a training run and an "
-                            "all-reduce benchmark have no number in common.")
+                     "all-reduce benchmark have no number in common.")
             return chosen
         chosen.append(box.selectbox("Second run", others, key="run_b", format_func=fmt,
-                                           help="Runs with the same kind of jobs (training, all-reduce)."))
+                                    help="Runs with the same kind of jobs (training, all-reduce)."))
     return chosen
 
 
