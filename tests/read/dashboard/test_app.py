@@ -290,9 +290,8 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
 
 
 def test_a_failing_summary_table_keeps_the_overview_chart(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Overview's table is drawn in its own fragment (after_chart: it waits for the chart in a
-    browser), so a rerun of that fragment alone does not pass through the page's `safely`: the
-    table guards itself, and the chart above it stays."""
+    """The Overview's table guards itself (it is held apart from the chart after a reload:
+    after_chart), so a failing table leaves the chart above it."""
     from dpcore.read.dashboard import table_cells
 
     def broken(*_: object, **__: object) -> None:
@@ -304,6 +303,29 @@ def test_a_failing_summary_table_keeps_the_overview_chart(two_runs: Path, monkey
     assert [e.value for e in at.error] == [
         "The summary table of run 20250102-120000-mlp could not be drawn: ValueError: bad table"]
     assert len(at.get("plotly_chart")) == 1 and not at.dataframe
+
+
+def test_a_browsers_first_run_holds_the_pickers_and_the_table_until_the_page_is_drawn(
+        two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """after_chart: a browser session's first run draws the page (the chart) without the run
+    pickers and the Overview's table, and ends with the watcher; once the browser has reported the
+    page drawn (the session is marked), the run draws both and no watcher. AppTest sends no
+    headers, so it stands in for a browser here; the browser test checks the report itself."""
+    from dpcore.read.dashboard import after_chart
+
+    monkeypatch.setattr(after_chart, "has_browser", lambda: True)
+    at = start(two_runs, monkeypatch)
+    assert not problems(at) and heading(at) == "Overview"
+    assert len(at.get("plotly_chart")) == 1 and not at.dataframe
+    assert not at.sidebar.selectbox and not at.sidebar.toggle
+    assert at.session_state["run_a"] == "20250102-120000-mlp"  # the run the picker will show
+    assert len(at.get("bidi_component")) == 1  # the watcher, last
+    at.session_state[after_chart.DRAWN] = True  # what the watcher's report sets
+    at.run()
+    assert not problems(at)
+    assert len(at.get("plotly_chart")) == 1 and len(at.dataframe) == 1
+    assert at.sidebar.selectbox(key="run_a").value == "20250102-120000-mlp"
+    assert not at.get("bidi_component")
 
 
 def test_pickers_drawn_after_the_page_sit_under_the_title_and_pick_what_it_shows(

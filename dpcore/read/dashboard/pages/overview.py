@@ -76,13 +76,12 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     _table_after_chart(run, key)
 
 
-@st.fragment
 def _table_after_chart(run: Run, key: tuple) -> None:
-    """The summary table, once the browser has drawn the first chart (:mod:`..after_chart`: the
-    table's grid would otherwise compete with Plotly for the browser's main thread after a reload).
-    A fragment, so that the browser's report reruns only this, not the page; inside
-    :func:`frame.safely` itself, since that rerun does not pass through the page's."""
-    if after_chart.first_chart_drawn(f"ov-table-{run.path}"):
+    """The summary table, unless this run holds it until the browser has drawn the chart
+    (:mod:`..after_chart`: the table's grid would otherwise compete with Plotly for the browser's
+    main thread after a reload; the run after the browser's report draws it). Inside
+    :func:`frame.safely` itself, so that a failing table leaves the chart above it."""
+    if not after_chart.holding():
         frame.safely(lambda: _table(run, key), f"The summary table of run {md(run.path.name)}")
 
 
