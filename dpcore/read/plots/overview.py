@@ -43,7 +43,38 @@ def breakdown_figure(summary: pd.DataFrame, title: str | None = None, y_max: flo
     _add_spread(fig, df, y_max)
     fig.update_layout(barmode="stack", xaxis_title="variant × world size",
                       yaxis_title="ms per step (median; whiskers p10–p90)")
-    return base_layout(fig, title)
+    return upright_labels(base_layout(fig, title), df["label"])
+
+
+#: An upper bound of one tick label character's width (px) in the dashboard's charts (Streamlit's
+#: theme: 12 px Source Sans); measured: the sample run's longest label, 28 characters, 150 px.
+LABEL_PX_PER_CHAR = 6.0
+#: Labels are drawn upright when, even slanted at 30 degrees, they would not fit side by side in
+#: a plot this wide (px): Plotly would turn them upright at any usual width anyway.
+UPRIGHT_ABOVE_PX = 1200
+#: Height (px) of the plot area between the top margin and the upright labels.
+PLOT_AREA_PX = 285
+
+
+def upright_labels(fig: go.Figure, labels: pd.Series) -> go.Figure:
+    """For many long x labels: draw them upright and make room for them before Plotly measures.
+
+    Why: with the labels' room left to Plotly's automargin, the sample run's 52 upright labels took
+    199 px of the figure's 420, leaving a 136 px plot (its y-axis title cut), and the chart was laid
+    out twice (once to measure the labels, once with the margins they push: about 30 ms of the
+    browser's main thread before the first chart; issue 34). Here the bottom margin is the longest
+    label's width (:data:`LABEL_PX_PER_CHAR` per character, an upper bound) plus the axis title,
+    the figure grows by it so that the plot keeps :data:`PLOT_AREA_PX`, and the left margin fits
+    the y-axis title. Automargin stays on: a label wider than the estimate still gets its room
+    (then with the second layout pass). Fewer or shorter labels are left as Plotly lays them out."""
+    n, longest = len(labels), max((len(str(x)) for x in labels), default=0)
+    if n * longest * LABEL_PX_PER_CHAR * 0.87 <= UPRIGHT_ABOVE_PX:  # 0.87: cos 30 degrees
+        return fig
+    top = fig.layout.margin.t or 0
+    bottom = round(longest * LABEL_PX_PER_CHAR) + 40  # tick padding, title standoff, title line
+    fig.update_layout(margin=dict(b=bottom, l=80), height=top + PLOT_AREA_PX + bottom)
+    fig.update_xaxes(tickangle=-90)
+    return fig
 
 
 #: A job whose median step time is this many times the run's median job is an outlier: the

@@ -69,7 +69,10 @@ _FIGURES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).
                                    orientation: t.orientation || null})),
           annotations: ((gd.layout || {}).annotations || []).map(a => ({text: a.text, x: a.x, y: a.y})),
           yrange: ((gd.layout || {}).yaxis || {}).range || null,
-          xticks: Array.from(gd.querySelectorAll('.xtick text')).map(e => e.textContent)}))"""
+          xticks: Array.from(gd.querySelectorAll('.xtick text')).map(e => e.textContent),
+          // the margins asked for and the ones drawn (Plotly's automargin grows them for labels)
+          margin: (gd.layout || {}).margin || null,
+          size: gd._fullLayout ? gd._fullLayout._size : null}))"""
 
 
 def figures(page) -> list[dict]:

@@ -183,6 +183,11 @@ def test_what_a_newcomer_sees_on_the_samples(server) -> None:
             cut = {x for x, h in zip(bars[0]["x"], stack) if ov["yrange"] and h > ov["yrange"][1]}
             arrows = {a["x"] for a in ov["annotations"] if a["text"].startswith("↑")}
             assert cut <= arrows, f"cut bars without a ↑ label: {sorted(cut - arrows)}"
+            # the 52 upright labels had their room before Plotly measured them (laid out once, no
+            # margin pushed past the estimate) and the plot keeps its height (it was 136 px, its
+            # y-axis title cut)
+            assert ov["size"]["b"] <= ov["margin"]["b"] and ov["size"]["l"] <= ov["margin"]["l"], ov["size"]
+            assert ov["size"]["h"] >= 250, ov["size"]
             spread = next(t for t in ov["data"] if (t["name"] or "").startswith("spread"))
             # Scaling draws the swept variants at the run's own bucket size (Overview: "bucketed ×2 · 25 MiB")
             config = json.loads((SAMPLES / "sample-train" / "run.json").read_text())["config"]

@@ -47,6 +47,27 @@ def test_breakdown_stacks_to_step_time() -> None:
     assert fig.layout.yaxis.range is None  # no outlier: plotly's own range
 
 
+def test_many_long_labels_are_upright_with_their_room_made_before_plotly_measures() -> None:
+    """upright_labels: 52 jobs with labels up to 28 characters (the sample run's): upright, the
+    bottom margin the longest label's estimated width plus the axis title, the figure taller by it
+    so the plot keeps its 285 px; four short labels are left to Plotly (no angle, the base margins)."""
+    from dpcore.read.plots.overview import LABEL_PX_PER_CHAR, PLOT_AREA_PX
+
+    few = breakdown_figure(summary())
+    assert few.layout.xaxis.tickangle is None and few.layout.margin.b == 50 and few.layout.height == 420
+    rows = pd.concat([summary()] * 13, ignore_index=True)
+    rows["variant"] = [f"torch_ddp_{i:02d}" for i in range(len(rows))]
+    rows.loc[0, "variant"] = "torch_ddp×2 · 256 KiB · fp16x"  # 28 characters, the longest label
+    many = breakdown_figure(rows, "Where a training step's time goes")
+    labels = list(many.data[0].x)
+    longest = max(len(x) for x in labels)
+    assert len(labels) == 52 and longest >= 28
+    assert many.layout.xaxis.tickangle == -90
+    assert many.layout.margin.b == round(longest * LABEL_PX_PER_CHAR) + 40
+    assert many.layout.height == many.layout.margin.t + PLOT_AREA_PX + many.layout.margin.b
+    assert many.layout.margin.l == 80
+
+
 def test_one_exploded_job_does_not_squash_the_overview() -> None:
     s = summary()
     s.loc[0, ["step_ms", "step_ms_p10", "step_ms_p90", "compute_ms"]] = [830.0, 12.0, 900.0, 26.0]
