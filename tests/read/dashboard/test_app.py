@@ -6,6 +6,7 @@ folder must give a clear page instead of a traceback.
 """
 from __future__ import annotations
 
+import gc
 import json
 import re
 import sys
@@ -311,9 +312,10 @@ def test_a_browsers_first_run_holds_the_pickers_and_the_table_until_the_page_is_
     pickers and the Overview's table, and ends with the watcher; once the browser has reported the
     page drawn (the session is marked), the run draws both and no watcher. AppTest sends no
     headers, so it stands in for a browser here; the browser test checks the report itself."""
-    from dpcore.read.dashboard import after_chart
+    from dpcore.read.dashboard import after_chart, server_gc
 
     monkeypatch.setattr(after_chart, "has_browser", lambda: True)
+    monkeypatch.setattr(server_gc, "freeze_long_lived", lambda: False)  # not this test process's collector
     at = start(two_runs, monkeypatch)
     assert not problems(at) and heading(at) == "Overview"
     assert len(at.get("plotly_chart")) == 1 and not at.dataframe
@@ -326,6 +328,7 @@ def test_a_browsers_first_run_holds_the_pickers_and_the_table_until_the_page_is_
     assert len(at.get("plotly_chart")) == 1 and len(at.dataframe) == 1
     assert at.sidebar.selectbox(key="run_a").value == "20250102-120000-mlp"
     assert not at.get("bidi_component")
+    assert gc.get_freeze_count() == 0
 
 
 def test_pickers_drawn_after_the_page_sit_under_the_title_and_pick_what_it_shows(
