@@ -59,19 +59,28 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     yield from serving(root, tmp_path_factory.mktemp("log"))
 
 
+#: The page has settled: the script is not running, no element waits for its bundle, no
+#: after_chart watcher is in the page (it stays from its mount to the end of the rerun its report
+#: asks for) and every chart in the page as it is now is drawn.
+_SETTLED = """() => !!document.querySelector('[data-testid=stApp][data-test-script-state=notRunning]')
+  && !document.querySelector('[data-testid=stSkeleton]') && !document.querySelector('[WAITING]')
+  && Array.from(document.querySelectorAll('.js-plotly-plot')).every(p => {
+       const svg = p.querySelector('.main-svg');
+       return svg && svg.getBoundingClientRect().width > 0; })""".replace("WAITING", WAITING_ATTR)
+
+
 def _idle(page) -> None:
-    """The script has finished, every figure is drawn and nothing waits for the first chart
-    (after_chart: after a reload the navigation, the run picker and the Overview's table are
-    drawn by the rerun the browser asks for once the page is drawn)."""
+    """The script has finished, nothing waits for the first chart any more and every figure is
+    drawn. After a reload the navigation, the run picker and the Overview's table come in the
+    rerun the browser asks for once the page is drawn (after_chart), and that rerun may replace
+    the charts: so the checks are of the page as it is, not of charts counted before the rerun
+    (one such count waited 60 s for a chart the rerun had replaced), and they must hold twice,
+    300 ms apart (the watcher marks itself as it mounts, just after its skeleton goes)."""
     page.wait_for_timeout(500)
-    page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=90_000)
-    page.wait_for_function("document.querySelectorAll('[data-testid=stSkeleton]').length === 0", timeout=90_000)
-    plots = page.locator(".js-plotly-plot")
-    for i in range(plots.count()):
-        plots.nth(i).locator(".main-svg").first.wait_for(timeout=60_000)
-    page.wait_for_function(f"!document.querySelector('[{WAITING_ATTR}]')", timeout=60_000)
-    page.locator("[data-testid=stApp][data-test-script-state=notRunning]").wait_for(timeout=90_000)
-    page.wait_for_timeout(800)  # plotly's layout pass
+    for _ in range(2):
+        page.wait_for_function(_SETTLED, timeout=90_000)
+        page.wait_for_timeout(300)
+    page.wait_for_timeout(500)  # plotly's layout pass
 
 
 def _open(page, url: str, path: str, heading: str) -> str:
