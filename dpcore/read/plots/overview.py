@@ -136,4 +136,5 @@ def comparison_figure(summaries: dict[str, pd.DataFrame]) -> go.Figure:
         fig.add_bar(x=part["label"], y=part["step_ms"], name=str(run),
                     hovertemplate="%{x}<br>step T: %{y:.2f} ms<extra>" + esc(run) + "</extra>")
     fig.update_layout(barmode="group", xaxis_title="variant × world size", yaxis_title="median step time T (ms)")
-    return base_layout(fig, "Step time, run against run", height=360)
+    # One category per job, shared by the runs' grouped bars: the room is for the distinct labels.
+    return upright_labels(base_layout(fig, "Step time, run against run", height=360), df["label"].drop_duplicates())

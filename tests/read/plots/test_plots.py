@@ -66,6 +66,11 @@ def test_many_long_labels_are_upright_with_their_room_made_before_plotly_measure
     assert many.layout.margin.b == round(longest * LABEL_PX_PER_CHAR) + 40
     assert many.layout.height == many.layout.margin.t + PLOT_AREA_PX + many.layout.margin.b
     assert many.layout.margin.l == 80
+    both = comparison_figure({"a": rows, "b": rows.assign(step_ms=lambda d: d.step_ms * 2)})
+    assert both.layout.xaxis.tickangle == -90  # compare mode: the same 52 categories, the same room
+    assert both.layout.margin.b == many.layout.margin.b
+    assert both.layout.height == both.layout.margin.t + PLOT_AREA_PX + both.layout.margin.b
+    assert comparison_figure({"a": summary(), "b": summary()}).layout.xaxis.tickangle is None
 
 
 def test_one_exploded_job_does_not_squash_the_overview() -> None:
