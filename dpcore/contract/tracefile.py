@@ -9,7 +9,8 @@ what a trace file is and fail the same way on files that are not one:
   gunzipped when it *is* gzip (by magic number, because a renamed or re-saved trace keeps its
   content, not its suffix);
 * :func:`parse_trace`: the whole document (orjson when installed, else the stdlib ``json``;
-  both give the same values) as ``(metadata, traceEvents)``;
+  both give the same values, integers of 2**64 and more aside: floats with orjson) as
+  ``(metadata, traceEvents)``;
 * :func:`find_events_array` / :func:`parse_metadata`: where the ``traceEvents`` array starts,
   and the metadata around it, for readers that scan the array themselves.
 
@@ -28,7 +29,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-try:  # optional speed-up; the stdlib parser gives the same values
+try:  # optional speed-up; the stdlib parser gives the same values, but for integers of 2**64 and
+    # more, which orjson reads as floats (no torch.profiler field holds one: ids and ns are < 2**63)
     import orjson as _orjson
 
     loads: Callable[[bytes], Any] = _orjson.loads
