@@ -98,6 +98,29 @@ def _check_job(run: Run, job_id: str, algo: str | None) -> str:
     return algo
 
 
+#: kappa for a source without comm (world size 1) projected onto a fabric: nothing measures it, so
+#: it is an assumption with a band, and the band of every predicted step spans both ends. On GPU
+#: an NCCL all-reduce in flight takes a few of the SMs and some memory bandwidth from backward;
+#: 0.1 is the middle, 0 (comm free) and 0.3 the ends.
+ASSUMED_KAPPA, ASSUMED_KAPPA_BAND = 0.1, (0.0, 0.3)
+
+
+def _source_kappa(run: Run, src: Source, cal: dict | None,
+                  overhead_ms: float) -> tuple[float, str, tuple[float, float] | None]:
+    """(kappa, its source, its band or None): fitted (:func:`_kappa`) from a source of 2+ ranks;
+    :data:`ASSUMED_KAPPA` and its band from a world-size-1 source, whatever network is asked about.
+
+    Why: at one rank there is no comm to slow backward, so what a fit reads there is something
+    else: on the sample run, bucketed-ws1-b1's "across jobs" fit gave 0.20, its backward against
+    the median of the 1-rank jobs of every bucket size (their per-bucket cost, not comm), and was
+    printed as fitted."""
+    if src.world_size >= 2:
+        return (*_kappa(run, src, cal, overhead_ms), None)
+    return ASSUMED_KAPPA, (f"assumed {ASSUMED_KAPPA:g}, band {ASSUMED_KAPPA_BAND[0]:g}-{ASSUMED_KAPPA_BAND[1]:g} "
+                           "(a world-size-1 job has no comm to measure it from; an all-reduce in flight takes "
+                           "some SMs and memory bandwidth from backward)"), ASSUMED_KAPPA_BAND
+
+
 def _kappa(run: Run, src: Source, cal: dict | None, overhead_ms: float) -> tuple[float, str]:
     """kappa and its source: across jobs first (the source's backward against the same variant's
     comm-free backward at world size 1, :func:`_baseline_bwd`: medians over every timed step of
@@ -140,11 +163,6 @@ def _tail(src: Source) -> float:
     return max(float(np.median(tails)), 0.0)
 
 
-#: kappa for a source without comm (world size 1) projected onto a fabric: nothing measures it, so
-#: it is an assumption with a band, and the band of every predicted step spans both ends. On GPU
-#: an NCCL all-reduce in flight takes a few of the SMs and some memory bandwidth from backward;
-#: 0.1 is the middle, 0 (comm free) and 0.3 the ends.
-ASSUMED_KAPPA, ASSUMED_KAPPA_BAND = 0.1, (0.0, 0.3)
 
 
 def _fabric_model(run: Run, job_id: str, net: Network, latency_us: float | None,
@@ -156,13 +174,7 @@ def _fabric_model(run: Run, job_id: str, net: Network, latency_us: float | None,
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     overhead = fit_bucket_overhead(run.steps, src)
-    if src.world_size >= 2:
-        kappa, ksrc = _kappa(run, src, calibration_of(run.meta, job_id), overhead[0])
-        band = None
-    else:
-        kappa, band = ASSUMED_KAPPA, ASSUMED_KAPPA_BAND
-        ksrc = (f"assumed {ASSUMED_KAPPA:g}, band {band[0]:g}-{band[1]:g} (a world-size-1 job has no comm to "
-                "measure it from; an all-reduce in flight takes some SMs and memory bandwidth from backward)")
+    kappa, ksrc, band = _source_kappa(run, src, calibration_of(run.meta, job_id), overhead[0])
     strong = (run.meta.get("config") or {}).get("scaling") == "strong"
     given = "given (overrides the fabric)"
     model = Model(src, kappa, ksrc, _tail(src), "ring",
@@ -245,7 +257,7 @@ def _measure(run: Run, job_id: str, algo: str | None, latency_us: float | None, 
     try:
         src = job_timelines(run.steps, run.collectives, run.grads, job_id)
         overhead = fit_bucket_overhead(run.steps, src)
-        kappa, ksrc = _kappa(run, src, cal, overhead[0])
+        kappa, ksrc, band = _source_kappa(run, src, cal, overhead[0])
         net, why = network_from_calibration(cal, algo, src.world_size)
         if net is None or latency_us is not None or bandwidth_gbps is not None or allreduce is not None:
             # the user's values, or an allreduce run named for this call, come first
@@ -265,7 +277,8 @@ def _measure(run: Run, job_id: str, algo: str | None, latency_us: float | None, 
     # (the in-job calibration's line is fitted to serial-equivalent service times too)
     streams = 1 if net["bandwidth_source"].startswith((JOB_FIT, "in-job")) else STREAMS.get(backend, 1)
     model = Model(src, kappa, ksrc, _tail(src), algo, float(net["alpha_us"]),
-                  float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams)
+                  float(net["bandwidth_gbps"]), net["alpha_source"], net["bandwidth_source"], strong, streams,
+                  kappa_band=band)
     model.bucket_overhead_ms, model.bucket_overhead_source = overhead
     model.ranks_that_fit = _ranks_that_fit(run)
     model.network_by_ws = dict(net.get("by_world_size") or {})

@@ -154,3 +154,33 @@ def test_page_offers_a_one_rank_job_every_input(tmp_path: Path) -> None:
     factors = at.dataframe[0].value
     assert "assumed" in set(factors["rests on"]) and "fabric" in set(factors["rests on"])
     assert at.info[0].value.startswith("recommendation\\: ") and "8 ranks" in at.info[0].value
+
+
+def test_a_one_rank_source_assumes_kappa_on_any_network(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """At one rank there is no comm to slow backward, so nothing there measures kappa: the source
+    takes the assumed 0.1 and its band (0-0.3) with a given network as with a fabric. Before, the
+    given-network path fitted it: the sample's bucketed-ws1-b1 printed "0.20 [fitted]: across jobs",
+    its backward against the 1-rank jobs of every bucket size (their per-bucket cost, not comm)."""
+    from dataclasses import replace
+
+    from dpcore.read.rundir import load_run
+    from dpcore.read.whatif.build import build_model
+    from dpcore.read.whatif.predict import predict
+
+    sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
+    code, text, err = _cli("whatif", str(sample), "--job", "bucketed-ws1-b1", "--world-sizes", "2",
+                           "--latency-us", "5", "--bandwidth-gbps", "10", capsys=capsys)
+    assert code == 0, err
+    assert "kappa (compute slowed by comm in flight) = 0.10 [assumed]: assumed 0.1, band 0-0.3" in text
+    # the hand-written 1-rank job: 8 MiB buckets at 8 ranks over 10 GB/s take 1.5 ms each, in flight
+    # while backward goes on, so kappa moves the step; the band reaches the steps at both its ends
+    run = _ws1_run(tmp_path)
+    code, out, err = _cli("whatif", str(run), "--job", "torch_ddp-ws1-b64", "--world-sizes", "8", "--bucket-mb",
+                          "8", "--latency-us", "0", "--bandwidth-gbps", "10", "--csv", capsys=capsys)
+    assert code == 0, err
+    row = pd.read_csv(io.StringIO(out)).iloc[0]
+    model = build_model(load_run(run), "torch_ddp-ws1-b64", latency_us=0.0, bandwidth_gbps=10.0)
+    assert model.kappa == row["kappa"] == 0.1 and model.kappa_band == (0.0, 0.3)
+    lo, hi = (float(predict(replace(model, kappa=k), [8.0], [8])["step_ms"].iloc[0]) for k in (0.0, 0.3))
+    assert lo < row["step_ms"] < hi  # kappa moves this step: the ends are not the prediction itself
+    assert row["step_ms_lo"] <= lo and row["step_ms_hi"] >= hi
