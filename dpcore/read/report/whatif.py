@@ -16,7 +16,7 @@ from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import load_run
 from dpcore.read.whatif.fabrics import fabrics_text, parse_fabric
-from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, scale_factors, whatif_report
+from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, scale_factors, whatif_jobs, whatif_report
 
 
 def parse_buckets(text: str | None) -> list[float] | None:
@@ -70,14 +70,15 @@ def whatif_text(path: str | None, job: str | None, bucket_mb: str | None = None,
         return fabrics_text()
     if not path:
         raise UsageError("whatif needs a run directory, e.g. python -m dpcore whatif profiles/<run> --job <job>")
-    if not job:
-        raise UsageError("whatif needs --job (a completed bucketed or torch_ddp job of the run)")
     buckets, sizes = parse_buckets(bucket_mb), parse_world_sizes(world_sizes)
     net = parse_fabric(fabric) if fabric is not None else None
     if net is not None and (allreduce_run or (algo not in (None, "ring"))):
         raise UsageError("--fabric sets the messages (NCCL's ring with the preset's alpha and busbw): "
                          "drop --allreduce-run and --algo, or drop --fabric")
     run = load_run_reporting(path)
+    if not job:  # after the run is read: the error can then name the jobs to choose from
+        raise UsageError("whatif needs --job, a completed bucketed or torch_ddp job of the run; valid choices: "
+                         f"{', '.join(whatif_jobs(run)) or '(none in this run)'}")
     ar = load_run(Path(allreduce_run)).allreduce if allreduce_run else None
     if ar is not None and ar.empty:
         raise UsageError(f"--allreduce-run {allreduce_run}: no allreduce.csv rows; run "
