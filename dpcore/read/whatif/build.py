@@ -98,7 +98,7 @@ def _check_job(run: Run, job_id: str, algo: str | None) -> str:
     return algo
 
 
-#: kappa for a source without comm (world size 1) projected onto a fabric: nothing measures it, so
+#: kappa for a source without comm (world size 1), on a fabric or any other network: nothing measures it, so
 #: it is an assumption with a band, and the band of every predicted step spans both ends. On GPU
 #: an NCCL all-reduce in flight takes a few of the SMs and some memory bandwidth from backward;
 #: 0.1 is the middle, 0 (comm free) and 0.3 the ends.
@@ -162,8 +162,6 @@ def _tail(src: Source) -> float:
     tails = [tl.sync_end_ms - max(tl.fwd_ms + tl.bwd_ms, float(np.max(tl.comm_end, initial=0.0)))
              for tl in src.timelines]
     return max(float(np.median(tails)), 0.0)
-
-
 
 
 def _fabric_model(run: Run, job_id: str, net: Network, latency_us: float | None,
