@@ -32,6 +32,9 @@ with a ``dpcore.wrap`` wrapper, the wrapper's recorder is swapped for the record
 no model (or another module), collectives are seen only in the trace. Under a process group,
 each rank measures its clock offset to rank 0 (ping-pong, as ``profile`` does), every rank
 writes its own trace, and at the end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
+Over gloo the ranks meet in a barrier just before the profiler stops (:meth:`Recording._settle`),
+as ``profile``'s do: a collective's profiler range may still be open on gloo's thread after DDP's
+wait returned, and stopping the profiler then frees what that thread writes into.
 
 What-if calibration, when asked (``calibrate=fn``): on a clean exit of a 2+-rank DDP recording,
 before anything is written, the ranks run ``profile``'s calibration protocol on the user's
@@ -77,6 +80,7 @@ from dpcore.write.commands.record_hooks import (
 )
 from dpcore.write.dp.variants.base import Wrapper
 from dpcore.write.runtime.clock import measure_offset
+from dpcore.write.runtime.launch import settle_collectives
 from dpcore.write.runtime.world import MonitorThread, UserWorld, job_store
 from dpcore.write.training.precision import autocast_precision, tf32_enabled
 
@@ -182,6 +186,7 @@ class Recording:
         self._n = 0                       # rec.step() calls so far == the next step's index
         self._rows: list[dict] = []
         self._in_step, self._tracing, self._phase = False, False, None
+        self._step_ok = True  # the step that just ended ended without an exception
         self._step_obj = _Step(self)
         self._capture: TraceCapture | None = None
         self._undo: list[Any] = []
@@ -247,8 +252,18 @@ class Recording:
             self._capture = TraceCapture(
                 tdir, ctx.rank, self.job_id, offset,
                 first=first, last=first + self.profile_steps - 1,
-                warmup_step=first - 1 if first else None, cuda=dev.type == "cuda")
+                warmup_step=first - 1 if first else None, cuda=dev.type == "cuda",
+                settle=self._settle)
         return self
+
+    def _settle(self) -> None:
+        """Before the profiler stops (after the last traced step, or at a clean exit before it):
+        every rank meets in a gloo barrier, so no collective's profiler range is still open on
+        gloo's thread when the profiler frees its event lists (the use-after-free behind the
+        SIGABRT over gloo: README; :func:`settle_collectives`). Only after a step that ended
+        well: a rank whose step raised may be alone, and the others may never come."""
+        if self._step_ok and self.ctx.world_size > 1:
+            settle_collectives()
 
     def _open_writer(self, world: UserWorld) -> RunWriter:
         config = {"model": self.model_class, "variant": self.variant, "batch_size": self.samples,
@@ -332,6 +347,7 @@ class Recording:
             self.rec.clear()  # warm-up collectives are not part of the run
         cap = self._capture
         if cap is not None and cap.running:
+            self._step_ok = ok  # the profiler may stop in this step(): settle only if ok
             cap.step()
             if n >= cap.last:
                 cap.stop()  # trace exported: every later step runs without the profiler
@@ -345,6 +361,8 @@ class Recording:
         if self._in_step:  # left from inside a step: that step is incomplete, drop it
             self._in_step, self.rec.step = False, -1
         if self._capture is not None:
+            if self._capture.running and exc_type is None:
+                self._settle()  # the loop ended before the last traced step: all ranks are here
             self._capture.stop()
         cal = self._calibration() if exc_type is None else None
         for undo in reversed(self._undo):
