@@ -54,7 +54,7 @@ def _titan_handler(out: str, rank: int):
 
 def _worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -66,7 +66,15 @@ def _worker(rank: int, port: int, out: str) -> None:
     handlers = {"tb": tensorboard_trace_handler(f"{out}/tb", worker_name=f"worker{rank}", use_gzip=rank == 1),
                 "titan": _titan_handler(f"{out}/titan/profile_trace", rank)}
     for layout, handler in handlers.items():
-        sched = schedule(wait=1, warmup=1, active=3, repeat=1 if layout == "tb" else 2)
+        inner = schedule(wait=1, warmup=1, active=3, repeat=1 if layout == "tb" else 2)
+
+        def sched(step: int, inner=inner) -> ProfilerAction:
+            # Settle before each stop, as dpcore's handler.schedule does (README, "The SIGABRT
+            # over gloo"): unsettled, a stop can free what gloo's thread still writes into, and
+            # this 2-rank, 2-cycle DDP job is the configuration that aborted. Outside every step.
+            if step > 0 and inner(step - 1) == ProfilerAction.RECORD_AND_SAVE:
+                dist.barrier()
+            return inner(step)
         with profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=handler) as prof:
             for _ in range(STEPS):
                 x, y = torch.randn(32, 64), torch.randint(0, 8, (32,))
