@@ -24,7 +24,8 @@ GRAD_BYTES = (32 * 128 + 128 + 128 * 4 + 4) * 4  # Tiny's fp32 gradients
 def _torchrun(out: Path, hook: str) -> Path:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_port", str(free_port()), str(JOB), str(out), hook]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "PYTHONFAULTHANDLER": "1"}  # a rank killed by a signal prints its Python stacks
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     runs = [d for d in out.iterdir() if d.is_dir() and f"lightning-{hook}" in d.name]

@@ -8,6 +8,7 @@ the collectives that hook launches. Real 2-rank gloo DDP; known answers:
 """
 from __future__ import annotations
 
+import faulthandler
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,7 @@ def _train(model: nn.Module, rec=None) -> None:
 
 
 def _rank(rank: int, store: str, out: str) -> None:
+    faulthandler.enable()  # a rank killed by a signal (SIGABRT once in CI) prints its Python stacks
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
