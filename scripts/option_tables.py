@@ -1,10 +1,10 @@
-"""Write the README's option tables from the options dataclasses (the fields the CLI is built from).
+"""Write the option tables of docs/cli.md from the options dataclasses (the fields the CLI is built from).
 
 Why generated: the tables, the ``--help`` text and the parser then cannot disagree; a test
-(``tests/test_option_tables.py``) runs ``--check`` and fails when the README's block differs.
+(``tests/test_option_tables.py``) runs ``--check`` and fails when docs/cli.md's block differs.
 
-    python scripts/option_tables.py            # rewrite the block between the markers in README.md
-    python scripts/option_tables.py --check    # exit 1 (and say so) when README.md is out of date
+    python scripts/option_tables.py            # rewrite the block between the markers in docs/cli.md
+    python scripts/option_tables.py --check    # exit 1 (and say so) when docs/cli.md is out of date
 """
 from __future__ import annotations
 
@@ -64,14 +64,14 @@ def rewritten(readme: str) -> str:
     """``readme`` with the block between the markers replaced by :func:`tables`."""
     start, end = readme.find(BEGIN), readme.find(END)
     if start < 0 or end < start:
-        raise SystemExit(f"error: the README has no block between {BEGIN!r} and {END!r}")
+        raise SystemExit(f"error: the page has no block between {BEGIN!r} and {END!r}")
     return readme[:start] + tables() + readme[end + len(END):]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Write the README's option tables from the options dataclasses.")
-    ap.add_argument("--check", action="store_true", help="only say whether the README is up to date (exit 1 if not)")
-    ap.add_argument("--readme", type=Path, default=ROOT / "README.md", help="the README to rewrite or check")
+    ap = argparse.ArgumentParser(description="Write docs/cli.md's option tables from the options dataclasses.")
+    ap.add_argument("--check", action="store_true", help="only say whether the page is up to date (exit 1 if not)")
+    ap.add_argument("--readme", type=Path, default=ROOT / "docs" / "cli.md", help="the page to rewrite or check (docs/cli.md)")
     args = ap.parse_args(argv)
     old = args.readme.read_text(encoding="utf-8")
     new = rewritten(old)

@@ -1,4 +1,4 @@
-"""The README's option tables are what the options dataclasses (and so the CLI) say."""
+"""The option tables of docs/cli.md are what the options dataclasses (and so the CLI) say."""
 from __future__ import annotations
 
 import subprocess
@@ -19,10 +19,10 @@ def test_readme_tables_match_the_options_dataclasses() -> None:
 
 
 def test_check_fails_on_a_stale_table_and_the_rewrite_fixes_it(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     row = "| `--world-sizes WORLD_SIZES` | `1,2` |"
     assert readme.count(row) == 1, "profile's --world-sizes row with its default 1,2"
-    stale = tmp_path / "README.md"
+    stale = tmp_path / "cli.md"
     stale.write_text(readme.replace(row, "| `--world-sizes WORLD_SIZES` | `1,2,4` |"), encoding="utf-8")
     done = _run("--check", "--readme", str(stale))
     assert done.returncode == 1 and "option tables differ" in done.stderr
@@ -34,7 +34,7 @@ def test_every_option_of_the_dataclasses_is_a_row_with_its_default() -> None:
     from dpcore.contract.option_fields import field_default, option_fields
     from dpcore.contract.options import COMMAND_OPTIONS
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     for command, groups in COMMAND_OPTIONS.items():
         start = readme.index(f"| `{command}` | default | what it does |")
         block = readme[start:readme.index("\n\n", start)]

@@ -280,7 +280,7 @@ def test_memory_view_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_readme_states_the_formulas_of_expected_volume() -> None:
     from dpcore.read.analysis.memory import VOLUME_FORMULAS
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8").split("## Memory and communication volume")[1]
+    readme = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8").split("## Memory and communication volume")[1]
     for variant, formula in VOLUME_FORMULAS.items():
         row = next((line for line in readme.splitlines() if line.startswith("| ") and f"`{variant}`" in line), "")
         assert formula in row, (variant, formula)
