@@ -32,6 +32,8 @@ verdict sentence's layout are :mod:`dpcore.read.report.stragglers`; the verdict 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -253,23 +255,37 @@ MIN_COLLECTIVES = 5
 MIN_WAIT_MS = 5.0
 
 
-def straggler_verdict(summary: pd.DataFrame, world_size: int | None = None) -> str:
+def straggler_verdict(summary: pd.DataFrame, world_size: int | None = None, waits: pd.DataFrame | None = None,
+                      host_idle: pd.Series | None = None) -> str:
     """One sentence on one job's :func:`straggler_summary` rows: who arrived last and what it cost
     the others. A rank is named only when it arrived last in at least
     :func:`straggler_threshold_pct` of at least MIN_COLLECTIVES collectives and the others waited
     at least MIN_WAIT_MS on average; otherwise the sentence says which condition failed.
+
+    When no one rank dominates and the job's ``waits`` (its :func:`collective_waits` rows) are
+    given, a *set* of stragglers may be named instead (:func:`straggler_set`, whose docstring
+    states the rule): a few slow ranks that arrive last together split the "last" between them,
+    so none of them reaches the one-rank threshold although together they set the pace. Where
+    ``host_idle`` (per rank: the GPU's host-idle % of its trace, :func:`rank_host_idle_pct`) is
+    known, the sentence says whether the named rank(s) are also the ranks whose GPUs waited most
+    for their CPU: a late arrival caused by a slow host shows there too.
+
     ``world_size`` (the job's, when known) larger than the ranks in ``summary`` adds that only
     those ranks were compared. The CLI and the Stragglers view both print this sentence."""
     if summary is None or summary.empty:
         return "no collective matched across ranks"
-    return _verdict(summary) + (f" (among {len(summary)} of {world_size} ranks only)"
-                                if world_size is not None and world_size > len(summary) else "")
+    return _verdict(summary, waits, host_idle) + (f" (among {len(summary)} of {world_size} ranks only)"
+                                                  if world_size is not None and world_size > len(summary) else "")
 
 
-def _verdict(summary: pd.DataFrame) -> str:
+def _verdict(summary: pd.DataFrame, waits: pd.DataFrame | None, host_idle: pd.Series | None) -> str:
     top = summary.sort_values(["last_arrival_pct", "mean_wait_ms"], ascending=[False, True]).iloc[0]
     n = int(summary["collectives"].max())
     often = summary[summary["last_arrival_pct"] >= straggler_threshold_pct(len(summary))]
+    if len(often) != 1:  # none dominates, or exact ties: a set of ranks may still arrive last together
+        found = straggler_set(waits, summary) if waits is not None else None
+        if found is not None:
+            return _set_sentence(found, summary, host_idle)
     if len(often) > 1:  # exact ties: several ranks "last" every time, none of them the straggler
         names = ", ".join(str(int(r)) for r in sorted(often["rank"]))
         return f"no consistent straggler (ranks {names} tied as last in most of the {n} collectives)"
@@ -285,13 +301,111 @@ def _verdict(summary: pd.DataFrame) -> str:
                 f"{top['last_arrival_pct']:.0f}% of {n} collectives, but the others waited {mean_other:.3g} ms "
                 f"on average, less than the {MIN_WAIT_MS:g} ms of a busy host's launch skew")
     return (f"rank {int(top['rank'])} arrived last in {top['last_arrival_pct']:.0f}% of {n} collectives; "
-            f"others waited {mean_other:.3g} ms on average")
+            f"others waited {mean_other:.3g} ms on average") + _host_clause([int(top["rank"])], host_idle)
 
 
-def straggler_threshold_pct(world_size: int) -> float:
-    """Share of last arrivals that makes a rank *the* straggler: halfway between chance (100/N)
-    and always (100 %), never below 50 %. With two ranks one of them is last at least half of
-    the time by pure chance, so "≥ 50 %" alone would name a straggler in every 2-rank job."""
+def _names(ranks: list[int]) -> str:
+    """"0 and 6", "0, 3 and 6"."""
+    words = [str(r) for r in ranks]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _set_sentence(found: dict, summary: pd.DataFrame, host_idle: pd.Series | None) -> str:
+    ranks: list[int] = found["ranks"]
+    waits = summary.set_index("rank")["mean_wait_ms"]
+    own = " and ".join(f"{waits[r]:.3g}" for r in ranks)
+    top = summary.sort_values(["last_arrival_pct", "mean_wait_ms"], ascending=[False, True]).iloc[0]
+    return (f"ranks {_names(ranks)} are the stragglers: they were the last {len(ranks)} to arrive in "
+            f"{found['pct']:.0f}% of {found['collectives']} collectives; the others waited "
+            f"{found['others_wait_ms']:.3g} ms on average, ranks {_names(ranks)} waited {own} ms "
+            f"(no one rank dominates: rank {int(top['rank'])} was last in {top['last_arrival_pct']:.0f}%)"
+            + _host_clause(ranks, host_idle))
+
+
+def _host_clause(ranks: list[int], host_idle: pd.Series | None) -> str:
+    """"; their GPUs waited for their CPU ..." where every rank's host idle is known, else ""."""
+    if host_idle is None:
+        return ""
+    idle = pd.to_numeric(host_idle, errors="coerce").dropna()
+    idle.index = idle.index.astype(int)
+    if not set(ranks) <= set(idle.index) or len(idle) <= len(ranks):
+        return ""
+    mine, rest = idle[idle.index.isin(ranks)], idle[~idle.index.isin(ranks)]
+    whose = "its GPU" if len(ranks) == 1 else "their GPUs"
+    vals = " and ".join(f"{mine[r]:.0f}" for r in ranks)
+    if float(mine.min()) > float(rest.max()):
+        return (f"; {whose} waited most for the host ({vals}% host idle against at most {rest.max():.0f}% "
+                "for the others): a slow host, not the network")
+    return (f"; {whose} did not wait most for the host ({vals}% host idle, others up to {rest.max():.0f}%): "
+            "look beyond the host (data, an uneven load)")
+
+
+def rank_host_idle_pct(ledger: pd.DataFrame) -> pd.Series:
+    """Host idle % of each rank's whole-trace GPU window (the ``gpu`` ledger's ``trace`` rows,
+    :func:`dpcore.read.analysis.gpu_time.gpu_ledger`; one job's rows), indexed by rank: the share
+    of the GPU's time it spent waiting for its CPU to launch. Empty for CPU traces."""
+    if ledger is None or ledger.empty:
+        return pd.Series(dtype=float)
+    whole = ledger[ledger["window"] == "trace"]
+    per = whole.groupby("rank")[["idle_host_ms", "span_ms"]].sum()
+    out = 100.0 * per["idle_host_ms"] / per["span_ms"].where(per["span_ms"] > 0)
+    out.index = out.index.astype(int)
+    return out.dropna()
+
+
+def straggler_set(waits: pd.DataFrame, summary: pd.DataFrame | None = None) -> dict | None:
+    """The smallest set of ranks that arrives last together, when one exists, of one job.
+
+    The rule. For k = 2, 3, ... up to N // 2 (N ranks; a set of more than half the ranks is the
+    job's pace, not stragglers), in each matched collective take the ranks whose arrival is at or
+    after the k-th latest (exact ties at the boundary make that group larger than k: it then is no
+    k-set). The k-set seen most often is named when, first, it is the last k in at least
+    :func:`straggler_threshold_pct` (N, k) of the collectives (halfway between chance,
+    1 / C(N, k), and always, never below 50 %), of at least MIN_COLLECTIVES; second, each of its
+    ranks waited less on average than every rank outside it (a straggler waits least: the others
+    wait for it); third, the ranks outside it waited at least MIN_WAIT_MS per collective on
+    average. The first k that passes wins. Returns {ranks, k, pct, collectives, others_wait_ms}
+    or None. ``summary`` (:func:`straggler_summary` of the same waits) is computed when not given."""
+    if waits is None or waits.empty:
+        return None
+    w = waits[["job_id", "step", "seq", "rank", "arrival_ns", "wait_ms"]]
+    if w["job_id"].nunique() != 1:
+        raise ValueError("straggler_set takes the waits of one job")
+    s = summary if summary is not None else straggler_summary(waits)
+    ranks = sorted(int(r) for r in w["rank"].unique())
+    n_ranks, mean_wait = len(ranks), s.set_index("rank")["mean_wait_ms"]
+    order = w.sort_values(KEY + ["arrival_ns"], ascending=[True, True, True, False])
+    groups = [(g["rank"].to_numpy(np.int64), g["arrival_ns"].to_numpy(np.float64))
+              for _, g in order.groupby(KEY[1:], sort=False)]
+    if len(groups) < MIN_COLLECTIVES:
+        return None
+    for k in range(2, n_ranks // 2 + 1):
+        counts: dict[tuple[int, ...], int] = {}
+        for rk, arr in groups:
+            last = rk[arr >= arr[k - 1]]
+            if len(last) == k:
+                key = tuple(sorted(int(r) for r in last))
+                counts[key] = counts.get(key, 0) + 1
+        if not counts:
+            continue
+        best = max(counts, key=lambda key: (counts[key], -sum(float(mean_wait[r]) for r in key)))
+        pct = 100.0 * counts[best] / len(groups)
+        inside, outside = mean_wait[list(best)], mean_wait[~mean_wait.index.isin(best)]
+        others = s[~s["rank"].isin(best)]
+        others_wait = float(others["wait_ms"].sum() / max(1, others["collectives"].sum()))
+        if (pct >= straggler_threshold_pct(n_ranks, k) and float(inside.max()) < float(outside.min())
+                and others_wait >= MIN_WAIT_MS):
+            return {"ranks": list(best), "k": k, "pct": pct, "collectives": len(groups),
+                    "others_wait_ms": others_wait}
+    return None
+
+
+def straggler_threshold_pct(world_size: int, k: int = 1) -> float:
+    """Share of last arrivals that makes a rank *the* straggler (``k`` = 1), or a set of ``k``
+    ranks the stragglers (:func:`straggler_set`): halfway between chance (100 / C(N, k): 100/N
+    for one rank) and always (100 %), never below 50 %. With two ranks one of them is last at
+    least half of the time by pure chance, so "≥ 50 %" alone would name a straggler in every
+    2-rank job."""
     n = max(1, int(world_size))
-    return max(50.0, (100.0 / n + 100.0) / 2.0)
+    return max(50.0, (100.0 / math.comb(n, max(1, min(int(k), n))) + 100.0) / 2.0)
 

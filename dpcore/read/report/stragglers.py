@@ -13,18 +13,21 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcore.read.analysis.gpu_time import GPU_TABLE
 from dpcore.read.analysis.stragglers import (
     KEY,
     arrival_notes_from_rows,
     collective_waits,
     partial_rank_note,
+    rank_host_idle_pct,
     straggler_summary,
     straggler_verdict,
     stragglers_from_rows,
     wait_notes,
 )
+from dpcore.read.analysis.summary import gpu_job_ids
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
-from dpcore.read.ranks import Scale, folder_tables
+from dpcore.read.ranks import Scale, folder_tables, run_gpu
 from dpcore.read.report.resolve import PathKind, resolve
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
@@ -32,9 +35,10 @@ from dpcore.read.traces.reader import TraceFormatError
 
 
 def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
-        pd.DataFrame, dict[str, int], dict[str, int | None], dict[str, list[str]]]:
+        pd.DataFrame, dict[str, int], dict[str, int | None], dict[str, list[str]], pd.DataFrame]:
     """(waits, collectives dropped as unmatched per job, world size per job where known, notes per
-    job) of a run directory or a traces folder."""
+    job, the GPU ledger of the jobs' traces with a job_id column, empty where none) of a run
+    directory or a traces folder."""
     if kind == "run":
         try:
             run = load_run(p)
@@ -58,9 +62,11 @@ def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
             w = waits[waits["job_id"] == j]
             partial = partial_rank_note(int(w["rank"].nunique()), world[str(j)])
             notes[str(j)] = ([partial] if partial else []) + wait_notes(w)
-        return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}, world, notes
+        ledger = run_gpu(run, scale)[0] if set(gpu_job_ids(run)) & {str(j) for j in matched.index} \
+            else pd.DataFrame(columns=["job_id", "rank", "window", "span_ms", "idle_host_ms"])
+        return waits, {str(j): int(seen[j] - matched.get(j, 0)) for j in matched.index}, world, notes, ledger
     try:
-        tables = folder_tables(p, scale, need=(COMM_TABLE,))  # a hit reads only the comm rows
+        tables = folder_tables(p, scale, need=(COMM_TABLE, GPU_TABLE))  # a hit reads only these rows
     except TraceFormatError as exc:
         raise ValueError(f"expected a run directory (run.json) or a folder of torch.profiler traces: {exc}") from None
     ranks = sorted({t.rank for t in tables if t.events})
@@ -78,7 +84,8 @@ def _load(p: Path, kind: PathKind, scale: Scale | None = None) -> tuple[
         why = "; ".join(found) or ("needs traces of 2 or more ranks with the same number of collectives per "
                                   "ProfilerStep")
         raise ValueError(f"no comm event of the traces in {p} could be matched across ranks: {why}")
-    return waits, {}, {job: world_size}, {job: found + wait_notes(waits)}
+    ledger = pd.concat([t[GPU_TABLE] for t in tables], ignore_index=True).assign(job_id=job)
+    return waits, {}, {job: world_size}, {job: found + wait_notes(waits)}, ledger
 
 
 def stragglers_text(path: str, csv: bool = False, scale: Scale | None = None) -> str:
@@ -86,13 +93,15 @@ def stragglers_text(path: str, csv: bool = False, scale: Scale | None = None) ->
 
     PATH is a run directory (its collectives.csv, shared clock), a folder of per-rank
     torch.profiler traces searched recursively (its folder name is the job id) or one trace file
-    (which holds one rank: an error that says so). CSV columns: SUMMARY_COLUMNS, starting
+    (which holds one rank: an error that says so). The verdict may name a set of ranks
+    (:func:`~dpcore.read.analysis.stragglers.straggler_set`) and weighs each named rank's GPU host
+    idle where the traces are GPU traces. CSV columns: SUMMARY_COLUMNS, starting
     ``job_id, rank, collectives, last_arrival_pct, mean_wait_ms``. Text: per job a header, its
     warnings (``note:`` lines: a partial rank set, events not matched, capped waits), the table
     and :func:`straggler_verdict`. Raises ValueError with one line naming the path.
     """
     p, kind = resolve(path)
-    waits, dropped, world, notes = _load(p, kind, scale)
+    waits, dropped, world, notes, ledger = _load(p, kind, scale)
     summary = straggler_summary(waits)
     if csv:
         return csv_table(summary)
@@ -104,7 +113,8 @@ def stragglers_text(path: str, csv: bool = False, scale: Scale | None = None) ->
         if dropped.get(str(job)):
             head += f"; {dropped[str(job)]} seen on fewer ranks left out"
         head += "".join(f"\n  note: {note}" for note in notes.get(str(job), []))
-        verdict = straggler_verdict(rows, world.get(str(job)))
+        idle = rank_host_idle_pct(ledger[ledger["job_id"] == job]) if len(ledger) else None
+        verdict = straggler_verdict(rows, world.get(str(job)), waits[waits["job_id"] == job], idle)
         shown = rows.drop(columns="job_id").assign(wait_fraction=100 * rows["wait_fraction"])  # percent, as the view
         parts.append(f"{head}\n{text_table(shown.rename(columns={'wait_fraction': 'wait_%'}))}\n  {verdict}")
     return "\n\n".join(parts) + "\n"

@@ -16,6 +16,7 @@ from dpcore.read.analysis.stragglers import (
     MIN_COLLECTIVES,
     MIN_WAIT_MS,
     collective_waits,
+    rank_host_idle_pct,
     straggler_summary,
     straggler_threshold_pct,
     straggler_verdict,
@@ -92,7 +93,10 @@ def render(run: Run) -> None:
     job = st.selectbox("Job", jobs, index=jobs.index(default), key=f"sg-job-{run.path}")
     rows = table[table["job_id"] == job]
     ws = len(rows)
-    st.markdown(f"**{md(job)}**: {straggler_verdict(rows)}.")
+    all_waits = waits(run, key)
+    ledger = data.cached_gpu(run, key)[0]
+    idle = rank_host_idle_pct(ledger[ledger["job_id"] == job]) if len(ledger) else None
+    st.markdown(f"**{md(job)}**: {md(straggler_verdict(rows, None, all_waits[all_waits['job_id'] == job], idle))}.")
     st.dataframe(rows.drop(columns="job_id").assign(wait_fraction=100 * rows["wait_fraction"]), hide_index=True,
                  width="stretch", column_config=TABLE_CONFIG)
     all_ranks = sorted(int(r) for r in rows["rank"])
@@ -119,7 +123,10 @@ def render(run: Run) -> None:
                f"always), of at least {MIN_COLLECTIVES} collectives, and the others waited at least "
                f"{MIN_WAIT_MS:g} ms on average (less is a busy host's launch skew). For asynchronous "
                "collectives (overlap, bucketed, DDP) a wait may have been spent computing: it measures skew, "
-               "not idle time.")
+               "not idle time. When no one rank is named, the smallest set of ranks (at most half of them) that "
+               "were the last to arrive together in at least halfway between chance and always of the "
+               "collectives, and each waited less than every other rank, is named instead; their GPUs' host "
+               "idle says whether a slow host made them late.")
 
 
 def page() -> None:
