@@ -58,23 +58,27 @@ SCALING = ("weak", "strong")
 BACKENDS = ("auto", "gloo", "nccl")
 #: ``--device``: where the ranks compute. ``auto`` = cuda where a GPU is present, else cpu;
 #: with more local ranks than GPUs, rank r computes on GPU r mod G and the ranks talk over
-#: gloo (which carries CUDA tensors; NCCL refuses two ranks on one GPU).
+#: gloo (which carries CUDA tensors, send/recv excepted; NCCL refuses two ranks on one GPU).
 DEVICES = ("auto", "cpu", "cuda")
 #: ``--dtype``: the precision a job trains in. ``fp32``: float32 throughout; ``bf16`` /
 #: ``fp16``: float32 master weights, forward and loss under ``torch.autocast`` in that type
-#: (fp16 with a gradient scaler, as mixed-precision training does); ``auto``: bf16 on a GPU
-#: that supports it, fp32 otherwise (the CPU included), resolved before the first job.
+#: (fp16 with a gradient scaler, as mixed-precision training does; fsdp / torch_fsdp also
+#: all-gather and compute their parameters in the half type); ``auto``: bf16 on a GPU that
+#: computes it in hardware (compute capability 8.0+), fp32 otherwise (the CPU included),
+#: resolved before the first job.
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 #: ``--dtype``'s help, the same in every command that takes it.
 DTYPE_HELP = (f"{', '.join(DTYPES)}: fp32, or bf16 / fp16 autocast with float32 master weights (fp16 with "
               "a gradient scaler); auto = bf16 on a GPU that supports it, fp32 on the CPU (default %(default)s)")
-#: What gloo cannot do with CUDA tensors (torch.distributed's backend table: on GPU, gloo has
-#: broadcast and all_reduce, but no send/recv, all_gather or reduce_scatter; a call passes
-#: device memory to its CPU transport and can crash the rank). Variants and all-reduce
-#: algorithms that need them are skipped with the reason when ranks share GPUs over gloo.
-GLOO_CUDA_MISSING = {"naive": "send/recv", "central": "send/recv", "ring": "send/recv",
-                     "fsdp": "all_gather_into_tensor", "torch_fsdp": "all_gather_into_tensor and "
-                     "reduce_scatter_tensor"}
+#: What gloo cannot do with CUDA tensors, from torch's ProcessGroupGloo.cpp (torch 2.4 to
+#: 2.11): broadcast, all_reduce, reduce, all_gather (``all_gather_into_tensor`` is an
+#: all_gather), gather, scatter and all_to_all each have a CUDA work (the tensors are staged
+#: through pinned host memory), and ``reduce_scatter_tensor`` is an all_reduce of the whole
+#: buffer that keeps this rank's slice; send/recv and the coalesced all-gather hand the
+#: tensor's device pointer to gloo's CPU transport, which can crash the rank. Variants and
+#: all-reduce algorithms that need send/recv are skipped with the reason when ranks share GPUs
+#: over gloo; the FSDPs run (``scripts/gpu_check.py`` probes each collective on a GPU).
+GLOO_CUDA_MISSING = {"naive": "send/recv", "central": "send/recv", "ring": "send/recv"}
 
 
 def gloo_cuda_refusal(name: str, backend: str, device_type: str) -> str | None:
@@ -190,7 +194,8 @@ class TrainConfig:
         "sgd", flag="--optimizer", choices=OPTIMIZERS,
         help="torch.optim class of every variant: sgd (default), adam, adamw. SGD keeps no state, so "
              "ZeRO-1's saving (zero1, torch_zero1) only shows with adam/adamw")
-    #: fsdp only: all-gather and compute in this dtype (one of COMPUTE_DTYPES), "" = float32.
+    #: fsdp only: all-gather and compute in this dtype (one of COMPUTE_DTYPES), "" = the
+    #: job's: a bf16 / fp16 job's half type (fsdp and torch_fsdp), float32 for fp32.
     compute_dtype: str = ""
     #: untimed steps per bucket plan of the what-if calibration that follows a 2+-rank
     #: bucketed/torch_ddp job's measured steps (0: none; docs/DESIGN.md)

@@ -11,9 +11,10 @@ named after the caller (``fsdp_all_gather``...), so collectives.csv and the trac
 
 Backend gaps: NCCL implements the flat reduce-scatter natively (``ncclReduceScatter``) and
 only accepts tensors on the rank's GPU, so a NCCL group is never probed: asked, the backend says
-yes. torch >= 2.x gloo implements ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` on
-CPU (probed at 2.13: both work, float16/bfloat16 too), but older gloo builds raise "does not
-support reduce_scatter". For any other backend :class:`Collectives` probes once, with a
+yes. gloo implements ``all_gather_into_tensor`` (an all_gather) and ``reduce_scatter_tensor``
+(an all_reduce keeping this rank's slice) on CPU and on CUDA tensors (torch >= 2.3's
+ProcessGroupGloo.cpp; probed on CPU at 2.13, float16/bfloat16 too), but older gloo builds
+raise "does not support reduce_scatter". For any other backend :class:`Collectives` probes once, with a
 one-element collective on every rank ON THE GROUP'S OWN DEVICE (the device the caller's tensors
 live on: a probe on CPU tensors would ask a GPU backend a question it must refuse), and where
 reduce-scatter is missing runs an all-reduce of the whole buffer and keeps this rank's slice.
@@ -56,16 +57,15 @@ def tensors_device(tensors: Iterable[torch.Tensor]) -> torch.device:
 def has_native_reduce_scatter(group: Any, device: torch.device | str = "cpu") -> bool:
     """Does ``group``'s backend implement the flat reduce-scatter for tensors on ``device``?
 
-    NCCL (and XCCL) do: asked, not probed. gloo does not on CUDA tensors (its GPU side has
-    broadcast and all_reduce only): answered no, never probed, since the probe itself could
-    crash the rank. Any other case is probed with a one-element reduce-scatter on ``device``
-    on every rank (so every rank must call this at the same point, like any collective)."""
+    NCCL (and XCCL) do: asked, not probed. Any other case is probed with a one-element
+    reduce-scatter on ``device`` on every rank (so every rank must call this at the same
+    point, like any collective). gloo's reduce-scatter is an all-reduce of the whole buffer
+    on CPU and CUDA tensors alike (torch >= 2.3; an older gloo raises "does not support",
+    which the probe answers with no): safe to probe on CUDA tensors too."""
     device = torch.device(device)
     backend = group_backend(group, device)
     if backend in NATIVE_REDUCE_SCATTER:
         return True
-    if backend == "gloo" and device.type == "cuda":
-        return False
     n = dist.get_world_size(group)
     try:
         out = torch.zeros(1, device=device)

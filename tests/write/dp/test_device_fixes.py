@@ -118,7 +118,17 @@ def test_powersgd_cpu_job_runs_where_cuda_is_reported(results: list[dict[str, An
     assert results[0]["powersgd_params"] == results[1]["powersgd_params"]
 
 
-def test_gloo_on_cuda_is_answered_no_without_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No process group exists here: a probe would raise, so False means it was not run."""
+def test_gloo_on_cuda_is_probed_like_any_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gloo's reduce-scatter is an all-reduce on CUDA tensors too (ProcessGroupGloo.cpp), and an
+    older gloo raises rather than crashes: so gloo on CUDA is probed, not answered no. No process
+    group exists here: reaching the probe's first group call shows the probe was run."""
+    class Probed(Exception):
+        pass
+
+    def world_size(group: Any = None) -> int:
+        raise Probed
+
     monkeypatch.setattr(sharding.dist, "get_backend", lambda group=None: "gloo")
-    assert has_native_reduce_scatter(None, "cuda:0") is False
+    monkeypatch.setattr(sharding.dist, "get_world_size", world_size)
+    with pytest.raises(Probed):
+        has_native_reduce_scatter(None, "cuda:0")

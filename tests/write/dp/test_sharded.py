@@ -279,7 +279,7 @@ def test_pure_shard_helpers() -> None:
 
 
 def test_compute_dtype_only_for_fsdp() -> None:
-    with pytest.raises(UsageError, match="compute_dtype is an fsdp option") as exc:
+    with pytest.raises(UsageError, match="compute_dtype is an fsdp / torch_fsdp option") as exc:
         wrap("ring", nn.Linear(2, 2), compute_dtype=torch.float16)
     assert "\n" not in str(exc.value)
     with pytest.raises(UsageError, match="valid choices: float16, bfloat16"):

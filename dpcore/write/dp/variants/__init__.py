@@ -14,7 +14,15 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from dpcore.contract.config import MULTIPROCESS, OPTIMIZERS, REPLICATED, SHARDED, SINGLE_PROCESS, VARIANTS
+from dpcore.contract.config import (
+    MULTIPROCESS,
+    OPTIMIZERS,
+    PARAM_SHARDED,
+    REPLICATED,
+    SHARDED,
+    SINGLE_PROCESS,
+    VARIANTS,
+)
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 from dpcore.write.dp.variants.base import Wrapper
@@ -61,8 +69,8 @@ def wrap(variant: str, module: nn.Module, *, bucket_mb: float = 25.0, group: Any
 
     Needs an initialised process group. Every parameter and buffer is broadcast from rank 0
     here, so replicas start equal whatever their initialisation. ``compute_dtype``
-    (``torch.float16`` / ``torch.bfloat16`` or their names) is for ``fsdp`` only: all-gather
-    and compute in that dtype, master weights, gradients and optimizer in float32.
+    (``torch.float16`` / ``torch.bfloat16`` or their names) is for ``fsdp`` and ``torch_fsdp``:
+    all-gather and compute in that dtype, master weights, gradients and optimizer in float32.
     ``comm_hook`` (``torch_ddp`` only; contract.config.COMM_HOOKS) registers one of DDP's own
     comm hooks (fp16, bf16 compression, PowerSGD of rank ``powersgd_rank``).
     """
@@ -72,12 +80,13 @@ def wrap(variant: str, module: nn.Module, *, bucket_mb: float = 25.0, group: Any
         raise UsageError(f"variant {variant!r} runs in one process and is not a wrapper for a "
                          f"process group; multi-process variants: {', '.join(MULTIPROCESS)}")
     if compute_dtype is not None:
-        if variant != "fsdp":
-            raise UsageError(f"compute_dtype is an fsdp option; variant {variant!r} computes "
-                             "in the model's own dtype (use wrap('fsdp', module, "
+        if variant not in PARAM_SHARDED:
+            raise UsageError(f"compute_dtype is an fsdp / torch_fsdp option; variant {variant!r} "
+                             "computes in the model's own dtype (use wrap('fsdp', module, "
                              "compute_dtype=torch.bfloat16))")
-        return FSDP(module, bucket_mb=bucket_mb, group=group, recorder=recorder,
-                    compute_dtype=parse_compute_dtype(compute_dtype))
+        cls = FSDP if variant == "fsdp" else TorchFSDP
+        return cls(module, bucket_mb=bucket_mb, group=group, recorder=recorder,
+                   compute_dtype=parse_compute_dtype(compute_dtype))
     if comm_hook != "none":
         if variant != "torch_ddp":
             raise UsageError(f"comm_hook is a torch_ddp option; variant {variant!r} has no DDP comm hook")

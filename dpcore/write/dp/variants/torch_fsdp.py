@@ -13,6 +13,12 @@ any other backend probed with a one-element collective on every rank, on the mod
 device), and the job is skipped with the reason, like ``data_parallel`` without GPUs.
 torch 2.13's gloo has both, so it runs on CPU.
 
+Mixed precision: ``compute_dtype`` (bfloat16 / float16; the trainer passes a bf16 / fp16
+job's half type) becomes ``MixedPrecisionPolicy(param_dtype=compute_dtype,
+reduce_dtype=float32, output_dtype=float32)``, what an FSDP2 job under mixed precision sets:
+parameters are all-gathered and computed in the half type (half the bytes of float32 on the
+wire), gradients reduce-scattered in float32, outputs handed back in float32 like ``fsdp``'s.
+
 Recording: with a recording recorder, FSDP2's public ``set_custom_all_gather`` /
 ``set_custom_reduce_scatter`` hooks install comms that issue the same collectives as FSDP2's
 defaults and log each one (``all_gather`` / ``reduce_scatter`` rows, one per module).
@@ -42,9 +48,11 @@ class TorchFSDP(Wrapper):
     grad_sync_in_backward = True  # FSDP2 waits for its reduce-scatters at the end of backward
 
     def __init__(self, module: nn.Module, *, group: Any = None,
-                 recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0) -> None:
+                 recorder: Recorder = NULL_RECORDER, bucket_mb: float = 25.0,
+                 compute_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.module = module
+        self.compute_dtype = compute_dtype
         self.skip_reason = _probe(group, tensors_device(module.parameters()))
         if self.skip_reason:
             return
@@ -52,6 +60,12 @@ class TorchFSDP(Wrapper):
         from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import fully_shard
 
+        policy: dict[str, Any] = {}
+        if compute_dtype is not None:
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+            policy["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype,
+                                                       reduce_dtype=torch.float32,
+                                                       output_dtype=torch.float32)
         dev = next(module.parameters()).device.type
         mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, dev)
         owners: dict[int, int] = {}
@@ -62,8 +76,8 @@ class TorchFSDP(Wrapper):
                  if list(mod.parameters(recurse=False))
                  and all(owners[id(p)] == 1 for p in mod.parameters(recurse=False))]
         for mod in reversed(units):  # bottom-up, as fully_shard expects (then the root)
-            fully_shard(mod, mesh=mesh)
-        fully_shard(module, mesh=mesh)
+            fully_shard(mod, mesh=mesh, **policy)
+        fully_shard(module, mesh=mesh, **policy)
         if recorder.enabled:
             _install_recorded_comms(module, recorder)
 
