@@ -28,13 +28,21 @@ import torch._dynamo  # noqa: F401  (see below)
 import torch.nn as nn
 from torch.profiler import record_function
 
-from dpcore.contract.config import COMM_HOOKS, TrainConfig, check_choices, gloo_cuda_refusal, is_model_spec
+from dpcore.contract.config import (
+    COMM_HOOKS,
+    PARAM_SHARDED,
+    SHARDED,
+    TrainConfig,
+    check_choices,
+    gloo_cuda_refusal,
+    is_model_spec,
+)
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.training.models import build_module, loss_fn, make_batch
-from dpcore.write.training.precision import autocast, grad_scaler, resolve_dtype, set_tf32
+from dpcore.write.training.precision import autocast, grad_scaler, param_dtype_name, resolve_dtype, set_tf32
 from dpcore.write.training.workload import Inputs, TupleInputs, Workload, load_workload, shard_batch, workload_batch
 
 # ``torch.optim`` imports torch._dynamo lazily on the first optimizer (seconds on a busy CPU);
@@ -54,8 +62,8 @@ class Trainer:
         self.ctx, self.cfg = ctx, cfg
         if ctx.device.type == "cuda":
             set_tf32(cfg.tf32)
-        #: fp16's gradient scaler (None for fp32 and bf16)
-        self.scaler = grad_scaler(ctx.device, cfg.dtype)
+        #: fp16's gradient scaler (None for fp32 and bf16); sharded ranks skip a step together
+        self.scaler = grad_scaler(ctx.device, cfg.dtype, sync_ranks=variant in SHARDED)
         self.single_process = REGISTRY[variant].processes == 1
         if self.single_process and ctx.world_size != 1:
             raise UsageError(f"variant {variant!r} runs in one process: launch it with world "
@@ -90,8 +98,8 @@ class Trainer:
                                if self.single_process else
                                wrap(variant, module, bucket_mb=cfg.bucket_mb if bucket_mb is None else bucket_mb,
                                     recorder=recorder,
-                                    compute_dtype=(cfg.compute_dtype or None)
-                                    if variant == "fsdp" else None,
+                                    compute_dtype=param_dtype_name(cfg.dtype, cfg.compute_dtype)
+                                    if variant in PARAM_SHARDED else None,
                                     comm_hook=comm_hook if variant == "torch_ddp" else "none",
                                     powersgd_rank=cfg.powersgd_rank))
         self.skip_reason = self.model.skip_reason
