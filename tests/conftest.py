@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import types
+from pathlib import Path
 
 import pytest
+
+#: The committed sample runs (scripts/make_sample.sh; the GPU one from an H200 run): tests read
+#: copies of them (the fixture :func:`samples`), never the checkout's profiles/ folder, where a
+#: newcomer's own ``dpcore profile`` or ``dpcore import`` runs land beside them.
+CHECKOUT_PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+SAMPLE_NAMES = ("sample-train", "sample-allreduce", "sample-hang", "sample-gpu")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -30,6 +38,18 @@ def _cache_out_of_the_data(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("DPCORE_CACHE_DIR", None)
     else:
         os.environ["DPCORE_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A temporary profiles folder holding copies of the committed samples present in the checkout
+    (and nothing else): what a fresh clone's dashboard lists, whatever runs the user has added to
+    profiles/ since. Session-wide, read-only by convention (the dashboard writes no run files)."""
+    root = tmp_path_factory.mktemp("samples")
+    for name in SAMPLE_NAMES:
+        if (CHECKOUT_PROFILES / name / "run.json").is_file():
+            shutil.copytree(CHECKOUT_PROFILES / name, root / name)
+    return root
 
 
 def _skip_gpu_tests(items: list[pytest.Item]) -> None:

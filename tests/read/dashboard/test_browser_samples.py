@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -41,22 +40,19 @@ from tests.read.dashboard.browser_checks import (
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[3]
-SAMPLES = REPO / "profiles"
+CHECKOUT = REPO / "profiles"  # only to skip where the samples are absent; tests read copies (`samples`)
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync"]
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not found"),
-    pytest.mark.skipif(not (SAMPLES / "sample-train").is_dir(), reason="sample runs not present"),
+    pytest.mark.skipif(not (CHECKOUT / "sample-train").is_dir(), reason="sample runs not present"),
 ]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("samples")
-    for name in ("sample-train", "sample-allreduce", "sample-hang"):
-        shutil.copytree(SAMPLES / name, root / name)
-    yield from serving(root, tmp_path_factory.mktemp("log"))
+def server(tmp_path_factory: pytest.TempPathFactory, samples: Path):
+    yield from serving(samples, tmp_path_factory.mktemp("log"))
 
 
 #: The page has settled: the script is not running, no element waits for its bundle, no
@@ -169,7 +165,7 @@ def test_what_is_held_waits_for_the_first_chart(server) -> None:
             browser.close()
 
 
-def test_what_a_newcomer_sees_on_the_samples(server) -> None:
+def test_what_a_newcomer_sees_on_the_samples(server, samples: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     url, log = server
@@ -199,7 +195,7 @@ def test_what_a_newcomer_sees_on_the_samples(server) -> None:
             assert ov["size"]["h"] >= 250, ov["size"]
             spread = next(t for t in ov["data"] if (t["name"] or "").startswith("spread"))
             # Scaling draws the swept variants at the run's own bucket size (Overview: "bucketed ×2 · 25 MiB")
-            config = json.loads((SAMPLES / "sample-train" / "run.json").read_text())["config"]
+            config = json.loads((samples / "sample-train" / "run.json").read_text())["config"]
             own = " · " + mib_size(config["bucket_mb"])
             noisy_overview = {x.removesuffix(own) for x, s in zip(spread["x"], spread["symbol"] or [])
                               if s == "x" and ("·" not in x or x.endswith(own))}
@@ -221,7 +217,7 @@ def test_what_a_newcomer_sees_on_the_samples(server) -> None:
             # injected no delay, but a loaded machine can make one rank late for real
             text = _open(page, url, "stragglers", "Stragglers")
             job = _job_picked(page)
-            rows = straggler_summary(collective_waits(load_run(SAMPLES / "sample-train").collectives))
+            rows = straggler_summary(collective_waits(load_run(samples / "sample-train").collectives))
             rows = rows[rows["job_id"] == job]
             verdict = straggler_verdict(rows)
             assert f"{job}: {verdict}." in text, (verdict, text[:400])

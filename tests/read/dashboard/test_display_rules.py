@@ -32,7 +32,6 @@ from dpcore.read.rundir.load import list_runs
 from tests.app_pages import open_page
 
 ROOT = Path(__file__).resolve().parents[3]
-SAMPLE = ROOT / "profiles"
 APP = str(ROOT / "app.py")
 
 
@@ -90,22 +89,23 @@ def test_compare_defaults_to_a_run_of_the_same_kind() -> None:
     assert default_second(runs.iloc[:1], "bench-new") is None
 
 
-def test_compare_mode_on_the_shipped_samples_pairs_like_with_like(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compare_mode_on_the_shipped_samples_pairs_like_with_like(monkeypatch: pytest.MonkeyPatch,
+                                                                  samples: Path) -> None:
     """The samples: two training runs (sample-train, sample-hang) and an all-reduce benchmark.
     Compare pairs a training run only with the other training run, never with the benchmark, and
     the benchmark, which has no other benchmark, with nothing (the sidebar says so); a run's
     `repeats: 0` reads as what it means."""
-    if not (SAMPLE / "sample-allreduce").is_dir():
+    if not (samples / "sample-allreduce").is_dir():
         pytest.skip("sample runs not present")
-    kinds = list_runs(SAMPLE)[0].set_index("run_id")["kinds"]
+    kinds = list_runs(samples)[0].set_index("run_id")["kinds"]
     train = sorted(r for r, k in kinds.items() if "train" in str(k))
     assert "sample-train" in train and "sample-allreduce" not in train
-    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    monkeypatch.setenv("DPCORE_PROFILES", str(samples))
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.sidebar.toggle(key="compare").set_value(True).run()
     assert not at.exception
     second = [s for s in at.sidebar.selectbox if s.key == "run_b"]
-    assert [s.options for s in second] == ([[picker_label(r) for r in train if r != "sample-train"]]
+    assert [s.options for s in second] == ([[picker_label(samples, r) for r in train if r != "sample-train"]]
                                            if len(train) > 1 else [])
     at.sidebar.selectbox(key="run_a").set_value("sample-allreduce").run()
     assert not at.exception
@@ -115,9 +115,9 @@ def test_compare_mode_on_the_shipped_samples_pairs_like_with_like(monkeypatch: p
     assert diff.iloc[0]["a"].startswith("by size (50 up to 64 KiB")
 
 
-def picker_label(run_id: str) -> str:
+def picker_label(root: Path, run_id: str) -> str:
     """The sidebar's label of a committed sample run (``run_labels``: "· status" unless complete)."""
-    return run_labels(list_runs(SAMPLE)[0])[run_id]  # the samples' folders are their run ids
+    return run_labels(list_runs(root)[0])[run_id]  # the samples' folders are their run ids
 
 
 def test_config_difference_and_ratio_column() -> None:
@@ -229,10 +229,11 @@ def test_ring_circle_steps_through_the_plan(n: int) -> None:
     assert ring_circle_figure(3, label_size=0).frames[0].data[2].text[0] == ""
 
 
-def test_ring_view_on_an_allreduce_run_picks_message_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not (SAMPLE / "sample-allreduce" / "run.json").exists():
+def test_ring_view_on_an_allreduce_run_picks_message_sizes(monkeypatch: pytest.MonkeyPatch,
+                                                           samples: Path) -> None:
+    if not (samples / "sample-allreduce" / "run.json").exists():
         pytest.skip("sample runs not present")
-    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    monkeypatch.setenv("DPCORE_PROFILES", str(samples))
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.sidebar.selectbox(key="run_a").set_value("sample-allreduce").run()
     open_page(at, "Ring messages")
@@ -339,7 +340,7 @@ def test_new_run_command_carries_the_optimizer_and_refuses_unknown_ones(tmp_path
         build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], "lion")
 
 
-def test_new_run_form_passes_the_mlp_width_and_runs_show_it(tmp_path):
+def test_new_run_form_passes_the_mlp_width_and_runs_show_it(tmp_path, samples):
     """`--size` is the transformer's knob: an mlp run is told apart by its width, which the New-run
     command carries and the run list shows ('mlp tiny' named two different mlps alike)."""
     from dpcore.contract.config import model_size_text
@@ -353,10 +354,10 @@ def test_new_run_form_passes_the_mlp_width_and_runs_show_it(tmp_path):
     assert model_size_text({"model": "mlp", "size": "tiny", "width": 512}) == "width 512"
     assert model_size_text({"model": "transformer", "size": "small", "width": 512}) == "small"
     assert model_size_text({"model": "einsum", "size": "tiny"}) == ""
-    if (SAMPLE / "sample-train").is_dir():
+    if (samples / "sample-train").is_dir():
         from dpcore.read.rundir.load import list_runs
 
-        runs = list_runs(SAMPLE)[0]
+        runs = list_runs(samples)[0]
         assert runs.set_index("run_id").at["sample-train", "size"] == "width 256"
 
 
@@ -383,16 +384,17 @@ def test_a_long_status_is_cut_at_a_word_in_the_cell() -> None:
     assert short_status("complete") == "complete" and short_status("x" * 40) == "x" * (STATUS_CHARS - 1) + "…"
 
 
-def test_overview_cuts_a_long_status_and_shows_it_whole_below(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_overview_cuts_a_long_status_and_shows_it_whole_below(monkeypatch: pytest.MonkeyPatch,
+                                                              samples: Path) -> None:
     """The Overview table's status cell holds at most STATUS_CHARS characters; the whole reason
     is in a caption and in the column's help; the step's numbers come right after the status."""
     from dpcore.read.dashboard.pages.overview import SUMMARY_COLS
     from dpcore.read.dashboard.table_cells import STATUS_CHARS
 
-    if not (SAMPLE / "sample-train").is_dir():
+    if not (samples / "sample-train").is_dir():
         pytest.skip("sample runs not present")
     assert SUMMARY_COLS[3:8] == ["status", "step_ms", "comm_fraction", "overlap_pct", "exposed_ms"]
-    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+    monkeypatch.setenv("DPCORE_PROFILES", str(samples))
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception
     table = at.dataframe[0].value

@@ -13,18 +13,18 @@ from tests.app_pages import heading, open_page, problems
 from tests.events_path import step_trace_lanes, trace_step_metrics, traced_job_events
 
 ROOT = Path(__file__).resolve().parents[3]
-SAMPLE = ROOT / "profiles"
+CHECKOUT = ROOT / "profiles"  # only to skip where the samples are absent; tests read copies (`samples`)
 #: Pages that draw no chart on the training sample (Bandwidth: it has no all-reduce benchmark;
 #: Hang: no job of it hung, sample-hang has one (test_samples_cover_every_page); GPU: the samples
 #: were recorded on CPUs).
 NO_CHART = {"Runs", "Traces", "Bandwidth", "New run", "Import", "Hang", "GPU"}
 
-pytestmark = pytest.mark.skipif(not (SAMPLE / "sample-train" / "run.json").exists(),
+pytestmark = pytest.mark.skipif(not (CHECKOUT / "sample-train" / "run.json").exists(),
                                 reason="sample runs not present (bash scripts/make_sample.sh)")
 
 
-def test_sample_runs_are_complete_and_cover_every_page():
-    train, bench = load_run(SAMPLE / "sample-train"), load_run(SAMPLE / "sample-allreduce")
+def test_sample_runs_are_complete_and_cover_every_page(samples):
+    train, bench = load_run(samples / "sample-train"), load_run(samples / "sample-allreduce")
     assert train.meta["status"] == bench.meta["status"] == "complete"
     summary = job_summary(train, trace_step_metrics(traced_job_events(train)))
     assert set(summary["variant"]) >= {"single", "manual", "naive", "flat", "central", "ring",
@@ -40,8 +40,8 @@ def test_sample_runs_are_complete_and_cover_every_page():
         assert set(train.trace_files(j)) == {f"rank{r}" for r in range(procs)} | {"merged"}, j
 
 
-def test_every_page_renders_on_the_sample(monkeypatch):
-    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+def test_every_page_renders_on_the_sample(monkeypatch, samples):
+    monkeypatch.setenv("DPCORE_PROFILES", str(samples))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     assert at.sidebar.selectbox(key="run_a").value == "sample-train"  # training run first
     for page in PAGES:
@@ -60,10 +60,10 @@ def test_every_page_renders_on_the_sample(monkeypatch):
     assert heading(at) == "Bandwidth" and at.get("plotly_chart")  # the page stays
 
 
-def test_timeline_from_trace_and_from_csv_on_the_sample():
+def test_timeline_from_trace_and_from_csv_on_the_sample(samples):
     from dpcore.read.analysis import timeline
     from tests.events_path import job_trace_events, lanes_of, step_trace_events
-    run = load_run(SAMPLE / "sample-train")
+    run = load_run(samples / "sample-train")
     steps = run.steps[run.steps["job_id"] == "bucketed-ws2-b1"]
     traced = int(steps.loc[steps["profiled"], "step"].iloc[0])
     timed = int(steps.loc[~steps["profiled"], "step"].iloc[0])
@@ -82,7 +82,7 @@ def test_timeline_from_trace_and_from_csv_on_the_sample():
     assert set(r.loc[r["lane"] == "comm", "rank"]) == {0, 1}
 
 
-def test_timeline_rows_name_their_collective_family():
+def test_timeline_rows_name_their_collective_family(samples):
     """`timeline` returns the family of every comm row (op), so the plot never re-reads names:
     known answers from the names (traces.kinds.comm_op) and from the sample's FSDP and ZeRO-1 steps."""
     from dpcore.read.analysis import timeline
@@ -93,7 +93,7 @@ def test_timeline_rows_name_their_collective_family():
              "gloo:all_reduce": "all_reduce", "all_reduce #0": "all_reduce", "gloo:broadcast": "broadcast",
              "gloo:send": "send_recv", "mystery": "other"}
     assert {n: comm_op(n) for n in names} == names
-    run = load_run(SAMPLE / "sample-train")
+    run = load_run(samples / "sample-train")
     # step 0 is not traced: comm rows are collectives.csv's, named "<op> #<seq>"
     fsdp = timeline(run, "fsdp-ws2", 0, None)
     assert list(fsdp.columns) == ["rank", "lane", "name", "op", "kind", "start_ms", "end_ms"]
@@ -107,12 +107,12 @@ def test_timeline_rows_name_their_collective_family():
     assert zero.loc[zero["lane"] == "comm"].groupby("op").size().to_dict() == {"all_reduce": 10, "broadcast": 4}
 
 
-def test_timeline_cards_follow_the_picked_step(monkeypatch):
+def test_timeline_cards_follow_the_picked_step(monkeypatch, samples):
     """The cards and the per-rank table show the drawn step (known answer: that step's rows of
     step_metrics), not the job median, and they change when another step is picked."""
     from dpcore.read.analysis import step_metrics, step_ranks
-    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
-    run = load_run(SAMPLE / "sample-train")
+    monkeypatch.setenv("DPCORE_PROFILES", str(samples))
+    run = load_run(samples / "sample-train")
     rows = step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run)))
     job = "torch_ddp-ws2-b1"
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()

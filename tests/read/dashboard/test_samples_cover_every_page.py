@@ -17,17 +17,17 @@ from streamlit.testing.v1 import AppTest
 from dpcore.read.rundir import load_run
 from tests.app_pages import APP, heading, open_page, problems
 
-SAMPLE = Path(APP).parent / "profiles"
+CHECKOUT = Path(APP).parent / "profiles"  # only to skip where the samples are absent; tests read copies
 
-pytestmark = pytest.mark.skipif(not (SAMPLE / "sample-hang" / "run.json").exists(),
+pytestmark = pytest.mark.skipif(not (CHECKOUT / "sample-hang" / "run.json").exists(),
                                 reason="sample runs not present (bash scripts/make_sample.sh)")
 
 
-def test_the_training_sample_holds_live_rows_comm_hooks_and_calibrations() -> None:
-    train = load_run(SAMPLE / "sample-train")
-    live = (SAMPLE / "sample-train" / "live.csv").read_text().splitlines()
+def test_the_training_sample_holds_live_rows_comm_hooks_and_calibrations(samples: Path) -> None:
+    train = load_run(samples / "sample-train")
+    live = (samples / "sample-train" / "live.csv").read_text().splitlines()
     assert len(live) > 100  # every rank's timed steps of every job, as they came
-    jobs = json.loads((SAMPLE / "sample-train" / "run.json").read_text())["jobs"]  # as recorded
+    jobs = json.loads((samples / "sample-train" / "run.json").read_text())["jobs"]  # as recorded
     assert len(jobs) == len(train.jobs)
     hooked = [j for j in jobs if j.get("comm_hook") == "fp16"]
     assert hooked and all(j["variant"] == "torch_ddp" and j["world_size"] == 2 and j["status"] == "complete"
@@ -41,16 +41,16 @@ def test_the_training_sample_holds_live_rows_comm_hooks_and_calibrations() -> No
                            and j["whatif_calibration"]["plans"] for j in sources)
 
 
-def test_the_hang_sample_holds_a_hung_job() -> None:
-    hang = load_run(SAMPLE / "sample-hang")
+def test_the_hang_sample_holds_a_hung_job(samples: Path) -> None:
+    hang = load_run(samples / "sample-hang")
     assert [j["status"] for j in hang.meta["jobs"]] == ["failed"]
-    dumps = SAMPLE / "sample-hang" / "hang" / hang.meta["jobs"][0]["id"]
+    dumps = samples / "sample-hang" / "hang" / hang.meta["jobs"][0]["id"]
     assert {p.name for p in dumps.iterdir()} >= {"rank0.fr.json", "rank1.fr.json", "verdict.json",
                                                   "rank0.stack.txt", "rank1.stack.txt"}
 
 
-def test_live_buckets_and_hang_draw_on_the_samples(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DPCORE_PROFILES", str(SAMPLE))
+def test_live_buckets_and_hang_draw_on_the_samples(monkeypatch: pytest.MonkeyPatch, samples: Path) -> None:
+    monkeypatch.setenv("DPCORE_PROFILES", str(samples))
     at = AppTest.from_file(APP, default_timeout=180).run()
     assert at.sidebar.selectbox(key="run_a").value == "sample-train"
     open_page(at, "Live")

@@ -156,7 +156,8 @@ def test_page_offers_a_one_rank_job_every_input(tmp_path: Path) -> None:
     assert at.info[0].value.startswith("recommendation\\: ") and "8 ranks" in at.info[0].value
 
 
-def test_a_one_rank_source_assumes_kappa_on_any_network(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_one_rank_source_assumes_kappa_on_any_network(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                        samples: Path) -> None:
     """At one rank there is no comm to slow backward, so nothing there measures kappa: the source
     takes the assumed 0.1 and its band (0-0.3) with a given network as with a fabric. Before, the
     given-network path fitted it: the sample's bucketed-ws1-b1 printed "0.20 [fitted]: across jobs",
@@ -167,7 +168,7 @@ def test_a_one_rank_source_assumes_kappa_on_any_network(tmp_path: Path, capsys: 
     from dpcore.read.whatif.build import build_model
     from dpcore.read.whatif.predict import predict
 
-    sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
+    sample = samples / "sample-train"
     code, text, err = _cli("whatif", str(sample), "--job", "bucketed-ws1-b1", "--world-sizes", "2",
                            "--latency-us", "5", "--bandwidth-gbps", "10", capsys=capsys)
     assert code == 0, err

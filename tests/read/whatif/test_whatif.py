@@ -378,12 +378,12 @@ def test_job_fit_never_claims_infinite_bandwidth_when_bytes_do_not_explain_times
     assert np.isfinite(net["bandwidth_gbps"])
 
 
-def test_whatif_refuses_a_sharded_job_saying_why(capsys):
+def test_whatif_refuses_a_sharded_job_saying_why(capsys, samples):
     """zero1 buckets too, but its optimizer step communicates: refused with the reason and the
     jobs it can replay, exit 2 (not 'unknown job')."""
     from dpcore.cli import main
 
-    sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
+    sample = samples / "sample-train"
     rc = main(["whatif", str(sample), "--job", "zero1-ws2-b25"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1

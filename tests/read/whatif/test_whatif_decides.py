@@ -18,7 +18,6 @@ from dpcore.read.whatif.fit import job_timelines
 from dpcore.read.whatif.predict import build_model, predict, scale_factors
 
 ROOT = Path(__file__).resolve().parents[3]
-SAMPLE = ROOT / "profiles" / "sample-train"
 #: The bucketed jobs of the sample as it was recorded on a quiet machine (2026-11-25), with its
 #: allreduce run: the model's accuracy claims below rest on measurements, and the committed sample
 #: was re-recorded on a loaded machine (tests/data/whatif_quiet/README.md)
@@ -26,8 +25,8 @@ QUIET = ROOT / "tests" / "data" / "whatif_quiet"
 
 
 @pytest.fixture(scope="module")
-def sample():
-    return load_run(SAMPLE)
+def sample(samples: Path):
+    return load_run(samples / "sample-train")
 
 
 def _cli(*args: str, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
@@ -82,16 +81,17 @@ def test_every_factor_is_printed_with_what_it_rests_on(capsys: pytest.CaptureFix
     (["--latency-us", "-1"], "--latency-us -1 is outside"),
 ])
 def test_absurd_network_values_are_refused_with_the_range(capsys: pytest.CaptureFixture, args: list[str],
-                                                           needle: str) -> None:
-    code, out, err = _cli("whatif", str(SAMPLE), "--job", "torch_ddp-ws2-b25", *args, capsys=capsys)
+                                                           needle: str, samples: Path) -> None:
+    code, out, err = _cli("whatif", str(samples / "sample-train"), "--job", "torch_ddp-ws2-b25", *args, capsys=capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err
 
 
-def test_many_ranks_and_tiny_buckets_cost_what_the_source_ranks_do(capsys: pytest.CaptureFixture) -> None:
+def test_many_ranks_and_tiny_buckets_cost_what_the_source_ranks_do(capsys: pytest.CaptureFixture,
+                                                                    samples: Path) -> None:
     import time
     t0 = time.perf_counter()
-    code, out, err = _cli("whatif", str(SAMPLE), "--job", "torch_ddp-ws2-b25", "--world-sizes", "65536",
-                          "--bucket-mb", "0.001", "--csv", capsys=capsys)
+    code, out, err = _cli("whatif", str(samples / "sample-train"), "--job", "torch_ddp-ws2-b25",
+                          "--world-sizes", "65536", "--bucket-mb", "0.001", "--csv", capsys=capsys)
     assert code == 0, err
     row = pd.read_csv(io.StringIO(out)).iloc[0]
     # DDP's rule (add the tensor, then close) pairs each 1 KiB bias with the next weight: 16 of
@@ -160,12 +160,12 @@ def test_bench_bands_table_from_printed_cells_on_known_errors() -> None:
 
 
 def test_the_committed_bands_are_the_benchmarks_table_of_the_readme_cells() -> None:
-    """bands.csv is what `bench_whatif --held-out --cells-from README.md --bands-out` writes from the
-    quiet-machine held-out table in the README: no figure in it is typed by hand."""
+    """bands.csv is what `bench_whatif --held-out --cells-from docs/whatif.md --bands-out` writes from the
+    quiet-machine held-out table of docs/whatif.md: no figure in it is typed by hand."""
     from benchmarks.bench_whatif import bands_table, cells_from_markdown
     from dpcore.read.whatif.advice import BANDS_CSV
 
-    df = cells_from_markdown((ROOT / "README.md").read_text())
+    df = cells_from_markdown((ROOT / "docs" / "whatif.md").read_text())
     # at least the 2-rank sweep (3 models x 2 variants x 5 cells x 4 sources); a run with 1-rank
     # sources adds their cells at 2 ranks
     assert len(df) >= 120 and (df["world_size"] == 2).all()
