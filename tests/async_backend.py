@@ -25,7 +25,8 @@ reproduces those semantics on CPU tensors, where a test can see them:
 
 Configuration is read from the environment when a group is created, so it reaches spawned
 ranks: :func:`configure` sets it. Register with :func:`register` (idempotent), then
-``dist.init_process_group(BACKEND, ...)``.
+``dist.init_process_group(BACKEND, ...)``. :class:`StreamEventClock` is the recorder's event
+clock on such a group (the stand-in for CUDA events).
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from dpcore.write.capture.comm_log import EventClock
 
 BACKEND = "dpcore_async"
 ENV_DELAY_MS = "DPCORE_ASYNC_DELAY_MS"
@@ -228,6 +231,18 @@ def register() -> None:
     """Register :data:`BACKEND` with ``torch.distributed`` (once per process)."""
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+
+
+class StreamEventClock(EventClock):
+    """The recorder's event clock on a ``dpcore_async`` group: each mark is a
+    :class:`StreamEvent` on the group's stream (what ``CudaEventClock`` records on the current
+    CUDA stream); resolution is :class:`EventClock`'s own, unchanged."""
+
+    def __init__(self, group: Any = None) -> None:
+        self.pg = group_of(group)
+
+    def event(self) -> StreamEvent:
+        return self.pg.record_event()
 
 
 def group_of(group: Any = None) -> AsyncTestProcessGroup:

@@ -42,23 +42,104 @@ def row_interval(row: list[Any]) -> tuple[int, int, int]:
     return row[5], row[6], row[7]
 
 
+# -- where the times of a device job come from ---------------------------------------------
+# On NCCL a collective's future is completed when the collective is *enqueued* (the future is
+# CUDA-aware: ready for the stream, not for the host), and ``work.wait()`` only makes the
+# current stream wait for it. A host clock read in a future's callback or after a wait is
+# therefore the launch time, and every interval would read about 0 ms. A device job's times
+# are instead taken on the device: an :class:`EventClock` records an event on the *current
+# stream* at each edge (``mark``), and the events are turned into shared-clock nanoseconds
+# after the step (``resolve``). An end event is recorded where the host code used to read the
+# clock: after a wait (the current stream now waits for the collective, so the event
+# completes when the collective did), or in the future's callback (a CUDA future runs its
+# callbacks on a stream that was made to wait for the collective's completion events). A start
+# event is recorded right before the launch call: the collective's stream waits for the
+# current stream's earlier work, so the collective cannot begin before that event.
+#
+# Resolution, after the step: every pending event is synchronized, then an anchor event is
+# recorded on the idle current stream between two host clock reads t0 and t1; the anchor's
+# host time is taken as (t0 + t1) / 2 (error at most (t1 - t0) / 2, a few µs), and each event's
+# host time is that minus ``event.elapsed_time(anchor)``. The anchor is taken after the step,
+# so no device synchronization ever happens inside a step (it would change what is measured).
+# CPU jobs keep the host clock: their collectives do complete when the callback runs or the
+# wait returns, and their numbers stay exactly what they were.
+
+
+class EventClock:
+    """Times taken on a device stream: ``mark`` records an event on the current stream (no
+    host clock read is an interval's end), ``resolve`` turns events into ``perf_counter_ns``
+    values once they completed. Subclasses say how an event is made (:meth:`event`): a CUDA
+    event here, a test backend's stream marker in the tests (the same resolution runs on it).
+    """
+
+    def event(self) -> Any:
+        """A timing event recorded now on the current stream (``synchronize`` and
+        ``elapsed_time(other)`` in ms, as ``torch.cuda.Event``)."""
+        raise NotImplementedError
+
+    def mark(self) -> Any:
+        return self.event()
+
+    def resolve(self, events: list[Any]) -> list[int]:
+        """``perf_counter_ns`` of each event (waits for them; see the scheme above)."""
+        if not events:
+            return []
+        for ev in events:
+            ev.synchronize()
+        t0 = _perf_ns()
+        anchor = self.event()
+        anchor.synchronize()
+        t1 = _perf_ns()
+        host = (t0 + t1) // 2
+        return [host - round(ev.elapsed_time(anchor) * 1e6) for ev in events]
+
+
+class CudaEventClock(EventClock):
+    """:class:`EventClock` of a CUDA job: ``torch.cuda.Event(enable_timing=True)`` recorded
+    on the current stream of the current device."""
+
+    def event(self) -> Any:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+
+def clock_for(device: Any) -> EventClock | None:
+    """The event clock a job on ``device`` times with: CUDA events on a CUDA device, None (the
+    host clock) elsewhere."""
+    return CudaEventClock() if device is not None and torch.device(device).type == "cuda" else None
+
+
 class Recorder:
     """Per-rank, per-job log of collectives and point-to-point messages.
 
     ``offset_ns`` is this rank's clock offset to rank 0 (see :mod:`dpcore.write.runtime.clock`), so
     ``now()`` is on the clock that all ranks of the job share. ``step`` is set by the training
     loop; rows logged outside a step carry -1.
+
+    ``clock``: where a collective's and a message's edges are timed. None (CPU jobs): the host
+    clock, read when the call returns, the callback runs or the wait returns. An
+    :class:`EventClock` (CUDA jobs, :meth:`time_on`): an event on the current stream at each
+    edge, resolved after the step (see the notes above :class:`EventClock`); the rows hold the
+    pending events until then and read as shared-clock ns once :meth:`resolve` ran (every
+    export and :meth:`rows_since` runs it first). ``t_launch_ns`` stays the host time of the
+    call; ``t_start_ns`` is then the stream's time at the launch, ``t_end_ns`` the completion.
+    ``comm_calls.csv`` (what the launching *thread* was doing) stays on the host clock.
     """
 
     __slots__ = ("job_id", "rank", "offset_ns", "step", "_coll", "_calls", "_open", "_watcher", "_messages",
-                 "_grads", "_params")
+                 "_grads", "_params", "_clock", "_pending")
     enabled = True  # False only for NullRecorder
 
-    def __init__(self, job_id: str, rank: int, offset_ns: int = 0) -> None:
+    def __init__(self, job_id: str, rank: int, offset_ns: int = 0,
+                 clock: EventClock | None = None) -> None:
         self.job_id = job_id
         self.rank = rank
         self.offset_ns = int(offset_ns)
         self.step = -1
+        self._clock = clock
+        # (row, column, event) of every edge waiting for its event to be resolved
+        self._pending: list[tuple[list[Any], int, Any]] = []
         # Each collective row is a mutable list so async completion can fill t_end in place:
         # [step, seq, op, algo, bytes, t_launch, t_start, t_end, bucket]
         self._coll: list[list[Any]] = []
@@ -74,8 +155,41 @@ class Recorder:
         self._params: list[tuple[str, int]] = []
 
     def now(self) -> int:
-        """Current time in ns on the job's shared clock."""
+        """Current time in ns on the job's shared clock (the host's: see :meth:`mark`)."""
         return _perf_ns() + self.offset_ns
+
+    def time_on(self, device: Any) -> None:
+        """Time the edges of a job that computes on ``device``: CUDA events on a CUDA device,
+        the host clock elsewhere (:func:`clock_for`). Call it before the first collective."""
+        self._clock = clock_for(device)
+
+    @property
+    def clock(self) -> EventClock | None:
+        """The event clock edges are timed with (None: the host clock)."""
+        return self._clock
+
+    def mark(self) -> Any:
+        """An edge of a message, now: the shared-clock ns on the host clock, else an event on
+        the current stream that :meth:`message` accepts and :meth:`resolve` turns into ns."""
+        if self._clock is None:
+            return _perf_ns() + self.offset_ns
+        return self._clock.mark()
+
+    def _stamp(self, row: list[Any], col: int) -> None:
+        """Event clock: ``row[col]`` is an event recorded now, pending resolution."""
+        ev = self._clock.mark()  # type: ignore[union-attr]
+        row[col] = ev
+        self._pending.append((row, col, ev))
+
+    def resolve(self) -> None:
+        """Turn every pending event into shared-clock ns (waits for them). A no-op on the host
+        clock; called after a step, never inside one."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        times = self._clock.resolve([ev for _, _, ev in pending])  # type: ignore[union-attr]
+        for (row, col, _), t in zip(pending, times):
+            row[col] = t + self.offset_ns
 
     # -- collectives -------------------------------------------------------------------
     # Besides when each collective ran (launch .. end), the recorder logs when the thread that
@@ -92,6 +206,8 @@ class Recorder:
         self._coll.append([self.step, len(self._coll), op, algo, int(nbytes),
                            _perf_ns() + self.offset_ns, -1, -1, bucket])
         idx = len(self._coll) - 1
+        if self._clock is not None:
+            self._stamp(self._coll[idx], 6)
         if _profiling():
             rf = record_function(f"{CALL_RANGE}{op}")
             rf.__enter__()
@@ -110,7 +226,10 @@ class Recorder:
         """A blocking collective returned now, on the thread that launched it: it ended now, and
         that thread was inside the call from the launch until now."""
         row = self._coll[idx]
-        row[7] = _perf_ns() + self.offset_ns
+        if self._clock is None:
+            row[7] = _perf_ns() + self.offset_ns
+        else:  # the call returned at enqueue: the stream, now waiting for it, says when it ended
+            self._stamp(row, 7)
         self._close(idx)
         self._calls.append((row[0], row[1], "blocking", row[5], _perf_ns() + self.offset_ns))
 
@@ -124,9 +243,17 @@ class Recorder:
     def finished(self, idx: int) -> None:
         """The collective completed now, seen from another thread (a future's callback on the
         backend's thread): its end only, no communication call of the launching thread."""
-        row = self._coll[idx]
-        if row[7] < 0:
-            row[7] = _perf_ns() + self.offset_ns
+        self._end(self._coll[idx])
+
+    def _end(self, row: list[Any]) -> None:
+        """The collective of ``row`` ended now (unless its end is already set): the host
+        clock, or an event on the current stream (a CUDA future's callback runs on a stream
+        made to wait for the collective; a wait made the current stream wait for it)."""
+        if self._clock is None:
+            if row[7] < 0:
+                row[7] = _perf_ns() + self.offset_ns
+        elif isinstance(row[7], int) and row[7] < 0:
+            self._stamp(row, 7)
 
     def track(self, idx: int, work: Any) -> Any:
         """The call that launched an async collective returned now with ``work``; returns the
@@ -141,24 +268,38 @@ class Recorder:
         self.returned(idx)
         row, offset = self._coll[idx], self.offset_ns
 
-        def _finished(fut: Any) -> None:
-            if row[7] < 0:
-                row[7] = _perf_ns() + offset
+        if self._clock is None:
+            def _finished(fut: Any) -> None:
+                if row[7] < 0:
+                    row[7] = _perf_ns() + offset
+        else:
+            def _finished(fut: Any) -> None:
+                self._end(row)
 
         try:
             work.get_future().add_done_callback(_finished)
         except RuntimeError:  # "Work::getFuture not implemented": a watcher thread waits for it
             if self._watcher is None:
-                self._watcher = _EndWatcher(offset)
+                self._watcher = _EndWatcher(offset, None if self._clock is None else self._end)
             self._watcher.add(row, work)
-        return RecordedWork(work, row, self._calls, offset)
+        return RecordedWork(work, row, self._calls, offset,
+                            None if self._clock is None else self._end)
 
     # -- messages ----------------------------------------------------------------------
     def message(self, algo: str, call: int, phase: str, ring_step: int, src: int, dst: int,
                 chunk: int, nbytes: int, t_post: int, t_done: int, side: str) -> None:
-        """Log one point-to-point message (times already read with :meth:`now`)."""
-        self._messages.append((self.step, algo, call, phase, ring_step, src, dst, chunk,
-                               int(nbytes), t_post, t_done, side))
+        """Log one point-to-point message (times taken with :meth:`mark`: ns, or events of the
+        event clock, resolved with the rest)."""
+        if self._clock is None or (isinstance(t_post, int) and isinstance(t_done, int)):
+            self._messages.append((self.step, algo, call, phase, ring_step, src, dst, chunk,
+                                   int(nbytes), t_post, t_done, side))
+            return
+        row = [self.step, algo, call, phase, ring_step, src, dst, chunk, int(nbytes), t_post,
+               t_done, side]
+        for col in (9, 10):
+            if not isinstance(row[col], int):
+                self._pending.append((row, col, row[col]))
+        self._messages.append(row)
 
     # -- gradients ---------------------------------------------------------------------
     def set_params(self, params: list[tuple[str, int]]) -> None:
@@ -172,6 +313,7 @@ class Recorder:
     # -- export ------------------------------------------------------------------------
     def collective_rows(self) -> list[dict]:
         """Rows for collectives.csv (docs/DESIGN.md columns)."""
+        self.resolve()
         # the tuple is in the contract's column order (runformat.COLLECTIVE_COLUMNS)
         return [dict(zip(COLLECTIVE_COLUMNS, (self.job_id, self.rank, step, seq, op, algo, nbytes,
                                               t_launch, format_ns(t_start), t_end, bucket)))
@@ -180,6 +322,7 @@ class Recorder:
 
     def message_rows(self) -> list[dict]:
         """Rows for messages.csv (docs/DESIGN.md columns)."""
+        self.resolve()
         # the tuple is in the contract's column order (runformat.MESSAGE_COLUMNS)
         return [dict(zip(MESSAGE_COLUMNS, (self.job_id, algo, self.rank, step, call, phase, rs, src, dst,
                                            chunk, nbytes, tp, td, side)))
@@ -204,7 +347,9 @@ class Recorder:
 
     def rows_since(self, mark: int) -> list[list[Any]]:
         """The collective rows logged after ``mark`` (one step's, for its live.csv row), as the
-        live lists an async completion still stamps: read them as :func:`row_interval`."""
+        live lists an async completion still stamps: read them as :func:`row_interval`. Events
+        of the event clock are resolved first (the step is over)."""
+        self.resolve()
         return self._coll[mark:]
 
     def clear(self) -> None:
@@ -213,6 +358,7 @@ class Recorder:
         self._calls.clear()
         self._messages.clear()
         self._grads.clear()
+        self._pending.clear()
 
 
 class _EndWatcher:
@@ -227,8 +373,9 @@ class _EndWatcher:
     waiting does not change the work (the caller's own wait still returns it).
     """
 
-    def __init__(self, offset_ns: int) -> None:
+    def __init__(self, offset_ns: int, end: Any = None) -> None:
         self._offset = offset_ns
+        self._end = end  # the recorder's event-clock end, or None: the host clock
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._run, name="dpcore-end-watcher", daemon=True).start()
 
@@ -242,7 +389,9 @@ class _EndWatcher:
                 work.wait()
             except Exception:  # noqa: BLE001 - the caller's own wait reports the failure
                 continue
-            if row[7] < 0:
+            if self._end is not None:
+                self._end(row)
+            elif row[7] < 0:
                 row[7] = _perf_ns() + self._offset
 
 
@@ -259,9 +408,10 @@ class RecordedWork(_WorkBase):
     """
 
     def __init__(self, work: Any, row: list[Any], calls: list[tuple[int, int, str, int, int]],
-                 offset_ns: int) -> None:
+                 offset_ns: int, end: Any = None) -> None:
         super().__init__()
         self._work, self._row, self._calls, self._offset = work, row, calls, offset_ns
+        self._end = end  # the recorder's event-clock end, or None: the host clock
 
     def wait(self, timeout: Any = None) -> bool:
         t0 = _perf_ns()
@@ -270,7 +420,9 @@ class RecordedWork(_WorkBase):
             rf.__enter__()
         ok = self._work.wait() if timeout is None else self._work.wait(timeout)
         row, off = self._row, self._offset
-        if row[7] < 0:  # no future (or its callback has not run yet): it is over now
+        if self._end is not None:  # after the wait the current stream waits for the work
+            self._end(row)
+        elif row[7] < 0:  # no future (or its callback has not run yet): it is over now
             row[7] = _perf_ns() + off
         if rf is not None:
             rf.__exit__(None, None, None)
@@ -331,6 +483,19 @@ class NullRecorder(Recorder):
     def now(self) -> int:
         return _perf_ns()
 
+    def time_on(self, device: Any) -> None:
+        pass
+
+    @property
+    def clock(self) -> EventClock | None:
+        return None
+
+    def mark(self) -> Any:
+        return _perf_ns()
+
+    def resolve(self) -> None:
+        pass
+
     def launch(self, op: str, algo: str, nbytes: int, bucket: int = -1) -> int:
         return -1
 
@@ -386,14 +551,19 @@ class PhaseTimer:
     """Marks the phases of one training step: fwd, bwd, sync, opt.
 
     On CPU it reads ``perf_counter_ns`` (after the caller aligned ranks with a barrier). On GPU
-    it records CUDA events and resolves them once at :meth:`finish`, so timing never inserts a
-    device synchronisation inside the step (which would change what is measured).
+    it records an event on the current stream at each mark (an :class:`EventClock`, CUDA events
+    unless a ``clock`` is given) and resolves them once at :meth:`finish`, so timing never
+    inserts a device synchronisation inside the step (which would change what is measured).
+    There ``t_start_ns`` is the start event's time on the shared clock, the same scale as the
+    recorder's collective and message edges, so a step window clips them consistently.
     """
 
     PHASES = ("fwd", "bwd", "sync", "opt")
 
-    def __init__(self, device: torch.device | None = None, offset_ns: int = 0) -> None:
-        self.cuda = device is not None and device.type == "cuda"
+    def __init__(self, device: torch.device | None = None, offset_ns: int = 0,
+                 clock: EventClock | None = None) -> None:
+        self.clock = clock if clock is not None else clock_for(device)
+        self.cuda = self.clock is not None
         self.offset_ns = offset_ns
         self._marks: list[tuple[str, Any]] = []
         self.t_start_ns = 0
@@ -401,31 +571,28 @@ class PhaseTimer:
     def start(self) -> None:
         self._marks = []
         self.t_start_ns = _perf_ns() + self.offset_ns
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._marks.append(("start", ev))
+        if self.clock is not None:
+            self._marks.append(("start", self.clock.mark()))
 
     def mark(self, phase: str, at_ns: int | None = None) -> None:
         """End of ``phase`` (one of PHASES), i.e. start of the next one. ``at_ns`` (CPU only):
         a ``perf_counter_ns`` reading taken earlier, when the phase really ended."""
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._marks.append((phase, ev))
+        if self.clock is not None:
+            self._marks.append((phase, self.clock.mark()))
         else:
             self._marks.append((phase, at_ns if at_ns else _perf_ns()))
 
     def finish(self) -> dict[str, float]:
         """Phase durations in ms plus ``step_ms`` and ``t_start_ns``."""
         out = {f"{p}_ms": 0.0 for p in self.PHASES}
-        if self.cuda:
-            torch.cuda.synchronize()
-            prev = self._marks[0][1]
-            for phase, ev in self._marks[1:]:
-                out[f"{phase}_ms"] += prev.elapsed_time(ev)
-                prev = ev
-            out["step_ms"] = self._marks[0][1].elapsed_time(self._marks[-1][1])
+        if self.clock is not None:
+            times = self.clock.resolve([ev for _, ev in self._marks])
+            prev = times[0]
+            for (phase, _), t in zip(self._marks[1:], times[1:]):
+                out[f"{phase}_ms"] += (t - prev) / 1e6
+                prev = t
+            out["step_ms"] = (times[-1] - times[0]) / 1e6
+            self.t_start_ns = times[0] + self.offset_ns
         else:
             prev = self.t_start_ns - self.offset_ns
             for phase, t in self._marks:

@@ -87,6 +87,10 @@ class Trainer:
         self._last_grad_ns = 0
         self._split_backward = REGISTRY[variant].grad_sync_in_backward and ctx.device.type == "cpu"
         self._recorder = recorder
+        # A CUDA job's collectives and messages are timed by events on the stream (NCCL returns
+        # at enqueue, so a host clock read after a call or in its callback is the launch time);
+        # a CPU job keeps the host clock. Set before the variant's first (init) collective.
+        recorder.time_on(ctx.device)
         # grads.csv: when each gradient became ready (one clock read per gradient), for the
         # multi-process variants that a profile records; the what-if model re-packs these.
         log_grads = recorder.enabled and not self.single_process

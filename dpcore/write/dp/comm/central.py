@@ -34,33 +34,33 @@ def central_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
         pending = []
         for peer in range(1, n):
             buf = torch.empty_like(flat)
-            t_post = rec.now()
+            t_post = rec.mark()
             pending.append((peer, buf, dist.irecv(buf, glob[peer], group=group), t_post))
         # Add in rank order as the contributions arrive (overlaps adds with later receives).
         for peer, buf, req, t_post in pending:
             req.wait()
-            rec.message("central", call, "gather", 0, peer, 0, peer, nbytes, t_post, rec.now(),
+            rec.message("central", call, "gather", 0, peer, 0, peer, nbytes, t_post, rec.mark(),
                         "recv")
             flat.add_(buf)
         if op == "mean":
             flat.div_(n)
         sends = []
         for peer in range(1, n):
-            t_post = rec.now()
+            t_post = rec.mark()
             sends.append((peer, dist.isend(flat, glob[peer], group=group), t_post))
         for peer, req, t_post in sends:
             req.wait()
-            rec.message("central", call, "broadcast", 0, 0, peer, 0, nbytes, t_post, rec.now(),
+            rec.message("central", call, "broadcast", 0, 0, peer, 0, nbytes, t_post, rec.mark(),
                         "send")
     else:
-        t_post = rec.now()
+        t_post = rec.mark()
         req = dist.isend(flat, glob[0], group=group)
         req.wait()  # the result lands in the same buffer: the send must be done first
-        rec.message("central", call, "gather", 0, rank, 0, rank, nbytes, t_post, rec.now(),
+        rec.message("central", call, "gather", 0, rank, 0, rank, nbytes, t_post, rec.mark(),
                     "send")
-        t_post = rec.now()
+        t_post = rec.mark()
         req = dist.irecv(flat, glob[0], group=group)
         req.wait()
-        rec.message("central", call, "broadcast", 0, 0, rank, 0, nbytes, t_post, rec.now(),
+        rec.message("central", call, "broadcast", 0, 0, rank, 0, nbytes, t_post, rec.mark(),
                     "recv")
     return copy_back(tensor, work)

@@ -29,7 +29,11 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
 
     ``batched`` (default: only on NCCL) posts all messages as one ``batch_isend_irecv``:
     NCCL serialises the ops between two ranks on one stream, so receives posted before
-    sends on both sides would deadlock. Rows then share the batch's host timestamps.
+    sends on both sides would deadlock. Rows then share the batch's two edges.
+
+    Edges are ``recorder.mark()``: the host clock on CPU; on a CUDA job events on the current
+    stream, the done edge recorded after the waits (which make the stream wait for the
+    messages), so it completes when they did, not when NCCL returned.
     """
     prep = prepare(tensor, op, group)
     if prep is None:
@@ -45,10 +49,10 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
             bufs[peer] = torch.empty_like(flat)
             ops += [dist.P2POp(dist.isend, flat, glob[peer], group),
                     dist.P2POp(dist.irecv, bufs[peer], glob[peer], group)]
-        t_post = rec.now()
+        t_post = rec.mark()
         for req in dist.batch_isend_irecv(ops):
             req.wait()
-        t_done = rec.now()
+        t_done = rec.mark()
         for peer in bufs:
             rec.message("naive", call, "exchange", 0, rank, peer, rank, nbytes, t_post, t_done,
                         "send")
@@ -60,21 +64,21 @@ def naive_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
         if peer == rank:
             continue
         bufs[peer] = buf = torch.empty_like(flat)
-        t_post = rec.now()
+        t_post = rec.mark()
         recvs.append((peer, dist.irecv(buf, glob[peer], group=group), t_post))
     sends = []
     # Start with the next rank so that the N-1 senders do not all hit rank 0 first.
     for i in range(1, n):
         peer = (rank + i) % n
-        t_post = rec.now()
+        t_post = rec.mark()
         sends.append((peer, dist.isend(flat, glob[peer], group=group), t_post))
     for peer, req, t_post in recvs:
         req.wait()
-        rec.message("naive", call, "exchange", 0, peer, rank, peer, nbytes, t_post, rec.now(),
+        rec.message("naive", call, "exchange", 0, peer, rank, peer, nbytes, t_post, rec.mark(),
                     "recv")
     for peer, req, t_post in sends:
         req.wait()  # flat is read by these sends: finish them before writing the result
-        rec.message("naive", call, "exchange", 0, rank, peer, rank, nbytes, t_post, rec.now(),
+        rec.message("naive", call, "exchange", 0, rank, peer, rank, nbytes, t_post, rec.mark(),
                     "send")
     return _sum_in_rank_order(tensor, work, flat, bufs, rank, n, op)
 

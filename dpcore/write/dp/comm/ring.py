@@ -124,14 +124,14 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
         else:           # all-gather: straight into the output, once the send that read
             wait_sends(q - rs_len)  # this region in reduce-scatter has finished
             buf = flat[s:e]
-        t_post = rec.now()
+        t_post = rec.mark()
         recvs[q] = (dist.irecv(buf, src_g, group=group, tag=q), buf, t_post)
 
     def post_send(q: int) -> None:
         t, j = divmod(q, n_sub)
         s, e = subs[plan[t].send_chunk][j]
         if e > s:
-            t_post = rec.now()
+            t_post = rec.mark()
             sends.append((q, dist.isend(flat[s:e], dst_g, group=group, tag=q),
                           (e - s) * esize, t_post))
 
@@ -142,7 +142,7 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
             req.wait()
             st = plan[q // n_sub]
             rec.message("ring", call, st.phase, st.ring_step, rank, dst, st.send_chunk,
-                        nbytes, t_post, rec.now(), "send")
+                        nbytes, t_post, rec.mark(), "send")
 
     def post_recvs(p: int) -> None:
         """Post receives allowed once position ``p`` has been consumed."""
@@ -166,7 +166,7 @@ def ring_all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None,
             t, j = divmod(p, n_sub)
             st = plan[t]
             rec.message("ring", call, st.phase, st.ring_step, src, rank, st.recv_chunk,
-                        r[1].numel() * esize, r[2], rec.now(), "recv")
+                        r[1].numel() * esize, r[2], rec.mark(), "recv")
             if p < rs_len:
                 s, e = subs[st.recv_chunk][j]
                 region = flat[s:e]
@@ -191,8 +191,9 @@ def _ring_batched(flat: torch.Tensor, chunks: list[tuple[int, int]], plan: list,
     Why a second variant: NCCL runs all point-to-point ops between two ranks on one stream, so
     an ``irecv`` posted before the matching ``isend`` (as the pipelined loop does on both
     ranks) would block that stream forever; a batch (ncclGroupStart/End) makes the pair
-    concurrent. On GPU the pipelining is the stream's business anyway. Timestamps are host
-    times around the batch.
+    concurrent. On GPU the pipelining is the stream's business anyway. Edges are
+    ``rec.mark()`` around the batch: on a CUDA job events on the current stream, the done edge
+    after the waits (the stream then waits for the batch), so it completes with the messages.
     """
     n = len(plan) // 2 + 1
     rank = plan[0].rank
@@ -207,10 +208,10 @@ def _ring_batched(flat: torch.Tensor, chunks: list[tuple[int, int]], plan: list,
             ops.append(dist.P2POp(dist.isend, flat[ss:se], glob[st.dst], group))
         if re_ > rs:
             ops.append(dist.P2POp(dist.irecv, rbuf, glob[st.src], group))
-        t_post = rec.now()
+        t_post = rec.mark()
         for req in (dist.batch_isend_irecv(ops) if ops else []):
             req.wait()
-        t_done = rec.now()
+        t_done = rec.mark()
         if se > ss:
             rec.message("ring", call, st.phase, st.ring_step, rank, st.dst, st.send_chunk,
                         (se - ss) * esize, t_post, t_done, "send")
