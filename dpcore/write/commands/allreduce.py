@@ -82,6 +82,7 @@ def bench_worker(ctx: DistContext, job_id: str, algo: str, sizes: tuple[int, ...
 
     offset, _ = measure_offset(ctx)
     rec = Recorder(job_id, ctx.rank, offset)
+    rec.time_on(ctx.device)  # a CUDA job's messages end when the stream says so, not at NCCL's return
     times: dict[int, list[float]] = {}
     wrong: dict[int, int] = {}
     sync = (lambda: torch.cuda.synchronize()) if ctx.is_cuda else (lambda: None)
