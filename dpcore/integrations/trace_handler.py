@@ -20,7 +20,10 @@ steps.csv, collectives.csv and run.json from all cycles so far, so the run on di
 after each cycle (a handler is never told which cycle is the last). Every rank calls the
 handler at the same step (the schedule is the same on every rank), so the collectives here
 cannot deadlock a job that profiles on every rank, which is the only way torch.profiler
-schedules run.
+schedules run. That broadcast and barrier are dpcore's own messages: they go over a gloo side
+group on the CPU (:mod:`dpcore.write.runtime.control`), never the job's group, so on NCCL they
+touch no GPU (an NCCL barrier or object broadcast would use the current device, GPU 0 on every
+rank of a loop that did not call ``set_device``).
 
 Why ``handler.schedule``: over gloo, a collective's future completes (what DDP waits on) before
 gloo's worker thread closes the collective's profiler range (``Work::finish`` runs the range's
@@ -50,6 +53,7 @@ from torch.profiler import schedule as torch_schedule
 from dpcore.contract import runformat as rf
 from dpcore.contract.files import atomic_write_bytes, new_run_id
 from dpcore.contract.tracefile import load_trace
+from dpcore.write.runtime import control
 from dpcore.write.runtime.launch import settle_collectives
 from dpcore.write.runtime.world import device_names
 
@@ -90,7 +94,7 @@ class TraceHandler:
             self.where = ran_on(meta)
         self.cycles += 1
         if ws > 1:
-            dist.barrier()  # every rank's file of this cycle is in place
+            control.barrier()  # every rank's file of this cycle is in place
         if rank == 0:
             from dpcore.read.importer.write_run import index_run  # pandas: on rank 0 only
             index_run(self.run_dir, name=self.name, kind="trace_handler", command=list(sys.argv),
@@ -126,7 +130,7 @@ class TraceHandler:
                     continue
             box[0] = run_id
         if ws > 1:
-            dist.broadcast_object_list(box, src=0)
+            control.broadcast(box)
         return self.out / str(box[0])
 
     @staticmethod

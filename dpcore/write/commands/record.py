@@ -30,8 +30,12 @@ collectives it launches are logged with the bytes it really sends
 (:class:`~dpcore.write.commands.record_hooks.CollectiveTap`; run.json's job names the hook);
 with a ``dpcore.wrap`` wrapper, the wrapper's recorder is swapped for the recording one; with
 no model (or another module), collectives are seen only in the trace. Under a process group,
-each rank measures its clock offset to rank 0 (ping-pong, as ``profile`` does), every rank
-writes its own trace, and at the end rank 0 gathers the rows and writes run.json, the CSV tables and the merged trace.
+each rank learns its clock offset to rank 0 (0 on rank 0's host, measured across hosts, as
+``profile`` does), every rank writes its own trace, and at the end rank 0 gathers the rows and
+writes run.json, the CSV tables and the merged trace. These messages of dpcore's own go over a
+gloo side group on the CPU (:mod:`dpcore.write.runtime.control`), never the user's group, so a
+loop on NCCL needs no GPU of dpcore's; while recording, the rank's GPU (the model's) is the
+current device, so its CUDA events time the GPU the rank computes on.
 Over gloo the ranks meet in a barrier just before the profiler stops (:meth:`Recording._settle`),
 as ``profile``'s do: a collective's profiler range may still be open on gloo's thread after DDP's
 wait returned, and stopping the profiler then frees what that thread writes into.
@@ -58,7 +62,6 @@ from types import TracebackType
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -79,6 +82,7 @@ from dpcore.write.commands.record_hooks import (
     user_comm_hook,
 )
 from dpcore.write.dp.variants.base import Wrapper
+from dpcore.write.runtime import control
 from dpcore.write.runtime.clock import measure_offset
 from dpcore.write.runtime.launch import settle_collectives
 from dpcore.write.runtime.world import MonitorThread, UserWorld, job_store
@@ -219,7 +223,8 @@ class Recording:
             if self.model is not None else None
         world = self._world = UserWorld(device=model_dev)
         ctx = self.ctx = world.ctx
-        offset, self.rtt_ns = measure_offset(ctx)  # collective: every rank is here
+        self._bind(ctx.device)
+        offset, self.rtt_ns = measure_offset(ctx)  # collective (control plane): every rank is here
         ws = ctx.world_size
         self.job_id = runformat.job_id(self.variant, ws, self.bucket_mb or 0.0)
         # rank 0 makes the run folder; a failure to make it is raised on every rank
@@ -255,6 +260,19 @@ class Recording:
                 warmup_step=first - 1 if first else None, cuda=dev.type == "cuda",
                 settle=self._settle)
         return self
+
+    def _bind(self, device: torch.device) -> None:
+        """Make the rank's GPU the current one while the recording runs (undone at exit).
+
+        Why: the phase timer's CUDA events, its ``synchronize`` and the trace's sync markers
+        act on the current device; in a loop that put its model on ``cuda:r`` without
+        ``set_device(r)`` that is GPU 0 on every rank, and every rank would time GPU 0."""
+        if device.type != "cuda" or device.index is None:
+            return
+        before = torch.cuda.current_device()
+        if before != device.index:
+            torch.cuda.set_device(device)
+            self._undo.append(lambda: torch.cuda.set_device(before))
 
     def _settle(self) -> None:
         """Before the profiler stops (after the last traced step, or at a clean exit before it):
@@ -352,7 +370,7 @@ class Recording:
             if n >= cap.last:
                 cap.stop()  # trace exported: every later step runs without the profiler
                 if ok and self.ctx.world_size > 1:
-                    dist.barrier()  # the export took a while: start the timed steps together
+                    control.barrier()  # the export took a while: start the timed steps together
         self._tracing = False
 
     # -- the end ------------------------------------------------------------------------
@@ -382,9 +400,7 @@ class Recording:
         results = [mine]
         self._channel.close()  # this rank's last live rows are in the store
         if self.status == "complete" and self.ctx.world_size > 1:
-            gathered: list[Any] = [None] * self.ctx.world_size if self.ctx.rank == 0 else []
-            dist.gather_object(mine, gathered if self.ctx.rank == 0 else None, dst=0)
-            results = gathered
+            results = control.gather(mine) or []  # the control plane: CPU objects
         if self._poller is not None:  # after the gather, every rank's rows were sent
             self._poller.stop()
         if self._life.writer is not None:

@@ -30,17 +30,26 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
-from dpcore.contract.config import DEVICES, check_backend, check_timeout
-from dpcore.contract.errors import JobFailed, UsageError, choices_error
+from dpcore.contract.config import check_timeout
+from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.contract.limits import in_torchrun
 from dpcore.contract.procs import LAUNCHER_ENV, bind_forkserver_to_launcher, exit_with
 from dpcore.write.runtime.context import DistContext
+
+# Device placement lives in its own module; these names stay importable from here.
+from dpcore.write.runtime.placement import (  # noqa: F401 - re-exported
+    Placement,
+    bind,
+    gpu_count,
+    init_group,
+    place,
+    resolve_backend,
+)
 from dpcore.write.runtime.resources import pin_rank, threads_per_rank
 
 #: What the forkserver always imports before forking a rank (the caller adds its own modules).
@@ -74,114 +83,6 @@ def flight_recorder_on() -> None:
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
 
 
-def gpu_count() -> int:
-    """GPUs this process can use (0 without CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a run's ranks compute and how they talk: one device type and one backend for
-    every job of the run (sized for the most ranks any job puts on this host), so T(1) and
-    T(N) measure the same machine. ``why`` says how ``auto`` decided, for the line printed
-    before the first job."""
-
-    device: str   #: "cpu" or "cuda"
-    backend: str  #: "gloo" or "nccl"
-    gpus: int     #: GPUs on this host
-    why: str = ""
-
-    def rank_device(self, local_rank: int) -> torch.device:
-        """Local rank r computes on GPU r mod G (ranks share GPUs when there are more ranks),
-        or on the CPU."""
-        if self.device != "cuda":
-            return torch.device("cpu")
-        index = local_rank % max(1, self.gpus)
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-
-    def gpus_shared(self, ranks: int) -> bool:
-        """Do ``ranks`` local ranks share GPUs (more ranks than GPUs, on cuda)?"""
-        return self.device == "cuda" and ranks > self.gpus
-
-    def job_fields(self, ranks: int) -> dict[str, Any]:
-        """run.json's per-job ``backend``, ``device`` and ``gpus_shared``."""
-        return {"backend": self.backend, "device": self.device,
-                "gpus_shared": self.gpus_shared(ranks)}
-
-    def describe(self, world_sizes: Sequence[int]) -> str:
-        """One line: the device and backend each world size runs on, and why."""
-        cells = []
-        for ws in world_sizes:
-            if self.device == "cuda":
-                where = (f"{ws} rank(s) share {self.gpus} GPU(s), rank r on GPU r mod {self.gpus}"
-                         if self.gpus_shared(ws) else f"{ws} rank(s), one GPU each")
-            else:
-                where = f"{ws} rank(s) on the CPU"
-            cells.append(f"world size {ws}: {self.device}/{self.backend} ({where})")
-        return "; ".join(cells) + (f". Why: {self.why}" if self.why else "")
-
-
-def place(device: str | None, backend: str, ranks_on_host: int) -> Placement:
-    """Resolve ``--device`` and ``--backend`` for a run whose jobs put at most
-    ``ranks_on_host`` ranks on this host.
-
-    ``device`` ``auto``: cuda where a GPU is present, else cpu. On cuda, backend ``auto`` is
-    nccl when every local rank has its own GPU, else gloo (which carries CUDA tensors; NCCL
-    refuses two ranks on one GPU), so ranks share the GPUs. ``device`` None: the device
-    follows the backend (cuda for nccl, cpu for gloo), the library default for callers that
-    name only a backend. Impossible pairs (cuda without a GPU, nccl on the CPU or with fewer
-    GPUs than ranks) raise :class:`UsageError` naming the choices."""
-    check_backend(backend)
-    if device is not None and device not in DEVICES:
-        raise choices_error("device", device, DEVICES)
-    gpus = gpu_count()
-    local = max(1, int(ranks_on_host))
-    if device is None:
-        backend = resolve_backend(backend, local, local)
-        return Placement("cuda" if backend == "nccl" else "cpu", backend, gpus,
-                         "the device follows the backend")
-    if device == "auto":
-        dev = "cuda" if gpus else "cpu"
-        why = (f"--device auto found {gpus} GPU(s)" if gpus else "--device auto found no GPU")
-    else:
-        dev, why = device, f"--device {device}"
-    if dev == "cuda" and not gpus:
-        raise UsageError("--device cuda needs a GPU but torch sees none (torch.cuda.is_available() "
-                         "is False); valid choices here: --device cpu or auto")
-    if dev == "cpu":
-        if backend == "nccl":
-            raise UsageError("backend nccl needs GPUs but " + ("none were found; use --backend gloo"
-                             if not gpus else "--device cpu was asked; use --device cuda or --backend gloo"))
-        return Placement("cpu", "gloo", gpus, why)
-    nccl_fits = gpus >= local and dist.is_nccl_available()
-    if backend == "auto":
-        if nccl_fits:
-            return Placement("cuda", "nccl", gpus, f"{why}, one per rank: nccl")
-        return Placement("cuda", "gloo", gpus,
-                         f"{why} for up to {local} rank(s) on this host: the ranks share them over "
-                         f"gloo (NCCL needs its own GPU per rank); --world-sizes within {gpus} "
-                         "give nccl" if dist.is_nccl_available() else f"{why}; this torch has no nccl")
-    if backend == "nccl":
-        resolve_backend("nccl", local, local)  # fewer GPUs than ranks: the one-line refusal
-    return Placement("cuda", backend, gpus, f"{why}, --backend {backend}")
-
-
-def resolve_backend(backend: str, world_size: int, ranks_on_host: int | None = None) -> str:
-    """Pick gloo/nccl for ranks whose device follows the backend. ``auto`` -> nccl when every
-    local rank can have its own GPU."""
-    check_backend(backend)
-    local = world_size if ranks_on_host is None else ranks_on_host
-    gpus = gpu_count()
-    if backend == "auto":
-        return "nccl" if gpus >= local and gpus > 0 and dist.is_nccl_available() else "gloo"
-    if backend == "nccl" and gpus < local:
-        raise UsageError(f"backend nccl needs {local} GPU(s) on this host but {gpus} found; "
-                         f"use --backend gloo or a world size of at most {gpus}"
-                         if gpus else "backend nccl needs GPUs but none were found; use --backend gloo")
-    return backend
-
-
 def _worker(rank: int, world_size: int, placement: Placement, port: int, threads: int,
             timeout_s: float, fn: Callable[..., Any], args: tuple, results: Any, launcher_pid: int,
             pin: bool) -> None:
@@ -194,13 +95,12 @@ def _worker(rank: int, world_size: int, placement: Placement, port: int, threads
         cpus = pin_rank(rank, world_size, threads) if pin else ()
         torch.set_num_threads(threads)
         flight_recorder_on()
-        if placement.backend == "gloo":
-            gloo_on_loopback()
+        gloo_on_loopback()  # the job's gloo, or the control plane's beside NCCL
         store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
                               timeout=_dt.timedelta(seconds=timeout_s))
-        device = placement.rank_device(rank)  # before the group: NCCL binds the current GPU
-        dist.init_process_group(placement.backend, store=store, rank=rank, world_size=world_size,
-                                timeout=_dt.timedelta(seconds=timeout_s))
+        device = bind(placement, rank)  # before the group: NCCL binds the current GPU
+        init_group(placement.backend, device, timeout_s, store=store, rank=rank,
+                   world_size=world_size)
         ctx = DistContext(rank, world_size, rank, placement.backend, device, threads,
                           cpus=cpus, progress=lambda ev: results.put((rank, "progress", ev)),
                           store_addr=("127.0.0.1", port))
@@ -334,10 +234,10 @@ def _torchrun_launch(fn: Callable[..., Any], world_size: int, backend: str, time
     threads = threads or threads_per_rank(local_ws)
     cpus = pin_rank(local_rank, local_ws, threads) if pin else ()
     torch.set_num_threads(threads)
-    rank_device = placement.rank_device(local_rank)
+    rank_device = bind(placement, local_rank)  # before the group (TorchrunWorld made it, bound)
     if not dist.is_initialized():
         flight_recorder_on()
-        dist.init_process_group(placement.backend, timeout=_dt.timedelta(seconds=timeout_s))
+        init_group(placement.backend, rank_device, timeout_s)
     ctx = DistContext(rank, env_ws, local_rank, placement.backend, rank_device,
                       threads, cpus=cpus, progress=on_progress, store_addr=torchrun_store())
     out: list[Any] = [None] * env_ws

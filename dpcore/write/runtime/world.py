@@ -15,6 +15,12 @@ A world answers: does this process write (``writes``), which world sizes it can 
 (``world_sizes``), how to share a small object from the writing rank (``broadcast``), the
 environment for run.json, whether a job is oversubscribed, how to end (``finish``); the two
 job-running worlds also ``run`` a function on every rank of a job.
+
+Two rules every world keeps, whatever its backend. Bind first: a rank's GPU is made current
+(``set_device``, from ``LOCAL_RANK``) before any process group exists, and an NCCL group is made
+with ``device_id=`` (:mod:`dpcore.write.runtime.placement`). dpcore's own messages (the run
+folder's name, the gathered rows, run-level barriers, the clock sync) go over a gloo side group
+on CPU tensors, never the job's backend (:mod:`dpcore.write.runtime.control`).
 """
 from __future__ import annotations
 
@@ -34,16 +40,23 @@ import torch.distributed as dist
 from dpcore.contract.config import DEFAULT_TIMEOUT_S
 from dpcore.contract.errors import JobFailed
 from dpcore.contract.limits import in_torchrun
-from dpcore.write.runtime import cpu_claims
+from dpcore.write.runtime import control, cpu_claims
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.runtime.launch import (
     MONITOR_PERIOD_S,
     Monitor,
-    Placement,
-    gpu_count,
+    flight_recorder_on,
     launch,
-    place,
     torchrun_store,
+)
+from dpcore.write.runtime.placement import (
+    Placement,
+    bind,
+    gpu_count,
+    init_group,
+    local_rank,
+    place,
+    rank_cuda_device,
 )
 from dpcore.write.runtime.resources import (
     is_oversubscribed,
@@ -232,8 +245,14 @@ class TorchrunWorld:
         self.backend, self.device = self.placement.backend, self.placement.device
         self.writes, self.world_sizes, self.timeout_s = self.rank == 0, (self.ws,), timeout_s
         self.threads, self.pin = _resources(threads, pin, self.local_ws)
+        #: this rank's device, current before the group exists (NCCL makes its communicator there)
+        self.rank_device = bind(self.placement, local_rank())
         if not dist.is_initialized():
-            dist.init_process_group(self.backend, timeout=_dt.timedelta(seconds=timeout_s))
+            flight_recorder_on()
+            init_group(self.backend, self.rank_device, timeout_s)
+        # made now, at the same point on every rank; waits as long as a job may run (the gather
+        # after a job waits for its slowest rank)
+        self.control = control.control_group(timeout_s)
 
     def environment(self) -> dict:
         return {**environment(self.backend, [self.ws], ranks_per_host=self.local_ws,
@@ -244,8 +263,8 @@ class TorchrunWorld:
         return self.local_ws > physical_cores()
 
     def broadcast(self, box: list[Any]) -> None:
-        """Rank 0's ``box`` contents reach every rank (in place)."""
-        dist.broadcast_object_list(box, src=0)
+        """Rank 0's ``box`` contents reach every rank (in place), over the control plane."""
+        control.broadcast(box)
 
     def run(self, fn: Callable[..., Any], processes: int, args: tuple,
             on_progress: Callable[[dict], None] | None = None,
@@ -263,11 +282,10 @@ class TorchrunWorld:
         except Exception as exc:  # noqa: BLE001 - reported through rank 0
             mine = {"error": f"rank {self.rank}: {type(exc).__name__}: {exc}\n"
                              f"{traceback.format_exc(limit=6)}"}
-        gathered: list[Any] = [None] * self.ws if self.writes else []
-        dist.gather_object(mine, gathered if self.writes else None, dst=0)
+        gathered = control.gather(mine)  # the control plane: CPU objects, never the job's GPU
         if poller is not None:  # every rank flushed its live rows before the gather
             poller.stop()
-        if not self.writes:
+        if not self.writes or gathered is None:
             return None
         failed = [(i, g["error"]) for i, g in enumerate(gathered)
                   if isinstance(g, dict) and "error" in g]
@@ -282,7 +300,7 @@ class TorchrunWorld:
     def finish(self, status: str) -> None:
         """A clean goodbye, except after Ctrl-C: the other ranks are stopping too."""
         if status != "interrupted":
-            dist.barrier()
+            control.barrier()
             dist.destroy_process_group()
 
 
@@ -293,7 +311,7 @@ def open_world(backend: str, world_sizes: Sequence[int], *, ranks_on_host: int |
     """The world this process runs jobs in: torchrun's when torchrun started it, else ranks
     spawned here for each job (``ranks_on_host``: the most any job puts on this host, default
     the largest world size). ``preload``: modules the spawned ranks run (the command's).
-    ``device``: ``--device`` (:func:`~dpcore.write.runtime.launch.place`)."""
+    ``device``: ``--device`` (:func:`~dpcore.write.runtime.placement.place`)."""
     if in_torchrun():
         return TorchrunWorld(backend, timeout_s=timeout_s, threads=threads, pin=pin, device=device)
     return LocalWorld(backend, world_sizes, ranks_on_host=ranks_on_host or max(world_sizes),
@@ -301,16 +319,17 @@ def open_world(backend: str, world_sizes: Sequence[int], *, ranks_on_host: int |
 
 
 def world_context() -> DistContext:
-    """This process's place in the default process group (a world of one without a group)."""
+    """This process's place in the default process group (a world of one without a group).
+    On NCCL its device is the rank's GPU (:func:`~dpcore.write.runtime.placement.
+    rank_cuda_device`: the group's bound device, the user's current one, else LOCAL_RANK's),
+    never GPU 0 for every rank because the user's loop did not call ``set_device``."""
     if dist.is_available() and dist.is_initialized():
         backend = str(dist.get_backend())
-        dev = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
-               else torch.device("cpu"))
+        dev = rank_cuda_device() if backend == "nccl" else torch.device("cpu")
         return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(),
-                           local_rank=int(os.environ.get("LOCAL_RANK", 0)), backend=backend,
+                           local_rank=local_rank(), backend=backend,
                            device=dev, threads=torch.get_num_threads())
-    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
-        torch.device("cpu")
+    dev = rank_cuda_device() if torch.cuda.is_available() else torch.device("cpu")
     return DistContext(rank=0, world_size=1, local_rank=0, backend="none", device=dev,
                        threads=torch.get_num_threads())
 
@@ -327,6 +346,8 @@ class UserWorld:
 
     def __init__(self, device: torch.device | None = None) -> None:
         self.ctx = world_context()
+        if device is not None and device.type == "cuda" and device.index is not None:
+            self.ctx.device = device  # the model's GPU is where the rank's work and events are
         self.writes = self.ctx.rank == 0
         self.world_sizes = (self.ctx.world_size,)
         self.local_ws = int(os.environ.get("LOCAL_WORLD_SIZE", self.ctx.world_size))
@@ -348,8 +369,8 @@ class UserWorld:
         return is_oversubscribed(self.local_ws)
 
     def broadcast(self, box: list[Any]) -> None:
-        if self.ctx.world_size > 1:
-            dist.broadcast_object_list(box, src=0)
+        """Rank 0's ``box`` reaches every rank, over the control plane (not the user's group)."""
+        control.broadcast(box)
 
     def shared_during_job(self) -> dict[int, list[int]]:
         """The user's processes: dpcore claims no CPUs for them."""
