@@ -7,8 +7,6 @@ printed, and the ratios of the medians. Memory is the peak RSS of any process of
 parent's VmHWM or its largest worker's, both tools parse ranks in worker processes). dpcore's
 read is ``analyze PATH --csv`` (per-rank overlap, the same as HTA's get_comm_comp_overlap) with
 its default workers (the cores); ``summarize``'s read of a run is the same per-rank reduction.
-dpcore's native trace scan is compiled before the timed runs (once per machine, like an
-install); the output says which scan ran (``DPCORE_NATIVE=0`` times the numpy scan).
 
     python -m benchmarks.bench_many_ranks --ranks 256 --events 20000 [--hta-python PY] [--repeat 3]
 
@@ -129,8 +127,6 @@ def main() -> None:
     ensure_traces(d, a.events, a.ranks)
     size = sum(f.stat().st_size for f in d.glob("rank*.json*")) / 1e6
     print(f"{a.ranks} ranks x ~{a.events} events, {size:.0f} MB gzipped (ready in {time.perf_counter() - t:.0f} s)")
-    from dpcore.read.traces import native  # built here, once, outside every timed run (like an install)
-    print(f"trace scan: {'native (scan.c)' if native.load() is not None else 'numpy: native ' + str(native.why_not())}")
     runs: dict[str, list[dict]] = {"first": [], "second": []}
     missing = hta_missing(a.hta_python) if a.hta_python else "HTA not run (no --hta-python)"
     if missing:

@@ -10,10 +10,6 @@ of the process and its workers, peak RSS (VmHWM) and that minus the RSS after im
 largest peak RSS of a worker process (both tools parse ranks in worker processes, whose memory is
 not in the parent's VmHWM); "memory" is the peak RSS of any process of a run.
 
-dpcore's native trace scan (dpcore/read/traces/native/scan.c) is compiled on its first use on a
-machine, like an install: the benchmark builds it before the timed runs (its first line after the
-sizes says which scan ran; ``DPCORE_NATIVE=0`` times the numpy scan), so no run times the compile.
-
 HTA is benchmark-only, never a dependency: ``--hta-python`` (default ``$DPCORE_HTA_PYTHON``, else
 this Python) names an interpreter that has it (``pip install HolisticTraceAnalysis`` in a venv).
 Where it cannot import ``hta`` the benchmark says so on its first line and times dpcore alone.
@@ -134,8 +130,6 @@ def main() -> None:
     ensure_traces(d, a.events, a.ranks)
     size = sum(f.stat().st_size for f in d.glob("rank*.json*")) / 1e6
     print(f"{a.ranks} ranks, ~{a.events} events each, {size:.0f} MB gzipped")
-    from dpcore.read.traces import native  # built here, once, outside every timed run (like an install)
-    print(f"trace scan: {'native (scan.c)' if native.load() is not None else 'numpy: native ' + str(native.why_not())}")
     missing = "HTA not run (--skip-hta)" if a.skip_hta else hta_missing(a.hta_python)
     if missing:
         print(missing)

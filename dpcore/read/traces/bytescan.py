@@ -20,17 +20,16 @@ from dpcore.contract.tracefile import (
     DECODE_ERRORS,
     DEVICE_CATS,
     X_FIELDS,
+    EventsArrayFinder,
     TraceFormatError,
     as_id,
     as_ident,
     as_text,
     as_time,
-    find_events_array,
     iter_trace_bytes,
     loads,
     parse_metadata,
 )
-from dpcore.read.traces import native
 from dpcore.read.traces.limits import ReadBudget
 
 WINDOW_BYTES = 2 << 20  # cache-sized, and the work arrays stay small
@@ -54,8 +53,6 @@ _DELTA[list(b"{[")], _DELTA[list(b"}]")] = 1, -1
 _TEXT: dict[str, tuple[Callable[[Any], Any], Any]] = {"name": (as_text, ""), "cat": (as_text, ""),
                                                      "pid": (as_ident, -1), "tid": (as_ident, -1),
                                                      **{f: (as_text, "") for f in META_TEXT}}
-#: The numeric fields that scan.c converts, in its order (the text fields are _TEXT's).
-NATIVE_INTS = ("corr", "stream", "in_nelems", "out_nelems", "group_size")
 _ENTRY = np.frombuffer(b",{}", np.uint8)  # the array's tokens: a comma, then an object
 _SPACES = np.uint64(0x2020202020202020)
 _LOW_BYTES = np.asarray([(1 << 8 * k) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)
@@ -116,10 +113,8 @@ class Scanner:
     index of its span's text among the distinct texts seen so far (decoded once, at the end).
     """
 
-    def __init__(self, path: str | Path, use_native: bool = True) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = path
-        lib = native.load() if use_native else None
-        self.native = native.NativeScan(lib) if lib is not None else None  # scan.c walks the windows
         self.parts: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}  # per window
         self.raw: dict[str, dict[bytes, int]] = {f: {} for f in _TEXT}  # distinct spans, in order
         self.escapes = False  # whether the current window has a backslash
@@ -158,12 +153,12 @@ class Scanner:
     def run(self, window: int) -> tuple[dict[str, Any], Columns] | None:
         """Scan the file; None when its traceEvents array is not found near its start."""
         pieces, self.window = iter_trace_bytes(self.path, window), window
-        buf, start = b"", None
+        buf, start, finder = b"", None, EventsArrayFinder()
         piece: bytes | None
         for piece in pieces:  # the array's "[" is in the first piece, but for huge metadata
             buf += piece
-            start = find_events_array(buf)
-            if start is not None or len(buf) > 16 * window:
+            start = finder.find(buf)
+            if start is not None or finder.done or len(buf) > 16 * window:
                 break
         if start is None:
             return None
@@ -191,8 +186,6 @@ class Scanner:
         """Keep the values of the whole events in buf[w0:]. Returns (where the next window
         starts: just after the last whole event, -1 if none, False) or (the array's
         closing bracket, True)."""
-        if self.native is not None:
-            return self._window_native(w0, first)
         seg = self.a[w0:]
         low, mark, tmp = self._scratch(len(seg))  # reused: no fresh pages per window
         quote = np.equal(seg, 34, out=tmp)
@@ -233,38 +226,6 @@ class Scanner:
         if left.size:
             return int(p[stop]), True
         return (int(p[item[3 * k - 1]]) + 1 if k else -1), False
-
-    def _window_native(self, w0: int, first: bool) -> tuple[int, bool]:
-        """:meth:`_window` by scan.c: it walks the events and returns their values in batches
-        (numbers converted, text values as ids among their distinct raw texts, which are added
-        to ``self.raw`` in the order of their ids: the order :meth:`_raw_ids` gives)."""
-        scan = self.native
-        assert scan is not None
-        pos, nxt, self.entries = w0, -1, 0
-        while True:
-            status, end, entries, rows = scan.scan(self.buf, pos, first)
-            if status == native.ODD:
-                raise OddTrace
-            self.entries += entries
-            if rows:
-                times, ints, texts = (a[:, :rows].copy() for a in (scan.times, scan.ints, scan.texts))
-                for j, f in enumerate(FIELDS[:2]):
-                    self.parts[f].append(times[j])
-                for j, f in enumerate(NATIVE_INTS):
-                    self.parts[f].append(ints[j])
-                for j, f in enumerate(_TEXT):
-                    self.parts[f].append(texts[j])
-            if status == native.DONE:
-                for j, f in enumerate(_TEXT):
-                    seen = self.raw[f]
-                    for raw in scan.raws(j, len(seen)):
-                        seen[raw] = len(seen)
-                return end, True
-            if end >= 0:
-                nxt = end
-            if status != native.FULL:
-                return nxt, False
-            pos, first = end, False
 
     def _events(self, p: np.ndarray, ch: np.ndarray, dl: np.ndarray, depth: np.ndarray,
                 opens: np.ndarray) -> None:

@@ -34,21 +34,13 @@ Decompression is ~10 % of the scan (zlib: ~0.11 s of ~1 s); python-isal's igzip 
 ~5 % of a rank, which does not pay for a dependency either. Nor msgspec (typed Structs, unknown
 fields skipped): its gunzip and decode alone took 1.03-1.16 s against 1.25-1.37 s for this scan.
 
-Why native code after all (:mod:`dpcore.read.traces.native`, scan.c): every library above spends
-its time on what dpcore then throws away (a document tree, objects, unknown fields). A loop
-written for this one array walks it once: per event it finds the keys it knows (the event's and
-its args'), converts ts/dur and the integer args (strtod on a bounded copy, or an exact
-multiplication/division for short decimals: Python's float() of the text, bit for bit) and
-interns each text value's raw bytes, so Python decodes only the distinct ones, through the
-same Scanner stage (:meth:`Scanner.columns`) as the numpy scan. On that rank: 0.39 s against
-1.23 s for the numpy scan, gunzip (0.11 s) included (medians of 5 interleaved, loaded machine).
-It declines (and the numpy scan, then the full parse, reads the file as before): escaped keys
-or ``ph``, duplicate keys, entries that are not objects, trailing commas, times or ids in
-strings, numbers longer than 79 characters or out of a double's range, running out of memory.
-It handles any nesting (counted, not recursed), spaces around colons, and bytes that end a
-window in the middle of an event (the Scanner's windows, as for the numpy scan). Built with the
-system C compiler on first use; without one, or with ``DPCORE_NATIVE=0``, the numpy scan reads
-every file.
+Why no native code: a C loop written for this one array once read a rank ~3x faster than this
+scan, but it was compiled with the system C compiler at run time, into a per-user cache, on a
+trace's first read: a first read that waited on a compiler, speed that depended on whether one
+happened to be installed, a third parser of other people's bytes (built without hardening flags)
+that had to agree with the other two, and a compiler driver with its own expiry and pruning
+rules. ``pip install`` is all a profiler's user expects; the numpy scan alone keeps dpcore's
+first read of ``benchmarks.bench_trace_load`` under a tenth of Holistic Trace Analysis's time.
 """
 from __future__ import annotations
 
@@ -105,15 +97,10 @@ def read_columns(path: str | Path, window: int = WINDOW_BYTES) -> tuple[dict[str
     the scanner declines is read again and parsed whole if its content is at most
     ``limits.MAX_PARSE_BYTES``.
     """
-    found = None
-    for use_native in (True, False):  # the native scan's odd files go to the numpy scan
-        scanner = Scanner(path, use_native)
-        try:
-            found = scanner.run(window)
-            break
-        except OddTrace:
-            if scanner.native is None:
-                break
+    try:
+        found = Scanner(path).run(window)
+    except OddTrace:
+        found = None
     if found is None:
         meta, events = load_trace(path, max_json_bytes=limits.MAX_PARSE_BYTES)
         return meta, columns_from_events(events, path)

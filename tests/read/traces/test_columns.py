@@ -20,7 +20,7 @@ from dpcore.read.traces import columns as tf
 from dpcore.read.traces import read_trace, read_trace_dir
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
-pytestmark = pytest.mark.usefixtures("scan_path")  # each test: native scan, then numpy scan
+pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 PROFILES = Path(__file__).resolve().parents[3] / "profiles"

@@ -20,7 +20,7 @@ from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.rundir import load_run
 from dpcore.read.traces.reader import read_trace_dir
 
-pytestmark = pytest.mark.usefixtures("scan_path")  # each test: native scan, then numpy scan
+pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 SHAPE = DATA / "shape_gloo_cuda_2r"

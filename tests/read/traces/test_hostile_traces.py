@@ -21,7 +21,7 @@ from dpcore.read.traces import limits
 from dpcore.read.traces.reader import read_trace
 from tests.fixtures_run import make_run
 
-pytestmark = pytest.mark.usefixtures("scan_path")  # each test: native scan, then numpy scan
+pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 
 ROOT = Path(__file__).resolve().parents[3]
 EVENT = b'{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 5, "dur": 3},'

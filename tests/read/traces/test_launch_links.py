@@ -12,7 +12,7 @@ import pytest
 from dpcore.read.traces.bytescan import Columns
 from dpcore.read.traces.collectives import DTYPE_BYTES, collective_meta, range_of_launch
 
-pytestmark = pytest.mark.usefixtures("scan_path")  # each test: native scan, then numpy scan
+pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 
 NAMES = ["record_param_comms", "aten::mm", "cudaLaunchKernel", "ncclKernel_AllReduce", "other"]
 CATS = ["user_annotation", "cpu_op", "cuda_runtime", "kernel", "cuda_driver"]
@@ -184,6 +184,6 @@ def test_a_hash_collision_sends_the_file_to_the_full_parse(tmp_path, monkeypatch
     assert read_columns(f)[1].tables["name"] == names
     monkeypatch.setattr(bytescan, "_MIX", np.zeros_like(bytescan._MIX))
     with pytest.raises(bytescan.OddTrace):
-        bytescan.Scanner(f, use_native=False).run(bytescan.WINDOW_BYTES)  # the numpy scan's hash
+        bytescan.Scanner(f).run(bytescan.WINDOW_BYTES)  # the numpy scan's hash
     cols = read_columns(f)[1]
     assert cols.tables["name"] == names and cols.codes["name"].tolist() == [0, 1, 2]

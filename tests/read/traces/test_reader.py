@@ -15,7 +15,7 @@ from dpcore.read.traces.columns import read_columns
 from dpcore.read.traces.reader import trace_notes
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
 
-pytestmark = pytest.mark.usefixtures("scan_path")  # each test: native scan, then numpy scan
+pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 

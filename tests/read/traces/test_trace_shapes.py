@@ -24,7 +24,7 @@ from dpcore.read.rundir import load_run
 from dpcore.read.traces.reader import read_trace, read_trace_dir, step_ranges, trace_notes
 from tests.data import make_shapes
 
-pytestmark = pytest.mark.usefixtures("scan_path")  # each test: native scan, then numpy scan
+pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
