@@ -16,9 +16,12 @@ SUMMARY_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "status", "st
                    "overlapped_ms", "exposed_ms", "other_ms", "comm_ms", "comm_fraction", "overlap_pct",
                    "comm_source", "comm_steps", "overlap_pct_trace", "overlap_pct_intervals", "overlap_gap",
                    "sources_disagree", "comm_ops", "comm_bytes", "throughput", "oversubscribed", "n_steps",
-                   "step_ms_std", "trace_inflation", "inflated"]
+                   "step_ms_std", "trace_inflation", "inflated", "gpus_shared"]
 SCALING_COLUMNS = ["variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90", "throughput",
-                   "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "suspect", "mode"]
+                   "speedup", "efficiency", "ideal_speedup", "oversubscribed", "noisy", "suspect", "mode",
+                   "gpus_shared"]
+#: Why a job whose ranks shared GPUs is no scaling point (the Scaling table's ``suspect``).
+SHARED_SUSPECT = "ranks shared a GPU: not a scaling point"
 
 
 def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
@@ -34,14 +37,34 @@ def job_summary(run: Run, trace_steps: pd.DataFrame | None) -> pd.DataFrame:
     jobs = run.jobs[run.jobs["kind"].fillna("train") == "train"]
     per = job_metrics(step_metrics(run.steps, run.collectives, trace_steps, run.comm_calls),
                       gpu_job_ids(run))
-    base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]]
+    base = jobs[["job_id", "variant", "world_size", "bucket_mb", "status", "oversubscribed"]
+                + (["gpus_shared"] if "gpus_shared" in jobs else [])]
     out = base.merge(per, on="job_id", how="left") if len(per.columns) > 1 else base.copy()
     for c in SUMMARY_COLUMNS:
         if c not in out:
             out[c] = np.nan
-    for c in ("oversubscribed", "noisy", "sources_disagree", "inflated"):
+    for c in ("oversubscribed", "noisy", "sources_disagree", "inflated", "gpus_shared"):
         out[c] = out[c].astype("boolean").fillna(False).astype(bool)
     return out[SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def shared_gpu_line(summary: pd.DataFrame) -> str:
+    """One line on the jobs whose ranks shared GPUs (run.json's per-job ``gpus_shared``: more
+    local ranks than GPUs, so the ranks are processes time-slicing the same device), "" when none.
+    Why it is said wherever world sizes are compared: two ranks on one GPU take turns on it, so
+    their step time against world size 1's measures that sharing, not what data parallelism buys;
+    such a job is never a scaling point (:func:`scaling` leaves its speedup and efficiency empty)."""
+    if summary is None or summary.empty or "gpus_shared" not in summary:
+        return ""
+    shared = summary[summary["gpus_shared"].astype("boolean").fillna(False).astype(bool)
+                     & np.isfinite(pd.to_numeric(summary["step_ms"], errors="coerce"))]  # jobs with a step time
+    if shared.empty:
+        return ""
+    sizes = sorted({int(n) for n in pd.to_numeric(shared["world_size"], errors="coerce").dropna()})
+    names = (", ".join(str(j) for j in shared["job_id"]) if len(shared) <= 3 else
+             f"{len(shared)} jobs at world size {', '.join(map(str, sizes))}")
+    return (f"ranks shared a GPU in {names}: their processes took turns on one device, so their step times "
+            "compare GPU sharing, not scaling; they are no scaling point (no speedup or efficiency)")
 
 
 def recorded_on_gpu(run: Run) -> bool:
@@ -84,7 +107,9 @@ def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = Non
     ``noisy`` is the cell's own step-time spread, the very flag of :func:`job_summary` (Overview
     and ``summarize`` show the same); ``suspect`` says why a speedup/efficiency built on it may
     still be wrong: "T(1) noisy" (its baseline's spread) or "above 100%" (superlinear on one host),
-    else "".
+    else "". A job whose ranks shared GPUs (``gpus_shared``, :func:`shared_gpu_line`) is never a
+    scaling point: its row keeps its step time and throughput, its speedup and efficiency are NaN
+    and ``suspect`` is SHARED_SUSPECT (its ranks time-sliced one GPU: not what more GPUs buy).
     """
     if mode not in ("weak", "strong"):
         raise ValueError(f"unknown scaling mode {mode!r}; valid choices: weak, strong")
@@ -105,18 +130,20 @@ def scaling(summary: pd.DataFrame, mode: str, default_bucket: float | None = Non
         base_noisy = bool(_noisy(base.iloc[0])) if not base.empty else False
         for r in g.sort_values("world_size").to_dict("records"):
             n, tn = int(r["world_size"]), float(r["step_ms"])
-            speed = n * t1 / tn if mode == "weak" else t1 / tn
-            eff = t1 / tn if mode == "weak" else speed / n
+            shared = bool(r.get("gpus_shared") is True or r.get("gpus_shared") == 1)
+            speed = np.nan if shared else n * t1 / tn if mode == "weak" else t1 / tn
+            eff = np.nan if shared else t1 / tn if mode == "weak" else speed / n
             # superlinear efficiency on one host, or a spread-out T(1), makes the ratio suspect
             # even where this cell's own steps are steady
-            suspect = ", ".join(w for w, bad in (("T(1) noisy", base_noisy and n > 1),
-                                                  ("above 100%", np.isfinite(eff) and eff > 1.05 and n > 1)) if bad)
+            suspect = ", ".join(w for w, bad in (("T(1) noisy", base_noisy and n > 1 and not shared),
+                                                  ("above 100%", np.isfinite(eff) and eff > 1.05 and n > 1),
+                                                  (SHARED_SUSPECT, shared)) if bad)
             rows.append({"variant": variant, "world_size": n, "bucket_mb": r["bucket_mb"], "step_ms": tn,
                          "step_ms_p10": r.get("step_ms_p10"), "step_ms_p90": r.get("step_ms_p90"),
                          "throughput": r["throughput"], "speedup": speed, "efficiency": eff, "ideal_speedup": float(n),
                          "oversubscribed": bool(r["oversubscribed"]),
                          "noisy": bool(r["noisy"]) if "noisy" in r else _noisy(r), "suspect": suspect,
-                         "mode": mode})
+                         "mode": mode, "gpus_shared": shared})
     return pd.DataFrame(rows, columns=SCALING_COLUMNS)
 
 

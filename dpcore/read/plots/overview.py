@@ -30,6 +30,9 @@ def breakdown_figure(summary: pd.DataFrame, title: str | None = None, y_max: flo
         return empty_figure("No completed training jobs in this run.")
     df = df.assign(_o=variant_rank(df["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
     df["label"] = label_jobs(df)
+    if "gpus_shared" in df:  # ranks time-slicing one GPU: the bar is no world-size comparison
+        df["label"] = df["label"].where(~df["gpus_shared"].astype("boolean").fillna(False).astype(bool),
+                                        df["label"] + " (shared GPU)")
     df["compute_only"] = (df["compute_ms"] - df["overlapped_ms"]).clip(lower=0)
     fig = go.Figure()
     for col, name, color in PARTS:

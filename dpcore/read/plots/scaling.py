@@ -3,7 +3,10 @@
 Why the ideal line: speedup only means something next to what perfect scaling would give (N for
 both weak and strong scaling as dpcore defines them); efficiency next to 1.0. Oversubscribed
 points (more busy threads than cores) are drawn hollow with an ×: their slowdown is the machine's,
-not the algorithm's, and a reader must not blame the ring for it.
+not the algorithm's, and a reader must not blame the ring for it. Points whose ranks shared a GPU
+(``gpus_shared``) are drawn as open diamonds in the step-time and throughput panels and have no
+speedup or efficiency (``analysis.scaling`` leaves them empty): processes taking turns on one GPU
+are not a scaling point.
 """
 from __future__ import annotations
 
@@ -47,10 +50,11 @@ def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None =
                         vertical_spacing=0.16)
     df = df.sort_values(["variant", "world_size"])
     oversub = df.get("oversubscribed", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    shared = df.get("gpus_shared", pd.Series(False, index=df.index)).astype("boolean").fillna(False).astype(bool)
     for i, (col, title) in enumerate(PANELS):
         row, c = divmod(i, 2)
         for variant, part in df.groupby("variant", sort=True):
-            ov = oversub.loc[part.index]
+            ov, sh = oversub.loc[part.index], shared.loc[part.index]
             spread = {}
             if col == "step_ms" and {"step_ms_p10", "step_ms_p90"} <= set(part.columns):
                 spread = dict(error_y=dict(type="data", symmetric=False, thickness=1.2,
@@ -59,8 +63,10 @@ def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None =
             fig.add_scatter(**spread,
                 x=part["world_size"], y=part[col], mode="lines+markers", name=str(variant),
                 legendgroup=str(variant), showlegend=i == 0, line=dict(color=color_for(str(variant))),
-                marker=dict(size=9, symbol=["x-open" if o else "circle" for o in ov]),
-                customdata=ov.map({True: " (oversubscribed)", False: ""}),
+                marker=dict(size=9, symbol=["diamond-open" if s else "x-open" if o else "circle"
+                                            for o, s in zip(ov, sh)]),
+                customdata=[(" (oversubscribed)" if o else "")
+                            + (" (ranks shared a GPU: no scaling point)" if s else "") for o, s in zip(ov, sh)],
                 hovertemplate=f"{esc(variant)}<br>N=%{{x}}<br>{title}: %{{y:.3g}}%{{customdata}}<extra></extra>",
                 row=row + 1, col=c + 1,
             )
@@ -74,6 +80,9 @@ def scaling_figure(df: pd.DataFrame, mode: str = "weak", run_label: str | None =
     if oversub.any():
         fig.add_scatter(x=[None], y=[None], mode="markers", name="× = oversubscribed",
                         marker=dict(symbol="x-open", color="black", size=9), row=1, col=1)
+    if shared.any():
+        fig.add_scatter(x=[None], y=[None], mode="markers", name="◇ = ranks shared a GPU",
+                        marker=dict(symbol="diamond-open", color="black", size=9), row=1, col=1)
     fig.update_xaxes(title="world size N", tickvals=ns)
     tops = dict(ranges)
     for i, (col, _) in enumerate(PANELS):

@@ -19,7 +19,7 @@ from dpcore.read.analysis.comm_hooks import compression
 from dpcore.read.analysis.gpu_time import job_gpu
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import INFLATION_LIMIT, NOISY_SPREAD, SOURCE_GAP_POINTS
-from dpcore.read.analysis.summary import gpu_job_ids, job_summary
+from dpcore.read.analysis.summary import gpu_job_ids, job_summary, shared_gpu_line
 from dpcore.read.ranks import Scale, run_steps_gpu
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
@@ -45,9 +45,10 @@ def run_job_summary(run: Run, scale: Scale | None = None) -> pd.DataFrame:
 
 #: `summarize`'s columns after SUMMARIZE_COLUMNS: memory per rank, bus volume per step, the GPU
 #: ledger's idle % and host-bound flag (docs/DESIGN.md "GPU time") and the profiler's inflation of
-#: the traced steps. Every run has all of them (empty where unknown), so the CSVs of several runs stack.
+#: the traced steps, and whether the job's ranks shared GPUs (run.json's ``gpus_shared``: such a job
+#: is no scaling point). Every run has all of them (empty where unknown), so the CSVs of several runs stack.
 SUMMARIZE_EXTRA = ["param_mib", "grad_mib", "optim_mib", "peak_mib", "bus_mib_per_step",
-                   "expected_bus_mib_per_step", "gpu_idle_pct", "host_bound", "trace_inflation"]
+                   "expected_bus_mib_per_step", "gpu_idle_pct", "host_bound", "trace_inflation", "gpus_shared"]
 
 
 def summary_table(run: Run, scale: Scale | None = None) -> pd.DataFrame:
@@ -65,7 +66,7 @@ def summary_table(run: Run, scale: Scale | None = None) -> pd.DataFrame:
     s = full.rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
     for extra in (summary_memory_columns(run.memory),
                   summary_volume_columns(run.collectives, run.jobs, run.memory, run.grads),
-                  gpu, full[["job_id", "trace_inflation"]]):
+                  gpu, full[["job_id", "trace_inflation", "gpus_shared"]]):
         s = s.merge(extra, on="job_id", how="left")
     for c in SUMMARIZE_EXTRA:
         if c not in s:
@@ -118,7 +119,7 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
                 "host_bound: the GPU waited for the CPU over half of it." if "gpu_idle_%" in view else "")
              + (f" inflation: median traced step / median timed step (> {INFLATION_LIMIT:g}: flagged)."
                 if "inflation" in view else "")] \
-        + inflation_lines(s, gpu_job_ids(run)) + compression_lines(run, s) + notes
+        + inflation_lines(s, gpu_job_ids(run)) + shared_lines(s) + compression_lines(run, s) + notes
     return "\n".join(lines) + "\n"
 
 
@@ -138,6 +139,12 @@ def inflation_lines(summary: pd.DataFrame, gpu_jobs: Collection[str]) -> list[st
                    "(inflation column): on CPU the profiler slows the operators it measures, so their "
                    "compute/comm/exposed keep the traced shares.")
     return out
+
+
+def shared_lines(summary: pd.DataFrame) -> list[str]:
+    """The ``note:`` line on jobs whose ranks shared GPUs (:func:`shared_gpu_line`), or none."""
+    line = shared_gpu_line(summary)
+    return [f"note: {line}."] if line else []
 
 
 def samples_text(v: Any) -> str:

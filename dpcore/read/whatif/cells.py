@@ -174,8 +174,11 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
 
 def measured_cells(summary: pd.DataFrame, variant: str) -> pd.DataFrame:
     """The run's completed jobs of ``variant``: job_id, world_size, bucket_mb, step_ms (summarize's).
-    ``summary``: the run's :func:`dpcore.read.analysis.summary.job_summary` rows."""
+    ``summary``: the run's :func:`dpcore.read.analysis.summary.job_summary` rows. A job whose ranks
+    shared a GPU (``gpus_shared``) is no measured point: its ranks took turns on one device."""
     s = summary[(summary["variant"] == variant) & (summary["status"] == "complete")]
+    if "gpus_shared" in s:
+        s = s[~s["gpus_shared"].astype("boolean").fillna(False).astype(bool)]
     return s[["job_id", "world_size", "bucket_mb", "step_ms"]].reset_index(drop=True)
 
 

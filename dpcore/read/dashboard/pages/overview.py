@@ -14,6 +14,7 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY
 from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, rank_step_matrix
+from dpcore.read.analysis.summary import shared_gpu_line
 from dpcore.read.dashboard import after_chart, data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG, SUMMARY_STATUS_HELP
 from dpcore.read.dashboard.compare import compare_overview, shared_y_max
@@ -30,7 +31,10 @@ INTRO = "How long one training step takes per variant and world size, and how mu
 #: 1,400 px; the spread, the method check and the parts follow.
 SUMMARY_COLS = ["variant", "world_size", "bucket_mb", "status", "step_ms", "comm_fraction", "overlap_pct",
                 "exposed_ms", "step_ms_p10", "step_ms_p90", "noisy", "throughput", "comm_source", "overlap_gap",
-                "sources_disagree", "comm_ops", "comm_bytes", "compute_ms", "overlapped_ms", "other_ms"]
+                "sources_disagree", "comm_ops", "comm_bytes", "compute_ms", "overlapped_ms", "other_ms", "gpus_shared"]
+GPU_SHARED = st.column_config.CheckboxColumn(
+    "GPU shared", help="More ranks than GPUs (run.json gpus_shared): the ranks took turns on one GPU, so this "
+    "job's step time against other world sizes measures the sharing, not data parallelism.")
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -73,6 +77,9 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     st.caption(BREAKDOWN_CAPTION)
     if summary.empty:
         return
+    shared = shared_gpu_line(summary)
+    if shared:
+        st.warning(md(shared[0].upper() + shared[1:]) + ".")
     _table_after_chart(run, key)
 
 
@@ -88,7 +95,7 @@ def _table_after_chart(run: Run, key: tuple) -> None:
 def _table(run: Run, key: tuple) -> None:
     """The summary table (every row shown), the whole text of long statuses, the heat strip."""
     summary = data.cached_summary(run, key)
-    cols = [c for c in SUMMARY_COLS if c in summary.columns]
+    cols = [c for c in SUMMARY_COLS if c in summary.columns and (c != "gpus_shared" or bool(summary[c].any()))]
     ordered = summary.assign(_o=variant_rank(summary["variant"])).sort_values(["_o", "world_size", "bucket_mb"])
     shown = overview_rows(ordered, run.jobs)
     host = _gpu_host_idle(run, key)
@@ -101,7 +108,7 @@ def _table(run: Run, key: tuple) -> None:
     # a long skip or failure reason: cut in the cell, whole in the header's help and below
     whole = [(label, status) for label, status in zip(label_jobs(ordered), shown["status"])
              if isinstance(status, str) and short_status(status) != status]
-    config = {**SUMMARY_CONFIG, "gpu_idle_host_pct": GPU_HOST}
+    config = {**SUMMARY_CONFIG, "gpu_idle_host_pct": GPU_HOST, "gpus_shared": GPU_SHARED}
     if whole:
         reasons = "; ".join(f"{label}: {status}" for label, status in whole)
         config["status"] = st.column_config.TextColumn("status", width="medium",

@@ -13,6 +13,7 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY
 from dpcore.read import analysis
+from dpcore.read.analysis.summary import shared_gpu_line
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import NUM, SUMMARY_CONFIG
 from dpcore.read.dashboard.formulas import FORMULAS, scaling_caption
@@ -89,10 +90,17 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     mode = _scaling_mode(run)
     key = data.key(run)
     df = scaling(run, key, mode)
+    shared = shared_gpu_line(data.cached_summary(run, key))
+    own = df[~df["gpus_shared"].astype(bool)] if "gpus_shared" in df else df
     sizes = sorted(set(pd.to_numeric(df["world_size"], errors="coerce").dropna().astype(int)))
+    real = sorted(set(pd.to_numeric(own["world_size"], errors="coerce").dropna().astype(int)))
     if len(sizes) == 1:
         st.info(NOTHING_TO_SCALE.format(n=sizes[0]))
         return
+    if shared:  # one line, above the chart: its speedups would otherwise read as scaling
+        st.warning(md(shared[0].upper() + shared[1:]) + "." + (
+            "" if len(real) > 1 else f" Without them every job ran at world size {real[0]}: there is nothing "
+            "to scale." if real else ""))
     ranges = shared_ranges([scaling(r, data.key(r), _scaling_mode(r)) for r in peers]) \
         if peers and len(peers) > 1 else ()
     st.plotly_chart(scaling_chart(run, key, mode, ranges), key=f"sc-{run.path}")
@@ -110,11 +118,16 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
                     "noisy": SUMMARY_CONFIG["noisy"],
                     "suspect": st.column_config.TextColumn("suspect", help="Why S(N) and efficiency may be off "
                                                            "even where this cell is steady: its T(1) is noisy, "
-                                                           "or efficiency is above 100% on one host."),
+                                                           "efficiency is above 100% on one host, or its ranks "
+                                                           "shared a GPU (then it is no scaling point)."),
+                    "gpus_shared": st.column_config.CheckboxColumn("GPU shared", help="More ranks than GPUs "
+                                                                   "(run.json gpus_shared): the ranks took turns "
+                                                                   "on one GPU, so this is no scaling point."),
                     "bucket_mb": SUMMARY_CONFIG["bucket_mb"]}
         shown = df.assign(bucket_mb=[bucket_text(v, b) for v, b in zip(df["variant"], df["bucket_mb"])],
                           efficiency=100 * df["efficiency"])
-        st.dataframe(shown[[c for c in cfg_cols if c in shown.columns]], hide_index=True, column_config=cfg_cols,
+        keep = [c for c in cfg_cols if c in shown.columns and (c != "gpus_shared" or bool(shown[c].any()))]
+        st.dataframe(shown[keep], hide_index=True, column_config=cfg_cols,
                      width="stretch", placeholder=EMPTY, height=table_height(len(shown)))
 
 
@@ -128,7 +141,7 @@ def _noise_warning(df: pd.DataFrame) -> None:
     if df["noisy"].any():
         parts.append(f"Noisy measurements: {md(cells(df['noisy']))}: their step times spread more than 1.5× "
                      "between p10 and p90 (the same flag as on Overview).")
-    suspect = df["suspect"].fillna("").astype(str) != ""
+    suspect = (df["suspect"].fillna("").astype(str) != "") & ~df.get("gpus_shared", False)
     if suspect.any():
         why = "; ".join(f"{v} ×{n}: {md(w)}" for v, n, w in
                         zip(df.loc[suspect, "variant"], df.loc[suspect, "world_size"], df.loc[suspect, "suspect"]))
