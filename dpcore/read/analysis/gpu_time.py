@@ -25,6 +25,10 @@ Definitions (docs/DESIGN.md, "GPU time"):
   ``user_annotation``, step markers aside) on the launching thread that covers the gap's start:
   what the CPU was busy with while the GPU waited; ``python`` where no op covers it.
 * A window is host-bound when host idle is over half its span.
+* A GPU event with a negative (or no) duration cannot be true: it is set aside before any of the
+  above (``set_aside_events`` counts them), so no share can pass 100 %.
+* FLOPs per window (FLOPS_COLUMNS, :mod:`dpcore.read.analysis.gpu_flops`): what step MFU, GEMM
+  efficiency and FLOPs coverage are made from (:func:`~dpcore.read.analysis.gpu_flops.with_efficiency`).
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.intervals import subtract, union_length
+from dpcore.read.analysis.gpu_flops import FLOPS_COLUMNS, event_flops, rank_efficiency, window_flops
 from dpcore.read.traces.kinds import STEP_RE
 from dpcore.read.traces.rank_table import RankTable
 
@@ -49,41 +54,46 @@ TRACE_STEP = -1
 HOST_BOUND_SHARE = 0.5
 LEDGER_COLUMNS = ["rank", "window", "step", "span_ms", "compute_ms", "non_compute_ms", "comm_ms",
                   "exposed_comm_ms", "memory_ms", "idle_ms", "idle_host_ms", "idle_device_ms", "idle_pct",
-                  "compute_pct", "non_compute_pct", "host_bound", "top_idle_cause", "top_idle_cause_ms"]
+                  "compute_pct", "non_compute_pct", "host_bound", "top_idle_cause", "top_idle_cause_ms",
+                  *FLOPS_COLUMNS]
 #: Host idle per cause, per window (every cause with idle; the ledger's top_idle_cause is the first).
 CAUSE_COLUMNS = ["rank", "window", "step", "cause", "idle_ms"]
 _CLASS = {"comm": "comm", "memcpy": "memory"}  # events-frame kind -> ledger class; else compute
 
 
-def gpu_ledger(events: pd.DataFrame, per_step: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def gpu_ledger(events: pd.DataFrame, per_step: bool = True, device: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ledger, causes) of every rank of an events frame (:func:`dpcore.read.traces.read_trace`'s).
 
     ledger: one row per rank for the ``trace`` window (step -1) and, with ``per_step``, one per
     traced step whose launches put GPU events in it (LEDGER_COLUMNS; times in ms, shares in
-    percent of span_ms). causes: the host idle of each of those windows by cause, largest first
-    (CAUSE_COLUMNS). A rank without GPU events has no rows."""
+    percent of span_ms; then the window's FLOPs on the GPU named ``device``). causes: the host idle
+    of each of those windows by cause, largest first (CAUSE_COLUMNS). A rank without GPU events has
+    no rows."""
     rows: list[dict] = []
     causes: list[dict] = []
     for rank, ev in events.groupby("rank", sort=True, observed=True):
-        _rank_ledger(ev, int(rank), per_step, rows, causes)
+        _rank_ledger(ev, int(rank), per_step, rows, causes, device)
     ledger = pd.DataFrame(rows, columns=LEDGER_COLUMNS)
     return ledger, pd.DataFrame(causes, columns=CAUSE_COLUMNS)
 
 
 def ledger_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
     """The reduction of :data:`GPU_TABLE` and :data:`GPU_CAUSES_TABLE` (one pass makes both):
-    :func:`gpu_ledger` of one rank."""
-    ledger, causes = gpu_ledger(events)
+    :func:`gpu_ledger` of one rank, on the device its metadata names."""
+    from dpcore.read.analysis.gpu_kernels import device_name  # it reads this module's constants
+
+    ledger, causes = gpu_ledger(events, device=device_name(meta, events))
     return {"gpu": ledger, "gpu_causes": causes}
 
 
 #: The per-rank GPU time ledger (per window; empty for a CPU trace) and its host idle by cause.
 GPU_TABLE = RankTable("gpu", {c: (object if c in ("window", "top_idle_cause") else bool if c == "host_bound"
-                                  else np.int64 if c in ("rank", "step") else np.float64) for c in LEDGER_COLUMNS},
-                      ledger_tables)
+                                  else np.int64 if c in ("rank", "step", "set_aside_events", "flops_set_aside")
+                  else np.float64) for c in LEDGER_COLUMNS},
+                      ledger_tables, version=2)
 GPU_CAUSES_TABLE = RankTable("gpu_causes", {c: (object if c in ("window", "cause")
                                                 else np.int64 if c in ("rank", "step") else np.float64)
-                                            for c in CAUSE_COLUMNS}, ledger_tables)
+                                            for c in CAUSE_COLUMNS}, ledger_tables, version=2)
 
 
 def codes(col: pd.Series) -> tuple[np.ndarray, list]:
@@ -100,13 +110,19 @@ def _threads(ev: pd.DataFrame) -> np.ndarray:
     return pid * (len(tids) + 1) + tid
 
 
-def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], causes: list[dict]) -> None:
+def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], causes: list[dict],
+                 device: str = "") -> None:
     """Append the ledger rows and cause rows of one rank's events (see :func:`gpu_ledger`)."""
     dev = (ev["stream"].to_numpy() >= 0) & ev["category"].isin(GPU_CATS).to_numpy()
     if not dev.any():  # a CPU trace: nothing more to look at
         return
     pid, _ = codes(ev["pid"])
     dev &= pid == np.bincount(pid[dev] + 1).argmax() - 1  # one device: the one with most GPU events
+    bad = dev & ~(ev["dur"].to_numpy(np.float64) >= 0)  # negative or missing: set aside
+    bad_steps = ev["step"].to_numpy(np.int64)[bad]
+    dev &= ~bad
+    if not dev.any():
+        return
     g = ev[dev]
     start = g["ts"].to_numpy(np.float64)
     end = start + g["dur"].to_numpy(np.float64)
@@ -115,13 +131,17 @@ def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], 
     threads = _threads(ev)
     launch_ts, launch_thread = _launches(ev, threads, g["corr"].to_numpy(np.int64))
     ops = _top_ops(ev, threads)
+    flops = event_flops(g, device)
+    dur = g["dur"].to_numpy(np.float64)
     windows = [("trace", TRACE_STEP, np.ones(len(g), bool))]
     if per_step:
         step = g["step"].to_numpy(np.int64)
         windows += [("step", int(k), step == k) for k in np.unique(step[step >= 0])]
     for window, k, sel in windows:
         row, by_cause = window_ledger(start[sel], end[sel], cls[sel], launch_ts[sel], launch_thread[sel], ops)
-        rows.append({"rank": rank, "window": window, "step": k, **row})
+        set_aside = int(bad_steps.size if window == "trace" else (bad_steps == k).sum())
+        rows.append({"rank": rank, "window": window, "step": k, **row, "set_aside_events": set_aside,
+                     **window_flops(flops, sel, dur, cls)})
         causes += [{"rank": rank, "window": window, "step": k, "cause": c, "idle_ms": ms} for c, ms in by_cause]
 
 
@@ -217,13 +237,15 @@ def window_ledger(start: np.ndarray, end: np.ndarray, cls: np.ndarray, launch_ts
 
 
 #: summarize's GPU columns of a job.
-JOB_GPU_COLUMNS = ["job_id", "gpu_idle_pct", "host_bound"]
+JOB_GPU_COLUMNS = ["job_id", "gpu_idle_pct", "host_bound", "gpu_step_mfu_pct", "gemm_eff_pct", "flops_coverage_pct"]
 
 
-def job_gpu(ledger: pd.DataFrame) -> pd.DataFrame:
+def job_gpu(ledger: pd.DataFrame, tf32: bool = False) -> pd.DataFrame:
     """Per job of a ledger with job_id (:func:`gpu_ledger`'s rows of several jobs): the mean over
     its ranks of the ``trace`` window's idle % and host idle share; host_bound where that share is
-    over half (for one rank: the ``gpu`` command's own flag). Jobs without GPU events have no row."""
+    over half (for one rank: the ``gpu`` command's own flag); step MFU, GEMM efficiency and FLOPs
+    coverage over its ranks' steps pooled (:func:`~dpcore.read.analysis.gpu_flops.rank_efficiency`;
+    ``tf32``: the run allows TF32). Jobs without GPU events have no row."""
     t = ledger[ledger["step"] == TRACE_STEP]
     if t.empty:
         return pd.DataFrame(columns=JOB_GPU_COLUMNS)
@@ -231,6 +253,9 @@ def job_gpu(ledger: pd.DataFrame) -> pd.DataFrame:
     g = t.assign(host_share=share).groupby("job_id", sort=False)
     out = g.agg(gpu_idle_pct=("idle_pct", "mean"), host_share=("host_share", "mean")).reset_index()
     out["host_bound"] = (out["host_share"] > HOST_BOUND_SHARE).astype(bool)
+    eff = rank_efficiency(ledger, tf32, by=("job_id",)).rename(columns={"step_mfu_pct": "gpu_step_mfu_pct"})
+    out = out.merge(eff[["job_id", "gpu_step_mfu_pct", "gemm_eff_pct", "flops_coverage_pct"]], on="job_id",
+                    how="left")
     return out[JOB_GPU_COLUMNS]
 
 

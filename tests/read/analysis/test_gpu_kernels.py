@@ -12,7 +12,7 @@ import pytest
 
 from dpcore.cli import main
 from dpcore.read.analysis.gpu_kernels import (
-    KERNEL_COLUMNS,
+    KERNEL_ROW_COLUMNS,
     PEAKS_CSV,
     fp32_matmul_note,
     gemm_dtype,
@@ -29,7 +29,7 @@ TRACE = Path(__file__).resolve().parents[2] / "data" / "gpu_ledger_rank0.json.gz
 
 def test_classes_of_the_small_trace() -> None:
     df = kernel_classes(read_trace(TRACE), "NVIDIA H100 80GB HBM3")
-    assert list(df.columns) == KERNEL_COLUMNS
+    assert list(df.columns) == KERNEL_ROW_COLUMNS
     got = {(r.kernel_class, r.dtype): (r.calls, round(r.total_ms, 9)) for r in df.itertuples()}
     # 1,170 µs of GPU events: K0 K3 K4 K7 K8 elementwise, K1 K5 bf16 GEMMs, K2 NCCL, M1 + S1, K6 reduce
     assert got == {("elementwise", ""): (5, 0.4), ("gemm", "bf16"): (2, 0.3), ("communication", ""): (1, 0.3),
@@ -77,7 +77,8 @@ def test_kernels_csv_columns() -> None:
     df = pd.read_csv(io.StringIO(out.getvalue()), keep_default_na=False)
     assert list(df.columns) == CSV_COLUMNS
     assert df["kernel_class"].tolist() == ["elementwise", "gemm", "communication", "reduction", "memory"]
-    assert (df["tflops"] == "").all() and (df["mfu_pct"] == "").all()  # shapes are not read
+    assert (df["tflops"] == "").all() and (df["eff_pct"] == "").all()  # shapes are not read
+    assert (df["flops_calls"] == 0).all() and (df["set_aside"] == 0).all()
 
 
 MFU_TRACE = TRACE.with_name("gpu_mfu_rank0.json.gz")
@@ -87,35 +88,38 @@ H100 = "NVIDIA H100 80GB HBM3"
 def test_tflops_and_mfu_of_matrix_products_with_shapes() -> None:
     """Hand-computed answers of tests/data/make_gpu_shapes.py's mfu_trace."""
     df = kernel_classes(read_trace(MFU_TRACE), H100)
-    assert list(df.columns) == KERNEL_COLUMNS
+    assert list(df.columns) == KERNEL_ROW_COLUMNS
     rows = {r.dtype: r for r in df.itertuples()}
     assert set(rows) == {"bf16", "fp32", "fp16", ""}
     bf16 = rows["bf16"]  # the nvjet kernel has no dtype in its name: its inputs' (Input type) is bf16
     assert (bf16.calls, bf16.flops, bf16.flops_ms) == (2, pytest.approx(2 * 4096 ** 3 + 2 * 8 * 512 * 1024 * 2048),
                                                        pytest.approx(1.1))
     assert bf16.tflops == pytest.approx(140.5625660509, rel=1e-9)
-    assert bf16.mfu_pct == pytest.approx(100 * 140.5625660509 / 989.5, rel=1e-9)
-    assert rows["fp32"].tflops == pytest.approx(2.68435456) and rows["fp32"].mfu_pct == pytest.approx(
+    assert bf16.eff_pct == pytest.approx(100 * 140.5625660509 / 989.5, rel=1e-9)
+    assert rows["fp32"].tflops == pytest.approx(2.68435456) and rows["fp32"].eff_pct == pytest.approx(
         100 * 2.68435456 / 67)
     assert rows["fp16"].calls == 2 and rows["fp16"].flops == pytest.approx(2 * 64 * 8192 * 1024)  # split-K: once
-    assert rows["fp16"].tflops == pytest.approx(26.8435456) and rows["fp16"].mfu_pct == pytest.approx(2.712839, 1e-6)
-    assert np.isnan(rows[""].tflops) and np.isnan(rows[""].mfu_pct)  # launched outside any op: no shapes
+    assert rows["fp16"].tflops == pytest.approx(26.8435456) and rows["fp16"].eff_pct == pytest.approx(2.712839, 1e-6)
+    assert np.isnan(rows[""].tflops) and np.isnan(rows[""].eff_pct)  # launched outside any op: no shapes
+    # which calls a row's TFLOP/s covers: all of the bf16 row's, none of the unnamed one's
+    assert (bf16.flops_calls, rows[""].flops_calls, rows[""].calls) == (2, 0, 1)
 
 
 def test_a_4096_cubed_bf16_gemm_of_1_ms_on_an_h100() -> None:
     events = read_trace(MFU_TRACE)
     one = events[(events["stream"] < 0) | (events["corr"] == 1)]  # only the aten::mm's kernel
     row = kernel_classes(one, H100).iloc[0]
-    assert row.tflops == pytest.approx(137.438953472) and row.mfu_pct == pytest.approx(13.8897376, rel=1e-7)
+    assert row.tflops == pytest.approx(137.438953472) and row.eff_pct == pytest.approx(13.8897376, rel=1e-7)
     other = kernel_classes(one, "NVIDIA GeForce RTX 4090").iloc[0]  # not in the peak table: a rate, no MFU
-    assert other.tflops == pytest.approx(137.438953472) and np.isnan(other.mfu_pct)
+    assert other.tflops == pytest.approx(137.438953472) and np.isnan(other.eff_pct)
 
 
 @pytest.mark.parametrize("device,dtype,peak", [
     ("NVIDIA H100 80GB HBM3", "bf16", 989.5), ("NVIDIA H100 80GB HBM3", "tf32", 494.5),
     ("NVIDIA H200", "fp16", 989.5), ("NVIDIA A100-SXM4-80GB", "tf32", 156), ("NVIDIA B200", "bf16", 2250),
-    ("AMD Instinct MI300X", "bf16", 1307.4), ("NVIDIA H100 PCIe", "bf16", None), ("NVIDIA H200 NVL", "bf16", None),
-    ("NVIDIA H100 80GB HBM3", "fp8", None), ("", "bf16", None), ("cpu", "fp32", None)])
+    ("AMD Instinct MI300X", "bf16", 1307.4), ("NVIDIA H100 PCIe", "bf16", 756.5), ("NVIDIA H200 NVL", "bf16", 835.5),
+    ("NVIDIA H100 80GB HBM3", "fp8", 1979), ("NVIDIA A100-SXM4-80GB", "fp8", None), ("", "bf16", None),
+    ("cpu", "fp32", None)])
 def test_peak_table(device, dtype, peak) -> None:
     got = peak_tflops(device, dtype)
     assert (np.isnan(got) if peak is None else got == peak)
@@ -125,8 +129,15 @@ def test_peak_table_rows_have_a_source() -> None:
     peaks = pd.read_csv(PEAKS_CSV)
     assert list(peaks.columns) == ["device", "name_pattern", "dtype", "tflops", "source"]
     assert peaks["source"].str.len().min() > 20 and (peaks["tflops"] > 0).all()
-    assert set(peaks["device"]) == {"H100 SXM", "H200 SXM", "A100 SXM 80GB", "B200", "MI300X"}
-    assert all(set(peaks[peaks["device"] == d]["dtype"]) == {"bf16", "fp16", "tf32", "fp32"} for d in peaks["device"])
+    assert set(peaks["device"]) == {"H100 SXM", "H100 PCIe", "H100 NVL", "H200 SXM", "H200 NVL", "H800 SXM", "A100",
+                                    "B200", "GB200", "MI300X", "MI325X"}
+    # every part has the four tensor/vector rows, and fp8 where it has fp8 tensor cores (not the A100)
+    for d in set(peaks["device"]):
+        want = {"bf16", "fp16", "tf32", "fp32"} | (set() if d == "A100" else {"fp8"})
+        assert set(peaks[peaks["device"] == d]["dtype"]) == want, d
+    # dense (no sparsity): bf16 twice tf32 on every NVIDIA part and on CDNA3
+    wide = peaks.pivot(index="device", columns="dtype", values="tflops")
+    assert (wide["bf16"] == wide["fp16"]).all() and np.allclose(wide["bf16"], 2 * wide["tf32"], rtol=0.01)
 
 
 @pytest.mark.parametrize("op,dims,flops", [
@@ -152,4 +163,4 @@ def test_kernels_csv_has_tflops_and_mfu() -> None:
         assert main(["gpu", str(MFU_TRACE), "--kernels", "--csv"]) == 0
     df = pd.read_csv(io.StringIO(out.getvalue()), keep_default_na=False, na_values=[""])
     bf16 = df[df["dtype"] == "bf16"].iloc[0]
-    assert bf16["tflops"] == pytest.approx(140.5626, abs=1e-3) and bf16["mfu_pct"] == pytest.approx(14.2054, abs=1e-3)
+    assert bf16["tflops"] == pytest.approx(140.5626, abs=1e-3) and bf16["eff_pct"] == pytest.approx(14.2054, abs=1e-3)

@@ -1,11 +1,11 @@
 """The views other than the GPU page on GPU runs: Scaling at world size 1, Memory's split of a GPU
 rank's peak, and the Timeline's launch-thread and stream lanes.
 
-Why: on the GPU runs in ``../shared/gpu/runs`` (one H200, every job at world size 1) Scaling drew
+Why: on the GPU runs recorded on one H200 (every job at world size 1) Scaling drew
 four one-point charts, Memory's "what each rank holds" stopped at 708 MiB of a 3,220 MiB peak,
 and the Timeline merged every CUDA stream into one "compute" lane. The unit tests build the
-shapes themselves; the AppTests run every page on every shared GPU run and skip, saying why,
-where ``../shared/gpu/runs`` is absent (a fresh clone).
+shapes themselves; the AppTests run every page on copies of every GPU run (gpu_runs.py): the
+committed profiles/sample-gpu, and the recordings in ``../shared/gpu/runs`` where that is present.
 """
 from __future__ import annotations
 
@@ -26,12 +26,10 @@ from dpcore.read.analysis.memory import MIB, job_memory, memory_table
 from dpcore.read.plots.memory import INFERRED_LABEL, memory_breakdown_figure
 from dpcore.read.plots.timeline import timeline_figure
 from tests.app_pages import APP, data_problems, open_page, problems
+from tests.read.dashboard.gpu_runs import RUNS, SAMPLE_GPU, SHARED_GPU_RUNS, TRANSFORMER_RUNS
 
-GPU_RUNS = Path(__file__).resolve().parents[3].parent / "shared" / "gpu" / "runs"
 DATA = Path(__file__).resolve().parents[2] / "data"
-RUNS = sorted(p.name for p in GPU_RUNS.iterdir() if (p / "run.json").is_file()) if GPU_RUNS.is_dir() else []
-shared = pytest.mark.skipif(not RUNS, reason=f"no GPU runs at {GPU_RUNS} (recorded on an H200; a fresh clone "
-                                             "lacks them)")
+shared = pytest.mark.skipif(not RUNS, reason=f"no GPU run: neither {SAMPLE_GPU} nor runs in {SHARED_GPU_RUNS}")
 
 
 def _events(rows: list[tuple]) -> pd.DataFrame:
@@ -95,8 +93,8 @@ def test_gpu_peak_is_split_with_the_inferred_rest() -> None:
     assert next(t for t in fig.data if t.name == INFERRED_LABEL).x[0] == pytest.approx(2511.4, abs=0.05)
 
 
-def _app(monkeypatch: pytest.MonkeyPatch) -> AppTest:
-    monkeypatch.setenv("DPCORE_PROFILES", str(GPU_RUNS))
+def _app(monkeypatch: pytest.MonkeyPatch, root: Path) -> AppTest:
+    monkeypatch.setenv("DPCORE_PROFILES", str(root))
     at = AppTest.from_file(APP, default_timeout=180)
     at.run()
     return at
@@ -121,9 +119,9 @@ def _pick(at: AppTest, run: str) -> None:
     assert not problems(at) and not data_problems(at), (run, problems(at), data_problems(at))
 
 
-def _each_run(monkeypatch: pytest.MonkeyPatch, title: str) -> Iterator[tuple[AppTest, str]]:
-    """The page titled ``title`` on each shared GPU run in turn, checked for problems."""
-    at = _app(monkeypatch)
+def _each_run(monkeypatch: pytest.MonkeyPatch, root: Path, title: str) -> Iterator[tuple[AppTest, str]]:
+    """The page titled ``title`` on each GPU run in turn, checked for problems."""
+    at = _app(monkeypatch, root)
     open_page(at, title)
     for run in RUNS:
         _pick(at, run)
@@ -131,17 +129,18 @@ def _each_run(monkeypatch: pytest.MonkeyPatch, title: str) -> Iterator[tuple[App
 
 
 @shared
-def test_scaling_says_there_is_nothing_to_scale_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    for at, run in _each_run(monkeypatch, "Scaling"):
+def test_scaling_says_there_is_nothing_to_scale_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch,
+                                                                 gpu_runs: Path) -> None:
+    for at, run in _each_run(monkeypatch, gpu_runs, "Scaling"):
         assert any("ran at world size 1: there is nothing to scale" in i.value for i in at.info), run
         assert not at.get("plotly_chart"), run                      # no one-point charts
         assert not any("pinned" in c.value or "thread(s) per rank" in c.value for c in at.caption), run
 
 
 @shared
-def test_memory_splits_the_gpu_peak_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    for at, run in _each_run(monkeypatch, "Memory"):
-        mem = pd.read_csv(GPU_RUNS / run / "memory.csv")
+def test_memory_splits_the_gpu_peak_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch, gpu_runs: Path) -> None:
+    for at, run in _each_run(monkeypatch, gpu_runs, "Memory"):
+        mem = pd.read_csv(gpu_runs / run / "memory.csv")
         if mem.empty:  # the recordings through hooks write no memory rows
             assert any("no memory.csv rows" in i.value for i in at.info), run
             continue
@@ -157,8 +156,9 @@ def test_memory_splits_the_gpu_peak_on_every_gpu_run(monkeypatch: pytest.MonkeyP
 
 
 @shared
-def test_timeline_draws_streams_and_launch_threads_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    for at, run in _each_run(monkeypatch, "Timeline"):
+def test_timeline_draws_streams_and_launch_threads_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch,
+                                                                   gpu_runs: Path) -> None:
+    for at, run in _each_run(monkeypatch, gpu_runs, "Timeline"):
         fig = _figure(at, 0)
         lanes = list(fig.layout.yaxis.categoryarray)
         assert any(lane.startswith("rank 0 · stream ") for lane in lanes), (run, lanes)
@@ -185,17 +185,17 @@ def test_ledger_bar_sums_to_the_span_and_causes_are_largest_first() -> None:
 
 
 @shared
-def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every shared GPU run: no problem, the ledger bars sum to each window's span (the gpu
+def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch, gpu_runs: Path) -> None:
+    """Every GPU run: no problem, the ledger bars sum to each window's span (the gpu
     command's numbers, the same function), the MLP runs get the host-bound recommendation."""
     from dpcore.read.ranks import run_gpu
     from dpcore.read.rundir.load import load_run
 
-    at = _app(monkeypatch)
+    at = _app(monkeypatch, gpu_runs)
     open_page(at, "GPU")
     for run in RUNS:
         _pick(at, run)
-        ledger = run_gpu(load_run(GPU_RUNS / run))[0]
+        ledger = run_gpu(load_run(gpu_runs / run))[0]
         job = next(w for w in at.selectbox if str(w.key).startswith("gpu-job-")).value
         mine = ledger[(ledger["job_id"] == job) & (ledger["rank"] == 0)].sort_values("step")
         fig = _figure(at, 0)
@@ -204,14 +204,14 @@ def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
         whole = mine[mine["step"] == -1].iloc[0]
         metrics = {m.label: m.value for m in at.metric}
         assert metrics["idle"] == f"{whole['idle_pct']:.1f} %" and metrics["span"] == f"{whole['span_ms']:.2f} ms"
-        if run != "h200_variants_ws1":  # the MLP runs: host-bound, a recommendation naming the fix
+        if run not in TRANSFORMER_RUNS:  # the MLP runs: host-bound, a recommendation naming the fix
             assert bool(whole["host_bound"]), run
             assert any("host-bound" in i.value and "CUDA graphs" in i.value for i in at.info), run
         assert _figure(at, 1).data, run  # the host causes
         kernels = _figure(at, 2).data[0]  # GPU time by kernel class, GEMMs on these MLPs and transformers
         assert any(str(y).startswith("gemm") for y in kernels.y), (run, list(kernels.y))
-    if "h200_variants_ws1" in RUNS:  # the profiler's own effect: fsdp-ws1 flagged, single-ws1 not
-        _pick(at, "h200_variants_ws1")
+    for run in (r for r in RUNS if r in TRANSFORMER_RUNS):  # the profiler's effect: fsdp-ws1 flagged, single-ws1 not
+        _pick(at, run)
         picker = next(w for w in at.selectbox if str(w.key).startswith("gpu-job-"))
         picker.set_value("fsdp-ws1").run()
         assert any("inflated this job's steps" in w.value for w in at.warning)
@@ -222,16 +222,16 @@ def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @shared
-def test_overview_shows_gpu_host_idle_instead_of_other(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_overview_shows_gpu_host_idle_instead_of_other(monkeypatch: pytest.MonkeyPatch, gpu_runs: Path) -> None:
     from dpcore.read.ranks import run_gpu
     from dpcore.read.rundir.load import load_run
 
-    at = _app(monkeypatch)
+    at = _app(monkeypatch, gpu_runs)
     for run in RUNS:
         _pick(at, run)
         table = at.dataframe[0].value
         assert "gpu_idle_host_pct" in table and "other_ms" not in table, (run, list(table))
-        whole = run_gpu(load_run(GPU_RUNS / run))[0].query("window == 'trace'")
+        whole = run_gpu(load_run(gpu_runs / run))[0].query("window == 'trace'")
         per = whole.groupby("job_id")[["idle_host_ms", "span_ms"]].sum()
         expected = sorted((100 * per["idle_host_ms"] / per["span_ms"]).tolist())
         assert sorted(table["gpu_idle_host_pct"].dropna().tolist()) == pytest.approx(expected), run
@@ -267,7 +267,10 @@ def test_gpu_page_shows_tflops_and_mfu_of_a_trace_with_shapes(tmp_path: Path, mo
     at.run()
     open_page(at, "GPU")
     assert not problems(at)
-    table = next(d.value for d in at.dataframe if "mfu_pct" in d.value.columns)
+    table = next(d.value for d in at.dataframe if "eff_pct" in d.value.columns)
     bf16 = table[table["dtype"] == "bf16"].iloc[0]
-    assert bf16["tflops"] == pytest.approx(140.5625660509) and bf16["mfu_pct"] == pytest.approx(14.205413, 1e-6)
-    assert not any("records no matrix shapes" in c.value for c in at.caption)
+    assert bf16["tflops"] == pytest.approx(140.5625660509) and bf16["eff_pct"] == pytest.approx(14.205413, 1e-6)
+    assert not any("records no shapes" in c.value for c in at.caption)
+    # the cards: the ledger's three parts and both efficiency numbers, each named for what it is
+    metrics = {m.label: m.value for m in at.metric}
+    assert {"compute", "non-compute", "idle", "step MFU", "GEMM efficiency", "FLOPs coverage"} <= set(metrics)

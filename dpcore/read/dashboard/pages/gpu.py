@@ -1,6 +1,7 @@
-"""GPU page: why the GPU is idle. Per rank, the GPU time ledger of the whole trace and of each
-traced step (compute, non-compute, idle split by whether the CPU or the device was late), what the
-CPU was doing while the GPU waited, and a recommendation where one is clear.
+"""GPU page: why the GPU is idle, and how much of it did model work. Per rank, the GPU time ledger of
+the whole trace and of each traced step (compute, non-compute, idle split by whether the CPU or the
+device was late), step MFU, GEMM efficiency and the FLOPs coverage they stand on, what the CPU was
+doing while the GPU waited, and a recommendation where one is clear.
 
 Why its own page: on a GPU the first question is not how long a step takes but how much of it the
 GPU worked; Overview's "other" hides a GPU waiting for its launching thread. The numbers are the
@@ -15,7 +16,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
-from dpcore.read.analysis.gpu_kernels import fp32_matmul_note
+from dpcore.read.analysis.gpu_flops import efficiency_text, rank_efficiency, run_tf32, with_efficiency
+from dpcore.read.analysis.gpu_kernels import fp32_matmul_note, kernel_rows
 from dpcore.read.analysis.gpu_time import HOST_BOUND_SHARE, TRACE_STEP, advice
 from dpcore.read.analysis.metrics import INFLATION_LIMIT
 from dpcore.read.dashboard import data, frame
@@ -47,18 +49,28 @@ LEDGER_CONFIG = {
     "top_idle_cause": st.column_config.TextColumn("top host cause", help="The outermost CPU op on the launching "
                                                   "thread over the most host idle ('python': no op)."),
     "top_idle_cause_ms": NUM("its idle (ms)", format="%.3f"),
+    "step_mfu_pct": NUM("step MFU %", help="The window's model FLOPs / (its span × the GPU's dense peak for each "
+                        "dtype): how much of the GPU's time did model work.", format="%.1f%%"),
+    "flops_coverage_pct": NUM("FLOPs coverage %", help="Share of the window's compute-kernel time whose FLOPs are "
+                              "known (matrix products, attention, convolutions with recorded shapes): MFU counts "
+                              "only that part.", format="%.0f%%"),
+    "set_aside_events": NUM("set aside", help="GPU events with a negative duration, left out of every number.",
+                            format="%d"),
 }
 KERNEL_CONFIG = {
     "kernel_class": st.column_config.TextColumn("class"),
     "dtype": st.column_config.TextColumn("dtype", help="The data type a GEMM or attention kernel's name states, "
                                          "else a GEMM's inputs' (recorded shapes)."),
     "calls": NUM("calls", format="%d"),
+    "flops_calls": NUM("calls with FLOPs", help="The calls the TFLOP/s covers: those launched under a matrix "
+                       "product, attention or convolution whose shapes the trace records.", format="%d"),
     "total_ms": NUM("total (ms)", help="Sum of the events' durations over the whole trace.", format="%.3f"),
     "share_pct": NUM("share %", help="Of all GPU event time of the rank.", format="%.1f%%"),
-    "tflops": NUM("TFLOP/s", help="Achieved: FLOPs (2·M·N·K from the matrix products' recorded shapes) / the "
-                  "time of their kernels.", format="%.2f"),
-    "mfu_pct": NUM("MFU %", help="Achieved TFLOP/s / the GPU's dense peak for the dtype (datasheet, no "
-                   "sparsity; dpcore/read/analysis/peaks.csv).", format="%.1f%%"),
+    "tflops": NUM("TFLOP/s", help="Achieved over the calls with FLOPs: their FLOPs (from the recorded shapes) / "
+                  "the time of their kernels.", format="%.2f"),
+    "eff_pct": NUM("efficiency %", help="Achieved TFLOP/s / the GPU's dense peak for the dtype (datasheet, no "
+                   "sparsity; dpcore/read/analysis/peaks.csv): how well these kernels ran, not MFU.",
+                   format="%.1f%%"),
 }
 MEANING = (
     "**span**: the window, from its first GPU event's start to its last GPU event's end (the whole trace, "
@@ -71,7 +83,11 @@ MEANING = (
     f"{100 * HOST_BOUND_SHARE:.0f} % of the span. **Causes**: for each host gap, the outermost CPU op on "
     "the launching thread at the gap's start ('python' where no op covers it). These are HTA's temporal-"
     "breakdown definitions on exact timestamps; HTA itself rounds to whole µs and leaves out the last "
-    "profiler step, so its shares can read a few points apart."
+    "profiler step, so its shares can read a few points apart. **Step MFU**: the window's model FLOPs "
+    "(matrix products, attention forward and backward, convolutions, from the recorded shapes) / (its span × "
+    "the GPU's dense peak for each dtype); **GEMM efficiency**: the GEMM kernels' FLOPs / their own time × peak "
+    "(how well the matrix kernels ran, not how busy the GPU was); **FLOPs coverage**: the share of compute-"
+    "kernel time whose FLOPs are known, which both numbers stand on."
 )
 
 
@@ -88,19 +104,36 @@ def charts(_run: Run, run_key: tuple, job_id: str, rank: int) -> tuple[go.Figure
             causes_figure(mine, "Host idle by CPU op (whole trace)"))
 
 
-def _cards(row: pd.Series) -> None:
-    """The whole trace's headline numbers of one rank."""
+def _pct_text(x: float) -> str:
+    return EMPTY if pd.isna(x) else f"{x:.1f} %"
+
+
+def _cards(row: pd.Series, eff: pd.Series | None) -> None:
+    """The whole trace's headline numbers of one rank: the ledger's three parts (they sum to the
+    span), then the host's share of idle and the efficiency numbers; each card's value short, so
+    none is cut, its detail in the help and the line below."""
     span = float(row["span_ms"])
-    c = st.columns(5)
+    c = st.columns(4)
     c[0].metric("span", f"{span:.2f} ms", help="First GPU event start to last GPU event end of the trace.")
     c[1].metric("compute", f"{float(row['compute_pct']):.1f} %", help=f"{float(row['compute_ms']):.3f} ms")
-    c[2].metric("idle", f"{float(row['idle_pct']):.1f} %", help=f"{float(row['idle_ms']):.3f} ms")
+    c[2].metric("non-compute", f"{float(row['non_compute_pct']):.1f} %",
+                help=f"{float(row['non_compute_ms']):.3f} ms of communication, copies and sets while no compute "
+                     "kernel runs")
+    c[3].metric("idle", f"{float(row['idle_pct']):.1f} %", help=f"{float(row['idle_ms']):.3f} ms")
     host = float(row["idle_host_ms"])
-    c[3].metric("GPU idle: host", f"{100 * host / span if span > 0 else 0:.1f} %",
+    c = st.columns(4)
+    c[0].metric("GPU idle: host", f"{100 * host / span if span > 0 else 0:.1f} %",
                 help=f"{host:.3f} ms the GPU waited for the CPU to launch work")
-    cause = str(row["top_idle_cause"] or "") or EMPTY
-    c[4].metric("top host cause", md(cause if len(cause) <= 24 else cause[:23] + "…"),
-                help=md(f"{cause}: {float(row['top_idle_cause_ms']):.3f} ms of host idle"))
+    if eff is not None:
+        c[1].metric("step MFU", _pct_text(float(eff["step_mfu_pct"])),
+                    help="Model FLOPs / (step time × the GPU's dense peak), over the traced steps.")
+        c[2].metric("GEMM efficiency", _pct_text(float(eff["gemm_eff_pct"])),
+                    help="The GEMM kernels' FLOPs / their own time × peak: not how busy the GPU was.")
+        c[3].metric("FLOPs coverage", _pct_text(float(eff["flops_coverage_pct"])),
+                    help="Share of compute-kernel time whose FLOPs are known: what MFU counts.")
+    cause = str(row["top_idle_cause"] or "")
+    if cause:
+        st.markdown(f"**Top host cause**: `{cause}`, {float(row['top_idle_cause_ms']):.3f} ms of host idle")
 
 
 def render(run: Run) -> None:
@@ -108,6 +141,7 @@ def render(run: Run) -> None:
     host causes and the ledger table."""
     key = data.key(run)
     ledger, _, kernels = data.cached_gpu(run, key)
+    tf32 = run_tf32(run.meta)
     if ledger.empty:
         where = ("in this run's traces (no kernels, memory copies or sets)" if data.may_have_gpu(run)
                  else "here: this run was recorded on a machine without a GPU (run.json)")
@@ -119,11 +153,14 @@ def render(run: Run) -> None:
     job = c1.selectbox("Job", jobs, key=f"gpu-job-{run.path}")
     ranks = sorted(int(r) for r in ledger.loc[ledger["job_id"] == job, "rank"].unique())
     rank = int(c2.selectbox("Rank", ranks, key=f"gpu-rank-{run.path}-{job}"))
-    rows = _job_rows(ledger, job, rank)
+    rows = with_efficiency(_job_rows(ledger, job, rank), tf32)
+    eff = rank_efficiency(rows, tf32)
     whole = rows[rows["step"] == TRACE_STEP]
     if len(whole):
         row = whole.iloc[0]
-        _cards(row)
+        _cards(row, eff.iloc[0] if len(eff) else None)
+        if len(eff):
+            st.caption(md(f"Efficiency ({job}, rank {rank}): {efficiency_text(eff.iloc[0], tf32)}."))
         tip = advice(row)
         if tip:
             st.info(f"**Recommendation** ({md(job)}, rank {rank}, whole trace): {md(tip)}")
@@ -138,7 +175,8 @@ def render(run: Run) -> None:
     st.dataframe(shown[list(LEDGER_CONFIG)], hide_index=True, width="stretch", column_config=LEDGER_CONFIG,
                  placeholder=EMPTY, height=table_height(len(shown)))
     st.caption(MEANING)
-    _kernels(kernels[(kernels["job_id"] == job) & (kernels["rank"] == rank)], rank, f"{run.path}-{job}-{rank}")
+    _kernels(kernel_rows(kernels[(kernels["job_id"] == job) & (kernels["rank"] == rank)], tf32), rank,
+             f"{run.path}-{job}-{rank}")
 
 
 def _inflation(run: Run, key: tuple, job: str) -> None:
@@ -169,12 +207,14 @@ def _kernels(mine: pd.DataFrame, rank: int, chart_key: str) -> None:
     if note:
         st.warning(md(note))
     shapes = "" if mine["tflops"].notna().any() else (
-        " This trace records no matrix shapes (profile with record_shapes=True), so no TFLOP/s or MFU.")
+        " This trace records no shapes (profile with record_shapes=True), so no TFLOP/s or efficiency.")
     st.caption("Each kernel, copy and set counted by its own duration (overlapping streams both count), "
                "classed by its name: GEMM, attention, elementwise, reduction, communication (NCCL), memory "
-               "(copies and sets), other. dtype is what a GEMM's kernel name states, else its inputs'. TFLOP/s "
-               "= the GEMMs' FLOPs (from the recorded shapes) / their kernel time; MFU % = TFLOP/s / the GPU's "
-               "dense peak for that dtype (vendor datasheet, no sparsity), empty for a GPU not in the table."
+               "(copies and sets), other. dtype is what a kernel's name states, else its op's inputs'. TFLOP/s "
+               "= the FLOPs of the row's calls with FLOPs (from the recorded shapes) / their kernel time, for "
+               "GEMM, attention and convolution rows; efficiency % = TFLOP/s / the GPU's dense peak for that "
+               "dtype (vendor datasheet, no sparsity; fp32 GEMMs rated as TF32 where the run records tf32), "
+               "empty for a GPU not in the table. Efficiency is the kernels', not the step's: step MFU is above."
                + shapes)
 
 
