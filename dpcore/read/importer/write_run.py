@@ -144,6 +144,16 @@ def _environment(traces: list[_Trace]) -> dict:
     return env
 
 
+def job_world_size(env: dict, ranks: list[int]) -> int:
+    """The imported job's world size: the traces' own ``distributedInfo.world_size``
+    (``env["trace_world_size"]``) where they say one, else the ranks imported. Why the trace's:
+    one rank of an 8-GPU job is a rank of a world of 8; as world size 1 its collectives would
+    read as having no peer and every world-size comparison would place it at 1. Never fewer than
+    the ranks present (``check_one_world`` refuses a rank outside its world)."""
+    said = env.get("trace_world_size")
+    return max(len(ranks), said if isinstance(said, int) and not isinstance(said, bool) and said > 0 else 0)
+
+
 def _ranks(traces: list[_Trace]) -> list[int]:
     """Every rank the traces hold (a merged trace holds several)."""
     return sorted({int(r) for t in traces for r in json.loads(t.facts["ranks"])})
@@ -231,7 +241,7 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         raise UsageError(str(exc).splitlines()[0]) from None
     run_id, tmp = _staging(Path(out), name)
     try:
-        job = f"{VARIANT}-ws{len(by_rank)}"
+        job = f"{VARIANT}-ws{job_world_size(_environment(traces), _ranks(traces))}"
         names, tdir = {}, rf.trace_dir(tmp, job)
         tdir.mkdir(parents=True)
         for r, f in by_rank.items():  # the originals, byte for byte, under the run format's names
@@ -280,9 +290,14 @@ def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, trace
     trace_handler): only these, all ranks' rows at once, are ever concatenated."""
     notes = [n for t in traces for n in t.tables.notes]
     ranks = sorted(by_rank)
-    ws = len(ranks)
-    job = job or f"{VARIANT}-ws{ws}"
     env = _environment(traces)
+    ws = job_world_size(env, _ranks(traces))
+    if ws > len(_ranks(traces)):
+        here = len(_ranks(traces))
+        notes.append(f"{here} of the job's {ws} ranks {'is' if here == 1 else 'are'} here (the traces' "
+                     f"distributedInfo.world_size is {ws}): the job ran at world size {ws}, and its numbers "
+                     "are those of the ranks imported")
+    job = job or f"{VARIANT}-ws{ws}"
     comm = pd.concat([t.tables[IMPORT_COMM] for t in traces], ignore_index=True)
     offsets, how = _offsets(comm, _ranks(traces), env.get("hosts", []), align)
     all_steps = pd.concat([t.tables[IMPORT_STEPS] for t in traces], ignore_index=True)
