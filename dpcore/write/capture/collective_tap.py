@@ -11,6 +11,9 @@ arguments: the hook computes exactly what it computes without the tap. Only call
 tapped process group are logged, and only while ``active()`` says so (``dpcore.record``: inside
 a step); a call from another thread (PowerSGD's callback on the backend's thread) is logged
 without a "communication call" of the training thread. ``remove()`` puts the originals back.
+An end is stamped by the recorder (``done`` after a blocking call, ``finished`` in the future's
+callback): on a CUDA job an event on the stream, since NCCL returns and completes the future at
+enqueue (see :class:`~dpcore.write.capture.comm_log.EventClock`).
 Used by ``dpcore.record`` (a user's hook kept) and ``torch_ddp`` (``profile --comm-hook``).
 
 With a :class:`HookClock` (``torch_ddp``'s compressing jobs) the tap also times the hook's own

@@ -187,7 +187,12 @@ def _recorded_allreduce_hook(state: _HookState, bucket: dist.GradBucket
 
     One Python callback on the backend's thread (DDP needs one to unwrap the result): it also
     stamps the end. Each extra one costs a GIL hand-off there, which keeps the backend's thread
-    (and its trace span) busy after the all-reduce is over while the main thread computes."""
+    (and its trace span) busy after the all-reduce is over while the main thread computes.
+
+    On NCCL the future is completed at enqueue, so the callback runs at once, on the launching
+    thread: a host clock there would read the launch time. With the recorder's event clock (a
+    CUDA job) the end is an event recorded in the callback, on the stream a CUDA future runs its
+    callbacks on, which waits for the all-reduce: it completes when the all-reduce did."""
     buf = bucket.buffer()
     i = bucket.index()
     state.buffers[i] = buf
