@@ -14,7 +14,8 @@ the step's model FLOPs by what the device could do in the step's time. Definitio
   counted (``flops_set_aside``).
 * dtype: as the kernel's name states it, else the op's inputs'. An fp32 GEMM whose name states no
   dtype (cuBLAS's ``nvjet_*``) is rated as TF32 where the run records ``tf32`` (run.json's config:
-  ``torch.backends.cuda.matmul.allow_tf32``), else as fp32.
+  ``torch.backends.cuda.matmul.allow_tf32``) or where it ran faster than the fp32 peak (only the
+  tensor cores can: the call's dtype is then ``tf32``), else as fp32.
 * ideal time of a call = its FLOPs / the device's dense peak for its dtype (``peaks.csv``, one row
   per GPU and dtype with its datasheet source; no sparsity).
 * GEMM efficiency = Σ ideal time / Σ kernel time over the GEMM kernels with FLOPs (for one dtype:
@@ -55,8 +56,8 @@ _CLASS_RE = (("reduction", re.compile(r"^triton_(red|per)_")),
                                       r"cross_entropy|cumsum|scan|GammaBeta", re.I)),
              ("elementwise", re.compile(r"elementwise|vectorized|unrolled|triton_poi|pointwise|fill|copy|"
                                         r"index|cat_|where|multi_tensor_apply|foreach|rotary|quant", re.I)))
-_DTYPE_RE = (("bf16", re.compile(r"bf16|bfloat16", re.I)),
-             ("fp8", re.compile(r"fp8|e4m3|e5m2", re.I)),
+_DTYPE_RE = (("fp8", re.compile(r"fp8|e4m3|e5m2", re.I)),  # first: an fp8 GEMM's name also states its bf16 output
+             ("bf16", re.compile(r"bf16|bfloat16", re.I)),
              ("fp16", re.compile(r"(?<![b])f16|fp16|half|hgemm|h1688|h884|h16816", re.I)),
              ("tf32", re.compile(r"tf32|tensorop_s|s1688", re.I)),
              ("fp32", re.compile(r"f32|fp32|sgemm|ffma|float", re.I)))
@@ -162,12 +163,14 @@ def event_flops(g: pd.DataFrame, device: str) -> EventFlops:
         dtype = np.where(~named & ~np.isnan(flops), mm, dtype)
     dtype = np.asarray(["" if d is None or d != d else str(d) for d in dtype], dtype=object) if n else dtype
     dur = g["dur"].to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = flops / dur / 1e6  # FLOPs per µs / 1e6 = TFLOP/s
+    # an fp32 GEMM whose name states no dtype and that ran faster than the fp32 peak ran on the tensor cores
+    dtype[(dtype == "fp32") & ~named & (rate > peak_tflops(device, "fp32"))] = "tf32"
     fp32_unnamed = (dtype == "fp32") & ~named
     peak = _peak_of(device, dtype)
     peak_tf32 = np.where(fp32_unnamed, peak_tflops(device, "tf32"), peak)
     bound = np.where(np.isnan(peak_tf32), MAX_TFLOPS, np.fmax(peak_tf32, peak))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate = flops / dur / 1e6  # FLOPs per µs / 1e6 = TFLOP/s
     set_aside = ~np.isnan(flops) & (rate > bound)
     flops[set_aside] = np.nan
     with np.errstate(divide="ignore", invalid="ignore"):
