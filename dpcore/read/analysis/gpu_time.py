@@ -259,34 +259,10 @@ def job_gpu(ledger: pd.DataFrame, tf32: bool = False) -> pd.DataFrame:
     return out[JOB_GPU_COLUMNS]
 
 
-#: Host causes that are the CPU waiting for the GPU (a host-device synchronisation), by name.
-_SYNC_CAUSE = ("aten::item", "aten::_local_scalar_dense", "aten::to", "aten::copy_", "cudaDeviceSynchronize",
-               "cudaStreamSynchronize", "aten::nonzero")
-
-
 def advice(row: pd.Series | dict) -> str:
-    """One plain-language recommendation for a ledger row where one is clear, else "".
+    """One plain-language recommendation for a ledger row where one is clear, else "": by the
+    cause of the GPU's idle (:func:`dpcore.read.analysis.advice.advice`, whose table maps each
+    host-idle cause to its remedy and reason)."""
+    from dpcore.read.analysis.advice import advice as by_cause  # beside its table; imports no ledger
 
-    Host-bound (the GPU waited for the CPU over half the window): the launch overhead is the
-    bottleneck, which fewer and larger kernels, CUDA graphs or torch.compile cut; a DataLoader
-    cause wants workers, a synchronising op (``.item()``, ``.cpu()``, ``.to()``) wants moving
-    out of the step. Mostly device idle: the streams wait on each other, not on the CPU."""
-    span = float(row["span_ms"])
-    if span <= 0:
-        return ""
-    cause, cause_ms = str(row["top_idle_cause"]), float(row["top_idle_cause_ms"])
-    if row["host_bound"]:
-        text = (f"host-bound: the GPU waited {float(row['idle_host_ms']):.3g} ms "
-                f"({100 * float(row['idle_host_ms']) / span:.0f} % of the span) for the CPU to launch work; "
-                "fewer, larger kernels (a larger batch, fused ops), CUDA graphs or torch.compile "
-                "(mode=\"reduce-overhead\") cut the launch overhead")
-        if "dataloader" in cause.lower():
-            text += f"; the top cause is the DataLoader ({cause_ms:.3g} ms): give it workers (num_workers, pin_memory)"
-        elif cause in _SYNC_CAUSE or "synchron" in cause.lower():
-            text += (f"; the top cause, {cause} ({cause_ms:.3g} ms), waits for the GPU: avoid .item()/.cpu()/"
-                     ".to() of device tensors inside the step")
-        return text + "."
-    if float(row["idle_device_ms"]) > 0.25 * span:
-        return (f"the GPU idles {float(row['idle_device_ms']):.3g} ms with work already queued: streams waiting "
-                "on each other or on events (a dependency), not the CPU.")
-    return ""
+    return by_cause(row)
