@@ -57,7 +57,7 @@ def row_interval(row: list[Any]) -> tuple[int, int, int]:
 # current stream's earlier work, so the collective cannot begin before that event.
 #
 # Resolution, after the step: every pending event is synchronized, then an anchor event is
-# recorded on the idle current stream between two host clock reads t0 and t1; the anchor's
+# recorded on an idle stream of its own between two host clock reads t0 and t1; the anchor's
 # host time is taken as (t0 + t1) / 2 (error at most (t1 - t0) / 2, a few µs), and each event's
 # host time is that minus ``event.elapsed_time(anchor)``. The anchor is taken after the step,
 # so no device synchronization ever happens inside a step (it would change what is measured).
@@ -80,6 +80,11 @@ class EventClock:
     def mark(self) -> Any:
         return self.event()
 
+    def anchor(self) -> Any:
+        """The anchor event, recorded now where nothing is queued before it (so it executes
+        between the two host reads around it)."""
+        return self.event()
+
     def resolve(self, events: list[Any]) -> list[int]:
         """``perf_counter_ns`` of each event (waits for them; see the scheme above)."""
         if not events:
@@ -87,7 +92,7 @@ class EventClock:
         for ev in events:
             ev.synchronize()
         t0 = _perf_ns()
-        anchor = self.event()
+        anchor = self.anchor()
         anchor.synchronize()
         t1 = _perf_ns()
         host = (t0 + t1) // 2
@@ -96,11 +101,22 @@ class EventClock:
 
 class CudaEventClock(EventClock):
     """:class:`EventClock` of a CUDA job: ``torch.cuda.Event(enable_timing=True)`` recorded
-    on the current stream of the current device."""
+    on the current stream of the current device; the anchor on a stream of its own, which
+    nothing else uses, so work still queued on the current stream cannot delay it."""
+
+    def __init__(self) -> None:
+        self._idle: Any = None
 
     def event(self) -> Any:
         ev = torch.cuda.Event(enable_timing=True)
         ev.record()
+        return ev
+
+    def anchor(self) -> Any:
+        if self._idle is None:
+            self._idle = torch.cuda.Stream()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(self._idle)
         return ev
 
 
