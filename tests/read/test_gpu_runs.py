@@ -180,3 +180,17 @@ def test_every_page_renders_on_every_gpu_run(runs, monkeypatch):
             if page.title == "Timeline" and at.dataframe:
                 sources = {str(s).split(" ")[0] for s in at.dataframe[0].value["source"]}
                 assert sources == {"trace"}, (run_id, sources)
+
+
+@pytest.mark.parametrize("name", ["h200_variants_ws1", "h200_pl-gpu-auto"])
+def test_summarize_has_step_mfu_only_where_flops_are_known(runs, capsys, name):
+    """These runs were recorded without shapes: FLOPs coverage 0 %, so no step MFU and no GEMM
+    efficiency (an empty cell, never a 0 % or a guess); the idle share is the ledger's."""
+    code, out, err = _cli(capsys, "summarize", str(runs / name), "--csv")
+    assert code == 0, err
+    df = _csv(out)
+    done = df[df["status"] == "complete"]
+    assert {"gpu_step_mfu_pct", "gemm_eff_pct", "flops_coverage_pct"} <= set(df.columns)
+    assert (done["flops_coverage_pct"] == 0).all()
+    assert done["gpu_step_mfu_pct"].isna().all() and done["gemm_eff_pct"].isna().all()
+    assert done["gpu_idle_pct"].notna().all()

@@ -16,6 +16,7 @@ import pandas as pd
 from dpcore.contract.runformat import is_stale
 from dpcore.contract.units import EMPTY, number, percent, percent_number
 from dpcore.read.analysis.comm_hooks import compression
+from dpcore.read.analysis.gpu_flops import run_tf32
 from dpcore.read.analysis.gpu_time import job_gpu
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import INFLATION_LIMIT, NOISY_SPREAD, SOURCE_GAP_POINTS
@@ -48,7 +49,8 @@ def run_job_summary(run: Run, scale: Scale | None = None) -> pd.DataFrame:
 #: the traced steps, and whether the job's ranks shared GPUs (run.json's ``gpus_shared``: such a job
 #: is no scaling point). Every run has all of them (empty where unknown), so the CSVs of several runs stack.
 SUMMARIZE_EXTRA = ["param_mib", "grad_mib", "optim_mib", "peak_mib", "bus_mib_per_step",
-                   "expected_bus_mib_per_step", "gpu_idle_pct", "host_bound", "trace_inflation", "gpus_shared"]
+                   "expected_bus_mib_per_step", "gpu_idle_pct", "host_bound", "trace_inflation", "gpus_shared",
+                   "gpu_step_mfu_pct", "gemm_eff_pct", "flops_coverage_pct"]
 
 
 def summary_table(run: Run, scale: Scale | None = None) -> pd.DataFrame:
@@ -61,7 +63,7 @@ def summary_table(run: Run, scale: Scale | None = None) -> pd.DataFrame:
     problems: list[str] = []
     steps, ledger = run_steps_gpu(run, scale, problems)  # one read of the traces for both
     warn(problems)
-    gpu = job_gpu(ledger)
+    gpu = job_gpu(ledger, run_tf32(run.meta))  # with step MFU, GEMM efficiency and FLOPs coverage
     full = job_summary(run, steps)
     s = full.rename(columns={"exposed_ms": "exposed_comm_ms"})[SUMMARIZE_COLUMNS]
     for extra in (summary_memory_columns(run.memory),
@@ -93,16 +95,19 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
     if s.empty:
         return f"{run.meta.get('run_id', p.name)}: no train jobs\n"
     extra = [c for c in ("peak_mib", "bus_mib_per_step", "expected_bus_mib_per_step", "gpu_idle_pct", "host_bound",
-                         "trace_inflation") if s[c].notna().any()]
+                         "trace_inflation", "gpu_step_mfu_pct", "flops_coverage_pct") if s[c].notna().any()]
     view = s[_SUMMARY_VIEW + extra].assign(comm_fraction=100 * s["comm_fraction"])
     view = view.rename(columns={"overlap_pct": "overlap_%", "throughput": "samples/s", "comm_fraction": "comm_%",
                                                     "exposed_comm_ms": "exposed_ms", "comm_source": "source",
                                                     "overlap_gap": "gap_pts", "bus_mib_per_step": "bus_MiB",
                                                     "expected_bus_mib_per_step": "expected_MiB",
-                                                    "gpu_idle_pct": "gpu_idle_%", "trace_inflation": "inflation"})
+                                                    "gpu_idle_pct": "gpu_idle_%", "trace_inflation": "inflation",
+                                                    "gpu_step_mfu_pct": "step_mfu_%",
+                                                    "flops_coverage_pct": "flops_cov_%"})
     status = "stale" if is_stale(run.meta) else run.meta.get("status", "?")  # the dashboard's word
     # one decimal, as the dashboard; samples/s whole, as the Overview and profile's end table
-    pct = {c: percent_number for c in ("overlap_%", "comm_%", "gpu_idle_%")} | {"samples/s": samples_text}
+    pct = {c: percent_number for c in ("overlap_%", "comm_%", "gpu_idle_%", "step_mfu_%", "flops_cov_%")} | \
+        {"samples/s": samples_text}
     lines = [f"{run.meta.get('run_id', p.name)} ({status})", text_table(view, formatters=pct), "",
              "step_ms: median (p10, p90) over the timed steps and ranks; noisy: p90/p10 > "
              f"{NOISY_SPREAD:g}. compute/comm/exposed: ms of that T, split by each part's share of the "
@@ -117,6 +122,9 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
                 if "bus_mib_per_step" in s else "")
              + (" gpu_idle_%: the GPU's idle share over its traces (mean over ranks; `gpu` has the ledger); "
                 "host_bound: the GPU waited for the CPU over half of it." if "gpu_idle_%" in view else "")
+             + (" step_mfu_%: model FLOPs / (traced step time × the GPU's dense peak), the job's ranks and steps "
+                "pooled; flops_cov_%: the share of compute-kernel time whose FLOPs are known (`gpu` has GEMM "
+                "efficiency and the per-window numbers)." if "step_mfu_%" in view else "")
              + (f" inflation: median traced step / median timed step (> {INFLATION_LIMIT:g}: flagged)."
                 if "inflation" in view else "")] \
         + inflation_lines(s, gpu_job_ids(run)) + shared_lines(s) + compression_lines(run, s) + notes
