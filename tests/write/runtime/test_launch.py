@@ -84,12 +84,9 @@ def test_rank_dying_without_exception_is_reported():
     assert info.value.rank == 1 and "exited with code 7" in info.value.message
 
 
-def test_clock_offsets_on_one_host_are_tiny():
-    out = launch(workers.clock_offset, 2, timeout_s=60)
-    assert out[0] == (0, 0)
-    offset, rtt = out[1]
-    assert abs(offset) < 100_000, offset  # < 100 us: same CLOCK_MONOTONIC on one host
-    assert rtt > 0
+def test_clock_offsets_on_one_host_are_zero_by_construction():
+    # spawned ranks share this host's CLOCK_MONOTONIC: nothing to measure, no error
+    assert launch(workers.clock_offset, 2, timeout_s=60) == [(0, 0), (0, 0)]
 
 
 def test_progress_events_reach_the_parent():
