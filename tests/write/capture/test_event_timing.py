@@ -27,9 +27,9 @@ import torch.multiprocessing as mp
 from dpcore.write.capture import comm_log
 from dpcore.write.capture.comm_log import EventClock, PhaseTimer, Recorder
 
-DELAY_MS = 100.0
+DELAY_MS = 150.0
 #: what "~0" means for a host stamp of a call that returns at enqueue (generous: a loaded box)
-ZERO_MS = 40.0
+ZERO_MS = 60.0
 SPAWN_TIMEOUT_S = 240.0
 
 
@@ -201,7 +201,33 @@ def _checks(rank: int, n: int) -> dict[str, Any]:
         fn(t, r)
         out[f"sum_{algo}"] = {"values": sorted(set(t.tolist())),
                               "ms": [_dur_ms(m["t_post_ns"], m["t_done_ns"]) for m in r.message_rows()]}
-    # 7. phase timer: a phase that waits for an async collective on the stream
+    # 7. a torch_ddp trainer's steps: steps.csv's comm_ms (engine's attach_comm, the rule the
+    #    analysis shares) from its collectives and the phase timer, both on one clock
+    from dpcore.contract.config import TrainConfig
+    from dpcore.write.capture.run_lifecycle import attach_comm
+    from dpcore.write.runtime.context import DistContext
+    from dpcore.write.training.trainer import make_trainer
+    ctx = DistContext(rank=rank, world_size=n, local_rank=rank, backend=ab.BACKEND,
+                      device=torch.device("cpu"), threads=1)
+    cfg = TrainConfig(model="toy", batch_size=8, steps=2, warmup=0, profile_steps=0)
+    for name, clock in (("host", None), ("event", ab.StreamEventClock(world))):
+        r = rec(clock)
+        tr = make_trainer("torch_ddp", ctx, cfg, recorder=r)
+        timer = PhaseTimer(ctx.device, 0, clock=clock)
+        r.clear()
+        steps = []
+        for step in range(2):
+            x, y = tr.batch(step)
+            world.synchronize()
+            r.step = step
+            tr.step(x, y, timer)
+            res = timer.finish()
+            steps.append({"job_id": "t", "rank": rank, "step": step, "world_size": n,
+                          "t_start_ns": res["t_start_ns"], "step_ms": res["step_ms"]})
+        world.synchronize()
+        attach_comm(steps, r.collective_rows())
+        out[f"steps_{name}"] = [(s["comm_ms"], s["comm_ops"], s["step_ms"]) for s in steps]
+    # 8. phase timer: a phase that waits for an async collective on the stream
     for name, clock in (("host", None), ("event", ab.StreamEventClock(world))):
         timer = PhaseTimer(None, 0, clock=clock)
         timer.start()
@@ -302,6 +328,17 @@ def test_messages_end_when_the_work_completed(reports: list[dict], algo: str) ->
         assert all(ms >= DELAY_MS for ms in event), rep
         assert rep[f"sum_{algo}"]["values"] == [3.0], rep  # 1 + 2: right results with events too
         assert all(ms >= DELAY_MS for ms in rep[f"sum_{algo}"]["ms"]), rep
+
+
+@pytest.mark.slow
+def test_steps_comm_ms_covers_the_collectives(reports: list[dict]) -> None:
+    """steps.csv's comm_ms of a torch_ddp job: ~0 from host stamps (what a 2-rank NCCL job
+    read), at least one op's delay from events (each step's buckets ran >= DELAY_MS)."""
+    for rep in reports:
+        for comm_ms, ops, _ in rep["steps_host"]:
+            assert ops >= 1 and comm_ms < ZERO_MS, rep
+        for comm_ms, ops, step_ms in rep["steps_event"]:
+            assert ops >= 1 and DELAY_MS <= comm_ms <= step_ms + 1e-6, rep
 
 
 @pytest.mark.slow
