@@ -11,15 +11,19 @@ calls :func:`bind` (``set_device``) first, then :func:`init_group`, which on NCC
 ``device_id=``: the group is then bound to that GPU (PyTorch's ``bound_device_id``), NCCL's
 communicator is made eagerly on it, and no later collective of the group has to guess.
 
-``device_id`` is a parameter of ``init_process_group`` since torch 2.2 (``torch>=2.4`` is the
+``device_id`` is a parameter of ``init_process_group`` since torch 2.3 (``torch>=2.4`` is the
 floor); it is passed only where this torch's ``init_process_group`` names it, and only on NCCL
-(on gloo a bound device makes torch try to split groups that gloo cannot split).
+(on gloo a bound device makes torch try to split groups that gloo cannot split). On torch 2.7.0
+a bound NCCL group defaults to NCCL's non-blocking mode, which hangs at random with the NCCL
+2.26 it ships (pytorch/pytorch#153960; 2.7.1 turned that default off): there dpcore turns it
+off too (``TORCH_NCCL_USE_COMM_NONBLOCKING=0``, unless the user set it), as 2.7.1 does.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import inspect
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -154,10 +158,23 @@ def bind(placement: Placement, local: int) -> torch.device:
     return placement.rank_device(local)
 
 
+#: the torch whose bound NCCL groups default to the non-blocking mode that hangs (docstring)
+NONBLOCKING_HANG_TORCH = (2, 7, 0)
+
+
+def torch_release() -> tuple[int, ...]:
+    """This torch's release numbers: ``2.7.0+cu126`` -> (2, 7, 0), ``2.7.1rc2`` -> (2, 7, 1)."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", torch.__version__)
+    return tuple(int(g) for g in m.groups() if g is not None) if m else ()
+
+
 def init_options(backend: str, device: torch.device) -> dict[str, Any]:
     """The extra keywords of ``init_process_group`` for a rank on ``device``: ``device_id`` on
-    NCCL where this torch takes it, else none."""
+    NCCL where this torch takes it, else none. On torch 2.7.0 it also opts out of NCCL's
+    non-blocking mode for the group, unless the user chose (module docstring)."""
     if backend == "nccl" and device.type == "cuda" and TAKES_DEVICE_ID:
+        if torch_release() == NONBLOCKING_HANG_TORCH:
+            os.environ.setdefault("TORCH_NCCL_USE_COMM_NONBLOCKING", "0")
         return {"device_id": device}
     return {}
 

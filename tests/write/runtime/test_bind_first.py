@@ -131,3 +131,30 @@ def test_users_world_broadcast_goes_over_the_control_group(monkeypatch: pytest.M
     assert box[0] == "/runs/x"
     (call,) = host.collectives()
     assert call.args["backend"] == "gloo" and call.args["group"] is not host.world
+
+
+def test_device_id_only_on_nccl_and_only_where_torch_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpcore.write.runtime import placement
+    gpu = torch.device("cuda", 2)
+    assert placement.TAKES_DEVICE_ID  # this torch (the floor, 2.4, has it too: since 2.3)
+    assert placement.init_options("nccl", gpu) == {"device_id": gpu}
+    # gloo over CUDA tensors: a bound gloo group would make torch try to split it
+    assert placement.init_options("gloo", gpu) == {}
+    assert placement.init_options("gloo", torch.device("cpu")) == {}
+    monkeypatch.setattr(placement, "TAKES_DEVICE_ID", False)  # a torch without the parameter
+    assert placement.init_options("nccl", gpu) == {}
+
+
+@pytest.mark.parametrize(("version", "off"), [("2.7.0+cu126", "0"), ("2.7.1+cu126", None),
+                                              ("2.4.1", None), ("2.13.0", None)])
+def test_torch_2_7_0_opts_out_of_the_hanging_nonblocking_mode(monkeypatch: pytest.MonkeyPatch,
+                                                              version: str, off: str | None) -> None:
+    from dpcore.write.runtime import placement
+    monkeypatch.delenv("TORCH_NCCL_USE_COMM_NONBLOCKING", raising=False)
+    monkeypatch.setattr(torch, "__version__", version)
+    placement.init_options("nccl", torch.device("cuda", 0))
+    import os
+    assert os.environ.get("TORCH_NCCL_USE_COMM_NONBLOCKING") == off
+    monkeypatch.setenv("TORCH_NCCL_USE_COMM_NONBLOCKING", "1")  # the user's choice wins
+    placement.init_options("nccl", torch.device("cuda", 0))
+    assert os.environ["TORCH_NCCL_USE_COMM_NONBLOCKING"] == "1"
