@@ -14,6 +14,18 @@ when writable); a folder of someone's traces gets no files: reading must not wri
 trace folder, so its cache lives in the user's cache directory (``$XDG_CACHE_HOME/dpcore``, else
 ``~/.cache/dpcore``), one folder per traces folder. A ``cache`` that is a symlink is never
 written through (reading a run must not write outside it): the user's cache is used instead.
+
+Why it trusts only what the reader owns: a shared ``$DPCORE_CACHE_DIR``, a run folder others
+may write, or a planted file must neither doctor a number nor make the reader write through a
+link or hang. So (:func:`_own_folder`, :func:`_read_owned`, :func:`_write_new`) the base folder
+and each cache folder must be a real folder (not a link) owned by the reader, mode 0700 (a
+looser one of the reader's own is tightened; someone else's is not used: no cache); the key
+must be a regular file of the reader's, mode 0600 (else it is replaced, or, outside the
+reader's own folder, the cache is off); every cache file is opened with O_NOFOLLOW and
+O_NONBLOCK and read only when it is a regular file of the reader's of at most
+:data:`MAX_CACHE_FILE_BYTES` (a link, a FIFO, a device, a sparse giant: a miss, never a hang or
+a MemoryError); and every file written is created new (O_CREAT | O_EXCL | O_NOFOLLOW, a random
+name, mode 0600) and renamed into place, so a planted temporary name is never written through.
 Nothing is pickled: one Parquet file per table per folder (``ranks``: rank, world size,
 events and notes of each trace; one per table a reader declared, named by the table
 (``overlap``, ``comm``, ``lanes``, the ``import_*`` and ``gpu*`` tables): every trace's rows, a
@@ -29,6 +41,7 @@ import hmac
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +65,13 @@ CACHE_DIR = "cache"
 #: the user's signing key for cache files (:func:`_key`), beside the user's caches
 _KEY_FILE = "key"
 _META = b"dpcore"
+#: Largest cache file read or written (a table of every rank of a 1,024-rank job is far below
+#: it): a larger one (a sparse file, a planted giant) is a miss, not a MemoryError.
+MAX_CACHE_FILE_BYTES = 2 << 30
+_KEY_BYTES = 32
+_MAC_BYTES = 64  # a hex SHA-256
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_READ_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _pa():
@@ -124,10 +144,88 @@ def cache_dir(root: Path) -> Path:
         return env / _folder_id(root)
     here = root / CACHE_DIR
     is_run = (root / RUN_JSON).is_file()
-    if is_run and not here.is_symlink() and (here.is_dir() or not os.path.lexists(here)) \
+    if is_run and not here.is_symlink() and (_owned_dir(here) or not os.path.lexists(here)) \
             and os.access(here if here.is_dir() else root, os.W_OK):
         return here
     return user_cache_dir(root)
+
+
+def _owned_dir(d: Path) -> bool:
+    """Whether ``d`` is a real folder (not a link) owned by this user."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
+def _own_folder(d: Path, create: bool, follow: bool = False) -> bool:
+    """Whether ``d`` may hold this user's cache: a folder owned by this user, mode 0700
+    (a looser one of the user's own is tightened: an older dpcore made it 0755); a link
+    (unless ``follow``: the base folder the user named may be one) or someone else's folder
+    is refused, so nothing is read from or written through what another user controls.
+    ``create``: made (mode 0700) when absent."""
+    try:
+        if create and not os.path.lexists(d):
+            d.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(d, 0o700)
+            except FileExistsError:
+                pass
+        st = os.stat(d) if follow else os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return False
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(d, 0o700)
+    except OSError:
+        return False
+    return True
+
+
+def _read_owned(f: Path, max_bytes: int, private: bool = False) -> bytes | None:
+    """The bytes of a cache file, or None (a miss) unless it is a regular file owned by this
+    user, of at most ``max_bytes``, opened without following a link (O_NOFOLLOW) or waiting on
+    a FIFO (O_NONBLOCK); ``private``: also mode 0600 or stricter (the key)."""
+    try:
+        fd = os.open(f, _READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > max_bytes \
+                or (private and stat.S_IMODE(st.st_mode) & 0o077):
+            return None
+        chunks, left = [], max_bytes + 1  # the file may grow after the check
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data if len(data) <= max_bytes else None
+
+
+def _write_new(d: Path, name: str, data: bytes) -> Path:
+    """``data`` in a new file of a random name in ``d`` (O_CREAT | O_EXCL | O_NOFOLLOW, mode
+    0600: a name planted beforehand, a link included, makes it fail, never written through);
+    its path, for the caller to rename into place."""
+    tmp = d / f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
 
 
 def _name(root: Path, trace: Path) -> str:
@@ -145,23 +243,32 @@ def _path(root: Path, table: str) -> Path:
 def _key() -> bytes | None:
     """This user's secret for signing cache files (32 random bytes, mode 0600, made on first
     use beside the user's caches, or in ``$DPCORE_CACHE_DIR``); None where it cannot be had
-    (then nothing is read from or written to the cache)."""
+    (then nothing is read from or written to the cache): the folder is someone else's (a shared
+    ``$DPCORE_CACHE_DIR``: a key planted there would let its owner sign doctored numbers). A key
+    file that is not this user's 32-byte regular file of mode 0600 (a link, a FIFO, a looser
+    mode) is replaced by a new key: every file signed with the old one is then a miss."""
     env = env_cache_dir()
     base = env if env is not None else _user_base()
-    f = base / _KEY_FILE
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "wb") as out:
-                out.write(secrets.token_bytes(32))
-        key = f.read_bytes()
-    except OSError:
+    if not _own_folder(base, create=True, follow=True):
         return None
-    return key if len(key) == 32 else None
+    f = base / _KEY_FILE
+    for _ in range(2):
+        key = _read_owned(f, _KEY_BYTES, private=True)
+        if key is not None and len(key) == _KEY_BYTES:
+            return key
+        try:
+            tmp = _write_new(base, _KEY_FILE, secrets.token_bytes(_KEY_BYTES))
+            if os.path.lexists(f):  # not ours, not regular, not private, not 32 bytes
+                os.replace(tmp, f)
+            else:
+                try:
+                    os.link(tmp, f)  # first use: a key another process made meanwhile wins
+                except FileExistsError:
+                    pass
+                os.unlink(tmp)
+        except OSError:
+            return None
+    return None
 
 
 def _mac(key: bytes, data: bytes) -> bytes:
@@ -177,10 +284,13 @@ def _read(pq: Any, root: Path, table: str) -> tuple[dict[str, list], Any]:
     miss, and the traces are read again."""
     try:
         key = _key()
+        d = cache_dir(root)
+        if key is None or not _own_folder(d, create=False):
+            return {}, None
         f = _path(root, table)
-        raw = f.read_bytes()
-        if key is None or not hmac.compare_digest(f.with_name(f.name + ".mac").read_bytes(),
-                                                  _mac(key, raw)):
+        raw = _read_owned(f, MAX_CACHE_FILE_BYTES)
+        mac = _read_owned(f.with_name(f.name + ".mac"), _MAC_BYTES)
+        if raw is None or mac is None or not hmac.compare_digest(mac, _mac(key, raw)):
             return {}, None
         t = pq.read_table(_pa()[0].BufferReader(raw))
         entries = json.loads((t.schema.metadata or {}).get(_META, b"{}"))
@@ -271,7 +381,9 @@ def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]],
                          "notes": [json.dumps(t.notes) for _, t in new.values()]})
     try:
         d = cache_dir(root)
-        d.mkdir(parents=True, exist_ok=True)
+        key = _key()  # first: it checks the base folder the cache folder is made in
+        if key is None or not _own_folder(d, create=True):
+            return False
         for table in (None, *tables):  # None: the ranks file
             name = "ranks" if table is None else table.name
 
@@ -293,14 +405,17 @@ def store(root: Path, entries: list[tuple[Path, bool, list, RankTables]],
             at = pa.Table.from_pandas(df, preserve_index=False)
             at = at.replace_schema_metadata({**(at.schema.metadata or {}), _META: meta})
             f = _path(root, name)
-            tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
-            pq.write_table(at, tmp)
-            key = _key()
-            if key is None:
-                os.unlink(tmp)
+            out = pa.BufferOutputStream()
+            pq.write_table(at, out)
+            data = out.getvalue().to_pybytes()
+            if len(data) > MAX_CACHE_FILE_BYTES:  # it would never be read back
                 return False
-            sig = f.with_name(f".{f.name}.mac.{os.getpid()}.tmp")
-            sig.write_bytes(_mac(key, tmp.read_bytes()))
+            tmp = _write_new(d, f.name, data)
+            try:
+                sig = _write_new(d, f.name + ".mac", _mac(key, data))
+            except OSError:
+                os.unlink(tmp)
+                raise
             os.replace(tmp, f)
             os.replace(sig, f.with_name(f.name + ".mac"))
     except (OSError, ValueError, TypeError):
