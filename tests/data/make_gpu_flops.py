@@ -34,10 +34,12 @@ GPU events (stream 7; kernel window in µs; FLOPs by the conventions of dpcore.r
   the math form of ``scaled_dot_product_attention`` (1x2x128x64 fp32), whose own softmax kernel
   K14 [5130,5140] gets no FLOPs (the bmm counts the work).
 * M1 memcpy [5140,5240].
+* K16 a layout transpose [5240,5340] launched by ``cudnn_convolution`` too: the op's FLOPs stay with
+  its convolution kernel K3 (a math kernel), none to the transpose.
 
-Answers: span 4240 µs (1000..5240); compute-kernel time 4040 µs, of it 3020 with FLOPs (all but K8,
-K11, K14): coverage 74.752475 %. The ledger and the test derive MFU from these FLOPs and peaks.csv's
-H100 SXM rows (bf16 989.5, fp8 1979, tf32 494.5, fp32 67 TFLOP/s).
+Answers: span 4340 µs (1000..5340); idle 100 µs ([5010,5110]); compute-kernel time 4140 µs, of it
+3020 with FLOPs (all but K8, K11, K14, K16): coverage 72.946860 %. The ledger and the test derive
+MFU from these FLOPs and peaks.csv's H100 SXM rows (bf16 989.5, fp8 1979, tf32 494.5, fp32 67 TFLOP/s).
 """
 from __future__ import annotations
 
@@ -119,6 +121,7 @@ def flops_trace() -> dict:
         *gpu(nvjet, 5110, 5130, 13, 812),
         *gpu("void softmax_warp_forward<float, float, float, 7, false, false>", 5130, 5140, 14, 830),
         *gpu("Memcpy DtoH (Device -> Pageable)", 5140, 5240, 15, 850, cat="gpu_memcpy"),
+        *gpu("batched_transpose_32x32_half", 5240, 5340, 16, 208),
     ]
     return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
             "deviceProperties": [{"id": 0, "name": DEVICE}], "traceEvents": ev}

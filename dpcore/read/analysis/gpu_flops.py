@@ -14,8 +14,9 @@ the step's model FLOPs by what the device could do in the step's time. Definitio
   counted (``flops_set_aside``).
 * dtype: as the kernel's name states it, else the op's inputs'. An fp32 GEMM whose name states no
   dtype (cuBLAS's ``nvjet_*``) is rated as TF32 where the run records ``tf32`` (run.json's config:
-  ``torch.backends.cuda.matmul.allow_tf32``) or where it ran faster than the fp32 peak (only the
-  tensor cores can: the call's dtype is then ``tf32``), else as fp32.
+  ``torch.backends.cuda.matmul.allow_tf32``), else as fp32. Any fp32 call that ran faster than the
+  fp32 peak ran on the tensor cores (only they can; cuBLAS names a TF32 GEMM's split-K reduction for
+  its fp32 accumulator): its dtype is then ``tf32``.
 * ideal time of a call = its FLOPs / the device's dense peak for its dtype (``peaks.csv``, one row
   per GPU and dtype with its datasheet source; no sparsity).
 * GEMM efficiency = Σ ideal time / Σ kernel time over the GEMM kernels with FLOPs (for one dtype:
@@ -31,6 +32,7 @@ the step's model FLOPs by what the device could do in the step's time. Definitio
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -39,6 +41,14 @@ import numpy as np
 import pandas as pd
 
 PEAKS_CSV = Path(__file__).with_name("peaks.csv")
+
+
+def table_version(base: int) -> int:
+    """A rank table's version (:class:`~dpcore.read.traces.rank_table.RankTable`) whose reduction
+    reads the peaks (ideal times, the set-aside bound): ``base`` and peaks.csv's checksum, so an edit
+    of the table misses the cached entries made with the old peaks."""
+    return base * 100_000 + zlib.crc32(PEAKS_CSV.read_bytes()) % 100_000
+
 #: Above every dense peak a GPU has (B200/GB200 fp8: 4,500-5,000 TFLOP/s): the bound of a call's
 #: rate where the device or its dtype is not in the table.
 MAX_TFLOPS = 20_000.0
@@ -165,8 +175,9 @@ def event_flops(g: pd.DataFrame, device: str) -> EventFlops:
     dur = g["dur"].to_numpy(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = flops / dur / 1e6  # FLOPs per µs / 1e6 = TFLOP/s
-    # an fp32 GEMM whose name states no dtype and that ran faster than the fp32 peak ran on the tensor cores
-    dtype[(dtype == "fp32") & ~named & (rate > peak_tflops(device, "fp32"))] = "tf32"
+    # an fp32 call faster than the fp32 peak ran on the tensor cores (a TF32 GEMM's split-K reduction is
+    # named for its fp32 accumulator)
+    dtype[(dtype == "fp32") & (rate > peak_tflops(device, "fp32"))] = "tf32"
     fp32_unnamed = (dtype == "fp32") & ~named
     peak = _peak_of(device, dtype)
     peak_tf32 = np.where(fp32_unnamed, peak_tflops(device, "tf32"), peak)

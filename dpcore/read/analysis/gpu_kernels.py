@@ -34,6 +34,7 @@ from dpcore.read.analysis.gpu_flops import (
     gemm_dtype,
     kernel_class,
     peak_tflops,
+    table_version,
 )
 from dpcore.read.analysis.gpu_time import GPU_CATS
 from dpcore.read.traces.rank_table import RankTable
@@ -149,4 +150,4 @@ def kernel_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
 KERNELS_TABLE = RankTable("gpu_kernels", {c: (object if c in ("kernel_class", "dtype", "device") else bool
                                               if c == "named" else np.int64
                                               if c in ("rank", "calls", "flops_calls", "set_aside") else np.float64)
-                                          for c in KERNEL_COLUMNS}, kernel_table, version=2)
+                                          for c in KERNEL_COLUMNS}, kernel_table, version=table_version(3))

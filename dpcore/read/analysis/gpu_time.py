@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.intervals import subtract, union_length
-from dpcore.read.analysis.gpu_flops import FLOPS_COLUMNS, event_flops, rank_efficiency, window_flops
+from dpcore.read.analysis.gpu_flops import FLOPS_COLUMNS, event_flops, rank_efficiency, table_version, window_flops
 from dpcore.read.traces.kinds import STEP_RE
 from dpcore.read.traces.rank_table import RankTable
 
@@ -90,10 +90,10 @@ def ledger_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
 GPU_TABLE = RankTable("gpu", {c: (object if c in ("window", "top_idle_cause") else bool if c == "host_bound"
                                   else np.int64 if c in ("rank", "step", "set_aside_events", "flops_set_aside")
                   else np.float64) for c in LEDGER_COLUMNS},
-                      ledger_tables, version=2)
+                      ledger_tables, version=table_version(3))
 GPU_CAUSES_TABLE = RankTable("gpu_causes", {c: (object if c in ("window", "cause")
                                                 else np.int64 if c in ("rank", "step") else np.float64)
-                                            for c in CAUSE_COLUMNS}, ledger_tables, version=2)
+                                            for c in CAUSE_COLUMNS}, ledger_tables, version=table_version(3))
 
 
 def codes(col: pd.Series) -> tuple[np.ndarray, list]:

@@ -27,15 +27,19 @@ A kernel belongs to the innermost such op around the runtime call that launched 
 correlation id, same thread: :func:`dpcore.read.traces.collectives.range_of_launch`); when one
 op launched several kernels (split-K and its reduction), its FLOPs are shared among them in
 proportion to their durations, so a sum over kernels counts the op once and FLOPs / time is the
-op's rate. An op that holds another counted op (``scaled_dot_product_attention``'s math form
-runs ``bmm`` ops) gives its own kernels no FLOPs: the inner ops count the work once. Only these op
-names are parsed (a few distinct shapes per trace), so the rest of the trace's shapes cost
-nothing beyond the scan.
+op's rate. Only its math kernels share them (:data:`MATH_KERNEL`: GEMM, convolution and attention
+kernels by name, cuBLAS's split-K reduction among them) where it launched any: MIOpen's layout
+transposes around a convolution take longer than the convolution itself, and would otherwise read
+as covered work and halve the convolution's rate. An op that holds another counted op
+(``scaled_dot_product_attention``'s math form runs ``bmm`` ops) gives its own kernels no FLOPs:
+the inner ops count the work once. Only these op names are parsed (a few distinct shapes per
+trace), so the rest of the trace's shapes cost nothing beyond the scan.
 """
 from __future__ import annotations
 
 import ast
 import math
+import re
 
 import numpy as np
 
@@ -69,6 +73,11 @@ CONV_BWD = {"aten::convolution_backward": ((0, 1, 2), 2), "aten::cudnn_convoluti
             "aten::miopen_convolution_backward_input": ((1, -1, 2), 1),
             "aten::cudnn_convolution_backward_weight": ((1, 2, -1), 1),
             "aten::miopen_convolution_backward_weight": ((1, 2, -1), 1)}
+#: Kernels that do an op's arithmetic, by name (cuBLAS/CUTLASS/rocBLAS GEMMs, cuDNN/MIOpen/CK
+#: convolutions, flash and fused attention); an op's other kernels (transposes, casts) get none of
+#: its FLOPs where it launched one of these.
+MATH_KERNEL = re.compile(r"gemm|gemv|cublas|cutlass|xmma|nvjet|wgmma|matmul|Cijk_|^bmm_|conv(?!ert)|fprop|dgrad|"
+                         r"wgrad|igemm|winograd|miopen|_ZN2ck|flash|fmha|attention|attn|sdpa", re.I)
 FLOP_OPS = frozenset((*MATMUL_OPS, *ATTENTION_FWD, *ATTENTION_BWD, *CONV_FWD, *CONV_BWD))
 #: c10 ScalarType names (``Input type``) -> the dtype names of the peak table.
 INPUT_DTYPES = {"c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16",
@@ -235,6 +244,10 @@ def kernel_matmuls(cols: Columns, kernels: np.ndarray) -> tuple[np.ndarray, np.n
     idx, op = idx[found], op[found]
     if not idx.size:
         return flops, codes, list(table)
+    math_k = np.asarray([bool(MATH_KERNEL.search(x)) for x in names] + [False], bool)[cols.codes["name"][idx]]
+    has_math = np.zeros(cols.ts.size, bool)
+    has_math[op[math_k]] = True
+    sharing = math_k | ~has_math[op]  # an op's math kernels, or all of its kernels where it launched none
     types_t = cols.tables["in_types"]
     conv_out = _conv_outputs(names, dims_t, cols.codes["name"], cols.codes["in_dims"])
     holders = _holders(cols, np.unique(op), is_op & has_dims)
@@ -248,9 +261,10 @@ def kernel_matmuls(cols: Columns, kernels: np.ndarray) -> tuple[np.ndarray, np.n
                            input_dtype(_dims(types_t[key[2]]), name))
         f, dt = parsed[key]
         per_op[o] = (float("nan") if o in holders else f, dt)
-    op_time = np.bincount(np.searchsorted(np.unique(op), op), weights=cols.dur[idx])
+    slot = np.searchsorted(np.unique(op), op)
+    op_time = np.bincount(slot, weights=np.where(sharing, cols.dur[idx], 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = cols.dur[idx] / op_time[np.searchsorted(np.unique(op), op)]
+        share = np.where(sharing, cols.dur[idx] / op_time[slot], np.nan)
     for k, o, s in zip(idx.tolist(), op.tolist(), share.tolist()):
         f, dt = per_op[o]
         flops[k] = f * s if math.isfinite(s) else float("nan")  # zero-length kernels: no rate
