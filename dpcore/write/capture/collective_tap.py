@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpcore.write.capture.comm_log import Recorder
+from dpcore.write.capture.comm_log import EventClock, Recorder
 
 #: The collectives DDP's comm hooks launch (torch.distributed.algorithms.ddp_comm_hooks: the
 #: default, fp16/bf16 compression, PowerSGD), and what dpcore calls each op.
@@ -56,13 +56,22 @@ class HookClock:
     its collectives can (the tap sees each call and each wait). A timed region's compute is its
     wall time less what it spent in collectives and in timed regions nested in it (a callback
     can run inline when its future is already done), kept per thread because the callbacks run
-    on the backend's thread while the next bucket's hook runs on the training thread."""
+    on the backend's thread while the next bucket's hook runs on the training thread.
 
-    def __init__(self, step: Callable[[], int]) -> None:
+    ``events`` (a CUDA job: the recorder's :class:`EventClock`): the hook's compute is kernels
+    its call only launches, and NCCL's calls and waits return at once, so host time would be
+    launch overhead. Each region's edges and each wait's edges are then events on the current
+    stream (a callback's: the stream its CUDA future runs it on), resolved in :meth:`ms`; a
+    region's compute is its span less the union of its waits and nested regions within it."""
+
+    def __init__(self, step: Callable[[], int], events: EventClock | None = None) -> None:
         self.step = step
         self.per_step: dict[int, list[int]] = {}  # step -> [compress ns, decompress ns]
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._events = events
+        #: event mode: (step, kind, start event, end event, [(excluded start, end), ...])
+        self._regions: list[tuple[int, int, Any, Any, list[tuple[Any, Any]]]] = []
 
     def _spent(self) -> int:
         return getattr(self._local, "spent", 0)
@@ -71,8 +80,45 @@ class HookClock:
         """``ns`` of this thread's time belong to a collective (or a nested region), not to compute."""
         self._local.spent = self._spent() + ns
 
+    def _stack(self) -> list[list[tuple[Any, Any]]]:
+        """Event mode: the excluded intervals of each open region of this thread, innermost last."""
+        st = getattr(self._local, "stack", None)
+        if st is None:
+            st = self._local.stack = []
+        return st
+
+    @contextmanager
+    def _timed_events(self, kind: int, events: EventClock) -> Iterator[None]:
+        step, stack = self.step(), self._stack()
+        excluded: list[tuple[Any, Any]] = []
+        ev0 = events.mark()
+        stack.append(excluded)
+        try:
+            yield
+        finally:
+            ev1 = events.mark()
+            stack.pop()
+            if stack:  # an enclosing region excludes all of this one
+                stack[-1].append((ev0, ev1))
+            with self._lock:
+                self._regions.append((step, kind, ev0, ev1, excluded))
+
+    @contextmanager
+    def _waiting_events(self, events: EventClock) -> Iterator[None]:
+        ev0 = events.mark()
+        try:
+            yield
+        finally:
+            stack = self._stack()
+            if stack:
+                stack[-1].append((ev0, events.mark()))
+
     @contextmanager
     def timed(self, kind: int) -> Iterator[None]:
+        if self._events is not None:
+            with self._timed_events(kind, self._events):
+                yield
+            return
         step, t0, spent0 = self.step(), time.perf_counter_ns(), self._spent()
         try:
             yield
@@ -85,6 +131,10 @@ class HookClock:
 
     @contextmanager
     def waiting(self) -> Iterator[None]:
+        if self._events is not None:
+            with self._waiting_events(self._events):
+                yield
+            return
         t0 = time.perf_counter_ns()
         try:
             yield
@@ -97,8 +147,28 @@ class HookClock:
                 return fn(fut)
         return timed_fn
 
+    def _resolve(self) -> None:
+        """Event mode: fold the recorded regions into ``per_step`` (waits for their events)."""
+        with self._lock:
+            regions, self._regions = self._regions, []
+        if not regions or self._events is None:
+            return
+        evs = [ev for _, _, a, b, ex in regions for ev in (a, b, *(e for pair in ex for e in pair))]
+        at = dict(zip(map(id, evs), self._events.resolve(evs)))
+        for step, kind, a, b, ex in regions:
+            lo, hi = at[id(a)], at[id(b)]
+            cut = sorted((max(lo, at[id(x)]), min(hi, at[id(y)])) for x, y in ex)
+            busy, end = 0, lo
+            for s0, s1 in cut:  # the union of the excluded intervals inside [lo, hi]
+                s0 = max(s0, end)
+                if s1 > s0:
+                    busy, end = busy + s1 - s0, s1
+            with self._lock:
+                self.per_step.setdefault(step, [0, 0])[kind] += max(hi - lo - busy, 0)
+
     def ms(self, steps: Any) -> list[tuple[int, float, float]]:
         """(step, compress ms, decompress ms) of each of ``steps`` (0.0 where the hook did not run)."""
+        self._resolve()
         with self._lock:
             return [(s, *(v / 1e6 for v in self.per_step.get(s, [0, 0]))) for s in steps]
 
@@ -187,10 +257,11 @@ class CollectiveTap:
             nbytes = tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
             rec = self.recorder()
             idx = rec.launch(op, "native", nbytes)
-            t0 = time.perf_counter_ns()
-            work = orig(*args, **kwargs)
-            if self.clock is not None:
-                self.clock.exclude(time.perf_counter_ns() - t0)
+            if self.clock is None:
+                work = orig(*args, **kwargs)
+            else:  # the call's time is the collective's, not the hook's compute
+                with self.clock.waiting():
+                    work = orig(*args, **kwargs)
             if not bound.get("async_op", False):
                 rec.done(idx)
                 return work

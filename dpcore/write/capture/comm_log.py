@@ -202,9 +202,13 @@ class Recorder:
     def resolve(self) -> None:
         """Turn every pending event into shared-clock ns (waits for them). A no-op on the host
         clock; called after a step, never inside one."""
-        if not self._pending:
+        n = len(self._pending)
+        if not n:
             return
-        pending, self._pending = self._pending, []
+        # slice and delete, not swap: an edge appended meanwhile (a callback on another thread)
+        # stays pending instead of being dropped with the old list
+        pending = self._pending[:n]
+        del self._pending[:n]
         times = self._clock.resolve([ev for _, _, ev in pending])  # type: ignore[union-attr]
         for (row, col, _), t in zip(pending, times):
             row[col] = t + self.offset_ns

@@ -347,3 +347,53 @@ def test_phase_waiting_on_the_stream_lasts_until_the_work_completed(reports: lis
         assert rep["phase_host"]["fwd_ms"] < ZERO_MS, rep
         assert rep["phase_event"]["fwd_ms"] >= DELAY_MS, rep
         assert rep["phase_event"]["step_ms"] >= rep["phase_event"]["fwd_ms"], rep
+
+
+# ------------------------------------------------------------------ a comm hook's compute, events
+def test_hook_clock_subtracts_waits_and_nested_regions_on_device_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compressing hook's region on the device: its span less the union of its waits and the
+    callbacks run inside it, each clipped to the span (a callback's events are on another
+    stream and may stick out)."""
+    from dpcore.write.capture.collective_tap import COMPRESS, DECOMPRESS, HookClock
+    clock = _ScriptedClock()
+    hc = HookClock(lambda: 4, events=clock)
+
+    def at(t: int) -> None:
+        clock.device_now = t
+
+    at(0)
+    with hc.timed(COMPRESS):          # span 0 .. 100
+        at(10)
+        with hc.waiting():            # 10 .. 30 excluded
+            at(30)
+        at(40)
+        with hc.timed(DECOMPRESS):    # 40 .. 70, nested: excluded from the compress span
+            at(50)
+            with hc.waiting():        # 50 .. 60 excluded from the decompress span
+                at(60)
+            at(70)
+        at(100)
+    at(200)
+    with hc.timed(DECOMPRESS):        # 200 .. 250, a wait from 180 sticks out before it
+        at(250)
+    hc._regions[-1][4].append((_FakeEvent(180), _FakeEvent(220)))  # its wait, by hand
+    at(1000)  # the anchor: device == host here
+    reads = iter([1000, 1000])
+    monkeypatch.setattr(comm_log, "_perf_ns", lambda: next(reads))
+    ((step, compress_ms, decompress_ms),) = hc.ms([4])
+    assert step == 4
+    assert compress_ms * 1e6 == pytest.approx(100 - 20 - 30)
+    assert decompress_ms * 1e6 == pytest.approx((30 - 10) + (50 - 20))
+
+
+def test_hook_clock_host_mode_is_unchanged() -> None:
+    """Without events the clock keeps its host arithmetic (perf_counter per region)."""
+    from dpcore.write.capture.collective_tap import COMPRESS, HookClock
+    hc = HookClock(lambda: 0)
+    with hc.timed(COMPRESS):
+        time.sleep(0.02)
+        with hc.waiting():
+            time.sleep(0.1)
+    ((_, compress_ms, decompress_ms),) = hc.ms([0])
+    assert 15 <= compress_ms < 65 and decompress_ms == 0.0  # the 100 ms wait left out

@@ -76,7 +76,8 @@ class TorchDDP(DistributedDataParallel, Wrapper):
                     cuda_sync_tolerates_cpu()
                 self.hook_state, fn = _ddp_hook(comm_hook, group, powersgd_rank)
                 if recorder.enabled:  # DDP's hook launches its collectives: log and time each one
-                    self.hook_clock = HookClock(lambda: recorder.step)
+                    recorder.time_on(dev)  # set before the clock reads it
+                    self.hook_clock = HookClock(lambda: recorder.step, events=recorder.clock)
                     self._tap = CollectiveTap(group, lambda: recorder, lambda: True,
                                               clock=self.hook_clock).install()
                 self._hook_state = _HookState(group, recorder, inner=(self.hook_state, fn),
