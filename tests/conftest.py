@@ -52,6 +52,15 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def gpu_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A temporary profiles folder of GPU runs only: copies of profiles/sample-gpu and, where
+    ../shared/gpu/runs exists, of the H200 recordings there (tests/read/dashboard/gpu_runs.py)."""
+    from tests.read.dashboard.gpu_runs import copy_gpu_runs
+
+    return copy_gpu_runs(tmp_path_factory.mktemp("gpu-runs"))
+
+
 def _skip_gpu_tests(items: list[pytest.Item]) -> None:
     """Tests marked ``gpu`` skip, with the reason, where torch sees no CUDA GPU (torch is
     imported only when such a test was collected)."""

@@ -1,11 +1,12 @@
-"""The GPU page in Chromium on every GPU run in ``../shared/gpu/runs``: it renders without an
+"""The GPU page in Chromium on every GPU run (gpu_runs.py: the committed profiles/sample-gpu, and
+the H200 recordings in ``../shared/gpu/runs`` where present): it renders without an
 exception, its ledger bars sum to each window's span as the browser draws them, and no two labels
 overlap.
 
 Why a browser pass beside the AppTests: plotly draws the figures in the browser; a trace that
 plotly refuses, or labels printed over each other, only show there. Skipped when /usr/bin/chromium
-or the shared GPU runs are absent (a fresh clone). The dashboard reads the runs in place (they are
-read-only; its trace cache goes to the suite's temporary cache folder). Every wait is bounded.
+is absent. The dashboard reads copies of the runs (the `gpu_runs` fixture; its trace cache goes to
+the suite's temporary cache folder). Every wait is bounded.
 """
 from __future__ import annotations
 
@@ -17,23 +18,21 @@ from pathlib import Path
 import pytest
 
 from tests.read.dashboard.browser_checks import figure, overlapping_labels, serving
+from tests.read.dashboard.gpu_runs import RUNS, SAMPLE_GPU
 from tests.read.dashboard.test_browser_samples import ARGS, CHROMIUM, _idle
-
-GPU_RUNS = Path(__file__).resolve().parents[3].parent / "shared" / "gpu" / "runs"
-RUNS = sorted(p.name for p in GPU_RUNS.iterdir() if (p / "run.json").is_file()) if GPU_RUNS.is_dir() else []
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not found"),
-    pytest.mark.skipif(not RUNS, reason=f"no GPU runs at {GPU_RUNS} (recorded on an H200; a fresh clone lacks them)"),
+    pytest.mark.skipif(not RUNS, reason=f"no GPU run ({SAMPLE_GPU} is absent)"),
 ]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    yield from serving(GPU_RUNS, tmp_path_factory.mktemp("log"))
+def server(tmp_path_factory: pytest.TempPathFactory, gpu_runs: Path):
+    yield from serving(gpu_runs, tmp_path_factory.mktemp("log"))
 
 
-def test_gpu_page_renders_for_every_gpu_run(server) -> None:
+def test_gpu_page_renders_for_every_gpu_run(server, gpu_runs: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     url, log = server
@@ -46,7 +45,7 @@ def test_gpu_page_renders_for_every_gpu_run(server) -> None:
             page.locator("h1").filter(has_text="GPU").first.wait_for(timeout=90_000)
             _idle(page)
             for run in RUNS:
-                run_id = json.loads((GPU_RUNS / run / "run.json").read_text())["run_id"]
+                run_id = json.loads((gpu_runs / run / "run.json").read_text())["run_id"]
                 picker = page.get_by_role("combobox", name="Run")
                 if picker.input_value() != run_id:
                     picker.click()
