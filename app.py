@@ -8,32 +8,29 @@ numbers from the analysis (`dpcore.read.analysis`, `dpcore.read.whatif`), its fi
 and file stamp (`dpcore.read.dashboard.data`).
 
 Shared by every page: the run picker in the sidebar (one run, or two in compare mode; drawn
-after the page, into its place under the title, from the runs `picker.planned_runs` gave it; after
-a reload, with the navigation, only once the browser has drawn the page: `after_chart`), which
+after the page, into its place under the title, from the runs `picker.planned_runs` gave it), which
 also opens the run that a finished profile or import (on the Overview) or a page's "Open <run>"
 button (on that page) asks for; the progress of a profile started from the app; and, with no run
-in the profiles folder, the landing on every page (New run and Import still work below it).
+in the profiles folder, the landing on every page (New run and Import still work below it). On a cold first visit (the
+server has not read the picked run's traces yet: seconds) a page that uses traces is preceded by
+each job's step time from steps.csv while they are read (`frame.steps_while_traces_are_read`).
 Runs are read from `profiles/` next to this file, or from $DPCORE_PROFILES.
 """
 from __future__ import annotations
 
 import streamlit as st
 
-from dpcore.read.dashboard import after_chart, data, frame, launcher, server_gc
+from dpcore.read.dashboard import data, frame, launcher, server_gc
 from dpcore.read.dashboard.pages import PAGES
 from dpcore.read.dashboard.picker import OPEN_HERE, OPEN_ON_OVERVIEW, load_picked, pick_runs, planned_runs
 
-if after_chart.has_browser():  # a served app (not AppTest): short garbage collections
+if server_gc.served():  # a served app (not AppTest): short garbage collections
     server_gc.freeze_long_lived()
 st.set_page_config(page_icon="⚡", layout="wide")
 root = data.profiles_root()
-# After a reload, the navigation, the run pickers (and the Overview's table) wait until the browser
-# has drawn the page: its first chart comes sooner (after_chart says why and what it measured).
-# Not on the landing (no run): it draws no chart.
-held = after_chart.holding() and not data.cached_runs(root)[0].empty
 pages = {spec.title: st.Page(spec.path, title=spec.title, url_path=spec.url_path, icon=spec.icon,
                              default=spec.default) for spec in PAGES}
-current = st.navigation(list(pages.values()), expanded=True, position="hidden" if held else "sidebar")
+current = st.navigation(list(pages.values()), expanded=True)
 spec = next(s for s in PAGES if s.title == current.title)
 
 st.sidebar.title("⚡ dpcore")
@@ -59,16 +56,15 @@ if runs.empty:
         current.run()
     st.stop()
 
-# The run pickers' place in the sidebar, filled after the page (after a reload, in the run after
-# the browser has drawn it): the page's first chart comes before the pickers' bundles.
+# The run pickers' place in the sidebar, filled after the page: the page's first chart comes
+# before the pickers' bundles.
 picker_slot = st.sidebar.container()
 loaded = load_picked(runs, planned_runs(runs), root)  # by folder name: unique, unlike run ids
-frame.hand_over(frame.Context(root, runs, loaded, spec))
+ctx = frame.Context(root, runs, loaded, spec)
+frame.hand_over(ctx)
 st.title(spec.title)
 try:
+    frame.steps_while_traces_are_read(ctx)
     current.run()
 finally:  # also after a page's st.stop(): a run without its pickers would forget their values
-    if held:
-        after_chart.release()  # its report reruns the app, which draws the pickers
-    else:
-        pick_runs(runs, picker_slot)
+    pick_runs(runs, picker_slot)

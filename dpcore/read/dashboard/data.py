@@ -129,6 +129,10 @@ def key(run: Run) -> tuple:
     return str(run.path), _stamp(Path(run.path))
 
 
+#: Cache keys of the runs whose traces this server process has read (:func:`cached_trace_steps`).
+_traces_read: set[tuple] = set()
+
+
 @st.cache_data(show_spinner="Reading the run's traces…", max_entries=16)
 def cached_trace_steps(_run: Run, run_key: tuple) -> pd.DataFrame:
     """Per-step overlap of every job's traces (`trace_step_metrics`' rows, from the per-rank tables
@@ -138,7 +142,22 @@ def cached_trace_steps(_run: Run, run_key: tuple) -> pd.DataFrame:
     problems: list[str] = []
     out = run_trace_steps(_run, problems=problems)
     out.attrs["problems"] = problems
+    _traces_read.add(run_key)
     return out
+
+
+def traces_read(run: Run) -> bool:
+    """Whether this server has read the run's traces already (then :func:`cached_trace_steps` is a
+    cache hit): False on a cold first visit, where the read takes seconds (9-16 s on the samples
+    on a busy 2-core machine) and :func:`frame.steps_while_traces_are_read` shows steps.csv first."""
+    return key(run) in _traces_read
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def cached_timed_steps(_run: Run, run_key: tuple) -> pd.DataFrame:
+    """Each training job's step time from steps.csv alone (`job_summary` without traces: the same
+    step_ms, p10 and p90 as the full summary, which takes them from the timed steps too)."""
+    return job_summary(_run, None)[["job_id", "status", "step_ms", "step_ms_p10", "step_ms_p90"]]
 
 
 def trace_problems(run: Run) -> list[str]:

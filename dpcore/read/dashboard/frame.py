@@ -89,6 +89,33 @@ def _trace_problems(run: Run, page: PageSpec) -> list[str]:
         return [f"traces not read: {type(exc).__name__}: {exc}"]
 
 
+def steps_while_traces_are_read(ctx: Context) -> None:
+    """Before a page that uses traces, on a picked run whose traces this server has not read yet
+    (a cold first visit: the read takes seconds): each job's step time from steps.csv at once,
+    under a line saying what is being read, then the read (its spinner); all of it is cleared
+    when the read is done and the page draws. Nothing on a warm run (the read is a cache hit).
+    A failed read is left to the page, which reports it."""
+    if not ctx.page.traces:
+        return
+    cold = [run for run in ctx.loaded if len(run.steps) and not data.traces_read(run)]
+    if not cold:
+        return
+    box = st.empty()
+    with box.container():
+        for run in cold:
+            steps = data.cached_timed_steps(run, data.key(run))
+            st.info(f"Reading the traces of run {md(run.path.name)} once (the rank cache makes later visits fast); "
+                    "the page follows. Meanwhile, each job's step time from steps.csv (ms, median and p10-p90 "
+                    "of the timed steps):")
+            if len(steps):
+                st.dataframe(steps, hide_index=True)
+            try:
+                data.cached_trace_steps(run, data.key(run))
+            except Exception:  # noqa: BLE001 - the page reads the traces again and shows the error
+                pass
+    box.empty()
+
+
 def problem_list(lines: list[str], what: str) -> None:
     """Problems with the data, one collapsed box for all of them, one line each inside.
 

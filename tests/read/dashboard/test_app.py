@@ -291,8 +291,7 @@ def test_real_profile_started_from_the_page_opens_and_every_view_draws(
 
 
 def test_a_failing_summary_table_keeps_the_overview_chart(two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Overview's table guards itself (it is held apart from the chart after a reload:
-    after_chart), so a failing table leaves the chart above it."""
+    """The Overview's table guards itself, so a failing table leaves the chart above it."""
     from dpcore.read.dashboard import table_cells
 
     def broken(*_: object, **__: object) -> None:
@@ -306,29 +305,37 @@ def test_a_failing_summary_table_keeps_the_overview_chart(two_runs: Path, monkey
     assert len(at.get("plotly_chart")) == 1 and not at.dataframe
 
 
-def test_a_browsers_first_run_holds_the_pickers_and_the_table_until_the_page_is_drawn(
-        two_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """after_chart: a browser session's first run draws the page (the chart) without the run
-    pickers and the Overview's table, and ends with the watcher; once the browser has reported the
-    page drawn (the session is marked), the run draws both and no watcher. AppTest sends no
-    headers, so it stands in for a browser here; the browser test checks the report itself."""
-    from dpcore.read.dashboard import after_chart, server_gc
+def test_a_cold_first_visit_shows_the_steps_while_the_traces_are_read(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose traces the server has not read yet: while they are read, the page shows each
+    job's step time from steps.csv (the numbers the summary shows, job_summary's) under a line
+    saying what is read. Once read, the preview is gone and the page is drawn, with the run
+    picker (nothing waits for the browser). The read is stopped midway here (st.stop in its
+    place) to see the page as it is during it."""
+    import streamlit as st
 
-    monkeypatch.setattr(after_chart, "has_browser", lambda: True)
-    monkeypatch.setattr(server_gc, "freeze_long_lived", lambda: False)  # not this test process's collector
-    at = start(two_runs, monkeypatch)
-    assert not problems(at) and heading(at) == "Overview"
-    assert len(at.get("plotly_chart")) == 1 and not at.dataframe
-    assert not at.sidebar.selectbox and not at.sidebar.toggle
-    assert at.session_state["run_a"] == "20250102-120000-mlp"  # the run the picker will show
-    assert len(at.get("bidi_component")) == 1  # the watcher, last
-    at.session_state[after_chart.DRAWN] = True  # what the watcher's report sets
-    at.run()
-    assert not problems(at)
-    assert len(at.get("plotly_chart")) == 1 and len(at.dataframe) == 1
-    assert at.sidebar.selectbox(key="run_a").value == "20250102-120000-mlp"
-    assert not at.get("bidi_component")
-    assert gc.get_freeze_count() == 0
+    from dpcore.read.analysis import job_summary
+    from dpcore.read.dashboard import data
+    from dpcore.read.rundir import load_run
+
+    run = make_run(tmp_path / "profiles", "20250103-120000-mlp", seed=3)
+    real = data.cached_trace_steps
+    monkeypatch.setattr(data, "cached_trace_steps", lambda *_: st.stop())  # reading, not done
+    at = start(tmp_path / "profiles", monkeypatch)
+    assert not at.exception and heading(at) == "Overview"
+    assert any(i.value.startswith("Reading the traces of run 20250103-120000-mlp once") for i in at.info)
+    shown = at.dataframe[0].value.set_index("job_id")
+    want = job_summary(load_run(run), None).set_index("job_id")
+    assert shown["step_ms"].round(6).fillna(-1).tolist() == want["step_ms"].round(6).fillna(-1).tolist()
+    assert shown.loc["ring-ws2", "step_ms"] > 0 and not at.get("plotly_chart")  # the page waits for the traces
+    monkeypatch.setattr(data, "cached_trace_steps", real)
+    at.run()  # the read done: the page, no preview
+    assert not problems(at) and len(at.get("plotly_chart")) == 1
+    assert not any(i.value.startswith("Reading the traces") for i in at.info)
+    assert at.sidebar.selectbox(key="run_a").value == "20250103-120000-mlp"
+    at.run()  # warm: nothing is read again, nothing previewed
+    assert not any(i.value.startswith("Reading the traces") for i in at.info) and len(at.dataframe) == 1
+    assert gc.get_freeze_count() == 0  # AppTest is no served app: server_gc leaves this process alone
 
 
 def test_pickers_drawn_after_the_page_sit_under_the_title_and_pick_what_it_shows(

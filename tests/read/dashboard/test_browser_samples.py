@@ -26,7 +26,6 @@ from dpcore.read.analysis.stragglers import (
     straggler_summary,
     straggler_verdict,
 )
-from dpcore.read.dashboard.after_chart import FALLBACK_MS, WAITING_ATTR
 from dpcore.read.rundir import load_run
 from tests.read.dashboard.browser_checks import (
     columns_out_of_view,
@@ -55,23 +54,19 @@ def server(tmp_path_factory: pytest.TempPathFactory, samples: Path):
     yield from serving(samples, tmp_path_factory.mktemp("log"))
 
 
-#: The page has settled: the script is not running, no element waits for its bundle, no
-#: after_chart watcher is in the page (it stays from its mount to the end of the rerun its report
-#: asks for) and every chart in the page as it is now is drawn.
+#: The page has settled: the script is not running, no element waits for its bundle and every
+#: chart in the page as it is now is drawn.
 _SETTLED = """() => !!document.querySelector('[data-testid=stApp][data-test-script-state=notRunning]')
-  && !document.querySelector('[data-testid=stSkeleton]') && !document.querySelector('[WAITING]')
+  && !document.querySelector('[data-testid=stSkeleton]')
   && Array.from(document.querySelectorAll('.js-plotly-plot')).every(p => {
        const svg = p.querySelector('.main-svg');
-       return svg && svg.getBoundingClientRect().width > 0; })""".replace("WAITING", WAITING_ATTR)
+       return svg && svg.getBoundingClientRect().width > 0; })"""
 
 
 def _idle(page) -> None:
-    """The script has finished, nothing waits for the first chart any more and every figure is
-    drawn. After a reload the navigation, the run picker and the Overview's table come in the
-    rerun the browser asks for once the page is drawn (after_chart), and that rerun may replace
-    the charts: so the checks are of the page as it is, not of charts counted before the rerun
-    (one such count waited 60 s for a chart the rerun had replaced), and they must hold twice,
-    300 ms apart (the watcher marks itself as it mounts, just after its skeleton goes)."""
+    """The script has finished and every figure is drawn. The checks are of the page as it is (a
+    cold first visit first shows steps.csv's table, which the page then replaces), and they must
+    hold twice, 300 ms apart."""
     page.wait_for_timeout(500)
     for _ in range(2):
         page.wait_for_function(_SETTLED, timeout=90_000)
@@ -103,66 +98,6 @@ def _nav(page, title: str) -> str:
 def _job_picked(page) -> str:
     """The value the page's Job picker opened on (Streamlit's select box is a combobox input)."""
     return page.get_by_role("combobox", name="Job").first.input_value()
-
-
-#: Put in the page before its scripts: the time (ms since the document started) each of these
-#: first appears: the Overview's first chart, its summary table, the sidebar's navigation and run
-#: picker, a page's heading.
-_ORDER = """window.__seen = {};
-new MutationObserver(() => {
-  for (const [name, sel] of [['chart', '.js-plotly-plot .main-svg'], ['table', '[data-testid=stDataFrame]'],
-                             ['nav', '[data-testid=stSidebarNav] a'],
-                             ['picker', '[data-testid=stSidebar] [data-testid=stSelectbox]'],
-                             ['heading', 'h1']]) {
-    if (!(name in window.__seen) && document.querySelector(sel)) window.__seen[name] = performance.now();
-  }
-}).observe(document, {childList: true, subtree: true});"""
-#: What after_chart holds until the browser has drawn the page (the table: on the Overview).
-_HELD = ("table", "nav", "picker")
-
-
-def test_what_is_held_waits_for_the_first_chart(server) -> None:
-    """After a reload the summary table, the navigation and the run picker are drawn only once the
-    chart is (they would compete with Plotly for the main thread: issue 34's first chart), and then
-    they are drawn, without waiting for the fallback; later runs of the session draw them with the
-    page. A page without a chart (Runs) is released as soon as it is drawn. Fails without
-    after_chart (all of them arrive with the chart, before Plotly's bundle has loaded)."""
-    from playwright.sync_api import sync_playwright
-
-    url, _ = server
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.add_init_script(_ORDER)
-            for visit in ("first", "reload"):
-                if visit == "first":
-                    page.goto(url, wait_until="commit")
-                else:
-                    page.reload(wait_until="commit")
-                page.wait_for_function(f"{list(_HELD)}.every(k => k in window.__seen)", timeout=90_000)
-                seen = page.evaluate("window.__seen")
-                for held in _HELD:
-                    assert seen["chart"] < seen[held], (visit, held, seen)
-                    # drawn on the browser's report, not by the fallback that fires FALLBACK_MS after mounting
-                    assert seen[held] - seen["chart"] < FALLBACK_MS, (visit, held, seen)
-            _idle(page)
-            assert page.locator(f"[{WAITING_ATTR}]").count() == 0  # the watcher is gone once it reported
-            assert page.locator("[data-testid=stException]").count() == 0
-            # another page and back, same session: nothing waits, the table comes with the chart's run
-            _nav(page, "Runs")
-            _nav(page, "Overview")
-            assert page.locator("[data-testid=stDataFrame]").count() == 1
-            assert page.locator(f"[{WAITING_ATTR}]").count() == 0
-            # a reload of a page with no chart: its navigation follows the page, not the fallback
-            page.goto(f"{url}/runs", wait_until="commit")
-            page.wait_for_function("['heading', 'nav'].every(k => k in window.__seen)", timeout=90_000)
-            seen = page.evaluate("window.__seen")
-            assert "chart" not in seen and seen["nav"] - seen["heading"] < FALLBACK_MS, seen
-            _idle(page)
-            assert page.locator("[data-testid=stException]").count() == 0
-        finally:
-            browser.close()
 
 
 def test_what_a_newcomer_sees_on_the_samples(server, samples: Path) -> None:

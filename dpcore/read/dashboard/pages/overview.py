@@ -15,7 +15,7 @@ import streamlit as st
 from dpcore.contract.units import EMPTY
 from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, rank_step_matrix
 from dpcore.read.analysis.summary import shared_gpu_line
-from dpcore.read.dashboard import after_chart, data, frame
+from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG, SUMMARY_STATUS_HELP
 from dpcore.read.dashboard.compare import compare_overview, shared_y_max
 from dpcore.read.dashboard.formulas import BREAKDOWN_CAPTION, FORMULAS
@@ -67,9 +67,8 @@ def _gpu_host_idle(run: Run, key: tuple) -> pd.Series:
 
 
 def render(run: Run, peers: list[Run] | None = None) -> None:
-    """Stacked step breakdown per (variant, world size) and, once the chart is drawn, the summary
-    table (every row shown). ``peers``: the runs shown together in compare mode; their charts then
-    share one y-axis."""
+    """Stacked step breakdown per (variant, world size), then the summary table (every row
+    shown). ``peers``: the runs shown together in compare mode; their charts then share one y-axis."""
     key = data.key(run)
     summary = data.cached_summary(run, key)
     y_max = shared_y_max([data.cached_summary(r, data.key(r)) for r in peers]) if peers and len(peers) > 1 else None
@@ -80,16 +79,8 @@ def render(run: Run, peers: list[Run] | None = None) -> None:
     shared = shared_gpu_line(summary)
     if shared:
         st.warning(md(shared[0].upper() + shared[1:]) + ".")
-    _table_after_chart(run, key)
-
-
-def _table_after_chart(run: Run, key: tuple) -> None:
-    """The summary table, unless this run holds it until the browser has drawn the chart
-    (:mod:`..after_chart`: the table's grid would otherwise compete with Plotly for the browser's
-    main thread after a reload; the run after the browser's report draws it). Inside
-    :func:`frame.safely` itself, so that a failing table leaves the chart above it."""
-    if not after_chart.holding():
-        frame.safely(lambda: _table(run, key), f"The summary table of run {md(run.path.name)}")
+    # inside frame.safely itself, so that a failing table leaves the chart above it
+    frame.safely(lambda: _table(run, key), f"The summary table of run {md(run.path.name)}")
 
 
 def _table(run: Run, key: tuple) -> None:
