@@ -319,12 +319,22 @@ def _ddp_backward(e: _Events, phase: np.ndarray, on_comp: np.ndarray) -> list[tu
     return out
 
 
+def gpu_window(ts: np.ndarray, end: np.ndarray, stream: np.ndarray) -> tuple[float, float] | None:
+    """A GPU step's window [a, b] in µs: its first GPU event's start to its last one's end (the
+    events of one step: a kernel belongs to the step that launched it), None without GPU events.
+    The one rule for :func:`overlap_from_trace` and the import's steps.csv rows."""
+    device = stream >= 0
+    if not device.any():
+        return None
+    return float(ts[device].min()), float(end[device].max())
+
+
 def _window(e: _Events, step: int) -> tuple[float, float]:
     """The step's window [a, b] in µs on the trace's clock (see :func:`overlap_from_trace`)."""
     ts, end = e.ts, e.end
-    device = e.stream >= 0
-    if device.any():  # a GPU step: its kernels, whenever the CPU launched them
-        return float(ts[device].min()), float(end[device].max())
+    gpu = gpu_window(ts, end, e.stream)
+    if gpu is not None:  # a GPU step: its kernels, whenever the CPU launched them
+        return gpu
     if step < 0:  # no ProfilerStep: the whole trace
         return float(ts.min()), float(end.max())
     marker = e.phase

@@ -49,7 +49,7 @@ import pandas as pd
 
 from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import comm_start, union_length
-from dpcore.read.analysis.comm_overlap import by_name
+from dpcore.read.analysis.comm_overlap import by_name, gpu_window
 from dpcore.read.analysis.trace_arrivals import trace_comm_rows
 from dpcore.read.traces.kinds import AUTOGRAD_NODE, FOREIGN_PHASES, PHASE_CATEGORY
 from dpcore.read.traces.rank_table import RankTable
@@ -100,8 +100,32 @@ def _cpu(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def profiler_steps(events: pd.DataFrame) -> pd.DataFrame:
-    """rank, step, ts, dur (µs) of every step: :func:`step_ranges`, the reader's one rule."""
-    return step_ranges(events)
+    """rank, step, ts, dur (µs) of every step: :func:`step_ranges`, the reader's one rule, except
+    that a step with GPU events is its GPU window (:func:`~dpcore.read.analysis.comm_overlap.gpu_window`:
+    its first kernel's start to its last one's end), the window ``analyze`` measures the step in.
+    Why: the step's shares (compute, comm) are measured in that window; a steps.csv time of the
+    CPU's ProfilerStep range beside them made summarize scale them to a step they were not
+    measured in (a one-step H100 trace: 619 ms of compute in summarize where its kernels ran
+    551 ms, as analyze said)."""
+    steps = step_ranges(events)
+    if "stream" not in events or steps.empty:
+        return steps
+    dev = events[(events["stream"].to_numpy() >= 0) & (events["step"].to_numpy() >= 0)]
+    if dev.empty:
+        return steps
+    ts = dev["ts"].to_numpy(np.float64)
+    end = ts + dev["dur"].to_numpy(np.float64)
+    stream = dev["stream"].to_numpy()
+    win: dict[tuple[int, int], tuple[float, float]] = {}
+    for (rank, step), idx in dev.groupby([dev["rank"].to_numpy(), dev["step"].to_numpy()]).indices.items():
+        w = gpu_window(ts[idx], end[idx], stream[idx])
+        if w is not None:
+            win[(int(rank), int(step))] = w
+    got = [win.get((int(r), int(k))) for r, k in zip(steps["rank"], steps["step"])]
+    steps = steps.copy()
+    steps["ts"] = [w[0] if w else t for w, t in zip(got, steps["ts"])]
+    steps["dur"] = [w[1] - w[0] if w else d for w, d in zip(got, steps["dur"])]
+    return steps
 
 
 def _union_ms(ts: np.ndarray, end: np.ndarray, sel: np.ndarray) -> float:
@@ -216,7 +240,7 @@ def import_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
 #: file's facts (host, time span, metadata).
 IMPORT_STEPS = RankTable("import_steps", {"rank": np.int64, "step": np.int64, "ts": np.float64, "dur": np.float64,
                                           "fwd_ms": np.float64, "bwd_ms": np.float64, "opt_ms": np.float64},
-                         import_tables)
+                         import_tables, version=2)  # 2: a GPU step is its GPU window
 IMPORT_COMM = RankTable("import_comm", {"rank": np.int64, "step": np.int64, "seq": np.int64, "ts": np.float64,
                                         "dur": np.float64, "op": object, "algo": object, "bytes": np.float64,
                                         "arrival_ns": np.int64}, import_tables)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.read.importer.rows import IMPORT_TABLES
+from dpcore.read.importer.rows import IMPORT_TABLES, profiler_steps
 from dpcore.read.ranks import EAGER
 from dpcore.read.traces import reader
 from dpcore.read.traces.reader import read_trace_files, step_ranges, trace_files
@@ -110,9 +110,9 @@ def test_two_workers_really_parse_in_a_pool(sets: dict[str, Path], tmp_path: Pat
 
 
 def test_rows_are_the_readers_on_all_events(sets: dict[str, Path], tmp_path: Path) -> None:
-    """Known answer: steps.csv's steps are step_ranges of every rank's events read at once, each
-    shifted by its rank's offset; collectives.csv has one row per comm event in a step; the
-    second host's offset is its 5 s."""
+    """Known answer: steps.csv's steps are profiler_steps of every rank's events read at once
+    (step_ranges, a GPU step its kernels' window), each shifted by its rank's offset;
+    collectives.csv has one row per comm event in a step; the second host's offset is its 5 s."""
     run = _import(sets["hosts"], tmp_path / "p", tmp_path / "cache")
     meta = json.loads((run / "run.json").read_text())["jobs"][0]
     off = {int(r): o for r, o in meta["clock_offsets_ns"].items()}
@@ -120,7 +120,8 @@ def test_rows_are_the_readers_on_all_events(sets: dict[str, Path], tmp_path: Pat
     assert off[0] == 0 and abs(off[2]) < 1e6  # the same host: what is left is the ends' spread
     assert abs(off[1] - SHIFT_US * 1e3) < 1e6 and abs(off[3] - SHIFT_US * 1e3) < 1e6
     events = read_trace_files(trace_files(sets["hosts"]))
-    want = step_ranges(events)
+    want = profiler_steps(events)
+    assert (want["dur"] != step_ranges(events)["dur"]).any()  # GPU steps: their kernels' window
     steps = pd.read_csv(run / "steps.csv")
     assert steps[["rank", "step"]].values.tolist() == want[["rank", "step"]].values.tolist()
     assert steps["step_ms"].tolist() == (want["dur"] / 1e3).tolist()
