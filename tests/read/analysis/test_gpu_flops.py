@@ -275,3 +275,34 @@ def test_convolutions_are_counted_on_a_real_resnet_trace() -> None:
     k = events[(events["stream"] >= 0) & events["flops"].notna()]
     names = k["name"].astype(str)
     assert names.str.contains("convolve|implicit|wgrad|dgrad|fprop", case=False).sum() > 100
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_a_run_that_records_tf32_rates_its_unnamed_fp32_gemms_as_tf32(tmp_path, tf32) -> None:
+    """The made trace imported as a run, its run.json's config.tf32 set: `gpu RUN --csv` and
+    summarize give the hand-computed step MFU of that rating (the CLI reads the run's flag)."""
+    import json
+    import shutil
+
+    from dpcore.read.importer.write_run import import_traces
+
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(TRACE, src / "rank0.json.gz")
+    run = import_traces(src, tmp_path / "profiles", "flops").run_dir
+    meta = json.loads((run / "run.json").read_text())
+    meta.setdefault("config", {})["tf32"] = tf32
+    (run / "run.json").write_text(json.dumps(meta))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["gpu", str(run), "--csv"]) == 0
+    df = pd.read_csv(io.StringIO(out.getvalue()))
+    row = df[df["window"] == "trace"].iloc[0]
+    assert row["step_mfu_pct"] == pytest.approx(100 * ideal_us(tf32) / SPAN_US, abs=1e-4)  # the CSV keeps 4 decimals
+    assert row["gemm_eff_pct"] == pytest.approx(100 * gemm_ideal_us(tf32) / GEMM_US, abs=1e-4)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["summarize", str(run), "--csv"]) == 0
+    job = pd.read_csv(io.StringIO(out.getvalue())).iloc[0]
+    assert job["gpu_step_mfu_pct"] == pytest.approx(100 * ideal_us(tf32) / SPAN_US, abs=1e-4)
+    assert job["flops_coverage_pct"] == pytest.approx(100 * 3020 / 4140, abs=1e-4)
