@@ -25,9 +25,11 @@ def test_auto_is_fp32_on_cpu_and_bf16_on_a_gpu_that_has_it(monkeypatch: pytest.M
     assert resolve_dtype("auto", "cpu") == "fp32"
     assert resolve_dtype("fp16", "cpu") == "fp16"
     monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: True)  # an A100
     assert resolve_dtype("auto", "cuda") == "bf16"
-    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported", lambda: False)  # e.g. a V100
+    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: including_emulation)  # a V100: emulated
     assert resolve_dtype("auto", "cuda") == "fp32"
 
 
