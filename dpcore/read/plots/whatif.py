@@ -37,18 +37,48 @@ def _outside(df: pd.DataFrame) -> pd.Series:
     return (m.notna() & ((m < df["step_ms_lo"]) | (m > df["step_ms_hi"]))).astype(bool)
 
 
+def stacked_parts(cells: pd.DataFrame) -> pd.DataFrame:
+    """The parts :func:`breakdown_figure` stacks, per cell, adding up to its predicted step_ms.
+
+    compute_only_ms = compute − hidden comm. The anchor's ``unexplained_ms`` is what the source's
+    measured step adds to the replay: stacked as a block where positive; where negative (the source
+    ran faster than its replay) a negative block cannot be stacked, so it is folded: every other part
+    is scaled by step_ms / (step_ms − unexplained_ms), the anchor ratio, and ``folded`` is True
+    (the legend then says "x anchor"). ``other_ms`` is taken as what is left of the step after the
+    other parts (never below 0), so the stack is the prediction."""
+    df = cells.assign(compute_only_ms=(cells["compute_ms"] - cells["hidden_comm_ms"]).clip(lower=0), folded=False)
+    if "unexplained_ms" not in df:
+        return df
+    replayed = df["step_ms"] - df["unexplained_ms"]
+    neg = (df["unexplained_ms"] < 0) & (replayed > 0)
+    scale = (df["step_ms"] / replayed).where(neg, 1.0)
+    for col in ("compute_only_ms", "hidden_comm_ms", "exposed_comm_ms", "other_ms"):
+        df[col] = df[col] * scale
+    df.loc[neg, "unexplained_ms"] = 0.0
+    df["folded"] = neg
+    parts = df[["compute_only_ms", "hidden_comm_ms", "exposed_comm_ms"]].sum(axis=1)
+    rest = df["step_ms"] - df["unexplained_ms"] - parts
+    df["other_ms"] = rest.clip(lower=0)
+    # compute and exposed comm are medians over different rank-steps: where they overrun the
+    # step's median, compute gives up the excess (the stack is the prediction, not more)
+    df["compute_only_ms"] = (df["compute_only_ms"] + rest.clip(upper=0)).clip(lower=0)
+    return df
+
+
 def breakdown_figure(cells: pd.DataFrame, chosen_mb: float | None = None) -> go.Figure:
     """Stacked predicted step per bucket size (WHATIF_COLUMNS rows of one world size), with the
     run's measured step time of the same cell as a black diamond."""
     if cells is None or cells.empty:
         return empty_figure("Nothing to predict.")
-    df = cells.sort_values("bucket_mb").assign(
-        compute_only_ms=lambda d: (d["compute_ms"] - d["hidden_comm_ms"]).clip(lower=0))
+    df = stacked_parts(cells.sort_values("bucket_mb"))
     x = [_label(b) for b in df["bucket_mb"]]
     fig = go.Figure()
+    folded = "unexplained_ms" in df and bool(df["folded"].any())
     for col, name, color in PARTS:
-        if col not in df:  # rows of a model without the anchor
-            continue
+        if col not in df or (col == "unexplained_ms" and not (df[col] > 0).any()):
+            continue  # rows of a model without the anchor; an anchor below 1 is folded into the parts
+        if folded and col != "unexplained_ms":
+            name += " (x anchor)"
         fig.add_bar(x=x, y=df[col], name=name, marker_color=color,
                     hovertemplate=name + ": %{y:.1f} ms<extra></extra>")
     if {"step_ms_lo", "step_ms_hi"} <= set(df.columns):

@@ -172,13 +172,27 @@ def replay_cell(model: Model, world_size: int, bucket_mb: float, bandwidth_gbps:
     return row, rep, buckets
 
 
-def measured_cells(summary: pd.DataFrame, variant: str) -> pd.DataFrame:
+def comm_hook_of(value: object) -> str:
+    """A job's DDP comm hook as run.json records it ('' for none: absent, NaN, "none")."""
+    if value is None or (isinstance(value, float) and np.isnan(value)) or str(value) in ("", "none"):
+        return ""
+    return str(value)
+
+
+def measured_cells(summary: pd.DataFrame, variant: str, jobs: pd.DataFrame | None = None,
+                   source_job: str | None = None) -> pd.DataFrame:
     """The run's completed jobs of ``variant``: job_id, world_size, bucket_mb, step_ms (summarize's).
     ``summary``: the run's :func:`dpcore.read.analysis.summary.job_summary` rows. A job whose ranks
-    shared a GPU (``gpus_shared``) is no measured point: its ranks took turns on one device."""
+    shared a GPU (``gpus_shared``) is no measured point: its ranks took turns on one device.
+    With ``jobs`` (the run's jobs) and ``source_job``: only jobs with the source's comm hook (an
+    fp16-compressed job at the same bucket size and ranks sends half the bytes: another cell, not
+    a second measurement of this one)."""
     s = summary[(summary["variant"] == variant) & (summary["status"] == "complete")]
     if "gpus_shared" in s:
         s = s[~s["gpus_shared"].astype("boolean").fillna(False).astype(bool)]
+    if jobs is not None and source_job is not None and "comm_hook" in jobs:
+        hooks = {j: comm_hook_of(h) for j, h in zip(jobs["job_id"], jobs["comm_hook"])}
+        s = s[[hooks.get(j, "") == hooks.get(source_job, "") for j in s["job_id"]]]
     return s[["job_id", "world_size", "bucket_mb", "step_ms"]].reset_index(drop=True)
 
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.rundir.load import Run
 from dpcore.read.whatif.advice import add_family_bands, recommend, recommend_variant, source_spread, zero1_rivals
 from dpcore.read.whatif.build import (
@@ -52,7 +53,7 @@ __all__ = ["ASSUMED_KAPPA", "ASSUMED_KAPPA_BAND", "BANDWIDTH_GBPS_RANGE", "DEFAU
            "KINDS", "LANE_COLUMNS", "LATENCY_US_RANGE", "STREAMS", "WHATIF_COLUMNS", "WHATIF_VARIANTS", "Model",
            "banded", "build_model", "calibrate_comm", "check_network", "default_cells", "kind_of", "measured_cells",
            "predict", "replay_cell", "replay_lanes", "scale_factors", "target_world_size", "whatif_jobs",
-           "whatif_report", "whatif_table", "widen_by_kappa", "with_measured"]
+           "whatif_report", "whatif_table", "widen_by_kappa", "with_measured", "MISS_FACTOR", "measured_misses"]
 
 
 def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame,
@@ -80,9 +81,37 @@ def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame,
         line = (f"recommendation: none: the per-message latency alpha is assumed ({model.alpha_us:g} µs, no "
                 "measurement in this job), and bucket sizes differ in how many messages they send; give "
                 "--latency-us, --fabric or --allreduce-run, or profile two bucket sizes, to decide")
+    misses = measured_misses(table, ws)
+    if len(misses) and not line.startswith("recommendation: none"):  # a reason given already stays
+        # a model that misses the run's own jobs by that much cannot say that bucket size does not
+        # matter (nor which one is fastest): the measured points disagree with it
+        table = table.assign(recommended=False)
+        worst = misses.iloc[0]
+        line = (f"recommendation: none: the model misses {len(misses)} of this run's own measured cells at "
+                f"{ranks_text(ws)} by more than {MISS_FACTOR:g}x (worst: {mib_size(float(worst['bucket_mb']))} "
+                f"buckets, predicted {worst['step_ms']:.1f} ms, measured {worst['measured_step_ms']:.1f} ms, job "
+                f"{worst['measured_job']}); trust the measured jobs, or profile again on a quiet machine (summarize's "
+                "noisy flag says whose steps spread)")
     table, line = recommend_variant(table, line, zero1_rivals(summary, ws), ws, src.variant, src.bucket_mb,
                                     own_ms)
     return table[WHATIF_COLUMNS], line
+
+
+#: A measured cell this many times above or below its prediction: the model does not describe the run.
+MISS_FACTOR = 2.0
+
+
+def measured_misses(table: pd.DataFrame, world_size: int) -> pd.DataFrame:
+    """The cells at ``world_size`` whose measured step is over :data:`MISS_FACTOR` times its
+    predicted step or under 1/MISS_FACTOR of it, the farthest first (empty without measurements)."""
+    if "measured_step_ms" not in table:
+        return table.iloc[:0]
+    keep = ((table["world_size"] == world_size) & table["measured_step_ms"].notna() & (table["step_ms"] > 0)).to_numpy()
+    at = table[keep].reset_index(drop=True)
+    ratio = (at["measured_step_ms"] / at["step_ms"]).to_numpy(dtype=float)
+    off = np.maximum(ratio, 1.0 / ratio)
+    order = np.argsort(-off, kind="stable")
+    return at.iloc[[i for i in order if off[i] > MISS_FACTOR]].reset_index(drop=True)
 
 
 def target_world_size(table: pd.DataFrame, own: int) -> int:
@@ -104,7 +133,8 @@ def whatif_report(model: Model, run: Run, summary: pd.DataFrame, bucket_mbs: lis
     if model.fabric is not None:  # a fabric is asked about for its own node at least
         n_def = sorted(set(n_def) | {model.fabric.intra.devices})
     pred = predict(model, bucket_mbs or b_def, world_sizes or n_def)
-    table, line = banded(model, with_measured(pred, measured_cells(summary, model.src.variant)), summary)
+    measured = measured_cells(summary, model.src.variant, run.jobs, model.src.job_id)
+    table, line = banded(model, with_measured(pred, measured), summary)
     return widen_by_kappa(model, table, bucket_mbs or b_def, world_sizes or n_def), line
 
 

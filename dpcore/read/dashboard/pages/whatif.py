@@ -58,10 +58,10 @@ def model(_run: Run, run_key: tuple, job_id: str, algo: str, fabric: str | None 
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def measured(_run: Run, run_key: tuple, variant: str) -> pd.DataFrame:
-    """The run's measured step times of ``variant`` (`measured_cells` summarizes every job, traces
-    included: seconds on a busy box, so cached)."""
-    return measured_cells(data.cached_summary(_run, run_key), variant)
+def measured(_run: Run, run_key: tuple, variant: str, job_id: str | None = None) -> pd.DataFrame:
+    """The run's measured step times of ``variant`` with the comm hook of ``job_id`` (the source;
+    `measured_cells` summarizes every job, traces included: seconds on a busy box, so cached)."""
+    return measured_cells(data.cached_summary(_run, run_key), variant, _run.jobs, job_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -150,7 +150,7 @@ def render(run: Run) -> None:
     m2.metric("Comm C", f"{row['comm_ms']:.1f} ms")
     m3.metric("Exposed comm E", f"{row['exposed_comm_ms']:.1f} ms")
     m4.metric("Buckets", f"{row['buckets']}")
-    meas = measured(run, key, src.variant)
+    meas = measured(run, key, src.variant, src.job_id)
     summary = data.cached_summary(run, key)
     # the recommendation: the same cells and function as `whatif` (one value)
     rec_ws = tuple(sorted(set(sweep_ws)))
