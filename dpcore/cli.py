@@ -353,10 +353,9 @@ def _main(argv: list[str] | None) -> int:
                 from dpcore.read.report.stragglers import stragglers_text
                 out = stragglers_text(args.path, csv=args.csv, scale=_scale(args)).rstrip("\n")
             elif args.command == "gpu":
-                from dpcore.read.report.gpu import collectives_text, gpu_text
-                out = (collectives_text(args.path, csv=args.csv, scale=_scale(args)) if args.collectives
-                       else gpu_text(args.path, csv=args.csv, per_step=args.per_step, scale=_scale(args),
-                                     kernels=args.kernels))
+                from dpcore.read.report.gpu import gpu_tables
+                out = gpu_tables(args.path, csv=args.csv, per_step=args.per_step, kernels=args.kernels,
+                                 collectives=args.collectives, scale=_scale(args))
                 out = out if args.csv else out.rstrip("\n")
             elif args.command == "whatif":
                 from dpcore.read.report.whatif import whatif_text

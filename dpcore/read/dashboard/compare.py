@@ -23,6 +23,20 @@ ENV_KEYS = ("backend", "device", "cpu_cores", "gpus", "threads_per_rank", "pinni
 JOB_KEYS = ["variant", "world_size", "bucket_mb"]
 
 
+#: Spellings of one dtype (run.json keeps what the user typed: ``--dtype fp32`` and ``float32``
+#: are one setting, not a difference between runs).
+DTYPE_NAMES = {"fp32": "float32", "float": "float32", "f32": "float32", "fp16": "float16", "half": "float16",
+               "f16": "float16", "bf16": "bfloat16", "fp64": "float64", "double": "float64"}
+
+
+def dtype_name(value: object) -> object:
+    """One name per dtype: ``fp32``, ``float``, ``torch.float32`` -> ``float32`` (others unchanged)."""
+    if not isinstance(value, str):
+        return value
+    name = value.strip().lower().removeprefix("torch.")
+    return DTYPE_NAMES.get(name, name)
+
+
 def _text(value: object) -> str:
     """A config value as one comparable string (lists and dicts as compact JSON)."""
     if value is None:
@@ -40,7 +54,7 @@ def config_diff(metas: dict[str, dict]) -> pd.DataFrame:
         meta = meta if isinstance(meta, dict) else {}
         cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
         env = meta.get("environment") if isinstance(meta.get("environment"), dict) else {}
-        vals = {f"config.{k}": _text(v) for k, v in cfg.items()}
+        vals = {f"config.{k}": _text(dtype_name(v) if "dtype" in k else v) for k, v in cfg.items()}
         if cfg.get("repeats") == 0:  # the allreduce command's default: repeats chosen per size
             vals["config.repeats"] = "by size (50 up to 64 KiB, 20 up to 4 MiB, else 10)"
         vals.update({f"environment.{k}": _text(env.get(k)) for k in ENV_KEYS if k in env})
@@ -56,12 +70,15 @@ def config_diff(metas: dict[str, dict]) -> pd.DataFrame:
 
 def ratio_table(summaries: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Median step time T and exposed comm E of the jobs both runs have, with B/A ratios
-    (A = the first run, B = the second; > 1 means B is slower)."""
+    (A = the first run, B = the second; > 1 means B is slower). Jobs are paired by job id where
+    both runs have ids (a comm-hook job and its plain twin share variant, world size and bucket
+    size: pairing on those alone paired each with both), and labelled apart (``label_jobs``)."""
     (a, sa), (b, sb) = list(summaries.items())[:2]
-    cols = JOB_KEYS + ["step_ms", "exposed_ms"]
+    keys = JOB_KEYS + (["job_id"] if "job_id" in sa and "job_id" in sb else [])
+    cols = keys + ["step_ms", "exposed_ms"]
     left = sa[[c for c in cols if c in sa]].dropna(subset=["step_ms"])
     right = sb[[c for c in cols if c in sb]].dropna(subset=["step_ms"])
-    m = left.merge(right, on=JOB_KEYS, suffixes=("_a", "_b"))
+    m = left.merge(right, on=keys, suffixes=("_a", "_b"))
     if m.empty:
         return pd.DataFrame(columns=["job", f"T (ms) · {a}", f"T (ms) · {b}", "T: B/A",
                                      f"E (ms) · {a}", f"E (ms) · {b}"])

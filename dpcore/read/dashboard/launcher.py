@@ -31,7 +31,10 @@ from pathlib import Path
 import streamlit as st
 
 from dpcore.contract.config import (
+    BACKENDS,
     BUCKET_SENSITIVE,
+    DEVICES,
+    DTYPES,
     MODELS,
     OPTIMIZERS,
     SINGLE_PROCESS,
@@ -104,16 +107,23 @@ class Launch:
 
 
 def build_command(out_root: Path, model: str, size: str, variants: list[str], world_sizes: list[int], steps: int,
-                  bucket_mb: float, bucket_sweep: list[float], optimizer: str = "sgd", width: int = 512) -> list[str]:
+                  bucket_mb: float, bucket_sweep: list[float], optimizer: str = "sgd", width: int = 512,
+                  device: str = "auto", backend: str = "auto", dtype: str = "auto") -> list[str]:
     """The argument list of the profile command (validated values only; never passed through a shell).
-    ``size`` applies to the transformer, ``width`` to the mlp (the other is passed too, unused)."""
+    ``size`` applies to the transformer, ``width`` to the mlp (the other is passed too, unused);
+    ``device``, ``backend`` and ``dtype``: the command's own choices (``auto``: its defaults, a GPU
+    where there is one)."""
     if model not in MODELS or size not in SIZES or not set(variants) <= set(VARIANTS) or optimizer not in OPTIMIZERS:
         raise ValueError("unknown model, size, variant or optimizer")
+    for name, value, choices in (("device", device, DEVICES), ("backend", backend, BACKENDS), ("dtype", dtype, DTYPES)):
+        if value not in choices:
+            raise ValueError(f"unknown {name} {value!r}: choose one of {', '.join(choices)}")
     check_int("--width", int(width), 1)
     cmd = [sys.executable, "-m", "dpcore", "profile", "--model", model, "--size", size, "--width", str(int(width)),
            "--variants", ",".join(variants), "--world-sizes", ",".join(str(int(w)) for w in world_sizes),
            "--steps", str(int(steps)), "--bucket-mb", f"{float(bucket_mb):g}", "--out", str(out_root),
-           "--progress", "json", "--optimizer", optimizer]
+           "--progress", "json", "--optimizer", optimizer, "--device", device, "--backend", backend,
+           "--dtype", dtype]
     if bucket_sweep:
         cmd += ["--bucket-sweep", ",".join(f"{float(b):g}" for b in bucket_sweep)]
     return cmd
@@ -219,8 +229,14 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
         world_sizes = c[0].multiselect("World sizes", [1, 2, 3, 4, 8, 16], default=[1, 2])
         bucket = c[1].number_input("Bucket size (MiB)", 0.01, 4096.0, 25.0)
         sweep = c[2].text_input("Bucket sweep (MiB, comma separated)", "", placeholder="e.g. 1,5,25")
-        optimizer = st.selectbox("Optimizer", OPTIMIZERS, help="SGD keeps no state, so what ZeRO-1 "
-                                 "(zero1, torch_zero1) saves shows only with adam or adamw (Memory page).")
+        c = st.columns(4)
+        optimizer = c[0].selectbox("Optimizer", OPTIMIZERS, help="SGD keeps no state, so what ZeRO-1 "
+                                   "(zero1, torch_zero1) saves shows only with adam or adamw (Memory page).")
+        device = c[1].selectbox("Device", DEVICES, help="--device: auto = cuda where a GPU is present, else cpu")
+        backend = c[2].selectbox("Backend", BACKENDS, help="--backend: auto = nccl on cuda when every rank has "
+                                 "its own GPU, else gloo")
+        dtype = c[3].selectbox("Dtype", DTYPES, help="--dtype: fp32, or bf16 / fp16 autocast; auto = bf16 on a "
+                               "GPU that supports it, fp32 on the CPU")
         go = st.form_submit_button("Start profile", disabled=busy, type="primary")
     if go:
         try:
@@ -233,7 +249,7 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
                                  "variants, world sizes or bucket sizes, or run the sweep with "
                                  "`python -m dpcore profile`")
             cmd = build_command(out_root, model, size, variants, world_sizes, steps, bucket, buckets, optimizer,
-                                int(width))
+                                int(width), device=device, backend=backend, dtype=dtype)
             st.session_state["launch"] = start(cmd, cwd)
         except (ValueError, MachineBusy) as exc:
             st.error(f"Cannot start: {md(str(exc))}")

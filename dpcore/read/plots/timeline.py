@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dpcore.contract.clocksync import SYNC_MARKER
 from dpcore.read.plots.style import LANE_COLORS, OP_COLORS, OP_LABELS, base_layout, empty_figure
 
 COLS = ["rank", "lane", "name", "start_ms", "end_ms"]
@@ -97,7 +98,12 @@ def timeline_figure(intervals: pd.DataFrame, title: str | None = None,
     of each comm row) picks the colour. Comm rows without one are drawn as ``other``."""
     if intervals is None or intervals.empty:
         return empty_figure("No intervals recorded for this job and step.")
-    df = intervals[COLS].dropna(subset=["start_ms", "end_ms"])
+    # dpcore's clock-sync markers are its own instrumentation, before the step: not drawn (they set
+    # the axis's start a few ms before the step's 0)
+    mine = intervals["name"].astype(str).str.startswith(SYNC_MARKER)
+    df = intervals.loc[~mine, COLS].dropna(subset=["start_ms", "end_ms"])
+    if df.empty:
+        return empty_figure("No intervals recorded for this job and step.")
     kind = (intervals.loc[df.index, "kind"].fillna("").astype(str) if "kind" in intervals
             else df["lane"].astype(str))
     kind = kind.where(kind.isin(["compute", "comm", *KIND_STYLE]), "compute")

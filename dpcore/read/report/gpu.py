@@ -184,3 +184,25 @@ def collectives_text(path: str, csv: bool = False, scale: Scale | None = None) -
             "transfer / wait: each call matched across the job's ranks (the n-th of a step), transfer = its "
             "shortest time over the ranks, wait = the rest (time spent waiting for a late peer); Σ over the "
             "matched calls, empty for a job of one rank. --csv: one row per call.\n")
+
+
+def gpu_tables(path: str, csv: bool = False, per_step: bool = False, kernels: bool = False,
+               collectives: bool = False, scale: Scale | None = None) -> str:
+    """`gpu`'s output for its switches together: the ledger (per step with ``per_step``), the
+    kernel classes and the collectives, each that was asked for, in that order; a path without
+    collective calls gives one line for that table, not an error instead of the others. One
+    table alone, or ``csv``, is :func:`gpu_text` or :func:`collectives_text` as before."""
+    alone = not collectives and not (per_step and kernels)
+    if csv or alone:
+        return (collectives_text(path, csv=csv, scale=scale) if collectives
+                else gpu_text(path, csv=csv, per_step=per_step, scale=scale, kernels=kernels))
+    if not (per_step or kernels):
+        return collectives_text(path, scale=scale)
+    parts = ([gpu_text(path, per_step=True, scale=scale)] if per_step else []) + (
+        [gpu_text(path, kernels=True, scale=scale)] if kernels else [])
+    if collectives:
+        try:
+            parts.append(collectives_text(path, scale=scale))
+        except ValueError as exc:
+            parts.append(f"collectives: {exc}")
+    return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"

@@ -97,8 +97,8 @@ def test_compare_mode_on_the_shipped_samples_pairs_like_with_like(monkeypatch: p
     `repeats: 0` reads as what it means."""
     if not (samples / "sample-allreduce").is_dir():
         pytest.skip("sample runs not present")
-    kinds = list_runs(samples)[0].set_index("run_id")["kinds"]
-    train = sorted(r for r, k in kinds.items() if "train" in str(k))
+    kinds = list_runs(samples)[0].set_index("run_id")["kinds"]  # newest first, as the picker lists them
+    train = [r for r, k in kinds.items() if "train" in str(k)]
     assert "sample-train" in train and "sample-allreduce" not in train
     monkeypatch.setenv("DPCORE_PROFILES", str(samples))
     at = AppTest.from_file(APP, default_timeout=120).run()
@@ -335,9 +335,30 @@ def test_new_run_command_carries_the_optimizer_and_refuses_unknown_ones(tmp_path
 
     cmd = build_command(tmp_path, "mlp", "tiny", ["zero1", "bucketed"], [1, 2], 5, 25.0, [], "adam")
     assert cmd[cmd.index("--optimizer") + 1] == "adam"
-    assert build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [])[-1] == "sgd"
+    plain = build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [])
+    assert plain[plain.index("--optimizer") + 1] == "sgd"
     with pytest.raises(ValueError, match="optimizer"):
         build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], "lion")
+
+
+def test_new_run_form_offers_device_backend_and_dtype(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU user starts a cuda/nccl/bf16 profile from the form: the three choices are the CLI's
+    own (DEVICES, BACKENDS, DTYPES), passed as given; a value outside them never reaches the command."""
+    from dpcore.contract.config import BACKENDS, DEVICES, DTYPES
+    from dpcore.read.dashboard.launcher import build_command
+
+    cmd = build_command(tmp_path, "transformer", "small", ["torch_ddp"], [2], 5, 25.0, [], device="cuda",
+                        backend="nccl", dtype="bf16")
+    assert [cmd[cmd.index(f) + 1] for f in ("--device", "--backend", "--dtype")] == ["cuda", "nccl", "bf16"]
+    plain = build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [])
+    assert [plain[plain.index(f) + 1] for f in ("--device", "--backend", "--dtype")] == ["auto"] * 3
+    with pytest.raises(ValueError, match="unknown backend 'mpi': choose one of auto, gloo, nccl"):
+        build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], backend="mpi")
+    monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    open_page(at, "New run")
+    boxes = {b.label: b.options for b in at.selectbox}
+    assert (boxes["Device"], boxes["Backend"], boxes["Dtype"]) == (list(DEVICES), list(BACKENDS), list(DTYPES))
 
 
 def test_new_run_form_passes_the_mlp_width_and_runs_show_it(tmp_path, samples):

@@ -43,3 +43,20 @@ def test_summarize_and_gpu_read_the_gpu_sample(samples: Path, capsys: pytest.Cap
     assert main(["gpu", str(samples / "sample-gpu")]) == 0
     out = capsys.readouterr().out
     assert "single-ws1 rank 0" in out and "fsdp-ws1 rank 0" in out
+
+
+@pytest.mark.slow
+def test_gpu_prints_every_table_asked_and_one_line_for_missing_collectives(
+        samples: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sample-gpu has no collective call in its traces (one rank): `gpu --per-step --kernels
+    --collectives` printed only "no collective calls" and lost the other two tables."""
+    path = str(samples / "sample-gpu")
+    assert main(["gpu", path, "--per-step", "--kernels", "--collectives"]) == 0
+    out = capsys.readouterr().out
+    assert main(["gpu", path, "--per-step"]) == 0
+    per_step = capsys.readouterr().out.rstrip("\n")
+    assert main(["gpu", path, "--kernels"]) == 0
+    kernels = capsys.readouterr().out.rstrip("\n")
+    assert out.rstrip("\n") == f"{per_step}\n\n{kernels}\n\ncollectives: no collective calls in the traces at {path}"
+    assert main(["gpu", path, "--collectives"]) == 2  # asked alone: the one-line error, as before
+    assert "no collective calls" in capsys.readouterr().err

@@ -25,31 +25,56 @@ def _threads(env: dict) -> str:
     t = env.get("threads_per_rank")
     if isinstance(t, dict):
         return ", ".join(f"{v} at N={k}" for k, v in t.items())
-    return "?" if t is None else str(t)
+    return NOT_RECORDED if t is None else str(t)
+
+
+#: What the box says for a value run.json does not hold (an imported run has no model or cores).
+NOT_RECORDED = "not recorded"
+
+
+def known(value: object) -> str:
+    """A run.json value as text, or :data:`NOT_RECORDED` (never "None" or "?")."""
+    return NOT_RECORDED if value is None or value == "" else str(value)
+
+
+def devices_text(devices: object, device: object = None) -> str:
+    """The run's devices, each name once with its count ("8 × NVIDIA H200", not the name 8
+    times), in the order first seen; else the device kind; else :data:`NOT_RECORDED`."""
+    if isinstance(devices, list) and devices:
+        counts: dict[str, int] = {}
+        for d in map(str, devices):
+            counts[d] = counts.get(d, 0) + 1
+        return ", ".join(f"{n} × {d}" if n > 1 else d for d, n in counts.items())
+    return known(devices or device)
+
+
+def model_text(cfg: dict) -> str:
+    """The model and its size (``model_size_text``), or :data:`NOT_RECORDED` (an imported run)."""
+    model = cfg.get("model")
+    return f"{model} {model_size_text(cfg)}".strip() if model else NOT_RECORDED
 
 
 def environment_box(run: Run) -> None:
     """Backend, devices, cores and threads per rank; plain warnings for oversubscription and skipped jobs."""
     meta = run.meta if isinstance(run.meta, dict) else {}
     env, cfg = meta.get("environment") or {}, meta.get("config") or {}
-    devices = env.get("devices")
-    devices = ", ".join(map(str, devices)) if isinstance(devices, list) else str(devices or env.get("device", "?"))
+    devices = devices_text(env.get("devices"), env.get("device"))
     with st.container(border=True):
         status = "stale" if rf.is_stale(meta) else meta.get("status", "?")
         st.markdown(f"**{md(meta.get('run_id', run.path.name))}** · status **{md(status)}** · "
                     f"created {md(meta.get('created', '?'))}")
         c = st.columns(5)
         # metric values and help tooltips render Markdown: every value here comes from run.json
-        c[0].metric("backend", md(env.get("backend", "?")))
-        c[1].metric("device", md(env.get("device", "?")), help=md(devices))
-        c[2].metric("CPU cores", md(env.get("cpu_cores", "?")),
-                    help=f"logical CPUs: {md(env.get('logical_cpus', '?'))}")
+        c[0].metric("backend", md(known(env.get("backend"))))
+        c[1].metric("device", md(known(env.get("device"))), help=md(devices))
+        c[2].metric("CPU cores", md(known(env.get("cpu_cores"))),
+                    help=f"logical CPUs: {md(known(env.get('logical_cpus')))}")
         c[3].metric("GPUs", md(env.get("gpus", 0)))
-        c[4].metric("model", md(f"{cfg.get('model', '?')} {model_size_text(cfg)}".strip()))
+        c[4].metric("model", md(model_text(cfg)))
         st.caption(f"Devices: {md(devices)} · threads per rank: {md(_threads(env))} · "
-                   f"host {md(env.get('host', '?'))} · "
-                   f"torch {md(env.get('torch', '?'))} · batch/rank {md(cfg.get('batch_size', '?'))} · "
-                   f"{md(cfg.get('scaling', '?'))} scaling · {md(cfg.get('steps', '?'))} steps")
+                   f"host {md(known(env.get('host')))} · "
+                   f"torch {md(known(env.get('torch')))} · batch/rank {md(known(cfg.get('batch_size')))} · "
+                   f"{md(known(cfg.get('scaling')))} scaling · {md(known(cfg.get('steps')))} steps")
         jobs = run.jobs
         over = jobs[jobs["oversubscribed"].fillna(False).astype(bool)] if "oversubscribed" in jobs else jobs.iloc[:0]
         if len(over):

@@ -49,7 +49,16 @@ def lanes(_run: Run, run_key: tuple, job_id: str, step: int, ranks: tuple[int, .
     read only for a traced step."""
     trace = cached_job_lanes(_run, run_key, job_id, ranks) if step in _run.traced_steps(job_id) else None
     df = analysis.timeline(_run, job_id, step, lanes=trace)
-    return df[df["rank"].isin(ranks)].reset_index(drop=True)
+    df = df[df["rank"].isin(ranks)]
+    if world_size(_run, job_id) == 1:  # no peer: comm is 0 on every card and table, and so here
+        df = df[df["lane"] != "comm"]
+    return df.reset_index(drop=True)
+
+
+def world_size(run: Run, job_id: str) -> int | None:
+    """The job's world size from run.json (None when not recorded)."""
+    ws = pd.to_numeric(run.jobs.loc[run.jobs["job_id"] == job_id, "world_size"], errors="coerce").dropna()
+    return int(ws.iloc[0]) if len(ws) else None
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -152,7 +161,9 @@ def render(run: Run) -> None:
               "if they are missing, from steps.csv and collectives.csv)" if traced else
               "steps.csv phases (compute) and collectives.csv intervals (comm): this step was not traced")
     on_gpu = bool((lanes(run, data.key(run), job, int(step), ranks)["kind"] == "cpu").any())
-    st.caption((GPU_LANES if on_gpu else CPU_LANES) +
+    alone = (" At 1 rank a collective has no peer: its calls move nothing, so no comm lane is drawn and comm "
+             "is 0 (the kernels it still launches stay in the stream lanes)." if world_size(run, job) == 1 else "")
+    st.caption((GPU_LANES if on_gpu else CPU_LANES) + alone +
                f" Drawn from {source}. Drag to zoom, double-click to reset; dense regions are merged into single "
                f"bars (hover shows how many ops). {FORMULAS['overlap_pct']}")
 
