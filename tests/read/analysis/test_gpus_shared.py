@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dpcore.read.analysis.summary import SHARED_SUSPECT, job_summary, scaling, shared_gpu_line
 from dpcore.read.plots.overview import breakdown_figure
@@ -65,3 +66,24 @@ def test_whatif_measures_no_shared_gpu_job(tmp_path: Path) -> None:
 
     s = job_summary(load_run(_shared_run(tmp_path)), None)
     assert set(measured_cells(s, "bucketed")["job_id"]) == {"bucketed-ws1-b25", "bucketed-ws4-b25"}
+
+
+@pytest.mark.slow
+def test_overview_and_scaling_pages_say_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Overview and Scaling pages show the one line (and draw); Stragglers draws its verdict."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app_pages import APP, open_page, problems
+
+    root = tmp_path / "profiles"
+    _shared_run(root)
+    monkeypatch.setenv("DPCORE_PROFILES", str(root))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    for page in ("Overview", "Scaling"):
+        open_page(at, page)
+        assert not problems(at), (page, problems(at))
+        said = [w.value for w in at.warning if "shared a GPU" in w.value]
+        assert said and said[0].startswith("Ranks shared a GPU in 8 jobs at world size 2"), (page, said)
+    open_page(at, "Stragglers")
+    assert not problems(at) and at.get("plotly_chart")
