@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 from dpcore.write.capture import comm_log
 from dpcore.write.capture.comm_log import EventClock, PhaseTimer, Recorder
 
-DELAY_MS = 150.0
+DELAY_MS = 200.0
 #: what "~0" means for a host stamp of a call that returns at enqueue, and how far an event end
 #: may sit from the backend's own completion stamp (the test backend's stream thread and the
 #: anchor's two host reads wait for the GIL: tens of ms on a loaded box); half of DELAY_MS, so
