@@ -101,20 +101,22 @@ class EventClock:
 
 class CudaEventClock(EventClock):
     """:class:`EventClock` of a CUDA job: ``torch.cuda.Event(enable_timing=True)`` recorded
-    on the current stream of the current device; the anchor on a stream of its own, which
-    nothing else uses, so work still queued on the current stream cannot delay it."""
+    on the current stream of ``device`` (default: the current device); the anchor on a stream
+    of its own, which nothing else uses, so work still queued on the current stream cannot
+    delay it."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: Any = None) -> None:
+        self.device = torch.device(device) if device is not None else None
         self._idle: Any = None
 
     def event(self) -> Any:
         ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
+        ev.record(torch.cuda.current_stream(self.device))
         return ev
 
     def anchor(self) -> Any:
         if self._idle is None:
-            self._idle = torch.cuda.Stream()
+            self._idle = torch.cuda.Stream(device=self.device)
         ev = torch.cuda.Event(enable_timing=True)
         ev.record(self._idle)
         return ev
@@ -123,7 +125,9 @@ class CudaEventClock(EventClock):
 def clock_for(device: Any) -> EventClock | None:
     """The event clock a job on ``device`` times with: CUDA events on a CUDA device, None (the
     host clock) elsewhere."""
-    return CudaEventClock() if device is not None and torch.device(device).type == "cuda" else None
+    if device is None or torch.device(device).type != "cuda":
+        return None
+    return CudaEventClock(device)
 
 
 class Recorder:
