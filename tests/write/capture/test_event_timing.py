@@ -107,6 +107,26 @@ def test_host_clock_recorder_is_unchanged() -> None:
     assert rec.mark() <= rec.now()
 
 
+def test_the_device_picks_the_clock() -> None:
+    """CUDA events on a CUDA device (the trainer's and allreduce's ``time_on``, the phase
+    timer), the host clock on CPU; an injected clock is kept. Nothing here touches a GPU."""
+    from dpcore.write.capture.comm_log import CudaEventClock, clock_for
+    assert clock_for("cpu") is None and clock_for(None) is None
+    cuda = clock_for("cuda:1")
+    assert isinstance(cuda, CudaEventClock) and cuda.device == torch.device("cuda:1")
+    rec = Recorder("j", 0)
+    rec.time_on(torch.device("cpu"))
+    assert rec.clock is None
+    rec.time_on(torch.device("cuda", 0))
+    assert isinstance(rec.clock, CudaEventClock)
+    mine = _ScriptedClock()
+    kept = Recorder("j", 0, clock=mine)
+    kept.time_on(torch.device("cpu"))
+    assert kept.clock is mine
+    assert isinstance(PhaseTimer(torch.device("cuda", 0)).clock, CudaEventClock)
+    assert PhaseTimer(torch.device("cpu")).clock is None
+
+
 # ------------------------------------------------------------------ distributed checks
 def _dur_ms(t0: Any, t1: Any) -> float:
     return (int(t1) - int(t0)) / 1e6
