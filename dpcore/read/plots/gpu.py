@@ -87,17 +87,24 @@ def causes_figure(causes: pd.DataFrame, title: str | None = None) -> go.Figure:
 
 
 def kernel_figure(kernels: pd.DataFrame, title: str | None = None) -> go.Figure:
-    """GPU event time (ms) per kernel class of one rank (`gpu_kernels.kernel_classes` rows; a
-    class with several dtypes is one bar per dtype), largest first; hover gives calls and share."""
+    """GPU event time (ms) per kernel class of one rank (`gpu_kernels.kernel_rows` rows; a
+    class with several dtypes is one bar per dtype), largest first; hover gives calls and share,
+    and for a row with FLOPs its TFLOP/s and efficiency over the calls they cover."""
     if kernels is None or kernels.empty:
         return empty_figure("No GPU kernels in this rank's trace.")
     df = kernels.sort_values("total_ms", ascending=False)
     labels = [f"{c} ({d})" if d else str(c) for c, d in zip(df["kernel_class"], df["dtype"].fillna(""))]
+    rate = [f"; {t:.2f} TFLOP/s over {int(n)} of its calls ({e:.1f} % of the peak)" if pd.notna(t) and pd.notna(e)
+            else f"; {t:.2f} TFLOP/s over {int(n)} of its calls" if pd.notna(t) else ""
+            for t, e, n in zip(df.get("tflops", pd.Series(np.nan, df.index)),
+                               df.get("eff_pct", pd.Series(np.nan, df.index)),
+                               df.get("flops_calls", pd.Series(0, df.index)))]
     fig = go.Figure()
     fig.add_bar(y=labels, x=df["total_ms"].astype(float), orientation="h", marker_color=LEDGER_PARTS[0][2],
-                name="GPU time", customdata=np.column_stack([df["calls"], df["share_pct"].astype(float)]),
+                name="GPU time", customdata=np.column_stack([df["calls"], df["share_pct"].astype(float),
+                                                             np.asarray(rate, dtype=object)]),
                 hovertemplate="%{y}<br>%{x:.3f} ms in %{customdata[0]} calls (%{customdata[1]:.1f} % of GPU "
-                              "event time)<extra></extra>")
+                              "event time)%{customdata[2]}<extra></extra>")
     fig.update_xaxes(title="ms of GPU event time (whole trace)", rangemode="tozero")
     fig.update_yaxes(autorange="reversed", automargin=True)
     return base_layout(fig, title, height=max(220, 30 * len(df) + 150))

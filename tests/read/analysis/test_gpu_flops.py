@@ -306,3 +306,13 @@ def test_a_run_that_records_tf32_rates_its_unnamed_fp32_gemms_as_tf32(tmp_path, 
     job = pd.read_csv(io.StringIO(out.getvalue())).iloc[0]
     assert job["gpu_step_mfu_pct"] == pytest.approx(100 * ideal_us(tf32) / SPAN_US, abs=1e-4)
     assert job["flops_coverage_pct"] == pytest.approx(100 * 3020 / 4140, abs=1e-4)
+
+
+def test_kernel_figure_hover_says_which_calls_the_rate_covers(events) -> None:
+    from dpcore.read.plots.gpu import kernel_figure
+
+    fig = kernel_figure(kernel_classes(events, H100))
+    hover = {str(y): str(c[2]) for y, c in zip(fig.data[0].y, fig.data[0].customdata)}
+    rate = (F1 + F2) / 1.5e-3 / 1e12
+    assert hover["attention (bf16)"].startswith(f"; {rate:.2f} TFLOP/s over 2 of its calls (")
+    assert hover["elementwise"] == ""  # no FLOPs: no rate
