@@ -24,8 +24,8 @@ check asserts (with ``--device cpu`` the GPU is the CPU and NCCL is gloo):
 - ``fsdp-allgather-bytes``: fsdp and torch_fsdp at world size 2 (gloo on the GPU) all-gather
   exactly half the bytes per step in bf16 that they do in fp32 (collectives.csv).
 - ``verify-bf16``: ``verify --device cuda --dtype bf16`` exits 0 (every variant matches).
-- ``powersgd``: torch_ddp with the PowerSGD hook completes on CUDA (NCCL) and on the CPU of
-  this GPU host (gloo, 2 ranks).
+- ``powersgd``: torch_ddp with the PowerSGD hook completes on CUDA (2 ranks sharing the GPU
+  over gloo: a hook needs 2+ ranks, NCCL one GPU each) and on the CPU of this GPU host (gloo).
 - ``record-torchrun``: ``examples/record_ddp.py`` under torchrun, one rank on NCCL: a complete
   run whose environment says device cuda.
 - ``trace-handler``: ``dpcore.trace_handler`` in a bf16 CUDA loop writes a run on device cuda.
@@ -63,12 +63,14 @@ sys.path.insert(0, str(ROOT))
 from dpcore.contract.config import GLOO_CUDA_MISSING, VARIANTS, gloo_cuda_refusal  # noqa: E402
 
 #: the child that runs a dpcore command without streamlit and plotly
+#: (under ``__main__`` only: the ranks a command spawns import this file again as __mp_main__)
 GUARD = textwrap.dedent("""\
     import sys
-    sys.modules.update({"streamlit": None, "plotly": None})
-    sys.argv[0] = "dpcore"
-    from dpcore.cli import run_cli
-    raise SystemExit(run_cli())
+    if __name__ == "__main__":
+        sys.modules.update({"streamlit": None, "plotly": None})
+        sys.argv[0] = "dpcore"
+        from dpcore.cli import run_cli
+        raise SystemExit(run_cli())
 """)
 
 #: a small, quick training job (the checks are about what runs, not how fast)
@@ -410,7 +412,7 @@ def check_fsdp_allgather_bytes(env: Env) -> list[str]:
         name = f"fsdp-bytes-{dtype}"
         rc, run = _profile(env, name, ["--device", env.device, "--backend", "gloo", "--dtype", dtype,
                                        "--variants", "fsdp,torch_fsdp", "--world-sizes", "2"], 150)
-        bad += run_failures(run, ["fsdp", "torch_fsdp"], [2], _gpus(env), dtype)
+        bad += [f"{dtype}: {b}" for b in run_failures(run, ["fsdp", "torch_fsdp"], [2], _gpus(env), dtype)]
         coll = run / "collectives.csv"
         got[dtype] = allgather_bytes_per_step(coll) if coll.is_file() else {}
     env.note("all-gathered MiB per step (rank 0): " + ", ".join(
@@ -427,7 +429,8 @@ def check_verify_bf16(env: Env) -> list[str]:
 
 def check_powersgd(env: Env) -> list[str]:
     bad = []
-    for name, device, backend, ws in (("powersgd-gpu", env.device, env.one_rank_backend, 1),
+    # a comm hook needs 2+ ranks: on one GPU they share it over gloo (NCCL refuses that)
+    for name, device, backend, ws in (("powersgd-gpu", env.device, "gloo", 2),
                                       ("powersgd-cpu", "cpu", "gloo", 2)):
         rc, run = _profile(env, name, ["--device", device, "--backend", backend, "--dtype", "fp32",
                                        "--variants", "torch_ddp", "--comm-hook", "powersgd",
@@ -471,10 +474,13 @@ def check_record_torchrun(env: Env) -> list[str]:
 
 def _write_guarded(path: Path, script: Path) -> None:
     """Write ``path``: ``script`` run as __main__ in a process without streamlit and plotly."""
-    path.write_text(GUARD.split("sys.argv[0]")[0] + textwrap.dedent(f"""\
+    path.write_text(textwrap.dedent(f"""\
         import runpy
-        sys.argv[0] = {str(script)!r}
-        runpy.run_path({str(script)!r}, run_name="__main__")
+        import sys
+        if __name__ == "__main__":
+            sys.modules.update({{"streamlit": None, "plotly": None}})
+            sys.argv[0] = {str(script)!r}
+            runpy.run_path({str(script)!r}, run_name="__main__")
     """))
 
 
