@@ -269,8 +269,12 @@ def efficiency_text(row: pd.Series | dict, tf32: bool = False) -> str:
     FLOPs coverage and what it means; "" where the trace gives no FLOPs."""
     mfu, eff, cov = (float(row[c]) for c in ("step_mfu_pct", "gemm_eff_pct", "flops_coverage_pct"))
     if np.isnan(cov) or cov == 0:
+        tflop = float(row.get("model_tflop_per_step", np.nan))
+        if tflop > 0:  # FLOPs known, no peak to rate them against
+            return (f"{tflop:.3g} TFLOP of model FLOPs per window, but no MFU: the GPU (or these dtypes) is not "
+                    "in peaks.csv")
         return ("no FLOPs: the trace records no shapes of its matrix products, attention or convolutions "
-                "(profile with record_shapes=True), or its GPU is not in peaks.csv")
+                "(profile with record_shapes=True)")
     where = "the traced steps" if row["mfu_windows"] == "steps" else "the whole trace"
     parts = [f"step MFU {_num(mfu)} % (model FLOPs / ({where}' time × the GPU's dense peak))",
              f"GEMM efficiency {_num(eff)} % (the GEMM kernels' FLOPs / their own time × peak)",

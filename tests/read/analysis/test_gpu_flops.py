@@ -316,3 +316,16 @@ def test_kernel_figure_hover_says_which_calls_the_rate_covers(events) -> None:
     rate = (F1 + F2) / 1.5e-3 / 1e12
     assert hover["attention (bf16)"].startswith(f"; {rate:.2f} TFLOP/s over 2 of its calls (")
     assert hover["elementwise"] == ""  # no FLOPs: no rate
+
+
+def test_no_mfu_says_why(events) -> None:
+    """FLOPs known on a GPU peaks.csv does not list: the FLOPs, and no MFU; no shapes: say so."""
+    v100, _ = gpu_ledger(events, device="Tesla V100-DGXS-32GB")
+    eff = rank_efficiency(v100.assign(job_id="j")).iloc[0]
+    assert np.isnan(eff["step_mfu_pct"]) and np.isnan(eff["gemm_eff_pct"]) and eff["flops_coverage_pct"] == 0
+    model = (F1 + F2 + 3 * F3 + F6 + F7 + F9 + F10 + F13) / 1e12
+    assert efficiency_text(eff) == (f"{model:.3g} TFLOP of model FLOPs per window, but no MFU: the GPU (or these "
+                                    "dtypes) is not in peaks.csv")
+    plain, _ = gpu_ledger(read_trace(ROOT / "tests" / "data" / "gpu_ledger_rank0.json.gz"), device=H100)
+    assert efficiency_text(rank_efficiency(plain.assign(job_id="j")).iloc[0]).startswith(
+        "no FLOPs: the trace records no shapes")
