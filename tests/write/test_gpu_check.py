@@ -74,6 +74,13 @@ def test_each_wrong_thing_is_one_failure(tmp_path: Path) -> None:
         [f"no run.json in {tmp_path / 'absent'}"]
 
 
+def test_one_process_variants_need_one_job_at_any_world_size(tmp_path: Path) -> None:
+    """profile runs single at world size 1 and manual at the largest only."""
+    run = _run(tmp_path, [_job("single", 1), _job("manual", 4), _job("fsdp", 2), _job("fsdp", 4)])
+    assert gc.run_failures(run, ["single", "manual", "fsdp"], [2, 4], gpus=1) == []
+    assert gc.run_failures(run, ["single", "data_parallel"], [2, 4], gpus=1) == ["no data_parallel job"]
+
+
 def test_allowed_skips_follow_the_capability_table() -> None:
     assert gc.allowed_skip("ring", 2, "gloo", "cuda", 1)
     assert not gc.allowed_skip("ring", 2, "gloo", "cpu", 1)
