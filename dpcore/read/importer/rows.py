@@ -91,8 +91,49 @@ COMM_COLUMNS = ["rank", "step", "seq", "ts", "dur", "op", "algo", "bytes", "arri
 #: ``import_facts``: one row per trace file: ``host`` (host_name, "" when none), first and last
 #: µs of its events, ``ranks`` (JSON list of the ranks in it), ``dist_info`` (distributedInfo as
 #: JSON, "" when not an object), ``props`` (len(deviceProperties), -1 when not a list),
-#: ``device_names`` (JSON list of its devices' names) and ``gpu`` (an event on a stream).
-FACT_COLUMNS = ["host", "ts_min", "end_max", "ranks", "dist_info", "props", "device_names", "gpu"]
+#: ``device_names`` (JSON list of its devices' names) and ``gpu`` (an event on a stream);
+#: ``comm_backend`` what its comm events are ("gloo" for gloo:* spans, "nccl" for NCCL/RCCL
+#: kernels, "" for none), ``gpu_device`` the device its GPU events ran on (-1: none), ``dtype``
+#: the precision its compute ran in and ``dtype_from`` how that is known (:func:`trace_dtype`, ""
+#: unknown), ``bare`` whether the file
+#: had no metadata at all (a JSON array of events: the legacy autograd profiler's export).
+FACT_COLUMNS = ["host", "ts_min", "end_max", "ranks", "dist_info", "props", "device_names", "gpu",
+                "comm_backend", "gpu_device", "dtype", "dtype_from", "bare"]
+#: Kernel names that say their data type (ATen's templates name c10::BFloat16 / c10::Half).
+_LOW_PRECISION = (("bf16", re.compile(r"bfloat16|bf16", re.IGNORECASE)),
+                  ("fp16", re.compile(r"c10::Half|\bhalf\b|fp16|f16f16|__half", re.IGNORECASE)))
+#: A low precision is the trace's when its kernels take at least this share of the compute time.
+LOW_PRECISION_SHARE = 0.01
+
+
+def trace_dtype(events: pd.DataFrame) -> tuple[str, str]:
+    """(precision, how it is known) of one trace's compute: the data type most of the matrix
+    products' FLOPs ran in where the trace recorded their inputs (``mm_dtype``, with
+    ``record_shapes``); else, on a GPU, "bf16"/"fp16" when kernels naming that type (ATen's
+    ``c10::BFloat16``, autocast's casts) take at least LOW_PRECISION_SHARE of the compute
+    kernels' time, "fp32" when none do; ("", "") on a CPU trace without shapes. Why: a
+    ``trace_handler`` or imported run has no dtype of its own to record, and a step time means
+    little without the precision it ran in."""
+    if "mm_dtype" in events and len(events):
+        mm = events[events["mm_dtype"].astype(str).isin(("fp32", "tf32", "bf16", "fp16", "fp8"))]
+        if len(mm):
+            w = mm["flops"].fillna(0.0) if "flops" in mm else pd.Series(1.0, index=mm.index)
+            if not w.sum() > 0:
+                w = pd.Series(1.0, index=mm.index)
+            return str(w.groupby(mm["mm_dtype"].astype(str)).sum().idxmax()), "matrix products' inputs"
+    kern = events[(events["stream"].to_numpy() >= 0) & (events["kind"].astype(str) == "compute").to_numpy()] \
+        if "stream" in events and len(events) else events.iloc[0:0]
+    if kern.empty:
+        return "", ""
+    dur = kern["dur"].fillna(0.0).to_numpy(np.float64)
+    total = float(dur.sum())
+    best, share = "fp32", 0.0
+    names = kern["name"].astype(str)
+    for dtype, pattern in _LOW_PRECISION:
+        part = float(dur[names.str.contains(pattern).to_numpy()].sum()) / total if total > 0 else 0.0
+        if part >= LOW_PRECISION_SHARE and part > share:
+            best, share = dtype, part
+    return best, "kernel names"
 
 
 def _cpu(ev: pd.DataFrame) -> pd.DataFrame:
@@ -211,6 +252,7 @@ def _facts(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
     names = [str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")] \
         if isinstance(props, list) else []
     empty = not len(events)
+    dtype, dtype_from = trace_dtype(events)
     return pd.DataFrame({
         "host": [str(meta.get("host_name") or "")],
         "ts_min": [float("nan") if empty else float(events["ts"].min())],
@@ -219,7 +261,28 @@ def _facts(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
         "dist_info": [json.dumps(info, default=str) if isinstance(info, dict) else ""],
         "props": [len(props) if isinstance(props, list) else -1],
         "device_names": [json.dumps(names)],
-        "gpu": [bool((events["stream"] >= 0).any())]})
+        "gpu": [bool((events["stream"] >= 0).any())],
+        "comm_backend": [_comm_backend(events)], "gpu_device": [_gpu_device(events)],
+        "dtype": [dtype], "dtype_from": [dtype_from], "bare": [not meta]})
+
+
+def _comm_backend(events: pd.DataFrame) -> str:
+    """"gloo" where the comm events are gloo:* spans, "nccl" where they are NCCL/RCCL kernels, else ""."""
+    comm = events.loc[(events["kind"].astype(str) == "comm").to_numpy(), "name"].astype(str) if len(events) else None
+    if comm is None or comm.empty:
+        return ""
+    if comm.str.startswith("gloo:").any():
+        return "gloo"
+    return "nccl" if comm.str.contains("nccl|rccl", case=False).any() else ""
+
+
+def _gpu_device(events: pd.DataFrame) -> int:
+    """The device (the GPU events' pid) with the most GPU events, -1 without GPU events or a number."""
+    dev = events.loc[events["stream"].to_numpy() >= 0, "pid"] if len(events) else None
+    if dev is None or dev.empty:
+        return -1
+    top = str(dev.astype(str).value_counts().idxmax())
+    return int(top) if top.lstrip("-").isdigit() else -1
 
 
 def rank_rows(events: pd.DataFrame, meta: dict | None = None,
@@ -246,7 +309,10 @@ IMPORT_COMM = RankTable("import_comm", {"rank": np.int64, "step": np.int64, "seq
                                         "arrival_ns": np.int64}, import_tables)
 IMPORT_FACTS = RankTable("import_facts", {"host": object, "ts_min": np.float64, "end_max": np.float64,
                                           "ranks": object, "dist_info": object, "props": np.int64,
-                                          "device_names": object, "gpu": bool}, import_tables)
+                                          "device_names": object, "gpu": bool, "comm_backend": object,
+                                          "gpu_device": np.int64, "dtype": object, "dtype_from": object,
+                                          "bare": bool},
+                         import_tables, version=2)  # 2: comm_backend, gpu_device, dtype(_from), bare
 IMPORT_TABLES = (IMPORT_STEPS, IMPORT_COMM, IMPORT_FACTS)
 
 

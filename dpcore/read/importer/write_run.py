@@ -131,7 +131,12 @@ def _environment(traces: list[_Trace]) -> dict:
     props = next((t.facts for t in traces if t.facts["props"] >= 0), None)
     hosts = sorted({t.facts["host"] for t in traces if t.facts["host"]})
     gpu = any(bool(t.facts["gpu"]) for t in traces) or bool(props and props["props"] > 0)
-    env: dict = {"backend": info.get("backend") or ("nccl" if gpu else "gloo"), "device": "cuda" if gpu else "cpu",
+    seen = next((str(t.facts.get("comm_backend") or "") for t in traces if t.facts.get("comm_backend")), "")
+    said = info.get("backend") if isinstance(info.get("backend"), str) and info.get("backend") else ""
+    # what the traces say, else what their comm events are, else none seen: never a guess from the device
+    env: dict = {"backend": said or seen or "none", "device": "cuda" if gpu else "cpu",
+                 "backend_from": ("distributedInfo" if said else "comm events" if seen
+                                  else "none: no distributedInfo and no comm events"),
                  "source": "torch.profiler traces (imported)"}
     if hosts:
         env["host"] = ",".join(hosts)
@@ -142,6 +147,35 @@ def _environment(traces: list[_Trace]) -> dict:
     if isinstance(info.get("world_size"), int):
         env["trace_world_size"] = info["world_size"]
     return env
+
+
+def gpus_shared(traces: list[_Trace], backend: str) -> bool:
+    """Whether two ranks' traces ran on the same GPU of the same host: processes taking turns
+    on one GPU, which is no scaling point (run.json's per-job ``gpus_shared``, as ``profile``
+    records it). The evidence: two single-rank traces of one host (``host_name``; traces without
+    one are one host, as the clock alignment takes them) whose GPU events ran on the same device
+    id, on a backend other than NCCL (NCCL refuses two ranks on one GPU; and with one GPU visible
+    per process, as CUDA_VISIBLE_DEVICES gives, every rank's GPU is device 0, so the id alone
+    proves nothing there). A merged trace of several ranks cannot tell."""
+    if backend == "nccl":
+        return False
+    used: set[tuple[str, int]] = set()
+    for t in traces:
+        dev = int(t.facts.get("gpu_device", -1))
+        if dev < 0 or len(json.loads(t.facts["ranks"])) != 1:
+            continue
+        key = (str(t.facts["host"]), dev)
+        if key in used:
+            return True
+        used.add(key)
+    return False
+
+
+def trace_precision(traces: list[_Trace]) -> str:
+    """The precision most of the traces' ranks computed in (rows.trace_dtype per trace), "" unknown."""
+    got = [str(t.facts.get("dtype") or "") for t in traces]
+    got = [d for d in got if d]
+    return max(sorted(set(got)), key=got.count) if got else ""
 
 
 def job_world_size(env: dict, ranks: list[int]) -> int:
@@ -297,6 +331,9 @@ def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, trace
         notes.append(f"{here} of the job's {ws} ranks {'is' if here == 1 else 'are'} here (the traces' "
                      f"distributedInfo.world_size is {ws}): the job ran at world size {ws}, and its numbers "
                      "are those of the ranks imported")
+    notes += [f"{t.path.name}: no metadata in the trace (a JSON array of events, the legacy autograd profiler's "
+              "export): no rank, world size, devices or backend of its own; its steps are its ProfilerStep ranges "
+              "(or its whole span)" for t in traces if bool(t.facts.get("bare"))]
     job = job or f"{VARIANT}-ws{ws}"
     comm = pd.concat([t.tables[IMPORT_COMM] for t in traces], ignore_index=True)
     offsets, how = _offsets(comm, _ranks(traces), env.get("hosts", []), align)
@@ -324,12 +361,18 @@ def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, trace
             atomic_write_text(run_dir / rf.table_file(table), csv_text([], cols))
     missing = seen.missing()
     created = now_iso()
+    dtype = trace_precision(traces)
+    if dtype and not config.get("dtype"):  # trace_handler and import: the precision the traces show
+        known_by = next(str(t.facts.get("dtype_from") or "") for t in traces if t.facts.get("dtype") == dtype)
+        config = {**config, "dtype": dtype, "dtype_from": f"the traces' {known_by}"}
     meta = {
         "run_id": run_id, "name": name or "", "kind": kind, "created": created, "finished": created,
         "status": "complete", "command": command, "environment": env,
         "config": {**config, "steps": len(seen.step_ids), "model": config.get("model")},
         "jobs": [{"id": job, "kind": "train", "variant": VARIANT, "algo": None, "world_size": ws,
                   "bucket_mb": None, "status": "complete", "error": None, "ranks": ranks,
+                  "backend": env["backend"], "device": env["device"],
+                  "gpus_shared": gpus_shared(traces, env["backend"]),
                   "clock_offsets_ns": {str(r): int(o) for r, o in offsets.items()},
                   "clock_shift_us": {str(r): -o / 1e3 for r, o in offsets.items()},
                   "clock_alignment": how, **job_extra, "missing": missing, "notes": notes}],
