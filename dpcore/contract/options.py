@@ -355,7 +355,7 @@ class WhatifOptions:
     job: str | None = option(None, flag="--job", help="the measured job to start from, e.g. bucketed-ws2-b25 "
                                                       "(a world-size-1 job too, with --fabric)")
     bucket_mb: str | None = option(None, flag="--bucket-mb",
-                                   help="bucket sizes in MB, e.g. 1,4,25 (default: the run's)")
+                                   help="bucket sizes in MiB, e.g. 1,4,25 (default: the run's)")
     world_sizes: str | None = option(None, flag="--world-sizes", help="e.g. 1,2,8 (default: the run's)")
     bandwidth_gbps: float | None = option(
         None, flag="--bandwidth-gbps", type=float,
@@ -373,6 +373,9 @@ class WhatifOptions:
         help="messages from an interconnect preset: NAME (inside a node) or INTRA,INTER (between nodes too), "
              "e.g. nvlink-h100,ib-ndr400; 'list' prints the presets and their sources; "
              "--bandwidth-gbps/--latency-us override it")
+    csv: bool = option(False, flag="--csv", switch=True,
+                       help="the table as CSV rows (every column, docs/DESIGN.md's whatif columns first) "
+                            "instead of the text")
 
 
 #: ``import --align-clocks``: when the importer shifts ranks onto rank 0's clock (one list, the
@@ -432,6 +435,6 @@ COMMAND_OPTIONS: dict[str, tuple[OptionGroup, ...]] = {
     "hang": (OptionGroup(ReadOptions, only=("path", "csv"),
                          helps={"path": "a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
                                         "dumps written by any PyTorch job"}),),
-    "whatif": (OptionGroup(WhatifOptions), OptionGroup(ReadOptions, only=("csv",))),
+    "whatif": (OptionGroup(WhatifOptions),),
     "import": (OptionGroup(ImportOptions), OptionGroup(ScaleOptions)),
 }

@@ -85,3 +85,16 @@ def test_the_sample_recommends_nothing_where_its_own_jobs_disagree(samples: Path
     assert "does not matter" not in line.split(";")[0] and not table["recommended"].any()
     assert "misses 1 of this run's own measured cells at 2 ranks by more than 2x" in line
     assert "256 KiB buckets, predicted 24.0 ms, measured 61.1 ms, job torch_ddp-ws2-b0.25" in line
+
+
+def test_whatif_help_says_mib_and_explains_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    """whatif's help said MB where every other command says MiB, and its --csv had no help."""
+    import re
+
+    from dpcore.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["whatif", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "bucket sizes in MiB, e.g. 1,4,25" in out and not re.search(r"\bMB\b", out)
+    assert "--csv the table as CSV rows" in out
