@@ -113,13 +113,33 @@ def default_second(runs: pd.DataFrame, first: str) -> str | None:
 LABEL_CHARS = 30
 
 
-def fit_label(text: str, most: int = LABEL_CHARS) -> str:
-    """``text`` whole if it fits the picker, else its start and end around "…" (a run id's date
-    and its suffix are the parts that tell runs apart)."""
-    if len(text) <= most:
+#: How wide (px) a label the sidebar's picker shows whole may be, in its font (Source Sans, 14 px):
+#: the picker draws 190 px of it (measured in Chromium, 1400 px window), so 30 characters did not
+#: always fit ("interrupted · 2026120…300-cc4b" is 190.2 px; capitals and m/w much more).
+LABEL_PX = 185.0
+#: Advance widths (px) of that font, measured with a canvas in Chromium: narrow and wide glyphs,
+#: capitals 8, the rest (digits, lowercase) 7.
+_NARROW = dict.fromkeys("ijlI.,:;'|!()[] ", 3.5) | dict.fromkeys("frt-·", 4.5)
+_WIDE = dict.fromkeys("mwMW", 10.7) | {"…": 13.3}
+
+
+def label_px(text: str) -> float:
+    """The approximate width of ``text`` in the picker's font (px)."""
+    return sum(_NARROW.get(c) or _WIDE.get(c) or (8.0 if c.isupper() else 7.0) for c in text)
+
+
+def fit_label(text: str, most: int = LABEL_CHARS, most_px: float = LABEL_PX) -> str:
+    """``text`` whole if it fits the picker (at most ``most`` characters and ``most_px`` wide),
+    else its start and end around "…" (a run id's date and its suffix are the parts that tell
+    runs apart), as many characters as fit."""
+    if len(text) <= most and label_px(text) <= most_px:
         return text
-    head = (most - 1) // 2
-    return text[:head] + "…" + text[len(text) - (most - 1 - head):]
+    for n in range(min(most, len(text)) - 1, 1, -1):
+        head = (n - 1) // 2
+        cut = text[:head] + "…" + text[len(text) - (n - 1 - head):]
+        if label_px(cut) <= most_px:
+            return cut
+    return text[:1] + "…"
 
 
 def run_labels(runs: pd.DataFrame) -> dict[str, str]:
@@ -133,7 +153,7 @@ def run_labels(runs: pd.DataFrame) -> dict[str, str]:
     for f, r, s in zip(folders(runs), ids, runs["status"].astype(str)):
         name = f"{r} ({f})" if r in dup else r
         prefix = "" if s == "complete" else f"{s} · "
-        out[f] = prefix + fit_label(name, LABEL_CHARS - len(prefix))
+        out[f] = prefix + fit_label(name, LABEL_CHARS - len(prefix), LABEL_PX - label_px(prefix))
     return out
 
 

@@ -87,3 +87,19 @@ def test_a_one_rank_gpu_jobs_timeline_draws_no_comm(samples: Path, monkeypatch: 
     assert any("At 1 rank a collective has no peer" in c.value for c in at.caption)
     comm = next(m for m in at.metric if m.label.startswith("comm C"))
     assert comm.value == "0.00 ms"
+
+
+def test_a_run_label_fits_the_picker_by_width_not_only_by_count() -> None:
+    """30 characters did not always fit the picker's 190 px: "interrupted · 2026120…300-cc4b"
+    is 190.2 px in Chromium, a run id of capitals and m/w 256 px. Labels are cut by their width
+    in the picker's font (label_px: within 3 % of Chromium's canvas on these strings)."""
+    from dpcore.read.dashboard.picker import LABEL_PX, label_px, run_labels
+
+    assert label_px("20261201-185634-mi300-cc4b") == pytest.approx(173.6, rel=0.03)
+    assert label_px("ABCDEFGHIJKLMNOPQRSTUVWXYZ") == pytest.approx(206.1, rel=0.03)
+    runs = pd.DataFrame(dict(run_id=["20261201-185634-mi300-cc4b", "20261201-185635-WWWWMMMMwwwwmmmm-x", "s"],
+                             path=["/p/a", "/p/b", "/p/c"], status=["interrupted", "complete", "complete"]))
+    labels = run_labels(runs)
+    assert labels["a"].startswith("interrupted · 2026") and labels["a"].endswith("cc4b")
+    assert labels["b"].startswith("2026") and labels["b"].endswith("-x") and "…" in labels["b"]
+    assert labels["c"] == "s" and all(label_px(v) <= LABEL_PX for v in labels.values())
