@@ -12,6 +12,8 @@ bytes on the wire) and the forward/backward run in that dtype, while the master 
 gradients and the optimizer stay float32 (gradients are reduce-scattered in float32, as
 FSDP's ``MixedPrecisionPolicy(reduce_dtype=float32)``). Floating inputs are cast on the way in
 and floating outputs back to float32 on the way out, so the loss is computed in float32.
+A ``--dtype bf16`` / ``fp16`` job gets its half type here (the trainer passes it), as an FSDP
+job under mixed precision sets ``param_dtype``.
 
 Volume per step for P parameter bytes of sharded parameters: two all-gathers (forward and
 backward) and one reduce-scatter, 3(N-1)/N P (the all-gathers halve with a 2-byte
