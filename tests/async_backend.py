@@ -20,8 +20,15 @@ reproduces those semantics on CPU tensors, where a test can see them:
   may still be written after it returns);
 * :meth:`AsyncTestProcessGroup.record_event` is "record a CUDA event on the current stream":
   a marker queued behind every op issued so far, stamped (``perf_counter_ns``) when the stream
-  reaches it. :class:`StreamEvent` has the ``torch.cuda.Event`` calls the recorder's event
-  clock uses (``record`` happens at creation, ``synchronize``, ``elapsed_time``, ``query``).
+  reaches it. With ``DPCORE_ASYNC_STREAMS=2`` the group has a second stream, the *current* one
+  (the compute stream of a CUDA rank), and markers go there: they do not wait for the group's ops,
+  except where a ``wait()`` made the current stream wait for one (NCCL's ``synchronizeStream``:
+  in ``stream`` wait mode a wait queues "wait for this op" on the current stream). A mark taken
+  *before* a wait then reads the launch, one taken after it the completion. (A future's callback
+  cannot be told apart here, so with 2 streams a mark in a callback does not wait for the op;
+  on CUDA it does, see the recorder's notes.) :class:`StreamEvent` has the ``torch.cuda.Event``
+  calls the recorder's event clock uses (``record`` happens at creation, ``synchronize``,
+  ``elapsed_time``, ``query``).
 
 Configuration is read from the environment when a group is created, so it reaches spawned
 ranks: :func:`configure` sets it. Register with :func:`register` (idempotent), then
@@ -46,16 +53,21 @@ from dpcore.write.capture.comm_log import EventClock
 BACKEND = "dpcore_async"
 ENV_DELAY_MS = "DPCORE_ASYNC_DELAY_MS"
 ENV_WAIT = "DPCORE_ASYNC_WAIT"
+ENV_STREAMS = "DPCORE_ASYNC_STREAMS"
 WAIT_MODES = ("blocking", "stream")
 
 
-def configure(delay_ms: float = 0.0, wait: str = "blocking") -> None:
-    """Set the delay per op and the wait mode for groups created from now on (this process and
-    the ranks it spawns afterwards)."""
+def configure(delay_ms: float = 0.0, wait: str = "blocking", streams: int = 1) -> None:
+    """Set the delay per op, the wait mode and the number of streams (1: markers behind the ops;
+    2: markers on a current stream of their own) for groups created from now on (this process
+    and the ranks it spawns afterwards)."""
     if wait not in WAIT_MODES:
         raise ValueError(f"unknown wait mode {wait!r}; valid choices: {', '.join(WAIT_MODES)}")
+    if streams not in (1, 2):
+        raise ValueError(f"streams must be 1 or 2, got {streams!r}")
     os.environ[ENV_DELAY_MS] = str(float(delay_ms))
     os.environ[ENV_WAIT] = wait
+    os.environ[ENV_STREAMS] = str(streams)
 
 
 class StreamEvent:
@@ -99,9 +111,10 @@ class _Op:
 class AsyncWork(dist.Work):
     """The work of one op: future completed at enqueue, completion as the stream sees it."""
 
-    def __init__(self, op: _Op, result: Any, wait_blocks: bool) -> None:
+    def __init__(self, op: _Op, result: Any, wait_blocks: bool,
+                 order_current: Callable[[_Op], None] | None = None) -> None:
         super().__init__()
-        self._op, self._wait_blocks = op, wait_blocks
+        self._op, self._wait_blocks, self._order = op, wait_blocks, order_current
         self._fut: torch.futures.Future = torch.futures.Future()
         self._fut.set_result(result)  # as NCCL: completed when the op is enqueued
 
@@ -111,6 +124,8 @@ class AsyncWork(dist.Work):
                 raise RuntimeError("dpcore_async: an op did not complete in 60 s")
             if self._op.error is not None:
                 raise RuntimeError(f"dpcore_async: the inner op failed: {self._op.error}")
+        elif self._order is not None:  # the current stream waits for the op, the host does not
+            self._order(self._op)
         return True
 
     def is_completed(self) -> bool:
@@ -133,16 +148,22 @@ class AsyncTestProcessGroup(dist.ProcessGroup):
     math is done; ``wait_blocks``: whether ``wait()`` blocks until the op completed."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta,
-                 delay_s: float = 0.0, wait_blocks: bool = True) -> None:
+                 delay_s: float = 0.0, wait_blocks: bool = True, streams: int = 1) -> None:
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self.delay_s, self.wait_blocks = float(delay_s), bool(wait_blocks)
+        self.streams = int(streams)
         self._inner = dist.ProcessGroupGloo(dist.PrefixStore("dpcore_async_inner", store), rank,
                                             size, timeout)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         #: every op's work, in issue order (tests read their real ends from here)
         self.works: list[AsyncWork] = []
         threading.Thread(target=self._stream, name="dpcore-async-stream", daemon=True).start()
+        #: the current stream (streams=2): markers, and "wait for this op" items
+        self._current: queue.SimpleQueue = queue.SimpleQueue()
+        if self.streams == 2:
+            threading.Thread(target=self._current_stream, name="dpcore-async-current",
+                             daemon=True).start()
 
     # -- the stream ----------------------------------------------------------------------
     def _stream(self) -> None:
@@ -160,22 +181,39 @@ class AsyncTestProcessGroup(dist.ProcessGroup):
                 op.event._stamp()
             op.done.set()
 
+    def _current_stream(self) -> None:
+        while True:
+            item = self._current.get()
+            if isinstance(item, StreamEvent):
+                item._stamp()
+            else:  # an op this stream was made to wait for
+                item.done.wait()
+
     def _enqueue(self, start: Callable[[], Any], result: Any) -> AsyncWork:
         op = _Op(start())
         self._queue.put(op)
-        work = AsyncWork(op, result, self.wait_blocks)
+        work = AsyncWork(op, result, self.wait_blocks,
+                         self._current.put if self.streams == 2 else None)
         self.works.append(work)
         return work
 
     def record_event(self) -> StreamEvent:
-        """A :class:`StreamEvent` recorded now on this group's stream."""
+        """A :class:`StreamEvent` recorded now on the current stream (streams=1: the group's
+        stream, behind every op issued so far)."""
         ev = StreamEvent()
-        self._queue.put(_Op(None, ev))
+        if self.streams == 2:
+            self._current.put(ev)
+        else:
+            self._queue.put(_Op(None, ev))
         return ev
 
     def synchronize(self) -> None:
-        """Block until the stream finished everything issued so far."""
-        self.record_event().synchronize()
+        """Block until the group's stream (and the current stream) finished everything issued."""
+        ev = StreamEvent()
+        self._queue.put(_Op(None, ev))
+        ev.synchronize()
+        if self.streams == 2:
+            self.record_event().synchronize()
 
     # -- the ops ---------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - the C++ trampoline's name
@@ -222,9 +260,12 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> AsyncTestPr
     wait = os.environ.get(ENV_WAIT, "blocking")
     if wait not in WAIT_MODES:
         raise ValueError(f"{ENV_WAIT}={wait!r}; valid choices: {', '.join(WAIT_MODES)}")
+    streams = os.environ.get(ENV_STREAMS, "1")
+    if streams not in ("1", "2"):
+        raise ValueError(f"{ENV_STREAMS}={streams!r}; valid choices: 1, 2")
     return AsyncTestProcessGroup(store, rank, size, timeout,
                                  delay_s=float(os.environ.get(ENV_DELAY_MS, "0")) / 1e3,
-                                 wait_blocks=wait == "blocking")
+                                 wait_blocks=wait == "blocking", streams=int(streams))
 
 
 def register() -> None:

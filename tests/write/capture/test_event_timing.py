@@ -215,6 +215,33 @@ def _checks(rank: int, n: int) -> dict[str, Any]:
             sw.synchronize()
             msgs = r.message_rows()
             out[f"msg_{algo}_{name}"] = [_dur_ms(m["t_post_ns"], m["t_done_ns"]) for m in msgs]
+    # 5b. the same on a group whose marks sit on a current stream of their own: only a wait
+    #     makes that stream wait for an op, so a mark placed before the wait reads the launch
+    ab.configure(DELAY_MS, "stream", streams=2)
+    two = dist.new_group(backend=ab.BACKEND)
+    tw = ab.group_of(two)
+    r = rec(ab.StreamEventClock(two))
+    t_post = r.mark()
+    w = dist.all_reduce(torch.ones(8), group=two, async_op=True)
+    early = r.mark()  # misplaced on purpose: before the wait
+    w.wait()
+    r.message("probe", 0, "x", 0, 0, 1, 0, 32, t_post, early, "send")
+    r.message("probe", 0, "x", 0, 0, 1, 0, 32, t_post, r.mark(), "send")
+    out["two_probe"] = [_dur_ms(m["t_post_ns"], m["t_done_ns"]) for m in r.message_rows()]
+    r = rec(ab.StreamEventClock(two))
+    idx = r.launch("broadcast", "native", 40)
+    dist.broadcast(torch.ones(10), 0, group=two)
+    r.done(idx)
+    row = r.collective_rows()[0]
+    out["two_blocking"] = {"ms": _dur_ms(row["t_launch_ns"], row["t_end_ns"]),
+                           "after_real_end_ms": (row["t_end_ns"] - tw.works[-1].end_ns) / 1e6}
+    for algo, fn in (("ring", lambda t, r: ring_all_reduce(t, group=two, recorder=r, batched=True)),
+                     ("naive", lambda t, r: naive_all_reduce(t, group=two, recorder=r, batched=True)),
+                     ("central", lambda t, r: central_all_reduce(t, group=two, recorder=r))):
+        r = rec(ab.StreamEventClock(two))
+        fn(torch.ones(64), r)
+        tw.synchronize()
+        out[f"two_msg_{algo}"] = [_dur_ms(m["t_post_ns"], m["t_done_ns"]) for m in r.message_rows()]
     # 6. the same algorithms on the blocking-wait group: right results with the event clock
     for algo, fn in (("ring", lambda t, r: ring_all_reduce(t, recorder=r, batched=True)),
                      ("naive", lambda t, r: naive_all_reduce(t, recorder=r, batched=True)),
@@ -351,6 +378,20 @@ def test_messages_end_when_the_work_completed(reports: list[dict], algo: str) ->
         assert all(ms >= DELAY_MS for ms in event), rep
         assert rep[f"sum_{algo}"]["values"] == [3.0], rep  # 1 + 2: right results with events too
         assert all(ms >= DELAY_MS for ms in rep[f"sum_{algo}"]["ms"]), rep
+
+
+@pytest.mark.slow
+def test_marks_after_a_wait_end_at_completion_on_a_separate_current_stream(reports: list[dict]) -> None:
+    """With marks on a current stream of their own, only the ordering a wait gives makes an end
+    read the completion: the probe placed before the wait reads ~0, every dpcore edge (done,
+    the algorithms' t_done) reads >= the delay, so each is placed after its wait."""
+    for rep in reports:
+        early, late = rep["two_probe"]
+        assert early < ZERO_MS and late >= DELAY_MS, rep
+        assert rep["two_blocking"]["ms"] >= DELAY_MS, rep
+        assert _ends_at_completion(rep["two_blocking"]["after_real_end_ms"]), rep
+        for algo in ("ring", "naive", "central"):
+            assert rep[f"two_msg_{algo}"] and all(ms >= DELAY_MS for ms in rep[f"two_msg_{algo}"]), rep
 
 
 @pytest.mark.slow
