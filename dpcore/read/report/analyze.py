@@ -51,7 +51,25 @@ def _trace_folder_ranks(trace_dir: Path, scale: Scale | None = None) -> tuple[pd
     except TraceFormatError as exc:
         raise ValueError(str(exc)) from None
     overlap = pd.concat([t[OVERLAP_TABLE] for t in tables], ignore_index=True)
-    return rank_metrics(trace_rows(overlap), "trace"), [n for t in tables for n in t.notes]
+    df = rank_metrics(trace_rows(overlap), "trace")
+    return df, [n for t in tables for n in t.notes] + short_step_notes(df)
+
+
+#: A step shorter than this (ms) holds no training loop: launching one kernel takes microseconds,
+#: one forward and backward of the smallest model tens of them.
+MIN_STEP_MS = 0.1
+
+
+def short_step_notes(df: pd.DataFrame) -> list[str]:
+    """One note per rank whose steps average under MIN_STEP_MS: its step ranges hold almost
+    nothing (markers around work the trace did not record, e.g. an old JSON-array trace of CPU
+    events), so its numbers describe those ranges, not a training step; said rather than shown
+    as if it were one."""
+    short = df[pd.to_numeric(df["step_ms"], errors="coerce") < MIN_STEP_MS]
+    return [f"rank {int(r.rank)}: its {int(r.steps)} step(s) average {float(r.step_ms):.4g} ms, shorter than any "
+            f"training step (< {MIN_STEP_MS:g} ms): its step ranges hold almost none of the work (markers around "
+            "a loop the trace did not record?), and the numbers describe those ranges only"
+            for r in short.itertuples()]
 
 
 def analyze(path: str, csv: bool = False, scale: Scale | None = None) -> str:

@@ -108,9 +108,10 @@ def test_the_timeline_draws_gloo_comm_of_both_ranks(tmp_path, monkeypatch):
     t = A.timeline(run, job, 2, lanes=K.job_lanes(run, job, ranks=(0, 1)))
     comm = t[t["lane"] == "comm"]
     assert set(comm["name"]) == {"gloo:all_reduce"} and set(comm["op"]) == {"all_reduce"}
-    # ms from the step's start (its ProfilerStep): the worker spans of the docstring
+    # ms from the step's start: a GPU step's first kernel, 1 ms after its ProfilerStep (the import's
+    # GPU step is the window the numbers are measured in): the worker spans of the docstring
     assert comm[["rank", "start_ms", "end_ms"]].round(3).values.tolist() == [
-        [0, 11.2, 37.2], [0, 21.2, 47.2], [1, 17.2, 37.2], [1, 27.2, 47.2]]
+        [0, 10.2, 36.2], [0, 20.2, 46.2], [1, 16.2, 36.2], [1, 26.2, 46.2]]
     rows = A.step_metrics(run.steps, run.collectives, trace_step_metrics(traced_job_events(run)), run.comm_calls)
     assert A.step_ranks(rows, job, 2)["comm_ms"].tolist() == pytest.approx([36.0, 30.0])
     monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path / "profiles"))
