@@ -370,7 +370,13 @@ class Recording:
             if n >= cap.last:
                 cap.stop()  # trace exported: every later step runs without the profiler
                 if ok and self.ctx.world_size > 1:
-                    control.barrier()  # the export took a while: start the timed steps together
+                    # the export took a while: start the timed steps together. On gloo the job's
+                    # own barrier first, which orders after the traced steps' collectives (their
+                    # end stamps have run before any rank times a step; without it rank 1's live
+                    # rows of the traced steps were measured missing their comm); then the
+                    # control plane's, which meets every rank on any backend
+                    settle_collectives()
+                    control.barrier()
         self._tracing = False
 
     # -- the end ------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from dpcore.write.runtime.launch import (
     Monitor,
     flight_recorder_on,
     launch,
+    settle_collectives,
     torchrun_store,
 )
 from dpcore.write.runtime.placement import (
@@ -298,8 +299,12 @@ class TorchrunWorld:
         return {}
 
     def finish(self, status: str) -> None:
-        """A clean goodbye, except after Ctrl-C: the other ranks are stopping too."""
+        """A clean goodbye, except after Ctrl-C: the other ranks are stopping too. On gloo the
+        job's own barrier comes first: it returns after every earlier collective of the job's
+        group ran its callbacks, which torch 2.4's gloo teardown would otherwise deadlock on
+        (``launch._worker``); then every rank meets on the control plane."""
         if status != "interrupted":
+            settle_collectives()
             control.barrier()
             dist.destroy_process_group()
 
