@@ -1,4 +1,5 @@
-"""Writing run files: atomic writes, CSV text, run ids and timestamps (stdlib only).
+"""Writing run files: atomic writes, CSV text, run ids and timestamps; and opening one for
+reading so that no link leads the reader out of its run (:func:`open_inside`). Stdlib only.
 
 Why in the contract wing: both wings write run directories (the engine while profiling, the
 read wing's importer when it turns foreign traces into a run), and a reader must never see half
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import errno
 import io
 import os
 import secrets
@@ -17,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from dpcore.contract.tracefile import NotRegularFileError, open_regular
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read the process umask once (os.umask can only be read by setting it)
@@ -76,3 +80,43 @@ def new_run_id(name: str | None = None) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in (name or ""))[:40]
     return "-".join(p for p in (stamp, safe, secrets.token_hex(2)) if p)
+
+
+class OutsideFolderError(NotRegularFileError):
+    """A file that resolves (links followed) outside the folder it was read as part of; the
+    message is one line naming it and the folder."""
+
+
+def _within(path: Path, top: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(top)
+    except (OSError, RuntimeError):  # RuntimeError: a link loop
+        return False
+
+
+def open_inside(path: str | Path, folder: str | Path, max_bytes: int) -> BinaryIO:
+    """Open ``path``, a file of the run (or dump folder) ``folder``, for binary reading: only a
+    regular file of at most ``max_bytes`` (:func:`~dpcore.contract.tracefile.open_regular`)
+    whose real path, links resolved, lies inside ``folder`` (also resolved).
+
+    Why: every file of a run is read as part of that run; a ``live.csv`` or ``steps.csv``
+    that is a link to another user's file, or to a file outside the dashboard's profiles
+    folder, must not be shown as the run's. Checked before the open (the path resolved) and
+    after it (the descriptor's real path, where ``/proc/self/fd`` tells it), so a link swapped
+    in between is caught too. FileNotFoundError when missing, :class:`OutsideFolderError`
+    for a link that leaves, NotRegularFileError for a special or oversized file."""
+    p = Path(path)
+    top = Path(folder).resolve()
+    if not _within(p, top):
+        if not os.path.lexists(p):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(p))
+        raise OutsideFolderError(f"{p} is a link that leads outside {Path(folder)}; not read")
+    fh = open_regular(p, max_bytes)
+    try:
+        real: str | None = os.readlink(f"/proc/self/fd/{fh.fileno()}")
+    except OSError:  # no /proc (not Linux): the check before the open stands
+        real = None
+    if real is not None and not Path(real).is_relative_to(top):
+        fh.close()
+        raise OutsideFolderError(f"{p} is a link that leads outside {Path(folder)}; not read")
+    return fh

@@ -23,6 +23,14 @@ long string stand in many places (a 1 MiB name named 100 000 times is a 1.2 MB p
 too (:data:`MAX_DUMP_TEXT`; an honest pickle shares its short repeated strings, stack file
 names and op names, and stays far below it). Only JSON's kinds of value are accepted (no
 bytes, no sets): every reader after this one treats a dump as JSON.
+
+Why the work is bounded by the bytes read, not by what they describe: a dump's elements are
+capped (:data:`MAX_DUMP_NODES`, counted before a JSON file is parsed), a file by
+:data:`MAX_DUMP_BYTES` (a pickle by :data:`MAX_PICKLE_BYTES`: one byte of pickle can make an
+empty dict), and a tensor's byte count stops at :data:`MAX_TENSOR_BYTES` (a shape of a million
+dimensions once cost a multiplication of million-digit numbers per entry: minutes). A dump
+that cannot be read stands in the verdict as :func:`unreadable` (its rank "unknown"), never
+as a rank without a dump (which would be evidence that the rank is behind).
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dpcore.contract.files import open_inside
 from dpcore.contract.tracefile import NotRegularFileError, open_regular
 from dpcore.contract.units import exact_size
 
@@ -43,8 +52,21 @@ from dpcore.contract.units import exact_size
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
                "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8,
                "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
-#: largest dump file read (a buffer of 20 000 entries with stacks is a few MB)
-MAX_DUMP_BYTES = 256 * 2**20
+#: largest dump file read (a buffer of 20 000 entries with 20-frame stacks is 9 MB as a pickle,
+#: about 30 MB as JSON)
+MAX_DUMP_BYTES = 64 * 2**20
+#: largest pickle dump read: a byte of pickle can build an empty dict (64 bytes of memory)
+MAX_PICKLE_BYTES = 32 * 2**20
+#: most elements (containers, strings, numbers) a dump may hold: a 20 000-entry buffer with
+#: 20-frame stacks holds about 3.5 million
+MAX_DUMP_NODES = 6_000_000
+#: largest byte count of one tensor (a shape's product stops here: a claim, not a tensor)
+MAX_TENSOR_BYTES = 2**63 - 1
+#: most dimensions of one tensor's shape that are multiplied (torch allows 64)
+MAX_DIMS = 64
+#: the key that marks a rank's dump as unreadable (:func:`unreadable`); a dump file that holds
+#: it has it removed
+UNREADABLE = "_dpcore_unreadable"
 #: most characters of text a dump may stand for when walked as a tree (shared strings counted
 #: each time they are reached): the largest dump file read, as JSON, holds no more
 MAX_DUMP_TEXT = MAX_DUMP_BYTES
@@ -71,15 +93,39 @@ class _NoGlobals(pickle.Unpickler):
         raise pickle.UnpicklingError("the pickle holds a persistent id")
 
 
+def _walk(data: Any) -> Any:
+    """(element, depth) of ``data`` walked as a tree, depth first; a stack of iterators, so a
+    flat list of millions costs one frame, not a list of millions of pairs."""
+    yield data, 0
+    stack: list[Any] = []
+    if isinstance(data, dict):
+        stack.append(iter([v for kv in data.items() for v in kv]))
+    elif isinstance(data, (list, tuple)):
+        stack.append(iter(data))
+    while stack:
+        obj = next(stack[-1], _END)
+        if obj is _END:
+            stack.pop()
+            continue
+        yield obj, len(stack)
+        if len(stack) > MAX_DEPTH:
+            continue  # the caller refuses it
+        if isinstance(obj, dict):
+            stack.append(iter([v for kv in obj.items() for v in kv]))
+        elif isinstance(obj, (list, tuple)):
+            stack.append(iter(obj))
+
+
+_END = object()
+
+
 def _check_shape(data: Any, max_nodes: int, path: Path) -> None:
     """Refuse ``data`` when walking it as a tree visits more than ``max_nodes`` elements,
     more than :data:`MAX_DUMP_TEXT` characters of text, a value JSON cannot hold, or goes
     deeper than :data:`MAX_DEPTH` (shared and self-referring containers and strings counted
     each time they are reached, as ``json.dumps`` would): iterative, so it stops at the bound."""
-    todo: list[tuple[Any, int]] = [(data, 0)]
     seen = text = 0
-    while todo:
-        obj, depth = todo.pop()
+    for obj, depth in _walk(data):
         seen += 1
         if seen > max_nodes:
             raise DumpError(f"{path}: refused: the pickle expands to more than {max_nodes} "
@@ -100,16 +146,22 @@ def _check_shape(data: Any, max_nodes: int, path: Path) -> None:
             if any(not isinstance(k, (str, int, float, bool, type(None))) for k in obj):
                 raise DumpError(f"{path}: refused: a dict key is not a string or number; not a "
                                 "flight-recorder dump")
-            todo.extend((v, depth + 1) for kv in obj.items() for v in kv)
-        elif isinstance(obj, (list, tuple)):
-            todo.extend((v, depth + 1) for v in obj)
 
 
-def load_dump(path: Path) -> dict[str, Any]:
+def _elements_at_most(raw: bytes) -> int:
+    """An upper bound of the elements a JSON text holds: one per comma and opening bracket,
+    plus one (counted in C, before a parse that would build them)."""
+    return raw.count(b",") + raw.count(b"[") + raw.count(b"{") + 1
+
+
+def load_dump(path: Path, within: Path | None = None) -> dict[str, Any]:
     """One dump file as a dict: JSON, or a pickle read without any global whose elements fit
-    its size, :data:`MAX_DUMP_TEXT` and :data:`MAX_DEPTH` (DumpError else)."""
+    its size, :data:`MAX_DUMP_NODES`, :data:`MAX_DUMP_TEXT` and :data:`MAX_DEPTH` (DumpError
+    else). ``within``: the folder (a run, a dump folder) the file must resolve inside."""
     try:
-        with open_regular(path, MAX_DUMP_BYTES) as f:
+        opened = open_regular(path, MAX_DUMP_BYTES) if within is None \
+            else open_inside(path, within, MAX_DUMP_BYTES)
+        with opened as f:
             raw = f.read(MAX_DUMP_BYTES + 1)
     except NotRegularFileError as exc:
         raise DumpError(f"{exc}; not a flight-recorder dump") from None
@@ -118,7 +170,14 @@ def load_dump(path: Path) -> dict[str, Any]:
     if len(raw) > MAX_DUMP_BYTES:  # grew after the size check, or a /proc file of size 0
         raise DumpError(f"{path}: larger than {MAX_DUMP_BYTES // 2**20} MiB; not a "
                         "flight-recorder dump")
-    if raw[:1] in (b"{", b" ", b"\n"):
+    is_json = raw[:1] in (b"{", b" ", b"\n")
+    if not is_json and len(raw) > MAX_PICKLE_BYTES:
+        raise DumpError(f"{path}: a pickle larger than {MAX_PICKLE_BYTES // 2**20} MiB; not read "
+                        "(write the dump as JSON)")
+    if is_json and _elements_at_most(raw) > MAX_DUMP_NODES:
+        raise DumpError(f"{path}: refused: holds more than {MAX_DUMP_NODES} elements; not a "
+                        "flight-recorder dump")
+    if is_json:
         try:
             data = json.loads(raw)
         except ValueError as exc:
@@ -134,10 +193,37 @@ def load_dump(path: Path) -> dict[str, Any]:
                             "(write it as JSON or as a plain pickle)") from None
         except Exception as exc:  # noqa: BLE001 - truncated or not a pickle at all
             raise DumpError(f"{path}: not a flight-recorder dump ({type(exc).__name__})") from None
-    _check_shape(data, len(raw) + _SLACK_NODES, path)
+    _check_shape(data, min(len(raw) + _SLACK_NODES, MAX_DUMP_NODES), path)
     if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
         raise DumpError(f"{path}: not a flight-recorder dump (no 'entries' list)")
+    data.pop(UNREADABLE, None)  # only a reader marks a dump unreadable, never the file itself
     return data
+
+
+def unreadable(reason: str) -> dict[str, Any]:
+    """What stands for a rank whose dump exists but could not be read (refused, unreadable,
+    set aside): the verdict counts that rank as unknown, neither behind nor in step."""
+    return {"entries": [], UNREADABLE: reason}
+
+
+def is_unreadable(dump: dict[str, Any]) -> bool:
+    return UNREADABLE in dump
+
+
+#: the entry fields the verdict and the rank table read (:func:`slim`)
+ENTRY_FIELDS = ("collective_seq_id", "profiling_name", "input_sizes", "input_dtypes", "is_p2p",
+                "process_group", "retired", "state")
+
+
+def slim(dump: dict[str, Any]) -> dict[str, Any]:
+    """The dump with only what the verdict and the rank table read (each entry's
+    :data:`ENTRY_FIELDS`): a reader holding a thousand ranks' dumps keeps their collectives,
+    not their stacks and configuration."""
+    if is_unreadable(dump):
+        return dump
+    entries = [{k: e[k] for k in ENTRY_FIELDS if k in e} if isinstance(e, dict) else e
+               for e in dump.get("entries") or []]
+    return {"entries": entries}
 
 
 def rank_of(path: Path) -> int | None:
@@ -193,13 +279,47 @@ def _op(entry: dict[str, Any]) -> str:
 
 
 def _bytes(entry: dict[str, Any]) -> int:
+    """The entry's input bytes: each shape's product times its dtype's size, at most
+    :data:`MAX_TENSOR_BYTES` (the product stops there, and at :data:`MAX_DIMS` dimensions:
+    a longer shape or a larger count is a claim no tensor makes)."""
     total = 0
-    for shape, dtype in zip(entry.get("input_sizes") or [], entry.get("input_dtypes") or []):
-        n = 1
-        for d in shape:
-            n *= int(d)
-        total += n * DTYPE_BYTES.get(str(dtype), 4)
+    sizes, dtypes = entry.get("input_sizes"), entry.get("input_dtypes")
+    if not isinstance(sizes, list) or not isinstance(dtypes, list):
+        return 0
+    for shape, dtype in zip(sizes, dtypes):
+        n = DTYPE_BYTES.get(str(dtype), 4) if isinstance(dtype, str) else 4
+        for d in (shape[:MAX_DIMS] if isinstance(shape, list) else []):
+            n *= _dim(d)
+            if n > MAX_TENSOR_BYTES or n == 0:
+                break
+        total = min(total + n, MAX_TENSOR_BYTES)
     return total
+
+
+def _dim(d: Any) -> int:
+    """One dimension of a shape: a whole number 0 .. MAX_TENSOR_BYTES (0 for anything else)."""
+    if isinstance(d, bool):
+        return 0
+    if isinstance(d, int):
+        return d if 0 <= d <= MAX_TENSOR_BYTES else MAX_TENSOR_BYTES + 1 if d > 0 else 0
+    try:
+        v = int(d) if isinstance(d, str) and len(d) <= 20 else int(float(d)) if isinstance(d, float) else 0
+    except (ValueError, OverflowError):
+        return 0
+    return v if 0 <= v <= MAX_TENSOR_BYTES else 0
+
+
+def _seq(v: Any) -> int:
+    """A sequence number: a whole number, -1 for anything else (a list, text, 10**400)."""
+    if isinstance(v, bool):
+        return -1
+    if isinstance(v, int):
+        return v if -1 <= v < 2**63 else -1
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**63:
+        return int(v)
+    if isinstance(v, str) and v.strip().isdigit() and len(v.strip()) <= 19:
+        return int(v)
+    return -1
 
 
 def collectives(dump: dict[str, Any]) -> list[Collective]:
@@ -210,7 +330,7 @@ def collectives(dump: dict[str, Any]) -> list[Collective]:
             continue
         pg = e.get("process_group") or ["0"]
         out.append(Collective(
-            seq=int(e.get("collective_seq_id", -1)), op=_op(e), bytes=_bytes(e),
+            seq=_seq(e.get("collective_seq_id", -1)), op=_op(e), bytes=_bytes(e),
             sizes=json.dumps(e.get("input_sizes") or []),
             completed=bool(e.get("retired")) or e.get("state") == "completed",
             pg=str(pg[0] if isinstance(pg, (list, tuple)) else pg)))
@@ -277,6 +397,9 @@ def rank_states(dumps: dict[int, dict[str, Any]], stacks: dict[int, str] | None 
     pg = _main_pg(per)
     rows = []
     for r in sorted(per):
+        if is_unreadable(dumps[r]):
+            rows.append(RankState(r, -1, -1, "", 0, "unreadable", stack_top((stacks or {}).get(r, ""))))
+            continue
         cs = [c for c in per[r] if c.pg == pg]
         last = cs[-1] if cs else None
         done = [c.seq for c in cs if c.completed]
@@ -318,7 +441,22 @@ def verdict(dumps: dict[int, dict[str, Any]], world_size: int | None = None) -> 
     collective pair is rarest in the history all ranks agree on (a skipped all-reduce turns
     "barrier, all_reduce" into the never-seen "barrier, barrier"), ties going to the minority.
     Else missing: the ranks whose last enqueued seq is below the others' never entered the
-    collective the others wait in."""
+    collective the others wait in.
+
+    A rank whose dump is :func:`unreadable` is unknown: left out of both rules, never counted
+    as absent, and named in the message (it may be the rank behind)."""
+    lost = sorted(r for r, d in dumps.items() if is_unreadable(d))
+    dumps = {r: d for r, d in dumps.items() if not is_unreadable(d)}
+    v = _verdict(dumps, world_size, lost)
+    if not lost:
+        return v
+    note = (f"; {_names(lost)}: dump unreadable, unknown" if v.kind != "unknown" else
+            f"; {_names(lost)}: dump unreadable, unknown (it may be the rank behind)")
+    return Verdict(v.kind, v.lagging_ranks, v.seq, v.op, v.bytes, v.pg, v.message + note)
+
+
+def _verdict(dumps: dict[int, dict[str, Any]], world_size: int | None, lost: list[int]) -> Verdict:
+    """:func:`verdict` of the readable dumps (``lost``: the unreadable ranks, not absent)."""
     per = {r: collectives(d) for r, d in dumps.items()}
     pg = _main_pg(per)
     by_seq = {r: {c.seq: c for c in cs if c.pg == pg} for r, cs in per.items()}
@@ -344,7 +482,7 @@ def verdict(dumps: dict[int, dict[str, Any]], world_size: int | None = None) -> 
         return Verdict("desync", lag, s, ref.op, ref.bytes, pg, msg)
     last = {r: max(m) if m else -1 for r, m in by_seq.items()}
     # a world size beyond MAX_RANKS is a doctored claim, not a job: it adds no absent ranks
-    absent = [r for r in range(plausible_world(world_size) or 0) if r not in dumps]
+    absent = [r for r in range(plausible_world(world_size) or 0) if r not in dumps and r not in lost]
     top = max(last.values(), default=-1)
     behind = sorted([r for r, v in last.items() if v < top] + absent)
     if behind and top >= 0:
@@ -356,7 +494,8 @@ def verdict(dumps: dict[int, dict[str, Any]], world_size: int | None = None) -> 
                f"{'wait' if len(ahead) > 1 else 'waits'} in")
         return Verdict("missing", behind, ref.seq, ref.op, ref.bytes, pg, msg)
     waiting = sorted(r for r, m in by_seq.items() if any(not c.completed for c in m.values()))
-    msg = (f"every rank entered collective seq {top} and it has not completed on "
+    who = "every readable rank" if lost else "every rank"
+    msg = (f"{who} entered collective seq {top} and it has not completed on "
            f"{_names(waiting)}; the dumps name no lagging rank" if waiting else
-           "every rank completed every recorded collective: no hang in these dumps")
+           f"{who} completed every recorded collective: no hang in these dumps")
     return Verdict("unknown", [], top, "", 0, pg, msg)

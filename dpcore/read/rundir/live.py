@@ -7,8 +7,9 @@ of the run files the loader's cache is keyed on: it changes while the run runs).
 
 Why bounded and regular-only: live.csv is a file anyone can replace; a link to a device or to
 ``/proc/self/pagemap`` (a "regular" file of size 0 that reads forever) or a file of gigabytes
-without a newline must not run the page out of memory. It is opened through
-:func:`dpcore.contract.tracefile.open_regular` and at most :data:`MAX_LIVE_BYTES` (plus a
+without a newline must not run the page out of memory, and a link to a file outside the run
+must not be shown as the run's. It is opened through :func:`dpcore.contract.files.open_inside`
+(a regular file whose real path lies inside the run) and at most :data:`MAX_LIVE_BYTES` (plus a
 header line of at most :data:`MAX_HEADER_BYTES`) is read, whatever its size says.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpcore.contract import runformat as rf
-from dpcore.contract.tracefile import open_regular
+from dpcore.contract.files import open_inside
 
 #: the most of live.csv read (its tail): a long run's early rows are not what a live view shows
 MAX_LIVE_BYTES = 64 * 2**20
@@ -38,7 +39,7 @@ def run_status(run_dir: Path | str, default: str = "?") -> str:
     ``stale`` for a run marked ``running`` whose writer is gone (:func:`runformat.is_stale`,
     the CLI's and the run list's rule), so no view keeps refreshing a killed run."""
     try:
-        with open_regular(Path(run_dir) / rf.RUN_JSON, MAX_META_BYTES) as f:
+        with open_inside(Path(run_dir) / rf.RUN_JSON, run_dir, MAX_META_BYTES) as f:
             meta = json.loads(f.read(MAX_META_BYTES + 1))
         status = str(meta.get("status", default))
         return "stale" if status == "running" and rf.is_stale(meta) else status
@@ -54,7 +55,7 @@ def read_live(run_dir: Path | str) -> pd.DataFrame:
     """live.csv's complete rows (an empty frame with its columns when there is none yet)."""
     path = Path(run_dir) / rf.LIVE_FILE
     try:
-        with open_regular(path, _ANY_SIZE) as f:
+        with open_inside(path, run_dir, _ANY_SIZE) as f:
             size = os.fstat(f.fileno()).st_size
             header = f.readline(MAX_HEADER_BYTES)
             cut = size > MAX_LIVE_BYTES + len(header)
@@ -63,7 +64,7 @@ def read_live(run_dir: Path | str) -> pd.DataFrame:
             body = f.read(MAX_LIVE_BYTES)
             if cut:  # drop the partial first line of the tail
                 body = body[body.find(b"\n") + 1:] if b"\n" in body else b""
-    except OSError:  # missing, not a regular file (NotRegularFileError), unreadable
+    except OSError:  # missing, not a regular file (NotRegularFileError), outside the run, unreadable
         return empty_live()
     body = body[: body.rfind(b"\n") + 1]  # whole lines only
     if not header.endswith(b"\n"):

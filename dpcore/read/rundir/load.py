@@ -5,7 +5,10 @@ Every problem is reported as RunLoadError naming the offending file, so the dash
 about one bad run and still list the others. A profiles folder is user-supplied, so a file is
 opened only when it is a regular file below MAX_RUN_FILE_BYTES (a FIFO would block the reader,
 /dev/zero would fill the memory), run.json must have the shape the rest of the code assumes,
-and with ``root`` given (the dashboard) nothing that resolves outside ``root`` is opened. A job
+and with ``root`` given (the dashboard) nothing that resolves outside ``root`` is opened; with
+or without it, no run file is read through a link that leaves the run
+(:func:`dpcore.contract.files.open_inside`, the one opener of run files here, in live.py and in
+hang.py; a trace file that resolves outside the run is not one of its traces). A job
 id must be one path component (``../..`` would lead a reader out of the run), and what the run
 claims is checked against its tables (:mod:`dpcore.read.rundir.checks`): damaged content is
 named in ``Run.warnings``, not averaged.
@@ -23,7 +26,8 @@ import pandas as pd
 
 from dpcore.contract import runformat as rf
 from dpcore.contract.config import model_size_text
-from dpcore.contract.tracefile import NotRegularFileError, open_regular
+from dpcore.contract.files import open_inside
+from dpcore.contract.tracefile import NotRegularFileError
 from dpcore.read.rundir.checks import check_content
 
 COLUMNS = rf.TABLES
@@ -63,14 +67,16 @@ class Run:
 
     def trace_files(self, job_id: str) -> dict[str, Path]:
         """{"rank0": path, ..., "merged": path} of the job's traces that exist on disk (regular
-        files; with ``root`` set, only those that resolve inside it)."""
+        files that resolve inside the run; with ``root`` set, inside it too)."""
         d = rf.trace_dir(self.path, job_id)
         out: dict[str, Path] = {}
-        if not d.is_dir() or (self.root is not None and not inside_root(d, self.root)):
+        if not d.is_dir() or not inside_root(d, self.path) or \
+                (self.root is not None and not inside_root(d, self.root)):
             return out
         for f in sorted(d.iterdir()):
             key = rf.trace_key(f.name)
-            if key is not None and f.is_file() and (self.root is None or inside_root(f, self.root)):
+            if key is not None and f.is_file() and inside_root(f, self.path) \
+                    and (self.root is None or inside_root(f, self.root)):
                 out.setdefault(key, f)
         return out
 
@@ -100,12 +106,13 @@ def inside_root(path: Path, root: Path) -> bool:
 
 
 def _read_file(f: Path, root: Path | None) -> bytes | None:
-    """The bytes of one run file, None when it does not exist; RunLoadError naming the file
-    when it lies outside ``root``, is not a regular file, or is larger than MAX_RUN_FILE_BYTES."""
+    """The bytes of one run file (``f`` directly in its run folder), None when it does not
+    exist; RunLoadError naming the file when it lies outside ``root`` or (links resolved)
+    outside its run, is not a regular file, or is larger than MAX_RUN_FILE_BYTES."""
     if root is not None and (os.path.lexists(f) and not inside_root(f, root)):
         raise RunLoadError(f"{f} resolves outside the profiles folder {root}; not read")
     try:
-        with open_regular(f, MAX_RUN_FILE_BYTES) as fh:
+        with open_inside(f, f.parent, MAX_RUN_FILE_BYTES) as fh:
             data = fh.read(MAX_RUN_FILE_BYTES + 1)  # the file may grow after the size check
     except FileNotFoundError:
         return None
@@ -241,8 +248,8 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
 
     ``root`` confines the load (the dashboard passes its profiles folder): the run folder and
     every file opened, trace files included (:meth:`Run.trace_files`), must resolve inside it,
-    checked before anything is read. Without it (the CLI on a path the user named) symlinks
-    are followed.
+    checked before anything is read. Without it (the CLI on a path the user named) the run
+    folder may be a link, but no file is read through a link that leaves the run.
     """
     p = Path(path)
     r = Path(root) if root is not None else None

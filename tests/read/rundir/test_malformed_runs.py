@@ -209,7 +209,8 @@ def test_run_file_linked_outside_is_not_read(template: Path, tmp_path: Path) -> 
     (run / "steps.csv").symlink_to(secret)
     with pytest.raises(R.RunLoadError, match="steps.csv.*outside"):
         R.load_run(run, root=root)
-    assert not R.load_run(run).steps.empty  # an explicit path (the CLI) still follows the link
+    with pytest.raises(R.RunLoadError, match="steps.csv is a link that leads outside"):
+        R.load_run(run)  # an explicit path (the CLI): no run file is read through a link out of the run
 
 
 def test_rank_trace_linked_outside_is_not_used(template: Path, tmp_path: Path) -> None:
@@ -225,7 +226,7 @@ def test_rank_trace_linked_outside_is_not_used(template: Path, tmp_path: Path) -
     assert trace not in loaded.rank_trace_files("ring-ws2")
     assert "rank1" not in loaded.trace_files("ring-ws2")
     assert trace not in data.cached_run(run, root.resolve()).rank_trace_files("ring-ws2")
-    assert trace in R.load_run(run).rank_trace_files("ring-ws2")  # the CLI on an explicit path
+    assert trace not in R.load_run(run).rank_trace_files("ring-ws2")  # nor the CLI's: it leaves the run
 
 
 # --- 6. duplicate run ids, Markdown injection ---------------------------------------------------
