@@ -69,7 +69,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 #: ``--dtype``'s help, the same in every command that takes it.
 DTYPE_HELP = (f"{', '.join(DTYPES)}: fp32, or bf16 / fp16 autocast with float32 master weights (fp16 with "
-              "a gradient scaler); auto = bf16 on a GPU that supports it, fp32 on the CPU (default %(default)s)")
+              "a gradient scaler); auto = bf16 on a GPU that computes it (compute capability 8.0+), else fp32 (default %(default)s)")
 #: What gloo cannot do with CUDA tensors, from torch's ProcessGroupGloo.cpp (torch 2.4 to
 #: 2.11): broadcast, all_reduce, reduce, all_gather (``all_gather_into_tensor`` is an
 #: all_gather), gather, scatter and all_to_all each have a CUDA work (the tensors are staged
