@@ -251,6 +251,8 @@ class Recording:
             self._undo.append(hook.remove)
         dev = next((p.device for p in self.model.parameters()), ctx.device) if self.model \
             is not None else ctx.device
+        # a CUDA loop's collectives end when the stream says so, not when NCCL queued them
+        self.rec.time_on(dev)
         self._timer = PhaseTimer(dev, offset)
         if tdir is not None:
             first = self.warmup
