@@ -134,7 +134,7 @@ def fit_label(text: str, most: int = LABEL_CHARS, most_px: float = LABEL_PX) -> 
     runs apart), as many characters as fit."""
     if len(text) <= most and label_px(text) <= most_px:
         return text
-    for n in range(min(most, len(text)) - 1, 1, -1):
+    for n in range(min(most, len(text) - 1), 1, -1):
         head = (n - 1) // 2
         cut = text[:head] + "…" + text[len(text) - (n - 1 - head):]
         if label_px(cut) <= most_px:

@@ -427,7 +427,7 @@ def test_overview_cuts_a_long_status_and_shows_it_whole_below(monkeypatch: pytes
 
 
 def test_a_run_label_fits_the_sidebar_with_its_status_first() -> None:
-    from dpcore.read.dashboard.picker import LABEL_CHARS
+    from dpcore.read.dashboard.picker import LABEL_CHARS, LABEL_PX, label_px
 
     long = "20261126-132743-hf-gpu-13af"
     runs = pd.DataFrame({"run_id": [long, "sample-hang", "sample-train"],
@@ -436,4 +436,4 @@ def test_a_run_label_fits_the_sidebar_with_its_status_first() -> None:
     labels = run_labels(runs)
     assert labels["sample-train"] == "sample-train" and labels["sample-hang"] == "failed · sample-hang"
     assert labels[long].startswith("failed · 20261126-1") and labels[long].endswith("gpu-13af")
-    assert "…" in labels[long] and all(len(v) <= LABEL_CHARS for v in labels.values())
+    assert "…" in labels[long] and all(len(v) <= LABEL_CHARS and label_px(v) <= LABEL_PX for v in labels.values())
