@@ -391,3 +391,43 @@ def test_repeated_comm_hooks_run_once():
         return [j.job_id for j in plan_jobs(ProfileOptions(("torch_ddp",), (1, 2), comm_hooks=hooks), None)]
     assert planned("none,none") == ["torch_ddp-ws1-b25", "torch_ddp-ws2-b25"]
     assert planned("fp16,none,fp16") == ["torch_ddp-ws1-b25", "torch_ddp-ws2-b25", "torch_ddp-ws2-b25-fp16"]
+
+
+# --- the re-probe's low findings: an empty import path, tls:// without TLS, a trace of numbers --
+
+def test_import_of_an_empty_path_is_refused_not_the_current_folder(capsys, tmp_path, monkeypatch):
+    """``import ''`` (an unset shell variable) read the folder the command ran in."""
+    from tests.synthetic import write_gpu_trace_dir
+    write_gpu_trace_dir(tmp_path / "here", world_size=2, steps=2, kernels_per_step=5, seed=1)
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "  "):
+        rc = main(["import", empty, "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert rc == 2 and err == ("error: the path is empty; give a folder of torch.profiler traces or "
+                                   "one trace file\n"), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_tls_scheduler_without_tls_configuration_is_one_line(capsys, tmp_path):
+    """Dask's comm layer raised a TypeError for tls:// without a TLS context (no connection is
+    tried: the error comes before it)."""
+    pytest.importorskip("distributed")
+    from tests.synthetic import write_gpu_trace_dir
+    write_gpu_trace_dir(tmp_path / "job", world_size=2, steps=2, kernels_per_step=5, seed=1)
+    rc = main(["analyze", str(tmp_path / "job"), "--no-cache", "--scheduler", "tls://127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "TypeError" not in err, err
+    assert err.startswith("error: cannot connect to the Dask scheduler at tls://127.0.0.1:1: tls:// needs "
+                          "Dask's TLS configuration") and "give tcp://HOST:PORT" in err
+
+
+@pytest.mark.parametrize("content", ["[1, 2, 3]", '{"traceEvents": []}'])
+def test_analyze_of_a_file_without_events_is_one_line_exit_2(content, capsys, tmp_path):
+    (tmp_path / "t.json").write_text(content)
+    for extra in ([], ["--csv"]):
+        rc = main(["analyze", str(tmp_path / "t.json"), "--no-cache", *extra])
+        out, err = capsys.readouterr()
+        assert rc == 2 and out == "" and err == (
+            f"error: no events to analyse in {tmp_path / 't.json'}: not a torch.profiler trace (a JSON "
+            "object or list of trace events), or one that recorded no step\n"), err

@@ -260,6 +260,8 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         raise UsageError(f"bad clock alignment {align!r}; valid: {', '.join(CLOCK_ALIGNMENTS)}")
     if not str(out).strip():  # Path("") is the current folder: never write there unasked
         raise UsageError("--out is empty; give the folder the run is written into, e.g. profiles")
+    if not str(src).strip():  # nor read it unasked (an unset shell variable)
+        raise UsageError("the path is empty; give a folder of torch.profiler traces or one trace file")
     src = Path(src)
     if not src.exists():
         raise UsageError(f"no such file or directory: {src}")

@@ -108,6 +108,11 @@ def _dask(files: list[Path], only: bool, address: str, tables: tuple[RankTable, 
                          "(or dpcore's extra: pip install '.[scale]')") from None
     try:
         client = Client(address, timeout=10)
+    except TypeError:  # Dask's comm layer: tls:// without a TLS context in Dask's configuration
+        raise ValueError(f"cannot connect to the Dask scheduler at {address}: tls:// needs Dask's TLS "
+                         "configuration (distributed.comm.tls.ca-file, .client.cert and .client.key); "
+                         "without it give tcp://HOST:PORT (or inproc:// for a cluster in this "
+                         "process)") from None
     except (OSError, TimeoutError, ValueError) as exc:
         raise ValueError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     try:

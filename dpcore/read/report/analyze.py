@@ -85,6 +85,9 @@ def analyze(path: str, csv: bool = False, scale: Scale | None = None) -> str:
     p, kind = resolve(path)
     if kind == "traces":  # one trace file, or a folder of them (recursive)
         df, notes = _trace_folder_ranks(p, scale)
+        if df.empty:  # a JSON list of numbers, or a trace without one timed event: nothing to show
+            raise ValueError(f"no events to analyse in {p}: not a torch.profiler trace (a JSON object or "
+                             "list of trace events), or one that recorded no step")
         if csv:  # the notes go to stderr: stdout stays one CSV table
             for n in notes:
                 print(f"note: {n}", file=sys.stderr)

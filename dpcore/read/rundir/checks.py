@@ -8,7 +8,9 @@ it can still trust (the rows that hold) and one line per problem naming the file
 what does not hold; :func:`dpcore.read.rundir.load.load_run` puts the lines in ``Run.warnings``,
 which every command prints and every dashboard page shows.
 
-What holds for a run dpcore wrote: each job id once in run.json; one steps.csv row per
+What holds for a run dpcore wrote: each job id once in run.json, with a world size that is a
+whole number of ranks (1 .. :data:`MAX_WORLD`; 10**15 or 0 is ignored, named, never used in a
+number: it once doubled a job's bus bytes silently); one steps.csv row per
 (job, rank, step); durations finite and not negative; every rank of a complete job (0 ..
 world_size-1, rank 0 alone for a one-process variant) has rows, and the same steps.
 """
@@ -26,6 +28,9 @@ from dpcore.contract.config import SINGLE_PROCESS
 #: but not for the step time itself).
 DURATIONS = ("step_ms", "fwd_ms", "bwd_ms", "sync_ms", "opt_ms", "comm_ms")
 _SHOWN = 3  # jobs or lines named per problem before "..."
+#: the largest world size believed (:data:`dpcore.contract.flightrec.MAX_RANKS`): above any job
+#: run so far; a larger one is a doctored or damaged field
+MAX_WORLD = 1 << 20
 
 
 def _some(items: list, n: int = _SHOWN) -> str:
@@ -40,6 +45,26 @@ def unique_jobs(jobs: pd.DataFrame, f: Path) -> tuple[pd.DataFrame, list[str]]:
     ids = jobs.loc[dup, "job_id"].drop_duplicates().tolist()
     return (jobs[~dup].reset_index(drop=True),
             [f"{f}: job id{'s' if len(ids) > 1 else ''} {_some(ids)} listed more than once; the first entry is used"])
+
+
+def valid_world_sizes(jobs: pd.DataFrame, f: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Jobs whose ``world_size`` is not a whole number 1 .. :data:`MAX_WORLD`: the field is
+    ignored (None: unknown) and the jobs named, so no number is computed from a world of 0 or
+    of 10**15."""
+    if jobs.empty or "world_size" not in jobs:
+        return jobs, []
+    raw = jobs["world_size"]
+    ws = pd.to_numeric(raw.where(raw.map(lambda v: not isinstance(v, bool))), errors="coerce")
+    ok = ws.notna() & (ws >= 1) & (ws <= MAX_WORLD) & (ws == ws.round())
+    bad = raw.notna() & ~ok
+    if not bad.any():
+        return jobs, []
+    ids = jobs.loc[bad, "job_id"].astype(str).tolist()
+    vals = raw[bad].tolist()
+    jobs = jobs.copy()
+    jobs["world_size"] = jobs["world_size"].astype(object).where(~bad, None)
+    return jobs, [f"{f}: job{'s' if len(ids) > 1 else ''} {_some(ids)}: world size {_some(vals)} is not a "
+                  f"whole number of ranks 1 .. {MAX_WORLD}; ignored (unknown), no number uses it"]
 
 
 def valid_durations(steps: pd.DataFrame, f: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -126,6 +151,8 @@ def check_content(run_dir: Path, jobs: pd.DataFrame, tables: dict[str, pd.DataFr
     """(jobs, tables, warnings): every check above, on a loaded run's tables (returned with the
     rows that hold)."""
     jobs, out = unique_jobs(jobs, run_dir / rf.RUN_JSON)
+    jobs, w = valid_world_sizes(jobs, run_dir / rf.RUN_JSON)
+    out += w
     tables = dict(tables)
     f = run_dir / rf.table_file("steps")
     tables["steps"], w = valid_durations(tables["steps"], f)
