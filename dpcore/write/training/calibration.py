@@ -31,7 +31,8 @@ def calibrate(ctx: DistContext, variant: str, bucket_mb: float, cfg: TrainConfig
               timer: PhaseTimer, own: Any, replicas: int, steps: int = CAL_STEPS,
               comm_hook: str = "none") -> dict:
     """This rank's calibration steps: per plan, per step, backward's window and the all-reduces
-    (ms on the run's one clock); ``cost_ms`` the wall time it took (model build included)."""
+    (ms on the run's one clock: the host's on CPU, the stream's resolved onto it on CUDA, see
+    :func:`launch_ns`); ``cost_ms`` the wall time it took (model build included)."""
     from dpcore.write.training.trainer import make_trainer
 
     t0 = time.perf_counter()
@@ -55,18 +56,43 @@ def calibrate(ctx: DistContext, variant: str, bucket_mb: float, cfg: TrainConfig
     for c in rec.collective_rows():
         if c["step"] in timing and c["op"] == "all_reduce":
             coll.setdefault(c["step"], []).append(c)
+    events = rec.clock is not None
     out = []
     for k, (_, mb) in enumerate(plans):
-        rows = []
-        for s in range(steps):
-            idx = CAL_STEP_BASE + 1000 * k + s
-            t, cs = timing[idx], sorted(coll.get(idx, []), key=lambda c: c["seq"])
-            start = t["t_start_ns"] / 1e6 + t["fwd_ms"]
-            rows.append({"rank": ctx.rank, "step": idx, "bwd_start_ms": round(start, 4),
-                         "bwd_end_ms": round(start + t["bwd_ms"], 4),
-                         "bytes": [int(c["bytes"]) for c in cs],
-                         "launch_ms": [round(int(c["t_launch_ns"]) / 1e6, 4) for c in cs],
-                         "end_ms": [round(int(c["t_end_ns"]) / 1e6, 4) if int(c["t_end_ns"]) > 0 else None
-                                    for c in cs]})
-        out.append({"bucket_mb": mb, "steps": rows})
+        out.append({"bucket_mb": mb, "steps": [
+            step_row(ctx.rank, idx, timing[idx], coll.get(idx, []), events)
+            for idx in (CAL_STEP_BASE + 1000 * k + s for s in range(steps))]})
     return {"plans": out, "cost_ms": (time.perf_counter() - t0) * 1e3}
+
+
+def launch_ns(row: dict, events: bool) -> int:
+    """When a collective could begin, on the scale of its end and of the phase marks.
+
+    Why: the fit (:func:`dpcore.contract.calibration.fit`) takes each all-reduce's service time
+    as end - max(launch, previous end) and its time in flight during backward from the launch, so
+    the launch must be on the scale the end and backward's edges are on. On the host clock (CPU
+    jobs) that is ``t_launch_ns``, the host time of the call, as ever. With an event clock (CUDA
+    jobs) the end and the phase marks are the *stream's* times, and the host runs ahead of the
+    stream: the host time of the call can lie before the backward that launched it even began on
+    the device. There ``t_start_ns`` is the stream's time at the launch (an event recorded right
+    before the call; the collective cannot begin before it), the one launch on that scale."""
+    if events:
+        start = row.get("t_start_ns")
+        if isinstance(start, int) and start > 0:
+            return start
+    return int(row["t_launch_ns"])
+
+
+def step_row(rank: int, idx: int, timing: dict, colls: list[dict], events: bool) -> dict:
+    """One calibration rank-step for the fit: backward's window from the phase timer, each
+    all-reduce's bytes, launch (:func:`launch_ns`) and end, ms on the run's one clock, in launch
+    order. ``events``: the recorder timed with an event clock (then the phase timer did too: both
+    pick CUDA events on a CUDA device, so backward's window is the stream's as well)."""
+    cs = sorted(colls, key=lambda c: c["seq"])
+    start = timing["t_start_ns"] / 1e6 + timing["fwd_ms"]
+    return {"rank": rank, "step": idx, "bwd_start_ms": round(start, 4),
+            "bwd_end_ms": round(start + timing["bwd_ms"], 4),
+            "bytes": [int(c["bytes"]) for c in cs],
+            "launch_ms": [round(launch_ns(c, events) / 1e6, 4) for c in cs],
+            "end_ms": [round(int(c["t_end_ns"]) / 1e6, 4) if int(c["t_end_ns"]) > 0 else None
+                       for c in cs]}
