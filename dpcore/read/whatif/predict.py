@@ -82,8 +82,10 @@ def banded(model: Model, cells: pd.DataFrame, summary: pd.DataFrame,
                 "measurement in this job), and bucket sizes differ in how many messages they send; give "
                 "--latency-us, --fabric or --allreduce-run, or profile two bucket sizes, to decide")
     # only a prediction for the run's own network can be held against what the run measured
-    own_net = (np.isclose(table["bandwidth_gbps"].astype(float), model.bandwidth_gbps)
-               & np.isclose(table["latency_us"].astype(float), model.alpha_us)) & (model.fabric is None)
+    bw, alpha = getattr(model, "bandwidth_gbps", None), getattr(model, "alpha_us", None)
+    own_net = (pd.Series(True, index=table.index) if bw is None or alpha is None or "bandwidth_gbps" not in table
+               else np.isclose(table["bandwidth_gbps"].astype(float), bw)
+               & np.isclose(table["latency_us"].astype(float), alpha)) & (getattr(model, "fabric", None) is None)
     misses = measured_misses(table[own_net], ws)
     if len(misses) and not line.startswith("recommendation: none"):  # a reason given already stays
         # a model that misses the run's own jobs by that much cannot say that bucket size does not
