@@ -5,7 +5,8 @@
     python3 scripts/gpu_check.py --only gloo-collectives,fsdp-allgather-bytes
 
 Exit 0 when every check passed, else 1 with one ``FAIL: <check>: <why>`` line per failed
-check (a check not run because the time budget was spent fails too, saying so). What each
+check (a check not run because the time budget was spent fails too, saying so); each check's
+line is printed, and the files below rewritten, as it finishes. What each
 check asserts (with ``--device cpu`` the GPU is the CPU and NCCL is gloo):
 
 - ``host``: a CUDA GPU is present, NCCL is available, the GPU computes bf16 in hardware and
@@ -44,6 +45,7 @@ import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -52,7 +54,7 @@ import textwrap
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,23 +111,59 @@ class Env:
 
     def run(self, name: str, cmd: list[str], timeout: float) -> tuple[int, str]:
         """Run ``cmd`` (its output logged under ``name``); rc 124 when it ran past ``timeout``
-        or the budget."""
+        or the budget. A command that runs past it is ended with everything it started
+        (:func:`run_bounded`): ranks left behind would hold the GPU through the next checks."""
         limit = max(1.0, min(timeout, self.left()))
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "PYTHONUNBUFFERED": "1"}
-        try:
-            p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, errors="replace", timeout=limit, start_new_session=True)
-            rc, out = p.returncode, p.stdout
-        except subprocess.TimeoutExpired as exc:
-            raw = exc.stdout or ""
-            rc, out = 124, (raw if isinstance(raw, str) else raw.decode(errors="replace"))
-            out += f"\n[gpu_check: killed after {limit:.0f} s]"
+        rc, out = run_bounded(cmd, limit, env)
         self.logs[name] = f"$ {' '.join(cmd)}\n[rc {rc}]\n{out}"
         return rc, out
 
     def dpcore(self, name: str, args: list[str], timeout: float) -> tuple[int, str]:
         return self.run(name, [sys.executable, str(self.work / "dpcore_guarded.py"), *args], timeout)
+
+
+#: after a command's time is up: seconds between SIGTERM and SIGKILL of its session, and the most
+#: spent reading what is left of its output after the SIGKILL
+TERM_GRACE_S = 5.0
+
+
+def _text(raw: Any) -> str:
+    return raw if isinstance(raw, str) else (raw or b"").decode(errors="replace")
+
+
+def run_bounded(cmd: list[str], limit: float, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``cmd`` in a session of its own, output and errors together; (rc, output), rc 124
+    when it ran past ``limit`` s. Then its whole session gets SIGTERM (torchrun passes it on to
+    its workers, which it starts in sessions of their own), TERM_GRACE_S later SIGKILL: the
+    ranks a ``profile`` or a probe spawned end with it instead of running on, orphaned, on the
+    GPU and the CPUs the next checks need (``subprocess.run`` kills the direct child only)."""
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, errors="replace", start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=limit)
+        return p.returncode, out
+    except subprocess.TimeoutExpired as exc:
+        out = _text(exc.output)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:  # the session is gone already
+            pass
+        try:
+            out = p.communicate(timeout=TERM_GRACE_S)[0]
+            break
+        except subprocess.TimeoutExpired as exc:  # output read so far is kept
+            out = _text(exc.output) or out
+    else:  # a process outside the session still holds the output open: stop reading it
+        if p.stdout:
+            p.stdout.close()
+        try:
+            p.wait(TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    return 124, f"{out}\n[gpu_check: killed after {limit:.0f} s]"
 
 
 # -- what a run must hold (pure: tested on CPU with synthetic runs) -------------------------------
@@ -211,9 +249,24 @@ def find_runs(out: Path) -> list[Path]:
 
 # -- the probes, run as their own processes ------------------------------------------------------
 
+def merge_ranks(per_rank: dict[int, dict[str, str]]) -> dict[str, str]:
+    """One outcome per collective from every rank's: 'ok' only where each rank got the known
+    answer, else the first rank's that did not, naming it (a receiving rank's wrong values are
+    the collective's: a send that returned proves nothing about what arrived)."""
+    out: dict[str, str] = {}
+    for rank in sorted(per_rank):
+        for key, outcome in per_rank[rank].items():
+            if out.get(key, "ok") == "ok":
+                out[key] = outcome if outcome == "ok" else f"rank {rank}: {outcome}"
+    missing = [r for r in range(max(per_rank, default=-1) + 1) if r not in per_rank]
+    if missing:
+        out = {k: v if v != "ok" else f"rank {missing[0]}: no result" for k, v in out.items()}
+    return out
+
+
 def _probe_rank(rank: int, world: int, store: str, device: str, what: str, results: Any) -> None:
     """One rank of a gloo group over ``device`` tensors: each collective of ``what`` once,
-    its outcome ('ok', 'wrong values', or the error) in ``results[name]`` (rank 0's)."""
+    its outcome ('ok', 'wrong values', or the error) in ``results[rank]``."""
     import datetime as dt
 
     import torch
@@ -231,13 +284,12 @@ def _probe_rank(rank: int, world: int, store: str, device: str, what: str, resul
             key = f"{name}[{str(dtype).removeprefix('torch.')}]"
             try:
                 ok = _one_collective(name, rank, world, dev, dtype)
+                if device == "cuda":  # an asynchronous CUDA error is this collective's
+                    torch.cuda.synchronize()
                 out[key] = "ok" if ok else "wrong values"
             except Exception as exc:  # noqa: BLE001 - the outcome is what is reported
                 out[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-            if device == "cuda":
-                torch.cuda.synchronize()
-    if rank == 0:
-        results.update(out)
+    results[rank] = out
     dist.destroy_process_group()
 
 
@@ -304,13 +356,14 @@ def _one_collective(name: str, rank: int, world: int, dev: Any, dtype: Any) -> b
 
 
 def probe_main(device: str, what: str, result_file: str) -> int:
-    """``--probe``: spawn two ranks that share the GPU over gloo and write rank 0's outcomes."""
+    """``--probe``: spawn two ranks that share the GPU over gloo and write their outcomes,
+    merged (:func:`merge_ranks`)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp, mp.Manager() as manager:
         results = manager.dict()
         mp.spawn(_probe_rank, args=(2, str(Path(tmp) / "store"), device, what, results), nprocs=2)
-        Path(result_file).write_text(json.dumps(dict(results), indent=1))
+        Path(result_file).write_text(json.dumps(merge_ranks(dict(results)), indent=1))
     return 0
 
 
@@ -567,13 +620,13 @@ def _write_outputs(out: Path, env: Env, results: dict[str, list[str]], printed: 
     (out / "gpu_check.txt").write_text(printed)
     (out / "checks.json").write_text(json.dumps({"device": env.device, "failures": results}, indent=1))
     with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
-        for name, text in sorted(env.logs.items()):
+        for name, text in sorted(dict(env.logs).items()):  # copies: checks still running add to them
             data = text.encode()
             info = tarfile.TarInfo(f"logs/{name}.log")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
-        for run in env.runs:
+        for run in list(env.runs):
             for fname in ("run.json", "steps.csv", "collectives.csv"):
                 if (run / fname).is_file():
                     tar.add(run / fname, arcname=f"runs/{run.name}/{fname}")
@@ -597,6 +650,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"gpu_check: unknown check {', '.join(unknown)}; valid: {', '.join(CHECKS)}", file=sys.stderr)
         return 2
+    out = Path(args.out).resolve()
+    try:  # a folder that cannot be written is said before eight minutes of checks, not after
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gpu_check.txt").write_text("gpu_check: running\n")
+    except OSError as exc:
+        print(f"gpu_check: cannot write the results under --out {out}: {exc.strerror or exc}; "
+              "give a writable folder (--out or OUT)", file=sys.stderr)
+        return 2
     start = time.monotonic()
     printed: list[str] = []
     results: dict[str, list[str]] = {}
@@ -613,17 +674,22 @@ def main(argv: list[str] | None = None) -> int:
                 bad = [f"the check itself raised {type(exc).__name__}: {exc}"]
             return name, bad, time.monotonic() - t0
 
+        # each check is printed and the files rewritten as it finishes: a run cut short by the
+        # caller's own time limit still leaves what was done
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-            for name, bad, took in pool.map(one, names):
+            for fut in as_completed([pool.submit(one, n) for n in names]):
+                name, bad, took = fut.result()
                 results[name] = bad
                 line = f"{name:22s} {'ok' if not bad else 'FAILED':7s} {took:5.0f} s"
                 print(line, flush=True)
                 printed.append(line)
+                _write_outputs(out, env, results, "\n".join(printed) + "\n")
+        results = {n: results[n] for n in names}
         fails = [f"FAIL: {name}: {why}" for name, bad in results.items() for why in bad]
         tail = [*env.notes, f"gpu_check on {args.device}: {len(names) - len({n for n, b in results.items() if b})} of "
-                f"{len(names)} checks passed in {time.monotonic() - start:.0f} s", *fails]
+                f"{len(names)} checks passed in {time.monotonic() - start:.0f} s; files in {out}", *fails]
         print("\n".join(tail), flush=True)
-        _write_outputs(Path(args.out), env, results, "\n".join(printed + tail) + "\n")
+        _write_outputs(out, env, results, "\n".join(printed + tail) + "\n")
     return 1 if fails else 0
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -144,3 +146,73 @@ def test_a_check_not_run_is_a_fail_line(tmp_path: Path) -> None:
     fails = [line for line in p.stdout.splitlines() if line.startswith("FAIL:")]
     assert fails == ["FAIL: host: not run: the 1 s budget was spent",
                      "FAIL: powersgd: not run: the 1 s budget was spent"]
+
+
+# -- a command past its time, the probes' outcomes, where the files go -----------------------------
+
+_SPAWNS_A_SLEEPER = ("import subprocess, sys, time\n"
+                     "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                     "print('grandchild', p.pid, flush=True)\n"
+                     "time.sleep(60)\n")
+
+
+@pytest.mark.slow
+def test_a_command_past_its_time_ends_with_everything_it_started() -> None:
+    """A profile that runs past its time must not leave its ranks running on the GPU through
+    the next checks: the whole session ends (subprocess.run's timeout killed the child only)."""
+    from dpcore.contract.runformat import pid_alive
+
+    t0 = time.monotonic()
+    rc, out = gc.run_bounded([sys.executable, "-c", _SPAWNS_A_SLEEPER], 3.0)
+    took = time.monotonic() - t0
+    assert rc == 124 and out.rstrip().endswith("[gpu_check: killed after 3 s]"), out
+    pid = int(out.split("grandchild", 1)[1].split()[0])
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(pid), f"the grandchild {pid} outlived its command"
+    assert took < 3.0 + gc.TERM_GRACE_S + 5, took  # SIGTERM ends it; no wait for the 60 s sleep
+
+
+@pytest.mark.slow
+def test_a_command_ignoring_sigterm_is_killed_and_its_output_kept() -> None:
+    code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('started', flush=True)\ntime.sleep(60)\n")
+    rc, out = gc.run_bounded([sys.executable, "-c", code], 2.0)
+    assert rc == 124 and out.startswith("started\n") and "killed after 2 s" in out, out
+    assert gc.run_bounded([sys.executable, "-c", "print('hi')"], 30.0) == (0, "hi\n")
+
+
+def test_a_probes_outcome_is_every_ranks() -> None:
+    """A send that returned on rank 0 says nothing about what rank 1 received: the collective is
+    ok only where every rank got the known answer (rank 0's alone made a CUDA send/recv that
+    delivers garbage read as working, a false FAIL of the capability table)."""
+    got = gc.merge_ranks({0: {"send_recv[float32]": "ok", "all_reduce[float32]": "ok"},
+                          1: {"send_recv[float32]": "wrong values", "all_reduce[float32]": "ok"}})
+    assert got == {"send_recv[float32]": "rank 1: wrong values", "all_reduce[float32]": "ok"}
+    got = gc.merge_ranks({0: {"x": "RuntimeError: boom"}, 1: {"x": "wrong values"}})
+    assert got == {"x": "rank 0: RuntimeError: boom"}
+    assert gc.merge_ranks({1: {"x": "ok"}}) == {"x": "rank 0: no result"}
+    assert gc.merge_ranks({}) == {}
+
+
+@pytest.mark.slow
+def test_a_relative_out_is_where_the_shell_script_was_called(tmp_path: Path) -> None:
+    """On a lent machine OUT is where results come back from; a relative one was resolved
+    against the repository root the script cd'ed into."""
+    env = {**os.environ, "OUT": "rel"}
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--device", "cpu", "--only", "host",
+                        "--budget-s", "1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "FAIL: host: not run: the 1 s budget was spent" in p.stdout, p.stdout + p.stderr
+    assert sorted(f.name for f in (tmp_path / "rel").iterdir()) == [
+        "checks.json", "gpu_check.txt", "logs.tar.gz", "runs.tar.gz"]
+    assert not (ROOT / "rel").exists()
+
+
+@pytest.mark.slow
+def test_an_unwritable_out_is_one_line_before_any_check(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    p = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--only", "host",
+                        "--out", str(tmp_path / "file" / "out")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    assert p.stderr.startswith("gpu_check: cannot write the results under --out ") and len(p.stderr.splitlines()) == 1
