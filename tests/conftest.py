@@ -17,6 +17,14 @@ CHECKOUT_PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 SAMPLE_NAMES = ("sample-train", "sample-allreduce", "sample-hang", "sample-gpu")
 
 
+def samples_in_checkout(*names: str) -> bool:
+    """True when the checkout holds every named sample run (all of :data:`SAMPLE_NAMES` when none
+    is named): a test module's skip condition (``skipif(not samples_in_checkout("sample-train"))``),
+    so that a test module need not name the checkout's profiles folder; tests read the copies
+    (:func:`samples`). tests/test_checkout_untouched.py fails on a test module that names it."""
+    return all((CHECKOUT_PROFILES / name / "run.json").is_file() for name in names or SAMPLE_NAMES)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _own_dashboard_lock(tmp_path_factory: pytest.TempPathFactory):
     """The dashboard's profile lock is machine-wide (one lock file in the temporary folder);

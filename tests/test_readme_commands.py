@@ -49,11 +49,12 @@ def test_the_readme_shows_the_commands_a_newcomer_needs() -> None:
 
 
 @pytest.mark.slow
-def test_every_readme_command_runs(tmp_path: Path) -> None:
-    """Run in a copy of the parts of the checkout the commands read (the samples, tests/data), so
-    that the checkout's profiles/ is never written."""
+def test_every_readme_command_runs(tmp_path: Path, samples: Path) -> None:
+    """Run in a copy of the parts of the checkout the commands read (the committed samples,
+    tests/data), so that the checkout's profiles/ is never written, and the runs a user added to
+    it change nothing here."""
     work = tmp_path / "checkout"
-    shutil.copytree(ROOT / "profiles", work / "profiles")
+    shutil.copytree(samples, work / "profiles")
     shutil.copytree(ROOT / "tests" / "data", work / "tests" / "data")
     env = dict(os.environ, PYTHONPATH=str(ROOT), DPCORE_PROFILES=str(work / "profiles"),
                DPCORE_CACHE_DIR=str(tmp_path / "cache"))

@@ -98,8 +98,10 @@ def test_loader_reads_profiled_however_it_was_written(tmp_path: Path) -> None:
     assert load_run(run).traced_steps("j") == []  # profiled, but the traces are gone
 
 
-def test_committed_samples_written_before_the_contract_still_load() -> None:
-    run = load_run(ROOT / "profiles" / "sample-train")
+def test_committed_samples_written_before_the_contract_still_load(samples: Path) -> None:
+    if not (samples / "sample-train").is_dir():
+        pytest.skip("the sample run sample-train is absent")
+    run = load_run(samples / "sample-train")
     assert set(rf.STEP_COLUMNS) <= set(run.steps.columns) and run.steps["profiled"].dtype == bool
     assert run.traced_steps("bucketed-ws2-b25") == sorted(
         run.steps.loc[(run.steps.job_id == "bucketed-ws2-b25") & run.steps.profiled, "step"].unique())

@@ -107,14 +107,12 @@ def test_ring_step_times_transfer_and_wait():
     assert (mc.messages, mc.sub_messages, mc.messages_per_call, mc.bytes) == (2, 8, 2, 20)
 
 
-def test_sample_ring_sends_2n_n_minus_1_messages_per_call():
+def test_sample_ring_sends_2n_n_minus_1_messages_per_call(samples):
     """Issue 24: the all-reduce sample's ring showed 6 messages per call (its 16 MiB call pipelines
     4 pieces per chunk) where the text says 2N(N−1) = 4 at N = 2."""
-    from pathlib import Path
-
     from dpcore.read.rundir.load import load_run
 
-    sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-allreduce"
+    sample = samples / "sample-allreduce"
     if not sample.is_dir():
         pytest.skip("sample runs not present")
     mc = message_counts(load_run(sample).messages).set_index("job_id")
@@ -195,15 +193,13 @@ def test_trace_is_source_is_the_trace_unless_it_misses_comm():
     assert bool(trace_is_source(0.0, 0.0)) and not bool(trace_is_source(0.0, 1.5))
 
 
-def test_step_rows_and_job_row_name_the_same_source_on_the_sample():
+def test_step_rows_and_job_row_name_the_same_source_on_the_sample(samples):
     """The Timeline's rank rows (step_ranks) and its job row (job_metrics' comm_source) say where
     the numbers came from by one rule: at world size 1 neither method sees comm, and both say trace."""
-    from pathlib import Path
-
     from dpcore.read.analysis import job_metrics, step_metrics, step_ranks
     from dpcore.read.rundir import load_run
     from tests.events_path import trace_step_metrics, traced_job_events
-    sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
+    sample = samples / "sample-train"
     if not (sample / "run.json").exists():
         pytest.skip("sample runs not present (bash scripts/make_sample.sh)")
     run = load_run(sample)

@@ -23,9 +23,8 @@ from dpcore.read.analysis import collective_waits, straggler_summary, stragglers
 from dpcore.read.analysis.stragglers import SUMMARY_COLUMNS, WAIT_COLUMNS, straggler_threshold_pct
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
 from dpcore.read.report.stragglers import straggler_verdict, stragglers_text
+from tests.conftest import samples_in_checkout
 
-ROOT = Path(__file__).resolve().parents[3]
-SAMPLE = ROOT / "profiles" / "sample-train"
 MS = 1_000_000
 HEAD = ["job_id", "rank", "collectives", "last_arrival_pct", "mean_wait_ms"]
 
@@ -301,10 +300,11 @@ def test_figures() -> None:
         assert f.layout.annotations and "No collective" in f.layout.annotations[0].text
 
 
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="no committed sample run")
-def test_sample_run() -> None:
+@pytest.mark.skipif(not samples_in_checkout("sample-train"), reason="no committed sample run")
+def test_sample_run(samples: Path) -> None:
     from dpcore.read.rundir import load_run
-    run = load_run(SAMPLE)
+    sample = samples / "sample-train"
+    run = load_run(sample)
     s = straggler_summary(collective_waits(run.collectives))
     assert list(s.columns[:5]) == HEAD
     ranks = run.collectives.groupby("job_id")["rank"].nunique()
@@ -315,31 +315,25 @@ def test_sample_run() -> None:
         assert (rows["collectives"] > 0).all() and rows["collectives"].nunique() == 1
         assert rows["last_arrival_pct"].between(0, 100).all() and rows["last_arrival_pct"].sum() >= 100 - 1e-9
         assert (rows["transfer_ms"] + rows["wait_ms"] >= rows["comm_ms"] - 1e-6).all()
-    csv = stragglers_text(str(SAMPLE), csv=True)
+    csv = stragglers_text(str(sample), csv=True)
     assert len(csv.splitlines()) == len(s) + 1
-    traced = stragglers_text(str(SAMPLE / "traces" / "flat-ws2"))
+    traced = stragglers_text(str(sample / "traces" / "flat-ws2"))
     assert traced.startswith("flat-ws2: ")
 
 
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="no committed sample run")
-def test_view_renders_the_sample_run() -> None:
+@pytest.mark.skipif(not samples_in_checkout("sample-train", "sample-allreduce"), reason="no committed sample run")
+def test_view_renders_the_sample_run(samples: Path) -> None:
     from streamlit.testing.v1 import AppTest
 
-    def page() -> None:
+    def page(root: str) -> None:
         from pathlib import Path
 
         from dpcore.read.dashboard.pages.stragglers import render
         from dpcore.read.rundir import load_run
-        root = Path("profiles").resolve()
         for name in ("sample-train", "sample-allreduce"):
-            render(load_run(root / name))
+            render(load_run(Path(root) / name))
 
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        at = AppTest.from_function(page, default_timeout=60).run()
-    finally:
-        os.chdir(cwd)
+    at = AppTest.from_function(page, args=(str(samples),), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("plotly_chart")) == 2 and len(at.dataframe) == 1
     assert any("no collectives" in i.value for i in at.info)

@@ -27,6 +27,7 @@ from dpcore.read.analysis.stragglers import (
     straggler_verdict,
 )
 from dpcore.read.rundir import load_run
+from tests.conftest import samples_in_checkout
 from tests.read.dashboard.browser_checks import (
     columns_out_of_view,
     cut_labels,
@@ -38,14 +39,12 @@ from tests.read.dashboard.browser_checks import (
 )
 
 CHROMIUM = "/usr/bin/chromium"
-REPO = Path(__file__).resolve().parents[3]
-CHECKOUT = REPO / "profiles"  # only to skip where the samples are absent; tests read copies (`samples`)
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync"]
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not found"),
-    pytest.mark.skipif(not (CHECKOUT / "sample-train").is_dir(), reason="sample runs not present"),
+    pytest.mark.skipif(not samples_in_checkout("sample-train"), reason="sample runs not present"),
 ]
 
 

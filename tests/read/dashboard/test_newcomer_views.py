@@ -75,7 +75,7 @@ def test_a_one_rank_gpu_jobs_timeline_draws_no_comm(samples: Path, monkeypatch: 
 
     from tests.app_pages import APP, open_page, problems
     if not (samples / "sample-gpu").is_dir():
-        pytest.skip("profiles/sample-gpu is absent")
+        pytest.skip("the sample run sample-gpu is absent")
     monkeypatch.setenv("DPCORE_PROFILES", str(samples))
     at = AppTest.from_file(APP, default_timeout=180).run()
     at.sidebar.selectbox(key="run_a").set_value("sample-gpu").run()

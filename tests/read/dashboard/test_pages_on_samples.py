@@ -10,16 +10,16 @@ from dpcore.read.analysis import job_summary
 from dpcore.read.dashboard.pages import PAGES
 from dpcore.read.rundir import load_run
 from tests.app_pages import heading, open_page, problems
+from tests.conftest import samples_in_checkout
 from tests.events_path import step_trace_lanes, trace_step_metrics, traced_job_events
 
 ROOT = Path(__file__).resolve().parents[3]
-CHECKOUT = ROOT / "profiles"  # only to skip where the samples are absent; tests read copies (`samples`)
 #: Pages that draw no chart on the training sample (Bandwidth: it has no all-reduce benchmark;
 #: Hang: no job of it hung, sample-hang has one (test_samples_cover_every_page); GPU: the samples
 #: were recorded on CPUs).
 NO_CHART = {"Runs", "Traces", "Bandwidth", "New run", "Import", "Hang", "GPU"}
 
-pytestmark = pytest.mark.skipif(not (CHECKOUT / "sample-train" / "run.json").exists(),
+pytestmark = pytest.mark.skipif(not samples_in_checkout("sample-train"),
                                 reason="sample runs not present (bash scripts/make_sample.sh)")
 
 

@@ -16,10 +16,9 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore.read.rundir import load_run
 from tests.app_pages import APP, heading, open_page, problems
+from tests.conftest import samples_in_checkout
 
-CHECKOUT = Path(APP).parent / "profiles"  # only to skip where the samples are absent; tests read copies
-
-pytestmark = pytest.mark.skipif(not (CHECKOUT / "sample-hang" / "run.json").exists(),
+pytestmark = pytest.mark.skipif(not samples_in_checkout("sample-hang"),
                                 reason="sample runs not present (bash scripts/make_sample.sh)")
 
 

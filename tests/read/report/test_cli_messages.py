@@ -44,10 +44,10 @@ def test_summarize_says_stale_where_the_dashboard_does(tmp_path):
     assert out.returncode == 0 and out.stdout.splitlines()[0] == "20250101-000000-dead (stale)", out.stdout[:200]
 
 
-def test_no_library_warning_reaches_stderr(tmp_path):
+def test_no_library_warning_reaches_stderr(tmp_path, samples):
     """Collectives of 0 bytes made whatif's fit divide 0 by 0: numpy printed a RuntimeWarning
     with a source line; now only dpcore's own lines are on stderr."""
-    run = Path(shutil.copytree(ROOT / "profiles" / "sample-train", tmp_path / "zero"))
+    run = Path(shutil.copytree(samples / "sample-train", tmp_path / "zero"))
     f = run / rf.table_file("collectives")
     pd.read_csv(f).assign(bytes=0).to_csv(f, index=False)
     for args in (["whatif", str(run), "--job", "bucketed-ws2-b25"], ["summarize", str(run)], ["analyze", str(run)]):

@@ -2,8 +2,9 @@
 
 Why: the read path is refactored under these commands (one path through the per-rank tables,
 modules split and renamed); their output, text and CSV, on the committed samples must stay
-byte-identical. The ../shared runs and traces are compared by hash only (tests/data/golden/shared),
-so nothing of them is copied into the repository.
+byte-identical (read from copies: tests/conftest.py's ``samples``). The ../shared runs and traces
+are compared by hash only (tests/data/golden/shared), so nothing of them is copied into the
+repository.
 """
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ def _differences(want: Path, got: Path, pattern: str) -> list[str]:
                   or (want / n).read_bytes() != (got / n).read_bytes())
 
 
-def test_samples_print_what_they_printed(tmp_path: Path) -> None:
-    _record(tmp_path)
+def test_samples_print_what_they_printed(tmp_path: Path, samples: Path) -> None:
+    """On copies of the samples (the paths they print read as <REPO>/profiles/...): runs a user
+    added to profiles/ are no part of the recording, and nothing is written beside the samples."""
+    _record(tmp_path, "--profiles", str(samples))
     assert len(list(GOLDEN.glob("*.txt"))) >= 20
     assert _differences(GOLDEN, tmp_path, "*.txt") == []
 

@@ -27,7 +27,6 @@ from tests import events_path
 from tests.events_path import job_trace_events, lanes_of, step_trace_events, trace_step_metrics, traced_job_events
 from tests.fixtures_run import make_run
 
-SAMPLE = Path(__file__).resolve().parents[3] / "profiles"
 REPORT = Path(__file__).resolve().parents[3] / "dpcore" / "read" / "report"
 
 
@@ -113,18 +112,18 @@ def test_analysis_never_touches_the_disk(tmp_path: Path, monkeypatch: pytest.Mon
     assert summary.set_index("job_id").at[job, "comm_source"] == "trace"
 
 
-def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -> None:
+def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path, samples: Path) -> None:
     from dpcore.read.report.allreduce import ALLREDUCE_TABLE
     from dpcore.read.report.summarize import summarize
 
-    if not (SAMPLE / "sample-allreduce" / "run.json").exists():
+    if not (samples / "sample-allreduce" / "run.json").exists():
         pytest.skip("sample runs not present")
-    out = summarize(str(SAMPLE / "sample-allreduce"))
+    out = summarize(str(samples / "sample-allreduce"))
     header = next(line for line in out.splitlines() if line.split()[:1] == ["algo"])
     assert header.split() == ALLREDUCE_TABLE
     assert "16 MiB" in out and "repeats" in out
     # a run written with the correctness check: its #wrong counts are printed, wrong ones loudly
-    run = shutil.copytree(SAMPLE / "sample-allreduce", tmp_path / "checked")
+    run = shutil.copytree(samples / "sample-allreduce", tmp_path / "checked")
     meta = json.loads((run / "run.json").read_text())
     for j in meta["jobs"]:
         j["wrong_elements"] = {str(b): (3 if j["id"] == "ring-ws2" and b == 1024 else 0)
@@ -136,11 +135,11 @@ def test_summarize_an_allreduce_run_prints_its_bandwidth_table(tmp_path: Path) -
     assert "WRONG RESULTS: ring at 2 ranks, 1 KiB: 3 element(s)" in out
 
 
-def test_analyze_reads_the_ranks_of_a_merged_trace(capsys: pytest.CaptureFixture[str]) -> None:
+def test_analyze_reads_the_ranks_of_a_merged_trace(capsys: pytest.CaptureFixture[str], samples: Path) -> None:
     """The README promotes merged.json.gz and says analyze reads single trace files: its ranks come
     from its process names ('rank 0', 'rank 1'), and each rank's numbers are those of its own file
     (each rank classified apart: read as one rank, rank 1's compute came out 0)."""
-    job = SAMPLE / "sample-train" / "traces" / "bucketed-ws2-b1"
+    job = samples / "sample-train" / "traces" / "bucketed-ws2-b1"
     if not (job / "merged.json.gz").is_file():
         pytest.skip("sample runs not present")
     assert main(["analyze", str(job / "merged.json.gz"), "--csv"]) == 0
@@ -168,13 +167,13 @@ def test_summarize_prints_whole_samples_per_second(tmp_path: Path) -> None:
     assert all(c in end for c in cells if c != "—")  # the same text as profile's end table
 
 
-def test_summarize_prints_a_dash_not_nan_for_a_hook_job_without_rows(tmp_path: Path) -> None:
+def test_summarize_prints_a_dash_not_nan_for_a_hook_job_without_rows(tmp_path: Path, samples: Path) -> None:
     """A run whose CSVs hold only headers: the comm hooks' compression lines say '—' for every
     number the rows would give (never 'nan'), and keep what run.json holds (the loss)."""
     from dpcore.read.report.summarize import summarize
 
     run = tmp_path / "run"
-    shutil.copytree(SAMPLE / "sample-train", run, ignore=shutil.ignore_patterns("traces"))
+    shutil.copytree(samples / "sample-train", run, ignore=shutil.ignore_patterns("traces"))
     for f in run.glob("*.csv"):
         f.write_text(f.read_text().splitlines()[0] + "\n")
     text = summarize(str(run))
