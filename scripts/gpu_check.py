@@ -24,6 +24,10 @@ check asserts (with ``--device cpu`` the GPU is the CPU and NCCL is gloo):
   data_parallel.
 - ``fsdp-allgather-bytes``: fsdp and torch_fsdp at world size 2 (gloo on the GPU) all-gather
   exactly half the bytes per step in bf16 that they do in fp32 (collectives.csv).
+- ``calibration-clock``: torch_ddp and bucketed at world size 2 (gloo on the GPU) with 2
+  calibration steps: in run.json's ``whatif_calibration`` every all-reduce ends and is launched
+  after backward began and before its own end (launches, ends and backward's edges on one
+  scale: the stream's, through CUDA events).
 - ``verify-bf16``: ``verify --device cuda --dtype bf16`` exits 0 (every variant matches).
 - ``powersgd``: torch_ddp with the PowerSGD hook completes on CUDA (2 ranks sharing the GPU
   over gloo: a hook needs 2+ ranks, NCCL one GPU each) and on the CPU of this GPU host (gloo).
@@ -231,6 +235,53 @@ def half_bytes_failures(fp32: dict[str, float], bf16: dict[str, float], jobs: li
         elif abs(b * 2 - a) > 1e-9 * a:
             bad.append(f"{job}: bf16 all-gathers {b / 2**20:.2f} MiB per step, fp32 {a / 2**20:.2f} MiB "
                        f"(ratio {b / a:.3f}, want 0.5)")
+    return bad
+
+
+#: how far apart two edges of one calibration step may be placed (ms): its phase marks and its
+#: collectives are put on the host clock through two anchors, each known to within half the two
+#: host reads around it (microseconds on an idle GPU)
+CAL_TOL_MS = 1.0
+
+
+def calibration_failures(run: Path, variants: list[str], tol_ms: float = CAL_TOL_MS) -> list[str]:
+    """The what-if calibration of each job of ``variants`` in ``run`` is on one time scale:
+    every all-reduce ends, and is launched no earlier than backward began (it is launched from
+    backward's hook) and no later than its own end. On a GPU job backward's edges and the ends
+    are the stream's times; a launch on the host's would read before backward began wherever
+    the host ran ahead of the GPU. One line per job, with the first offending all-reduce."""
+    meta_path = run / "run.json"
+    if not meta_path.is_file():
+        return [f"no run.json in {run}"]
+    jobs = json.loads(meta_path.read_text()).get("jobs", [])
+    bad: list[str] = []
+    for v in variants:
+        mine = [j for j in jobs if j.get("variant") == v and j.get("status") == "complete"]
+        if not mine:
+            bad.append(f"no complete {v} job")
+        for j in mine:
+            cal = j.get("whatif_calibration")
+            if not isinstance(cal, dict) or not cal.get("data"):
+                err = cal.get("error") if isinstance(cal, dict) else None
+                bad.append(f"{j.get('id')}: no calibration" + (f" ({err})" if err else ""))
+                continue
+            wrong, n = [], 0
+            for plan in cal["data"]:
+                for st in plan.get("steps", []):
+                    b0, b1 = st.get("bwd_start_ms"), st.get("bwd_end_ms")
+                    for i, (s, e) in enumerate(zip(st.get("launch_ms", []), st.get("end_ms", []))):
+                        n += 1
+                        if e is None or s is None:
+                            wrong.append(f"rank {st.get('rank')} step {st.get('step')} all-reduce {i}: no end")
+                        elif s < b0 - tol_ms or s > e + tol_ms:
+                            wrong.append(f"rank {st.get('rank')} step {st.get('step')} all-reduce {i}: launched "
+                                         f"{s - b0:+.3f} ms after backward began, ended {e - s:+.3f} ms after "
+                                         f"the launch (backward {b1 - b0:.3f} ms)")
+            if not n:
+                bad.append(f"{j.get('id')}: no all-reduce in its calibration")
+            elif wrong:
+                bad.append(f"{j.get('id')}: {len(wrong)} of {n} calibration all-reduces off the scale of "
+                           f"backward's edges, e.g. {wrong[0]}")
     return bad
 
 
@@ -479,6 +530,22 @@ def check_fsdp_allgather_bytes(env: Env) -> list[str]:
     return bad + half_bytes_failures(got["fp32"], got["bf16"], ["fsdp-ws2", "torch_fsdp-ws2"])
 
 
+def check_calibration_clock(env: Env) -> list[str]:
+    """torch_ddp and bucketed at world size 2 (ranks sharing the GPU over gloo) with their
+    what-if calibration: its launches, ends and backward's edges on one scale (CUDA events)."""
+    name, out = "calibration-clock", env.work / "runs"
+    small = [*SMALL]
+    small[small.index("--calibration-steps") + 1] = "2"
+    variants = ["torch_ddp", "bucketed"]
+    rc, _ = env.dpcore(name, ["profile", "--device", env.device, "--backend", "gloo", "--dtype", "fp32",
+                              "--variants", ",".join(variants), "--world-sizes", "2", *small,
+                              "--out", str(out), "--run-id", name], 150)
+    run = out / name
+    env.runs.append(run)
+    bad = [f"rc {rc}: {_last_line(env.logs[name])}"] if rc != 0 else []
+    return bad + run_failures(run, variants, [2], _gpus(env), "fp32") + calibration_failures(run, variants)
+
+
 def check_verify_bf16(env: Env) -> list[str]:
     rc, out = env.dpcore("verify-bf16", ["verify", "--device", env.device, "--dtype", "bf16"], 150)
     bad = [line.strip()[:160] for line in out.splitlines() if "DIFFERS" in line]
@@ -600,6 +667,7 @@ CHECKS: dict[str, Callable[[Env], list[str]]] = {
     "profile-nccl-fp32": check_profile_nccl_fp32,
     "verify-bf16": check_verify_bf16,
     "fsdp-allgather-bytes": check_fsdp_allgather_bytes,
+    "calibration-clock": check_calibration_clock,
     "powersgd": check_powersgd,
     "torchrun-profile": check_torchrun_profile,
     "record-torchrun": check_record_torchrun,

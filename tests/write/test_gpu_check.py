@@ -126,12 +126,12 @@ def test_dry_run_on_cpu_passes_and_writes_little(tmp_path: Path) -> None:
     """The same checks on gloo and the CPU; every dpcore command in it runs where streamlit and
     plotly cannot be imported, so these paths are shown not to import them."""
     out = tmp_path / "out"
-    only = "host,gloo-collectives,fsdp-allgather-bytes,trace-handler,torchrun-profile"
+    only = "host,gloo-collectives,fsdp-allgather-bytes,calibration-clock,trace-handler,torchrun-profile"
     p = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--only", only, "--out", str(out),
                         "--workers", "2", "--budget-s", "900"], capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "FAIL:" not in p.stdout
-    assert "gpu_check on cpu: 5 of 5 checks passed" in p.stdout
+    assert "gpu_check on cpu: 6 of 6 checks passed" in p.stdout
     assert "all-gathered MiB per step (rank 0): fsdp-ws2 fp32" in p.stdout
     files = sorted(f.name for f in out.iterdir())
     assert files == ["checks.json", "gpu_check.txt", "logs.tar.gz", "runs.tar.gz"]
@@ -216,3 +216,34 @@ def test_an_unwritable_out_is_one_line_before_any_check(tmp_path: Path) -> None:
                         "--out", str(tmp_path / "file" / "out")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == "", p.stdout
     assert p.stderr.startswith("gpu_check: cannot write the results under --out ") and len(p.stderr.splitlines()) == 1
+
+
+def _cal_job(variant: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**_job(variant, 2), "whatif_calibration": {"data": [{"bucket_mb": 25.0, "steps": steps}]}}
+
+
+def _cal_step(launch: list[float], end: list[float | None], b0: float = 100.0, b1: float = 130.0) -> dict[str, Any]:
+    return {"rank": 1, "step": 1_000_000, "bwd_start_ms": b0, "bwd_end_ms": b1, "bytes": [4] * len(launch),
+            "launch_ms": launch, "end_ms": end}
+
+
+def test_calibration_on_one_scale(tmp_path: Path) -> None:
+    """A launch lies after backward began and no later than its own end (within CAL_TOL_MS: two
+    anchors); what a launch on the host clock looks like on a GPU job is caught."""
+    ok = _run(tmp_path / "ok", [_cal_job("torch_ddp", [_cal_step([100.5, 110.0], [109.0, 131.0]),
+                                                       _cal_step([99.5], [120.0])])])
+    assert gc.calibration_failures(ok, ["torch_ddp"]) == []
+    host = _run(tmp_path / "host", [_cal_job("torch_ddp", [_cal_step([97.0, 98.0], [109.0, 131.0])]),
+                                    _cal_job("bucketed", [_cal_step([101.0], [None])])])
+    assert gc.calibration_failures(host, ["torch_ddp", "bucketed"]) == [
+        "torch_ddp-ws2: 2 of 2 calibration all-reduces off the scale of backward's edges, e.g. rank 1 step "
+        "1000000 all-reduce 0: launched -3.000 ms after backward began, ended +12.000 ms after the launch "
+        "(backward 30.000 ms)",
+        "bucketed-ws2: 1 of 1 calibration all-reduces off the scale of backward's edges, e.g. rank 1 step "
+        "1000000 all-reduce 0: no end"]
+    late = _run(tmp_path / "late", [_cal_job("torch_ddp", [_cal_step([120.0], [110.0])])])
+    (why,) = gc.calibration_failures(late, ["torch_ddp"])
+    assert "launched +20.000 ms after backward began, ended -10.000 ms" in why
+    none = _run(tmp_path / "none", [{**_job("torch_ddp", 2), "whatif_calibration": {"error": "RuntimeError: x"}}])
+    assert gc.calibration_failures(none, ["torch_ddp", "bucketed"]) == [
+        "torch_ddp-ws2: no calibration (RuntimeError: x)", "no complete bucketed job"]
