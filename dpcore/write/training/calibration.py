@@ -94,5 +94,12 @@ def step_row(rank: int, idx: int, timing: dict, colls: list[dict], events: bool)
             "bwd_end_ms": round(start + timing["bwd_ms"], 4),
             "bytes": [int(c["bytes"]) for c in cs],
             "launch_ms": [round(launch_ns(c, events) / 1e6, 4) for c in cs],
-            "end_ms": [round(int(c["t_end_ns"]) / 1e6, 4) if int(c["t_end_ns"]) > 0 else None
-                       for c in cs]}
+            "end_ms": [_end_ms(c["t_end_ns"]) for c in cs]}
+
+
+def _end_ms(end: Any) -> float | None:
+    """A collective's end in ms; None while it has none (-1, or an event clock's end stamped
+    after the rows were resolved: still an event, not ns)."""
+    if isinstance(end, str) and end.lstrip("-").isdigit():
+        end = int(end)
+    return round(end / 1e6, 4) if isinstance(end, int) and end > 0 else None

@@ -65,6 +65,10 @@ def test_event_clock_launch_is_the_streams_time_at_the_launch() -> None:
     assert row["bwd_start_ms"] <= row["launch_ms"][0] <= row["bwd_end_ms"]
     # a row without a start time (none recorded) falls back to the call's time
     assert launch_ns(_coll(0, 5, "", 10), events=True) == 5
+    # an end not known (yet): -1, or an event stamped after the rows were resolved
+    ends = step_row(1, 7, TIMING, [_coll(0, 1, 2, -1), {**_coll(1, 3, 4, 0), "t_end_ns": object()}],
+                    events=True)["end_ms"]
+    assert ends == [None, None]
 
 
 # ------------------------------------------------------------------ a real calibration, 2 ranks
