@@ -55,8 +55,9 @@ DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "In
 #: largest dump file read (a buffer of 20 000 entries with 20-frame stacks is 9 MB as a pickle,
 #: about 30 MB as JSON)
 MAX_DUMP_BYTES = 64 * 2**20
-#: largest pickle dump read: a byte of pickle can build an empty dict (64 bytes of memory)
-MAX_PICKLE_BYTES = 32 * 2**20
+#: largest pickle dump read: a byte of pickle can build an empty dict (64 bytes of memory; a
+#: 16 MiB pickle of them peaks at 1.5 GB before it is refused)
+MAX_PICKLE_BYTES = 16 * 2**20
 #: most elements (containers, strings, numbers) a dump may hold: a 20 000-entry buffer with
 #: 20-frame stacks holds about 3.5 million
 MAX_DUMP_NODES = 6_000_000
@@ -93,59 +94,56 @@ class _NoGlobals(pickle.Unpickler):
         raise pickle.UnpicklingError("the pickle holds a persistent id")
 
 
-def _walk(data: Any) -> Any:
-    """(element, depth) of ``data`` walked as a tree, depth first; a stack of iterators, so a
-    flat list of millions costs one frame, not a list of millions of pairs."""
-    yield data, 0
-    stack: list[Any] = []
-    if isinstance(data, dict):
-        stack.append(iter([v for kv in data.items() for v in kv]))
-    elif isinstance(data, (list, tuple)):
-        stack.append(iter(data))
-    while stack:
-        obj = next(stack[-1], _END)
-        if obj is _END:
-            stack.pop()
-            continue
-        yield obj, len(stack)
-        if len(stack) > MAX_DEPTH:
-            continue  # the caller refuses it
-        if isinstance(obj, dict):
-            stack.append(iter([v for kv in obj.items() for v in kv]))
-        elif isinstance(obj, (list, tuple)):
-            stack.append(iter(obj))
-
-
-_END = object()
-
-
 def _check_shape(data: Any, max_nodes: int, path: Path) -> None:
     """Refuse ``data`` when walking it as a tree visits more than ``max_nodes`` elements,
     more than :data:`MAX_DUMP_TEXT` characters of text, a value JSON cannot hold, or goes
     deeper than :data:`MAX_DEPTH` (shared and self-referring containers and strings counted
-    each time they are reached, as ``json.dumps`` would): iterative, so it stops at the bound."""
-    seen = text = 0
-    for obj, depth in _walk(data):
-        seen += 1
-        if seen > max_nodes:
-            raise DumpError(f"{path}: refused: the pickle expands to more than {max_nodes} "
-                            "elements (shared references); not a flight-recorder dump")
-        if depth > MAX_DEPTH:
-            raise DumpError(f"{path}: refused: nested deeper than {MAX_DEPTH} levels (or "
-                            "containing itself); not a flight-recorder dump")
-        if isinstance(obj, str):
+    each time they are reached, as ``json.dumps`` would). Iterative, with a stack of iterators
+    (one per open container, so a flat list of millions costs one, not a pair per element),
+    and it stops at the first bound passed. Exact types (``type(x) is``): neither JSON nor a
+    pickle without globals makes a subclass."""
+    seen, text = 1, 0
+    stack: list[Any] = [iter((data,))]
+    while stack:
+        obj: Any = next(stack[-1], _END)
+        if obj is _END:
+            stack.pop()
+            continue
+        t = type(obj)
+        if t is str:
             text += len(obj)
-            if text > MAX_DUMP_TEXT:
-                raise DumpError(f"{path}: refused: the pickle expands to more than "
-                                f"{MAX_DUMP_TEXT // 2**20} MiB of text (shared strings); not a "
-                                "flight-recorder dump")
-        elif isinstance(obj, (bytes, bytearray, set, frozenset)):
-            raise DumpError(f"{path}: refused: holds a {type(obj).__name__} value, which JSON "
+        elif t is dict or t is list or t is tuple:
+            if not obj:
+                continue
+            if len(stack) > MAX_DEPTH:
+                raise DumpError(f"{path}: refused: nested deeper than {MAX_DEPTH} levels (or "
+                                "containing itself); not a flight-recorder dump")
+            if t is dict:
+                for k in obj:
+                    if type(k) is str:
+                        text += len(k)
+                    elif not (k is None or type(k) in (int, float, bool)):
+                        raise DumpError(f"{path}: refused: a dict key is not a string or number; "
+                                        "not a flight-recorder dump")
+                stack.append(iter(obj.values()))
+            else:
+                stack.append(iter(obj))
+            seen += len(obj) * (2 if t is dict else 1)
+        elif t in _NOT_JSON:
+            raise DumpError(f"{path}: refused: holds a {t.__name__} value, which JSON "
                             "cannot; not a flight-recorder dump")
-        elif isinstance(obj, dict):
-            if any(not isinstance(k, (str, int, float, bool, type(None))) for k in obj):
-                raise DumpError(f"{path}: refused: a dict key is not a string or number; not a "
-                                "flight-recorder dump")
+        if seen > max_nodes:
+            raise DumpError(f"{path}: refused: the dump expands to more than {max_nodes} "
+                            "elements (shared references, or simply too many); not a "
+                            "flight-recorder dump")
+        if text > MAX_DUMP_TEXT:
+            raise DumpError(f"{path}: refused: the pickle expands to more than "
+                            f"{MAX_DUMP_TEXT // 2**20} MiB of text (shared strings); not a "
+                            "flight-recorder dump")
+
+
+_END = object()
+_NOT_JSON = (bytes, bytearray, set, frozenset)
 
 
 def _elements_at_most(raw: bytes) -> int:

@@ -184,3 +184,12 @@ def test_an_unreadable_dump_is_unknown_not_the_rank_behind(tmp_path: Path) -> No
     assert (v["kind"], v["lagging_ranks"], v["seq"]) == ("missing", [2], 8)
     assert v["message"].endswith("; rank 1: dump unreadable, unknown")
     assert len(hs.skipped) == 1 and "rank1.fr.json" in hs.skipped[0]
+
+
+def test_a_pickle_above_its_cap_is_refused_unread(tmp_path: Path) -> None:
+    """A byte of pickle can build a 64-byte dict: above 16 MiB a pickle is not unpickled."""
+    f = tmp_path / "rank0.fr.json"
+    f.write_bytes(b"\x80\x04}\x8c\x07entries](" + b"}" * (flightrec.MAX_PICKLE_BYTES + 1) + b"es.")
+    with pytest.raises(flightrec.DumpError, match="a pickle larger than 16 MiB; not read"):
+        flightrec.load_dump(f)
+
