@@ -31,8 +31,8 @@ def test_check_fails_on_a_stale_table_and_the_rewrite_fixes_it(tmp_path: Path) -
 
 
 def test_every_option_of_the_dataclasses_is_a_row_with_its_default() -> None:
+    from dpcore.commands import COMMAND_OPTIONS
     from dpcore.contract.option_fields import field_default, option_fields
-    from dpcore.contract.options import COMMAND_OPTIONS
 
     readme = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     for command, groups in COMMAND_OPTIONS.items():
@@ -63,7 +63,7 @@ def test_the_parser_takes_its_defaults_and_values_from_the_fields() -> None:
     from dpcore.contract.options import AllreduceOptions, ProfileOptions
 
     args = build_parser().parse_args(["allreduce"])
-    assert AllreduceOptions(**option_values(args, AllreduceOptions)) == AllreduceOptions()
+    assert AllreduceOptions.from_args(args) == AllreduceOptions()
     args = build_parser().parse_args(["profile", "--world-sizes", "1,4", "--no-pin", "--inject-hang", "1:2",
                                       "--bucket-sweep", "1,10", "--timeout", "60"])
     values = option_values(args, ProfileOptions)
@@ -72,25 +72,36 @@ def test_the_parser_takes_its_defaults_and_values_from_the_fields() -> None:
     assert values["bucket_sweep"] == (1.0, 10.0) and values["timeout_s"] == 60.0
 
 
-def test_the_read_commands_take_their_options_from_the_fields() -> None:
-    from dpcore.cli import _scale, build_parser
-    from dpcore.contract.option_fields import option_values
-    from dpcore.contract.options import GpuOptions, ScaleOptions
+def test_the_read_commands_build_their_options_objects() -> None:
+    from dpcore.cli import build_parser
+    from dpcore.contract.options import (
+        AnalyzeOptions,
+        GpuOptions,
+        HangOptions,
+        ImportOptions,
+        SummarizeOptions,
+        WhatifOptions,
+    )
+    from dpcore.read.report.resolve import scale_of
 
     ap = build_parser()
-    args = ap.parse_args(["analyze", "traces", "--csv", "--workers", "2", "--no-cache"])
-    assert option_values(args, ScaleOptions) == {"workers": "2", "scheduler": None, "cache": False}
-    assert (args.path, args.csv) == ("traces", True)
-    scale = _scale(args)
+    opts = AnalyzeOptions.from_args(ap.parse_args(["analyze", "traces", "--csv", "--workers", "2", "--no-cache"]))
+    assert opts == AnalyzeOptions(path="traces", csv=True, workers=2, scheduler=None, cache=False)
+    scale = scale_of(opts)
     assert (scale.workers, scale.cache) == (2, False)
-    args = ap.parse_args(["gpu", "run", "--kernels"])
-    assert option_values(args, GpuOptions) == {"per_step": False, "kernels": True, "collectives": False}
-    assert _scale(args).cache is True
-    assert ap.parse_args(["summarize", "r"]).run == "r" and ap.parse_args(["hang", "h"]).csv is False
+    gpu = GpuOptions.from_args(ap.parse_args(["gpu", "run", "--kernels"]))
+    assert (gpu.path, gpu.per_step, gpu.kernels, gpu.collectives, scale_of(gpu).cache) == ("run", False, True,
+                                                                                            False, True)
+    assert SummarizeOptions.from_args(ap.parse_args(["summarize", "r"])).run == "r"
+    assert HangOptions.from_args(ap.parse_args(["hang", "h"])) == HangOptions(path="h")
     assert not hasattr(ap.parse_args(["hang", "h"]), "workers")  # hang reads no rank traces
-    assert option_values(ap.parse_args(["import", "t", "--no-cache"]), ScaleOptions)["cache"] is False
-    args = ap.parse_args(["whatif", "--fabric", "list"])
-    assert (args.run, args.fabric, args.algo, args.csv) == (None, "list", "ring", False)
-    assert ap.parse_args(["whatif", "r", "--bandwidth-gbps", "5"]).bandwidth_gbps == 5.0
-    args = ap.parse_args(["import", "t"])
-    assert (args.traces, args.out, args.iteration, args.align_clocks) == ("t", "profiles", None, "auto")
+    assert ImportOptions.from_args(ap.parse_args(["import", "t", "--no-cache"])).cache is False
+    w = WhatifOptions.from_args(ap.parse_args(["whatif", "--fabric", "list"]))
+    assert (w.run, w.fabric, w.algo, w.csv, w.world_sizes, w.bucket_mb) == (None, "list", "ring", False, None, None)
+    w = WhatifOptions.from_args(ap.parse_args(["whatif", "r", "--bandwidth-gbps", "5", "--world-sizes", "2,8,2",
+                                               "--bucket-mb", "1,4"]))
+    # parsed once, into tuples: the what-if gets no text to parse again
+    assert (w.bandwidth_gbps, w.world_sizes, w.bucket_mb) == (5.0, (2, 8), (1.0, 4.0))
+    imp = ImportOptions.from_args(ap.parse_args(["import", "t"]))
+    assert (imp.traces, imp.out, imp.iteration, imp.align_clocks) == ("t", "profiles", None, "auto")
+    assert imp.command == ()  # not an option: the CLI sets the command line it recorded

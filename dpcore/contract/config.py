@@ -19,7 +19,7 @@ from typing import Any
 
 from dpcore.contract.errors import UsageError, choices_error
 from dpcore.contract.limits import MAX_BUCKET_MB, MAX_SEED, check_fits, param_count
-from dpcore.contract.option_fields import option
+from dpcore.contract.option_fields import OptionSpec, option
 
 # docs/DESIGN.md's fixed names, in one torch-free place (the CLI and the app import them cheaply;
 # dpcore.write.dp.variants and dpcore.write.dp.comm re-export them next to their implementations).
@@ -69,7 +69,8 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 #: ``--dtype``'s help, the same in every command that takes it.
 DTYPE_HELP = (f"{', '.join(DTYPES)}: fp32, or bf16 / fp16 autocast with float32 master weights (fp16 with "
-              "a gradient scaler); auto = bf16 on a GPU that computes it (compute capability 8.0+), else fp32 (default %(default)s)")
+              "a gradient scaler); auto = bf16 on a GPU that computes it (compute capability 8.0+), else fp32 "
+              "(default %(default)s)")
 #: What gloo cannot do with CUDA tensors, from torch's ProcessGroupGloo.cpp (torch 2.4 to
 #: 2.11): broadcast, all_reduce, reduce, all_gather (``all_gather_into_tensor`` is an
 #: all_gather), gather, scatter and all_to_all each have a CUDA work (the tensors are staged
@@ -146,6 +147,16 @@ MAX_REPEATS = 1_000_000
 MAX_CALIBRATION_STEPS = 100
 
 
+#: ``--warmup``, declared once: the untimed steps of a job (TrainConfig) and the untimed calls per
+#: size of ``allreduce`` (:class:`~dpcore.contract.options.AllreduceOptions`) are the same idea.
+WARMUP = OptionSpec(flag="--warmup", type=int,
+                    help="untimed steps (allreduce: calls per size) before the timed ones, 0 or more "
+                         "(default %(default)s)")
+#: A built-in model's own global batch where ``--batch-size`` is not given (einsum: docs/DESIGN.md's
+#: b, ``dpcore.write.training.models.EINSUM_BATCH``); the others take TrainConfig's.
+MODEL_BATCH_SIZES = {"einsum": 5120}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """How one training job runs. ``batch_size`` is per rank for weak scaling and global for
@@ -171,8 +182,7 @@ class TrainConfig:
                           help="weak (fixed per-rank batch) or strong (fixed global batch) (default %(default)s)")
     steps: int = option(10, flag="--steps", type=int,
                         help="steps each job trains (profile: the timed ones, after --warmup) (default %(default)s)")
-    warmup: int = option(3, flag="--warmup", type=int,
-                         help="untimed steps before the timed ones, 0 or more (default %(default)s)")
+    warmup: int = option(3, spec=WARMUP)
     #: 0 == no trace
     profile_steps: int = option(
         3, flag="--profile-steps", type=int,

@@ -50,12 +50,16 @@ class OptionSpec:
         return self.text(default) if self.text is not None and default is not None else default
 
 
-def option(default: Any = MISSING, *, default_factory: Any = MISSING, **spec: Any) -> Any:
-    """A dataclass field that is also the option ``spec`` describes (:class:`OptionSpec`'s fields)."""
-    meta = {"option": OptionSpec(**spec)}
+def option(default: Any = MISSING, *, default_factory: Any = MISSING, spec: OptionSpec | None = None,
+           kw_only: Any = MISSING, **fields_of_spec: Any) -> Any:
+    """A dataclass field that is also the option ``fields_of_spec`` describes (:class:`OptionSpec`'s
+    fields), or the option ``spec`` declared elsewhere: several classes that take one option with
+    different defaults (``--world-sizes``: profile 1,2, allreduce 2,4) share its one declaration.
+    ``kw_only``: the field's own (a keyword-only field in a class whose others are positional)."""
+    meta = {"option": spec if spec is not None else OptionSpec(**fields_of_spec)}
     if default_factory is not MISSING:
-        return field(default_factory=default_factory, metadata=meta)
-    return field(default=default, metadata=meta)
+        return field(default_factory=default_factory, metadata=meta, kw_only=kw_only)
+    return field(default=default, metadata=meta, kw_only=kw_only)
 
 
 def option_fields(cls: type) -> Iterator[tuple[Field[Any], OptionSpec]]:
@@ -73,6 +77,33 @@ def field_default(f: Field[Any]) -> Any:
     if f.default_factory is not MISSING:
         return f.default_factory()
     raise KeyError(f"field {f.name!r} has no default")
+
+
+def option_argv(obj: Any, keep: tuple[str, ...] = ()) -> list[str]:
+    """The command-line arguments that give the option fields of ``obj`` (a dataclass) its values:
+    a field at its default is left out (``keep``: given anyway), a ``--no-X`` switch is given when
+    its field is False, a ``--X`` switch when True, a positional as its text. What the parser,
+    fed these, gives back is ``obj``'s values again (the round trip the dashboard relies on)."""
+    argv: list[str] = []
+    for f, spec in option_fields(type(obj)):
+        value = getattr(obj, f.name)
+        try:
+            default = field_default(f)
+        except KeyError:
+            default = MISSING
+        if value == default and f.name not in keep:
+            continue
+        if spec.negate:
+            argv += [spec.flag] if not value else []
+        elif spec.switch:
+            argv += [spec.flag] if value else []
+        elif value is None:
+            continue
+        else:
+            text = spec.text(value) if spec.text is not None else (repr(value) if isinstance(value, float)
+                                                                     else str(value))
+            argv += [text] if spec.positional else [spec.flag, text]
+    return argv
 
 
 def option_values(args: Any, cls: type) -> dict[str, Any]:

@@ -10,8 +10,9 @@ training config together, so :class:`ProfileOptions` holds its :class:`~dpcore.c
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dpcore.contract.config import (
     ALGOS,
@@ -19,14 +20,15 @@ from dpcore.contract.config import (
     COMM_HOOKS,
     DEFAULT_TIMEOUT_S,
     DEVICES,
-    DTYPE_HELP,
     DTYPES,
     MAX_DELAY_MS,
     MAX_REPEATS,
     MAX_STEPS,
+    MODEL_BATCH_SIZES,
     PROGRESS_MODES,
     VARIANTS,
     VERIFY_MODELS,
+    WARMUP,
     TrainConfig,
     check_at_most,
     check_backend,
@@ -37,6 +39,7 @@ from dpcore.contract.config import (
     check_model_name,
     check_run_id,
     check_timeout,
+    default_of,
     parse_bucket_sweep,
     parse_choices,
     parse_delay,
@@ -45,16 +48,21 @@ from dpcore.contract.config import (
     parse_size_list,
     profile_steps_error,
     size_text,
+    split_items,
 )
 from dpcore.contract.errors import UsageError
 from dpcore.contract.limits import (
+    MAX_BUCKET_MB,
+    MAX_WHATIF_WORLD,
     batch_bytes,
     check_fits,
     check_threads,
     check_world_sizes,
     param_count,
 )
-from dpcore.contract.option_fields import option
+from dpcore.contract.option_fields import OptionSpec, option, option_argv, option_fields, option_values
+
+T = TypeVar("T", bound="CommandOptions")
 
 
 def list_text(values: tuple[Any, ...], every: tuple[str, ...] | None = None) -> str:
@@ -83,60 +91,133 @@ def _world_sizes(text: str) -> tuple[int, ...]:
     return tuple(parse_int_list(text, "world sizes"))
 
 
+#: ``--world-sizes``, declared once: profile (default 1,2), allreduce (2,4) and whatif (None: the
+#: run's) take it with their own defaults (:func:`option`'s ``spec``).
+WORLD_SIZES = OptionSpec(
+    flag="--world-sizes", parse=_world_sizes, text=list_text,
+    help="comma-separated numbers of ranks; every job runs at each (default %(default)s)")
+
+
+class CommandOptions:
+    """What every command's options class can do: be built from the parsed command line
+    (:meth:`from_args`) and be written back as one (:meth:`to_argv`). Cooperative
+    ``__post_init__``: each base checks its own fields, the shared bases once."""
+
+    def __post_init__(self) -> None:
+        pass
+
+    @classmethod
+    def values_of(cls, args: Any) -> dict[str, Any]:
+        """The class's option values from a parsed namespace (text parsed, switches inverted)."""
+        return option_values(args, cls)
+
+    @classmethod
+    def from_args(cls: type[T], args: Any) -> T:
+        """The options of the parsed command line ``args``; UsageError for a bad value."""
+        return cls(**cls.values_of(args))
+
+    def to_argv(self, keep: tuple[str, ...] = ()) -> list[str]:
+        """The command-line arguments that give these options (defaults left out but ``keep``'s)."""
+        return option_argv(self, keep=keep)
+
+
 @dataclass(frozen=True, kw_only=True)
-class RunOptions:
-    """What every command that writes a run is told: where, under which name, on which backend,
-    how long a job may take and how progress is shown."""
+class JobOptions(CommandOptions):
+    """What every command that runs jobs is told (``profile``, ``allreduce``, ``verify``): on
+    which device and backend, and how long a job may take."""
 
     device: str = option("auto", flag="--device", help=DEVICE_HELP)
     backend: str = option("auto", flag="--backend", help=BACKEND_HELP)
     timeout_s: float = option(DEFAULT_TIMEOUT_S, flag="--timeout", type=float, help=TIMEOUT_HELP)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_timeout(self.timeout_s)
+        check_choices((self.device,), "device", DEVICES)
+        check_backend(self.backend)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputOptions(CommandOptions):
+    """Where a command that writes a run puts it (``profile``, ``allreduce``, ``import``), and the
+    command line that asked for it (recorded in run.json; not an option, not compared)."""
+
     out: str = option("profiles", flag="--out",
                       help="folder the run directory is written into (default %(default)s)")
     name: str | None = option(None, flag="--name", help="label added to the generated run id")
+    command: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.out.strip():  # Path("") is the current folder: never write there unasked
+            raise UsageError("--out is empty; give the folder the run is written into, e.g. profiles")
+        # whether --out can hold a run is checked where the folder is made (RunWriter)
+
+    @classmethod
+    def values_of(cls, args: Any) -> dict[str, Any]:
+        return {**super().values_of(args), "command": tuple(getattr(args, "argv", ()))}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions(OutputOptions, JobOptions):
+    """What every command that runs jobs into a run is told (``profile``, ``allreduce``): the
+    job options, where the run goes, under which id, and how progress is shown."""
+
     run_id: str | None = option(None, flag="--run-id", help="exact run directory name (must not exist)")
     progress: str = option("bar", flag="--progress",
                            help=f"one of {', '.join(PROGRESS_MODES)}: a terminal bar, JSON lines (for the "
                                 "dashboard), or nothing (default %(default)s)")
 
     def __post_init__(self) -> None:
-        check_timeout(self.timeout_s)
-        check_choices((self.device,), "device", DEVICES)
+        super().__post_init__()
         check_choices((self.progress,), "progress mode", PROGRESS_MODES)
-        check_backend(self.backend)
         check_run_id(self.run_id)
-        if not self.out.strip():  # Path("") is the current folder: never write there unasked
-            raise UsageError("--out is empty; give the folder the run is written into, e.g. profiles")
-        # whether --out can hold a run is checked where the folder is made (RunWriter)
 
 
 @dataclass(frozen=True)
-class ProfileOptions(RunOptions):
-    """``profile``: which jobs (variants x world sizes x bucket sizes), how each trains
-    (``train``), and the resources every job gets."""
+class VariantOptions(CommandOptions):
+    """Which data-parallel variants a command trains (``profile``, ``verify``) and which DDP comm
+    hooks it adds (``none``: DDP's plain all-reduce, the job every hook is compared with)."""
 
     variants: tuple[str, ...] = option(VARIANTS, flag="--variants", help=VARIANTS_HELP,
                                        parse=_variants, text=_variants_text)
-    world_sizes: tuple[int, ...] = option(
-        (1, 2), flag="--world-sizes", parse=_world_sizes, text=list_text,
-        help="comma-separated numbers of ranks; every variant runs at each (default %(default)s)")
+    comm_hooks: tuple[str, ...] = option(
+        ("none",), flag="--comm-hook", text=list_text, kw_only=True,
+        parse=lambda text: tuple(parse_choices(text, "comm hook", COMM_HOOKS, all_ok=False)),
+        help="DDP comm hooks, one torch_ddp job each at world sizes >= 2: " + ",".join(COMM_HOOKS)
+             + " (e.g. none,fp16,powersgd) (default %(default)s)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choices(self.variants, "variant", VARIANTS, all_ok=True)
+        check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)
+
+
+def model_batch_size(model: str) -> int:
+    """A built-in model's own batch when ``--batch-size`` is not given: einsum's b
+    (docs/DESIGN.md), else TrainConfig's (a user's model: its Workload's, set before)."""
+    return int(MODEL_BATCH_SIZES.get(model, default_of(TrainConfig, "batch_size")))
+
+
+@dataclass(frozen=True)
+class ProfileOptions(VariantOptions, RunOptions):
+    """``profile``: which jobs (variants x world sizes x bucket sizes), how each trains
+    (``train``), and the resources every job gets. ``variants`` and ``world_sizes`` may be
+    given by position, in that order (``ProfileOptions(("ring",), (1, 2))``)."""
+
+    world_sizes: tuple[int, ...] = option((1, 2), spec=WORLD_SIZES)
     bucket_sweep: tuple[float, ...] = option(
         (), flag="--bucket-sweep", parse=parse_bucket_sweep, text=list_text,
         help="more bucket caps in MiB, one more job of each bucketed variant per cap, e.g. "
              "1,10,25,100 (default: none)")
     trace: bool = option(True, flag="--no-trace", negate=True, help="skip the torch.profiler steps")
-    #: DDP comm hooks: one torch_ddp job per hook at every world size >= 2 (``none``: the plain job)
-    comm_hooks: tuple[str, ...] = option(
-        ("none",), flag="--comm-hook", text=list_text,
-        parse=lambda text: tuple(parse_choices(text, "comm hook", COMM_HOOKS, all_ok=False)),
-        help="DDP comm hooks, one torch_ddp job each at world sizes >= 2: " + ",".join(COMM_HOOKS)
-             + " (e.g. none,fp16,powersgd) (default %(default)s)")
     #: pin each rank to its own CPUs where they fit
     pin: bool = option(True, flag="--no-pin", negate=True,
                        help="do not pin each rank to its own CPUs (by default ranks are pinned where they fit)")
     #: ``--inject-hang RANK:STEP[:sleep]`` as (rank, step, mode); None: no hang injected
     inject_hang: tuple[int, int, str] | None = option(
         None, flag="--inject-hang", metavar="RANK:STEP[:sleep]", parse=parse_hang,
+        text=lambda hang: f"{hang[0]}:{hang[1]}" + (":sleep" if hang[2] == "sleep" else ""),
         help="rank RANK skips the first all-reduce of timed step STEP (a desync), or with :sleep "
              "sleeps forever there (a missing rank): what a hang looks like")
     #: no step for S seconds ends the job as hung (None: the default, a multiple of the job's
@@ -156,18 +237,36 @@ class ProfileOptions(RunOptions):
     #: (:class:`dpcore.write.capture.inject.Injections`).
     inject_delay: tuple[int, float] | None = option(
         None, flag="--inject-delay", metavar="RANK:MS", parse=parse_delay,
+        text=lambda delay: f"{delay[0]}:{delay[1]!r}",
         help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    @classmethod
+    def from_args(cls, args: Any) -> ProfileOptions:
+        """The options and the training config of the parsed command line. ``--batch-size`` left
+        out is the model's own (:func:`model_batch_size`; a user's Workload's is set on ``args``
+        when the workload is loaded, before this); the profiler steps are 0 with ``--no-trace``."""
+        given = cls.values_of(args)
+        train = option_values(args, TrainConfig)
+        if train["batch_size"] is None:
+            train["batch_size"] = model_batch_size(train["model"])
+        if not given["trace"]:
+            train["profile_steps"] = 0
+        return cls(train=TrainConfig(**train), **given)
+
+    def to_argv(self, keep: tuple[str, ...] = ()) -> list[str]:
+        """The training options first (the batch always: left out it would be the model's), then
+        the profile's: ``profile`` fed these builds these options again. ``keep``: fields given
+        even at their defaults (the dashboard shows the command it starts)."""
+        return [*option_argv(self.train, keep=("batch_size", *keep)), *option_argv(self, keep=keep)]
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.train.model in VERIFY_MODELS:  # verify's own model; profile offers MODELS
             check_model_name(self.train.model)
-        check_choices(self.variants, "variant", VARIANTS, all_ok=True)
         check_int_list(self.world_sizes, "world sizes")
         check_world_sizes(self.world_sizes, "--world-sizes")
         check_bucket_sweep(self.bucket_sweep)
-        check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)
         if set(self.comm_hooks) - {"none"} and "torch_ddp" not in self.variants:
             raise UsageError("--comm-hook adds torch_ddp jobs: include torch_ddp in --variants")
         if set(self.comm_hooks) - {"none"} and max(self.world_sizes) < 2:
@@ -215,7 +314,7 @@ class ProfileOptions(RunOptions):
                        top * (batch + params * 4 * 2), "choose a smaller --batch-size or world size")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AllreduceOptions(RunOptions):
     """``allreduce``: algorithms x world sizes, each timed at every size (bytes, float32)."""
 
@@ -224,16 +323,13 @@ class AllreduceOptions(RunOptions):
         parse=lambda text: tuple(parse_choices(text, "algorithm", ALGOS)),
         help=f"comma-separated algorithms, or all: {', '.join(ALGOS)} (native = the backend's own "
              "dist.all_reduce; the others are dpcore's from-scratch ones) (default: %(default)s)")
-    world_sizes: tuple[int, ...] = option(
-        (2, 4), flag="--world-sizes", parse=_world_sizes, text=list_text,
-        help="comma-separated numbers of ranks; one job per (algorithm, world size) (default %(default)s)")
+    world_sizes: tuple[int, ...] = option((2, 4), spec=WORLD_SIZES)
     sizes: tuple[int, ...] = option(
         (1024, 64 * 1024, 2**20, 16 * 2**20, 64 * 2**20), flag="--sizes", parse=parse_size_list,
         text=lambda sizes: ",".join(size_text(n) for n in sizes),
         help="comma-separated message sizes in bytes, KB, MB or GB (binary: 1MB = 2^20 bytes), each a "
              "multiple of 4 bytes (float32) (default %(default)s)")
-    warmup: int = option(3, flag="--warmup", type=int,
-                         help="untimed all-reduce calls per size before the timed ones (default %(default)s)")
+    warmup: int = option(3, spec=WARMUP)
     #: 0 == adaptive: more repeats for small sizes
     repeats: int = option(0, flag="--repeats", type=int,
                           help="timed calls per size; the table shows their median (default %(default)s = "
@@ -261,65 +357,89 @@ class AllreduceOptions(RunOptions):
                    "choose smaller --sizes or world sizes")
 
 
-@dataclass(frozen=True)
-class VerifyOptions:
+#: The training options ``verify`` takes (TrainConfig's fields: their one declaration); the
+#: config itself is verify's per model (``dpcore.write.commands.verify.verify_config``).
+VERIFY_TRAIN = ("model", "size", "width", "batch_size", "steps", "lr", "optimizer", "seed", "dtype")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyOptions(VariantOptions, JobOptions):
     """``verify``: which variants are compared with ``single``, at which world size, on which
-    model, for how many steps (the training config itself is verify's, per model)."""
+    model, for how many steps. The training options (``model`` .. ``dtype``, :data:`VERIFY_TRAIN`)
+    are TrainConfig's on the command line; ``batch_size`` / ``lr`` None: the model's own."""
 
     model: str = VERIFY_MODELS[0]
     steps: int = 5
-    device: str = option("auto", flag="--device", help=DEVICE_HELP)
-    backend: str = option("auto", flag="--backend", help=BACKEND_HELP)
-    timeout_s: float = option(DEFAULT_TIMEOUT_S, flag="--timeout", type=float, help=TIMEOUT_HELP)
+    size: str = default_of(TrainConfig, "size")
+    width: int = default_of(TrainConfig, "width")
+    batch_size: int | None = None
+    lr: float | None = None
+    optimizer: str = default_of(TrainConfig, "optimizer")
+    seed: int = default_of(TrainConfig, "seed")
     #: every variant and ``single`` alike
-    dtype: str = option("auto", flag="--dtype", help=DTYPE_HELP)
+    dtype: str = "auto"
     world_size: int = option(2, flag="--world-size", type=int,
                              help="ranks of every variant's job (default %(default)s)")
-    variants: tuple[str, ...] = option(VARIANTS, flag="--variants", help=VARIANTS_HELP,
-                                       parse=_variants, text=_variants_text)
-    #: extra ``torch_ddp[<hook>]`` rows: DDP with that comm hook, reported as lossy
-    comm_hooks: tuple[str, ...] = option(
-        (), flag="--comm-hook", text=list_text,
-        parse=lambda text: tuple(parse_choices(text, "comm hook", COMM_HOOKS[1:], all_ok=False)) if text else (),
-        help="also train torch_ddp with these DDP comm hooks (" + ",".join(COMM_HOOKS[1:])
-             + "): rows torch_ddp[<hook>], reported as lossy with their difference (default: none)")
+
+    @classmethod
+    def values_of(cls, args: Any) -> dict[str, Any]:
+        return {**super().values_of(args), **{k: getattr(args, k) for k in VERIFY_TRAIN}}
+
+    def to_argv(self, keep: tuple[str, ...] = ()) -> list[str]:
+        """The training options (TrainConfig's flags) at values other than verify's defaults, then
+        verify's own: ``verify`` fed these builds these options again."""
+        flags = {f.name: spec.flag for f, spec in option_fields(TrainConfig)}
+        train = [(flags[name], getattr(self, name)) for name in VERIFY_TRAIN
+                 if name in keep or getattr(self, name) != default_of(type(self), name)]
+        return [*(text for flag, value in train for text in (flag, str(value))), *option_argv(self, keep=keep)]
 
     def __post_init__(self) -> None:
-        check_choices((self.device,), "device", DEVICES)
+        super().__post_init__()
         check_choices((self.dtype,), "dtype", DTYPES)
         check_model_name(self.model, VERIFY_MODELS)
-        if self.comm_hooks:
-            check_choices(self.comm_hooks, "comm hook", COMM_HOOKS)
-        check_timeout(self.timeout_s)
         check_int("--world-size", self.world_size, 1)
         check_world_sizes((self.world_size,), "--world-size")
         check_int("--steps", self.steps, 1)
         check_at_most("--steps", self.steps, MAX_STEPS, "each step is compared across variants")
-        check_choices(self.variants, "variant", VARIANTS, all_ok=True)
-        check_backend(self.backend)
 
 
 #: The help of the trace folders the read commands take.
 TRACES_HELP = "a run directory, a job's traces folder, or any folder of torch.profiler traces"
 
 
-@dataclass(frozen=True)
-class ReadOptions:
-    """The argument and output switch of the commands that read a run or a folder of traces
-    (``analyze``, ``gpu``, ``stragglers``, ``hang``; ``summarize`` names its argument ``run``)."""
+@dataclass(frozen=True, kw_only=True)
+class CsvOptions(CommandOptions):
+    """The output switch of every command that reads runs and traces."""
 
-    path: str = option("", flag="path", help="")
-    run: str = option("", flag="run", help="")
-    csv: bool = option(False, flag="--csv", switch=True, help="")
+    csv: bool = option(False, flag="--csv", switch=True,
+                       help="CSV rows (every column) instead of the text table")
 
 
-@dataclass(frozen=True)
-class ScaleOptions:
-    """Where the commands that read many ranks' traces parse them (``dpcore.read.ranks.Scale``).
-    ``workers`` stays text here: the CLI turns it into a number with its own message."""
+@dataclass(frozen=True, kw_only=True)
+class PathOptions(CommandOptions):
+    """A read command's PATH: a run directory or a folder of traces (``analyze``, ``gpu``,
+    ``stragglers``, ``hang``; each command words what it reads in its declaration)."""
 
-    workers: str | None = option(
-        None, flag="--workers",
+    path: str = option("", flag="path", help=TRACES_HELP)
+
+
+def _workers(text: str) -> int:
+    try:
+        workers = int(text)
+    except ValueError:
+        raise UsageError(f"--workers must be a whole number of processes >= 1, got {text!r}") from None
+    if workers < 1:
+        raise UsageError(f"--workers must be a whole number of processes >= 1, got {workers}")
+    return workers
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleOptions(CommandOptions):
+    """Where the commands that read many ranks' traces parse them (``dpcore.read.ranks.Scale``,
+    built from these by the read wing)."""
+
+    workers: int | None = option(
+        None, flag="--workers", parse=_workers,
         help="processes that parse rank traces, one rank each (default: the cores, for trace sets of 64 MB "
              "or more; 1 = in this process)")
     scheduler: str | None = option(
@@ -329,10 +449,36 @@ class ScaleOptions:
     cache: bool = option(True, flag="--no-cache", negate=True,
                          help="read every trace again and store nothing in cache/ (the numbers are the same)")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("--workers", self.workers, 1)
 
-@dataclass(frozen=True)
-class GpuOptions:
-    """``gpu``'s views besides the ledger."""
+
+@dataclass(frozen=True, kw_only=True)
+class AnalyzeOptions(ScaleOptions, CsvOptions, PathOptions):
+    """``analyze``: the overlap per rank of a run or a folder of traces."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StragglersOptions(ScaleOptions, CsvOptions, PathOptions):
+    """``stragglers``: which rank arrives last at the collectives."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HangOptions(CsvOptions, PathOptions):
+    """``hang``: every rank's last collectives and stack (it reads dumps, not rank traces)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummarizeOptions(ScaleOptions, CsvOptions):
+    """``summarize``: the per-job table of a run."""
+
+    run: str = option("", flag="run", help="a run directory (profiles/<run_id>)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuOptions(ScaleOptions, CsvOptions, PathOptions):
+    """``gpu``: the GPU time ledger, and its views besides it."""
 
     per_step: bool = option(False, flag="--per-step", switch=True,
                             help="also one row per traced step (ProfilerStep#k)")
@@ -346,17 +492,38 @@ class GpuOptions:
              "busbw (nccl-tests' definitions)")
 
 
-@dataclass(frozen=True)
-class WhatifOptions:
-    """``whatif``'s run and the grid and network it predicts for (text: the what-if parses it)."""
+def parse_bucket_list(text: str) -> tuple[float, ...] | None:
+    """'1,4,32' -> (1.0, 4.0, 32.0) MiB, each finite, > 0 and at most MAX_BUCKET_MB; empty ->
+    None (the run's sizes); an empty item ('1,,4') is refused."""
+    if not text.strip():
+        return None
+    out = []
+    for item in split_items(text, "--bucket-mb", "1,4,25"):
+        try:
+            mb = float(item)
+        except ValueError:
+            mb = float("nan")
+        if not (math.isfinite(mb) and 0 < mb <= MAX_BUCKET_MB):
+            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MiB up to "
+                             f"{MAX_BUCKET_MB:.0f} like 1,4,25")
+        out.append(mb)
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhatifOptions(CsvOptions):
+    """``whatif``'s run and the grid and network it predicts for, parsed (bucket sizes and world
+    sizes as tuples, None: the run's)."""
 
     run: str | None = option(None, flag="run", optional=True,
                              help="a run directory with a bucketed or torch_ddp job (not needed for --fabric list)")
     job: str | None = option(None, flag="--job", help="the measured job to start from, e.g. bucketed-ws2-b25 "
                                                       "(a world-size-1 job too, with --fabric)")
-    bucket_mb: str | None = option(None, flag="--bucket-mb",
-                                   help="bucket sizes in MiB, e.g. 1,4,25 (default: the run's)")
-    world_sizes: str | None = option(None, flag="--world-sizes", help="e.g. 1,2,8 (default: the run's)")
+    #: the grid's bucket sizes (MiB), not a job's one cap (TrainConfig's ``--bucket-mb``)
+    bucket_mb: tuple[float, ...] | None = option(
+        None, flag="--bucket-mb", parse=parse_bucket_list, text=list_text,
+        help="bucket sizes in MiB, e.g. 1,4,25 (default: the run's)")
+    world_sizes: tuple[int, ...] | None = option(None, spec=WORLD_SIZES)
     bandwidth_gbps: float | None = option(
         None, flag="--bandwidth-gbps", type=float,
         help="per-link bandwidth B in GB/s (default: fitted from an allreduce run or the job)")
@@ -373,9 +540,22 @@ class WhatifOptions:
         help="messages from an interconnect preset: NAME (inside a node) or INTRA,INTER (between nodes too), "
              "e.g. nvlink-h100,ib-ndr400; 'list' prints the presets and their sources; "
              "--bandwidth-gbps/--latency-us override it")
-    csv: bool = option(False, flag="--csv", switch=True,
-                       help="the table as CSV rows (every column, docs/DESIGN.md's whatif columns first) "
-                            "instead of the text")
+
+    @classmethod
+    def values_of(cls, args: Any) -> dict[str, Any]:
+        """As every class's, with what-if's wording of a bad ``--world-sizes`` (the flag, which
+        its one-line messages name throughout)."""
+        try:
+            return super().values_of(args)
+        except UsageError as exc:
+            raise UsageError(str(exc).replace(" world sizes ", " --world-sizes ", 1)) from None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # the replay holds rows per rank and message: 10**8 ranks is a MemoryError, not a prediction
+        if self.world_sizes is not None and max(self.world_sizes, default=1) > MAX_WHATIF_WORLD:
+            raise UsageError(f"--world-sizes {max(self.world_sizes)} is beyond what whatif models: give world "
+                             f"sizes from 1 to {MAX_WHATIF_WORLD}")
 
 
 #: ``import --align-clocks``: when the importer shifts ranks onto rank 0's clock (one list, the
@@ -383,16 +563,13 @@ class WhatifOptions:
 CLOCK_ALIGNMENTS = ("auto", "always", "never")
 
 
-@dataclass(frozen=True)
-class ImportOptions:
+@dataclass(frozen=True, kw_only=True)
+class ImportOptions(ScaleOptions, OutputOptions):
     """``import``'s traces and where the run it writes goes."""
 
     traces: str = option("", flag="traces",
                          help="a folder of traces (searched recursively: rank<r>.json, *.pt.trace.json[.gz], "
                               "torchtitan's iteration_<k>/rank<r>_trace.json) or one trace file")
-    out: str = option("profiles", flag="--out",
-                      help="folder the run directory is written into (default %(default)s)")
-    name: str | None = option(None, flag="--name", help="label added to the generated run id")
     iteration: int | None = option(None, flag="--iteration", type=int,
                                    help="torchtitan layout: which iteration_<k> folder (default: the latest)")
     align_clocks: str = option(
@@ -410,31 +587,3 @@ class OptionGroup:
     only: tuple[str, ...] | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     helps: dict[str, str] = field(default_factory=dict)
-
-
-#: Each command's options, in the order ``--help`` and the README list them: the CLI's parser
-#: and ``scripts/option_tables.py`` both read this. ``batch_size`` None: the model's own batch
-#: (a Workload's, einsum's b, else TrainConfig's); verify's learning rate is the model's.
-COMMAND_OPTIONS: dict[str, tuple[OptionGroup, ...]] = {
-    "profile": (OptionGroup(TrainConfig, defaults={"batch_size": None}), OptionGroup(ProfileOptions)),
-    "allreduce": (OptionGroup(AllreduceOptions),),
-    "verify": (OptionGroup(TrainConfig, only=("model", "size", "width", "batch_size", "steps", "lr", "optimizer",
-                                             "seed"),
-                           defaults={"model": VerifyOptions.model, "steps": VerifyOptions.steps, "lr": None,
-                                     "batch_size": None},
-                           helps={"lr": "learning rate (default the model's)"}),
-               OptionGroup(VerifyOptions)),
-    "analyze": (OptionGroup(ReadOptions, only=("path", "csv")), OptionGroup(ScaleOptions)),
-    "gpu": (OptionGroup(ReadOptions, only=("path", "csv"),
-                        helps={"path": "a run directory, a job's traces folder, any folder of GPU traces or one trace",
-                               "csv": "CSV rows (job_id first) instead of the text tables"}),
-            OptionGroup(GpuOptions), OptionGroup(ScaleOptions)),
-    "summarize": (OptionGroup(ReadOptions, only=("run", "csv")), OptionGroup(ScaleOptions)),
-    "stragglers": (OptionGroup(ReadOptions, only=("path", "csv"), helps={"path": TRACES_HELP}),
-                   OptionGroup(ScaleOptions)),
-    "hang": (OptionGroup(ReadOptions, only=("path", "csv"),
-                         helps={"path": "a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder "
-                                        "dumps written by any PyTorch job"}),),
-    "whatif": (OptionGroup(WhatifOptions),),
-    "import": (OptionGroup(ImportOptions), OptionGroup(ScaleOptions)),
-}

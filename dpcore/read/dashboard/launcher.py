@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -41,16 +42,22 @@ from dpcore.contract.config import (
     SIZES,
     VARIANTS,
     TrainConfig,
-    check_int,
-    default_of,
     parse_bucket_sweep,
 )
+from dpcore.contract.option_fields import option_fields
+from dpcore.contract.options import ProfileOptions, model_batch_size
 from dpcore.read.dashboard.picker import OPEN_ON_OVERVIEW
 from dpcore.read.dashboard.text import md
 
-QUICK = dict(model="mlp", size="tiny", width=default_of(TrainConfig, "width"),
+#: The command's own defaults (the form starts from them; none is typed here again).
+DEFAULTS = ProfileOptions()
+QUICK = dict(model=DEFAULTS.train.model, size=DEFAULTS.train.size, width=DEFAULTS.train.width,
              variants=["single", "flat", "ring", "overlap", "bucketed"],
-             world_sizes=[1, 2], steps=6, bucket_mb=25.0, bucket_sweep=[])
+             world_sizes=list(DEFAULTS.world_sizes), steps=6, bucket_mb=DEFAULTS.train.bucket_mb, bucket_sweep=[])
+#: The options the form's command states even at their defaults, so the progress box shows
+#: what runs (field names: the flags are the options classes').
+SHOWN = ("model", "size", "width", "steps", "bucket_mb", "optimizer", "dtype", "variants", "world_sizes", "out",
+         "progress", "device", "backend")
 #: Most jobs one profile started from the form may have (every variant at all six world sizes
 #: with a 4-size sweep is 110; 1,825 was accepted before): bigger sweeps are the CLI's.
 MAX_FORM_JOBS = 120
@@ -106,27 +113,41 @@ class Launch:
     started: float = field(default_factory=time.time)
 
 
+def option_help(cls: type, name: str) -> str:
+    """The help of option ``name`` of options class ``cls`` as ``--help`` shows it: the form's
+    widgets say what the command's options say."""
+    for f, spec in option_fields(cls):
+        if f.name == name:
+            return f"{spec.flag}: " + spec.help.replace("%(default)s", str(spec.default_text(f.default)))
+    raise KeyError(name)
+
+
+def form_options(out_root: Path, model: str, size: str, variants: list[str], world_sizes: list[int], steps: int,
+                 bucket_mb: float, bucket_sweep: list[float], optimizer: str | None = None,
+                 width: int | None = None, device: str | None = None, backend: str | None = None,
+                 dtype: str | None = None) -> ProfileOptions:
+    """The profile the form's values ask for, as the command's own options object: a value the
+    command refuses is refused here, with the command's one line (UsageError, a ValueError).
+    None: the command's default; ``size`` applies to the transformer, ``width`` to the mlp; the
+    batch is the model's own, as the command takes it when none is given."""
+    given: dict[str, Any] = {"optimizer": optimizer, "width": None if width is None else int(width), "dtype": dtype}
+    train = {k: v for k, v in given.items() if v is not None}
+    job = {k: v for k, v in {"device": device, "backend": backend}.items() if v is not None}
+    return ProfileOptions(variants=tuple(variants), world_sizes=tuple(int(w) for w in world_sizes),
+                          bucket_sweep=tuple(float(b) for b in bucket_sweep), out=str(out_root), progress="json",
+                          train=TrainConfig(model=model, size=size, steps=int(steps), bucket_mb=float(bucket_mb),
+                                            batch_size=model_batch_size(model), **train), **job)
+
+
 def build_command(out_root: Path, model: str, size: str, variants: list[str], world_sizes: list[int], steps: int,
-                  bucket_mb: float, bucket_sweep: list[float], optimizer: str = "sgd", width: int = 512,
-                  device: str = "auto", backend: str = "auto", dtype: str = "auto") -> list[str]:
-    """The argument list of the profile command (validated values only; never passed through a shell).
-    ``size`` applies to the transformer, ``width`` to the mlp (the other is passed too, unused);
-    ``device``, ``backend`` and ``dtype``: the command's own choices (``auto``: its defaults, a GPU
-    where there is one)."""
-    if model not in MODELS or size not in SIZES or not set(variants) <= set(VARIANTS) or optimizer not in OPTIMIZERS:
-        raise ValueError("unknown model, size, variant or optimizer")
-    for name, value, choices in (("device", device, DEVICES), ("backend", backend, BACKENDS), ("dtype", dtype, DTYPES)):
-        if value not in choices:
-            raise ValueError(f"unknown {name} {value!r}: choose one of {', '.join(choices)}")
-    check_int("--width", int(width), 1)
-    cmd = [sys.executable, "-m", "dpcore", "profile", "--model", model, "--size", size, "--width", str(int(width)),
-           "--variants", ",".join(variants), "--world-sizes", ",".join(str(int(w)) for w in world_sizes),
-           "--steps", str(int(steps)), "--bucket-mb", f"{float(bucket_mb):g}", "--out", str(out_root),
-           "--progress", "json", "--optimizer", optimizer, "--device", device, "--backend", backend,
-           "--dtype", dtype]
-    if bucket_sweep:
-        cmd += ["--bucket-sweep", ",".join(f"{float(b):g}" for b in bucket_sweep)]
-    return cmd
+                  bucket_mb: float, bucket_sweep: list[float], optimizer: str | None = None, width: int | None = None,
+                  device: str | None = None, backend: str | None = None, dtype: str | None = None) -> list[str]:
+    """The argument list of the profile command (never passed through a shell): the form's
+    :func:`form_options` written back as the command line (``to_argv``), which the command
+    parses into the same options."""
+    opts = form_options(out_root, model, size, variants, world_sizes, steps, bucket_mb, bucket_sweep, optimizer,
+                        width, device, backend, dtype)
+    return [sys.executable, "-m", "dpcore", "profile", *opts.to_argv(keep=SHOWN)]
 
 
 def parse_sweep(text: str) -> list[float]:
@@ -218,25 +239,32 @@ def new_run_form(out_root: Path, cwd: Path) -> None:
                 "at a time, so that no two measure each other. The form is enabled again when it ends.")
     busy = busy or bool(other)
     with st.form("new_run", enter_to_submit=False):
+        d, train = DEFAULTS, DEFAULTS.train
         c = st.columns(4)
-        model = c[0].selectbox("Model", MODELS)
-        size = c[1].selectbox("Size (transformer)", SIZES, help="--size: the transformer's d_model, layers, heads")
-        width = c[2].number_input("Width (mlp)", 1, 65_536, QUICK["width"],
-                                  help="--width: hidden width of the mlp's 16 layers")
-        steps = c[3].number_input("Steps per job", 3, 10_000, 10, help="At least 3: the last 3 steps are traced.")
+        model = c[0].selectbox("Model", MODELS, index=MODELS.index(train.model))
+        size = c[1].selectbox("Size (transformer)", SIZES, index=SIZES.index(train.size),
+                              help=option_help(TrainConfig, "size"))
+        width = c[2].number_input("Width (mlp)", 1, 65_536, train.width, help=option_help(TrainConfig, "width"))
+        steps = c[3].number_input("Steps per job", train.profile_steps, 10_000, train.steps,
+                                  help=f"At least {train.profile_steps}: the last {train.profile_steps} steps "
+                                       "are traced.")
         variants = st.multiselect("Variants", VARIANTS, default=QUICK["variants"])
         c = st.columns(3)
-        world_sizes = c[0].multiselect("World sizes", [1, 2, 3, 4, 8, 16], default=[1, 2])
-        bucket = c[1].number_input("Bucket size (MiB)", 0.01, 4096.0, 25.0)
-        sweep = c[2].text_input("Bucket sweep (MiB, comma separated)", "", placeholder="e.g. 1,5,25")
+        world_sizes = c[0].multiselect("World sizes", sorted({1, 2, 3, 4, 8, 16, *d.world_sizes}),
+                                       default=list(d.world_sizes))
+        bucket = c[1].number_input("Bucket size (MiB)", 0.01, 4096.0, train.bucket_mb,
+                                   help=option_help(TrainConfig, "bucket_mb"))
+        sweep = c[2].text_input("Bucket sweep (MiB, comma separated)", "", placeholder="e.g. 1,5,25",
+                                help=option_help(ProfileOptions, "bucket_sweep"))
         c = st.columns(4)
-        optimizer = c[0].selectbox("Optimizer", OPTIMIZERS, help="SGD keeps no state, so what ZeRO-1 "
-                                   "(zero1, torch_zero1) saves shows only with adam or adamw (Memory page).")
-        device = c[1].selectbox("Device", DEVICES, help="--device: auto = cuda where a GPU is present, else cpu")
-        backend = c[2].selectbox("Backend", BACKENDS, help="--backend: auto = nccl on cuda when every rank has "
-                                 "its own GPU, else gloo")
-        dtype = c[3].selectbox("Dtype", DTYPES, help="--dtype: fp32, or bf16 / fp16 autocast; auto = bf16 on a "
-                               "GPU that supports it, fp32 on the CPU")
+        optimizer = c[0].selectbox("Optimizer", OPTIMIZERS, index=OPTIMIZERS.index(train.optimizer),
+                                   help=option_help(TrainConfig, "optimizer"))
+        device = c[1].selectbox("Device", DEVICES, index=DEVICES.index(d.device),
+                                help=option_help(ProfileOptions, "device"))
+        backend = c[2].selectbox("Backend", BACKENDS, index=BACKENDS.index(d.backend),
+                                 help=option_help(ProfileOptions, "backend"))
+        dtype = c[3].selectbox("Dtype", DTYPES, index=DTYPES.index(train.dtype),
+                               help=option_help(TrainConfig, "dtype"))
         go = st.form_submit_button("Start profile", disabled=busy, type="primary")
     if go:
         try:

@@ -14,6 +14,8 @@ from typing import Literal
 
 import pandas as pd
 
+from dpcore.contract.errors import UsageError
+from dpcore.contract.options import ScaleOptions
 from dpcore.contract.runformat import RUN_JSON
 from dpcore.read.ranks import Scale, run_trace_steps
 from dpcore.read.rundir.load import Run, load_run
@@ -64,3 +66,12 @@ def trace_steps_reporting(run: Run, scale: Scale | None = None) -> pd.DataFrame:
     out = run_trace_steps(run, scale, problems)
     warn(problems)
     return out
+
+
+def scale_of(options: ScaleOptions) -> Scale:
+    """How a read command's ``--workers`` / ``--scheduler`` / ``--no-cache`` read the rank traces;
+    UsageError (one line) for a scheduler address Scale refuses."""
+    try:
+        return Scale(workers=options.workers, scheduler=options.scheduler or None, cache=options.cache)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

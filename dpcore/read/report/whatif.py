@@ -4,12 +4,10 @@ Every problem with the input is a UsageError naming it and the valid choices (ex
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from dpcore.contract.config import parse_int_list, split_items
 from dpcore.contract.errors import UsageError
-from dpcore.contract.limits import MAX_BUCKET_MB, MAX_WHATIF_WORLD
+from dpcore.contract.options import WhatifOptions
 from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.report.resolve import load_run_reporting
 from dpcore.read.report.summarize import run_job_summary
@@ -17,36 +15,6 @@ from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import load_run
 from dpcore.read.whatif.fabrics import fabrics_text, parse_fabric
 from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, scale_factors, whatif_jobs, whatif_report
-
-
-def parse_buckets(text: str | None) -> list[float] | None:
-    """'1,4,32' -> [1.0, 4.0, 32.0] (MiB, finite, > 0 and at most MAX_BUCKET_MB); None/empty ->
-    None (the run's sizes); an empty item ('1,,4') is refused."""
-    if text is None or not text.strip():
-        return None
-    out = []
-    for item in split_items(text, "--bucket-mb", "1,4,25"):
-        try:
-            mb = float(item)
-        except ValueError:
-            mb = float("nan")
-        if not (math.isfinite(mb) and 0 < mb <= MAX_BUCKET_MB):
-            raise UsageError(f"bad --bucket-mb value {item!r}; give positive MiB up to "
-                             f"{MAX_BUCKET_MB:.0f} like 1,4,25")
-        out.append(mb)
-    return list(dict.fromkeys(out))
-
-
-def parse_world_sizes(text: str | None) -> list[int] | None:
-    """'1,2,8' -> [1, 2, 8], each at most MAX_WHATIF_WORLD (the replay holds rows per rank and
-    message: 10**8 ranks is a MemoryError, not a prediction); None/empty -> None (the run's)."""
-    if text is None or not text.strip():
-        return None
-    sizes = parse_int_list(text, "--world-sizes")
-    if max(sizes) > MAX_WHATIF_WORLD:
-        raise UsageError(f"--world-sizes {max(sizes)} is beyond what whatif models: give world "
-                         f"sizes from 1 to {MAX_WHATIF_WORLD}")
-    return sizes
 
 
 def _header(model: Model) -> list[str]:
@@ -60,17 +28,19 @@ def _header(model: Model) -> list[str]:
     return lines
 
 
-def whatif_text(path: str | None, job: str | None, bucket_mb: str | None = None, world_sizes: str | None = None,
-                bandwidth_gbps: float | None = None, latency_us: float | None = None,
-                algo: str | None = None, csv: bool = False, allreduce_run: str | None = None,
-                fabric: str | None = None) -> str:
+def whatif_text(options: WhatifOptions) -> str:
     """The `whatif` command's output: CSV rows (WHATIF_COLUMNS, docs/DESIGN.md's columns first) or a table
-    with the fitted model's parameters and where each came from; ``fabric`` "list": the presets."""
+    with the fitted model's parameters and where each came from; ``--fabric list``: the presets. The
+    bucket and world sizes come parsed and checked (:class:`~dpcore.contract.options.WhatifOptions`)."""
+    path, job, fabric, algo, allreduce_run = (options.run, options.job, options.fabric, options.algo,
+                                              options.allreduce_run)
+    latency_us, bandwidth_gbps, csv = options.latency_us, options.bandwidth_gbps, options.csv
     if fabric is not None and fabric.strip() == "list":
         return fabrics_text()
     if not path:
         raise UsageError("whatif needs a run directory, e.g. python -m dpcore whatif profiles/<run> --job <job>")
-    buckets, sizes = parse_buckets(bucket_mb), parse_world_sizes(world_sizes)
+    buckets = list(options.bucket_mb) if options.bucket_mb is not None else None
+    sizes = list(options.world_sizes) if options.world_sizes is not None else None
     net = parse_fabric(fabric) if fabric is not None else None
     if net is not None and (allreduce_run or (algo not in (None, "ring"))):
         raise UsageError("--fabric sets the messages (NCCL's ring with the preset's alpha and busbw): "

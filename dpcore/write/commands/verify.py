@@ -228,22 +228,29 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
                timeout_s: float = 300, cfg: TrainConfig | None = None,
                comm_hooks: list[str] | None = None, device: str = "auto",
                dtype: str | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """Train each variant ``steps`` steps at ``world_size`` and compare with ``single``.
+    """:func:`verify` for a library caller or a test that names the options one by one
+    (``dtype`` None: ``cfg``'s, else auto). UsageError naming what is wrong."""
+    opts = VerifyOptions(model=model, world_size=world_size, steps=steps, backend=backend,
+                         variants=tuple(VARIANTS if not variants else variants), timeout_s=timeout_s,
+                         device=device, dtype=dtype or (cfg.dtype if cfg is not None else "auto"),
+                         comm_hooks=tuple(comm_hooks or ("none",)))
+    return verify(opts, cfg)
 
-    ``device`` / ``dtype``: ``--device`` and ``--dtype`` (None: ``cfg``'s dtype), resolved
-    once here, so ``single`` and every variant train on the same device type in the same
-    precision. Returns one row per variant (``COLUMNS``) and ``ok`` (no row DIFFERS or
-    errored; skipped rows are fine). Under torchrun only rank 0 gets rows; other ranks get
-    ``([], True)``.
+
+def verify(opts: VerifyOptions, cfg: TrainConfig | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Train each variant ``opts.steps`` steps at ``opts.world_size`` and compare with ``single``.
+
+    ``opts.device`` / ``opts.dtype``: ``--device`` and ``--dtype``, resolved once here, so
+    ``single`` and every variant train on the same device type in the same precision. ``cfg``:
+    the training config (None: :func:`verify_config` of the model). Returns one row per variant
+    (``COLUMNS``) and ``ok`` (no row DIFFERS or errored; skipped rows are fine). Under torchrun
+    only rank 0 gets rows; other ranks get ``([], True)``.
     """
-    wanted = list(VARIANTS) if not variants else list(variants)
-    VerifyOptions(model=model, world_size=world_size, variants=tuple(wanted), steps=steps,
-                  backend=backend, timeout_s=timeout_s, device=device,
-                  dtype=dtype or "auto")  # UsageError naming what is wrong
+    wanted, world_size, backend, timeout_s, device = (list(opts.variants), opts.world_size, opts.backend,
+                                                      opts.timeout_s, opts.device)
     placement = place(device, backend, world_size)
-    cfg = cfg or verify_config(model, steps)
-    cfg = replace(cfg, steps=steps,
-                  dtype=resolve_dtype(dtype or cfg.dtype, placement.device))
+    cfg = cfg or verify_config(opts.model, opts.steps)
+    cfg = replace(cfg, steps=opts.steps, dtype=resolve_dtype(opts.dtype, placement.device))
     local = local_context(placement.device)
     ref, _ = _train(local, "single", cfg, world_size)
     assert ref is not None
@@ -258,7 +265,7 @@ def run_verify(world_size: int, model: str = "toy", steps: int = 5,
         sgd, _ = _train(local, "single", replace(cfg, optimizer="sgd"), world_size)
         assert sgd is not None
         sgd_ref = sgd
-    hooks = tuple(comm_hooks or ())
+    hooks = opts.comm_hooks
     multi = [v for v in verify_rows(wanted, cfg.optimizer, hooks, cfg.dtype) if _split_row(v)[0] in MULTIPROCESS]
     if multi:
         try:

@@ -352,7 +352,7 @@ def test_new_run_form_offers_device_backend_and_dtype(tmp_path, monkeypatch: pyt
     assert [cmd[cmd.index(f) + 1] for f in ("--device", "--backend", "--dtype")] == ["cuda", "nccl", "bf16"]
     plain = build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [])
     assert [plain[plain.index(f) + 1] for f in ("--device", "--backend", "--dtype")] == ["auto"] * 3
-    with pytest.raises(ValueError, match="unknown backend 'mpi': choose one of auto, gloo, nccl"):
+    with pytest.raises(ValueError, match="unknown backend 'mpi'; valid choices: auto, gloo, nccl"):
         build_command(tmp_path, "mlp", "tiny", ["single"], [1], 5, 25.0, [], backend="mpi")
     monkeypatch.setenv("DPCORE_PROFILES", str(tmp_path))
     at = AppTest.from_file(APP, default_timeout=120).run()
