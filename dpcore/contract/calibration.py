@@ -43,6 +43,47 @@ def second_plan_mb(bucket_mb: float) -> float:
     return 0.25 if bucket_mb >= 1.0 else 64.0
 
 
+def launch_ns(row: dict[str, Any], events: bool) -> int:
+    """When a collective could begin, on the scale of its end and of the phase marks.
+
+    Why: the fit (:func:`fit`) takes each all-reduce's service time as end - max(launch,
+    previous end) and its time in flight during backward from the launch, so the launch must be
+    on the scale the end and backward's edges are on. On the host clock (CPU jobs) that is
+    ``t_launch_ns``, the host time of the call, as ever. With an event clock (CUDA jobs) the end
+    and the phase marks are the *stream's* times, and the host runs ahead of the stream: the host
+    time of the call can lie before the backward that launched it even began on the device. There
+    ``t_start_ns`` is the stream's time at the launch (an event recorded right before the call;
+    the collective cannot begin before it), the one launch on that scale. The same rule over a
+    table's columns is :func:`dpcore.contract.intervals.comm_start` (a start where known)."""
+    if events:
+        start = row.get("t_start_ns")
+        if isinstance(start, int) and start > 0:
+            return start
+    return int(row["t_launch_ns"])
+
+
+def end_ms(end: Any) -> float | None:
+    """A collective's end in ms; None while it has none (-1, or an event clock's end stamped
+    after the rows were resolved: still an event, not ns)."""
+    if isinstance(end, str) and end.lstrip("-").isdigit():
+        end = int(end)
+    return round(end / 1e6, 4) if isinstance(end, int) and end > 0 else None
+
+
+def step_entry(rank: int, idx: int, bwd_start_ms: float, bwd_end_ms: float, colls: list[dict[str, Any]],
+               events: bool) -> dict[str, Any]:
+    """One calibration rank-step as :func:`fit` takes it: backward's window, each all-reduce's
+    bytes, launch (:func:`launch_ns`) and end, ms on the run's one clock, in launch order.
+    ``events``: the recorder timed with an event clock; then backward's window must be the
+    stream's too (the phase timer's events in ``profile``, the recorder's marks in ``record``)."""
+    cs = sorted(colls, key=lambda c: c["seq"])
+    return {"rank": rank, "step": idx, "bwd_start_ms": round(bwd_start_ms, 4),
+            "bwd_end_ms": round(bwd_end_ms, 4),
+            "bytes": [int(c["bytes"]) for c in cs],
+            "launch_ms": [round(launch_ns(c, events) / 1e6, 4) for c in cs],
+            "end_ms": [end_ms(c["t_end_ns"]) for c in cs]}
+
+
 def service_ms(launch_ms: np.ndarray, end_ms: np.ndarray) -> np.ndarray:
     """Per collective of one (rank, step), in launch order: end − max(launch, previous end).
     ``launch_ms`` should be the *latest* rank's launch (:func:`latest_launch`): a collective

@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dpcore.contract.calibration import CAL_STEP_BASE, second_plan_mb
+from dpcore.contract.calibration import CAL_STEP_BASE, end_ms, second_plan_mb, step_entry
 from dpcore.write.capture.collective_tap import CollectiveTap
 from dpcore.write.dp.variants.base import Wrapper
 
@@ -115,16 +115,24 @@ def second_ddp(model: DistributedDataParallel, bucket_mb: float, recording: Any)
 def calibrate_recording(recording: Any, model: DistributedDataParallel, loss_fn: Callable[[Any], Any],
                         bucket_mb: float, steps: int) -> dict:
     """This rank's calibration steps (see the module docstring): per plan and step, backward's
-    window (from the call of ``backward()`` to the last gradient's accumulation) and the
-    all-reduces, in ms on the run's one clock; ``cost_ms`` the wall time it took."""
+    window and the all-reduces, in ms on the run's one clock; ``cost_ms`` the wall time it took.
+
+    Backward's window and the launches are on the scale of the all-reduces' ends. On the host
+    clock (a CPU job) the window is from the call of ``backward()`` to the last gradient's
+    accumulation and a launch is the host time of the call, as ever. With an event clock (a
+    CUDA job, :meth:`Recorder.time_on`) the ends are the stream's times and the host runs ahead
+    of the stream, so the window is two marks on the stream around ``backward()`` (the stream
+    reaches the second once backward's kernels ran) and a launch is the stream's time at the
+    call (:func:`dpcore.contract.calibration.launch_ns`)."""
     t0 = time.perf_counter()
     rec, ctx = recording.rec, recording.ctx
+    events = rec.clock is not None
     params = [p for p in model.module.parameters() if p.requires_grad]
     saved = [p.grad for p in params]
     mb2 = second_plan_mb(bucket_mb)
     plans = [(model, bucket_mb), (second_ddp(model, mb2, recording), mb2)]
     order = [(1, -1)] + [(k, s) for s in range(steps) for k in (0, 1)]  # a warm-up of the new plan first
-    windows: dict[int, tuple[float, float]] = {}
+    marks: dict[int, tuple[Any, Any]] = {}
     try:
         for k, s in order:
             ddp = plans[k][0]
@@ -135,14 +143,18 @@ def calibrate_recording(recording: Any, model: DistributedDataParallel, loss_fn:
             rec.step = idx
             loss = loss_fn(ddp)
             recording._last_grad_ns = 0
-            start = time.perf_counter_ns()
+            start = rec.mark() if events else time.perf_counter_ns()
             loss.backward()
-            if ctx.device.type == "cuda":
-                torch.cuda.synchronize()
-            end = recording._last_grad_ns if recording._last_grad_ns > start else time.perf_counter_ns()
+            if events:
+                end = rec.mark()
+            else:
+                if ctx.device.type == "cuda":
+                    torch.cuda.synchronize()
+                end = recording._last_grad_ns if recording._last_grad_ns > start else time.perf_counter_ns()
             rec.step = -1
             if s >= 0:
-                windows[idx] = ((start + rec.offset_ns) / 1e6, (end + rec.offset_ns) / 1e6)
+                marks[idx] = (start, end)
+        windows = _windows(rec, marks, events)
         coll = _collectives(rec, windows)
     finally:
         rec.step = -1
@@ -150,17 +162,22 @@ def calibrate_recording(recording: Any, model: DistributedDataParallel, loss_fn:
             p.grad = g
     out = []
     for k, (_, mb) in enumerate(plans):
-        rows = []
-        for s in range(steps):
-            idx = CAL_STEP_BASE + 1000 * k + s
-            cs = sorted(coll.get(idx, []), key=lambda c: c["seq"])
-            rows.append({"rank": ctx.rank, "step": idx, "bwd_start_ms": round(windows[idx][0], 4),
-                         "bwd_end_ms": round(windows[idx][1], 4), "bytes": [int(c["bytes"]) for c in cs],
-                         "launch_ms": [round(int(c["t_launch_ns"]) / 1e6, 4) for c in cs],
-                         "end_ms": [round(int(c["t_end_ns"]) / 1e6, 4) if int(c["t_end_ns"]) > 0 else None
-                                    for c in cs]})
-        out.append({"bucket_mb": mb, "steps": rows})
+        idxs = [CAL_STEP_BASE + 1000 * k + s for s in range(steps)]
+        out.append({"bucket_mb": mb, "steps": [step_entry(ctx.rank, idx, *windows[idx], coll.get(idx, []), events)
+                                               for idx in idxs]})
     return {"plans": out, "cost_ms": (time.perf_counter() - t0) * 1e3}
+
+
+def _windows(rec: Any, marks: dict[int, tuple[Any, Any]], events: bool) -> dict[int, tuple[float, float]]:
+    """Backward's window per calibration step in ms on the run's one clock: host ns plus the
+    rank's offset, or the event clock's marks resolved (after the steps, never inside one)."""
+    keys = sorted(marks)
+    if events:
+        times = rec.clock.resolve([ev for k in keys for ev in marks[k]])
+        flat = [t + rec.offset_ns for t in times]
+    else:
+        flat = [t + rec.offset_ns for k in keys for t in marks[k]]
+    return {k: (flat[2 * i] / 1e6, flat[2 * i + 1] / 1e6) for i, k in enumerate(keys)}
 
 
 def _collectives(rec: Any, windows: dict[int, tuple[float, float]]) -> dict[int, list[dict]]:
@@ -169,7 +186,7 @@ def _collectives(rec: Any, windows: dict[int, tuple[float, float]]) -> dict[int,
     deadline = time.monotonic() + 1.0
     while True:
         rows = [c for c in rec.collective_rows() if c["step"] in windows and c["op"] == "all_reduce"]
-        if all(int(c["t_end_ns"]) > 0 for c in rows) or time.monotonic() > deadline:
+        if all(end_ms(c["t_end_ns"]) is not None for c in rows) or time.monotonic() > deadline:
             break
         time.sleep(0.001)
     out: dict[int, list[dict]] = {}

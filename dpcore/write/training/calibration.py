@@ -13,7 +13,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from dpcore.contract.calibration import CAL_STEP_BASE, CAL_STEPS, second_plan_mb
+from dpcore.contract.calibration import CAL_STEP_BASE, CAL_STEPS, launch_ns, second_plan_mb, step_entry
+
+__all__ = ["calibrate", "launch_ns", "step_row", "wanted"]  # launch_ns: the rule lives in the contract
 from dpcore.contract.config import TrainConfig
 from dpcore.write.capture.comm_log import PhaseTimer, Recorder
 from dpcore.write.runtime.context import DistContext
@@ -65,41 +67,10 @@ def calibrate(ctx: DistContext, variant: str, bucket_mb: float, cfg: TrainConfig
     return {"plans": out, "cost_ms": (time.perf_counter() - t0) * 1e3}
 
 
-def launch_ns(row: dict, events: bool) -> int:
-    """When a collective could begin, on the scale of its end and of the phase marks.
-
-    Why: the fit (:func:`dpcore.contract.calibration.fit`) takes each all-reduce's service time
-    as end - max(launch, previous end) and its time in flight during backward from the launch, so
-    the launch must be on the scale the end and backward's edges are on. On the host clock (CPU
-    jobs) that is ``t_launch_ns``, the host time of the call, as ever. With an event clock (CUDA
-    jobs) the end and the phase marks are the *stream's* times, and the host runs ahead of the
-    stream: the host time of the call can lie before the backward that launched it even began on
-    the device. There ``t_start_ns`` is the stream's time at the launch (an event recorded right
-    before the call; the collective cannot begin before it), the one launch on that scale."""
-    if events:
-        start = row.get("t_start_ns")
-        if isinstance(start, int) and start > 0:
-            return start
-    return int(row["t_launch_ns"])
-
-
 def step_row(rank: int, idx: int, timing: dict, colls: list[dict], events: bool) -> dict:
-    """One calibration rank-step for the fit: backward's window from the phase timer, each
-    all-reduce's bytes, launch (:func:`launch_ns`) and end, ms on the run's one clock, in launch
-    order. ``events``: the recorder timed with an event clock (then the phase timer did too: both
-    pick CUDA events on a CUDA device, so backward's window is the stream's as well)."""
-    cs = sorted(colls, key=lambda c: c["seq"])
+    """One calibration rank-step for the fit (:func:`dpcore.contract.calibration.step_entry`),
+    backward's window from the phase timer. ``events``: the recorder timed with an event clock
+    (then the phase timer did too: both pick CUDA events on a CUDA device, so backward's window
+    is the stream's as well)."""
     start = timing["t_start_ns"] / 1e6 + timing["fwd_ms"]
-    return {"rank": rank, "step": idx, "bwd_start_ms": round(start, 4),
-            "bwd_end_ms": round(start + timing["bwd_ms"], 4),
-            "bytes": [int(c["bytes"]) for c in cs],
-            "launch_ms": [round(launch_ns(c, events) / 1e6, 4) for c in cs],
-            "end_ms": [_end_ms(c["t_end_ns"]) for c in cs]}
-
-
-def _end_ms(end: Any) -> float | None:
-    """A collective's end in ms; None while it has none (-1, or an event clock's end stamped
-    after the rows were resolved: still an event, not ns)."""
-    if isinstance(end, str) and end.lstrip("-").isdigit():
-        end = int(end)
-    return round(end / 1e6, 4) if isinstance(end, int) and end > 0 else None
+    return step_entry(rank, idx, start, start + timing["bwd_ms"], colls, events)

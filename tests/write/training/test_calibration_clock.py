@@ -15,27 +15,21 @@ DELAY_MS of work on the stream (a GPU forward's kernels: the host runs ahead of 
 """
 from __future__ import annotations
 
-import json
-import os
-import time
-import traceback
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from dpcore.write.training.calibration import launch_ns, step_row
-
-DELAY_MS = 150.0
-SPAWN_TIMEOUT_S = 300.0
-#: The phase marks and the collectives' edges are resolved in two batches, each placed on the host
-#: clock through its own anchor, known to within half the two host reads around it (a few us on
-#: an idle GPU; up to ~0.1 ms measured here, tens of ms possible when the GIL is contended on a
-#: loaded box): edges compared across batches agree to this much. A host-clock launch is off by
-#: about DELAY_MS.
-TOL_MS = DELAY_MS / 4
+from tests.calibration_clock import (
+    DELAY_MS,
+    WIDTH,
+    ForwardOnTheStream,
+    assert_one_scale,
+    host_launch_lead_ms,
+    host_launches,
+    rank_reports,
+)
 
 
 # ------------------------------------------------------------------ rows, no processes
@@ -72,24 +66,6 @@ def test_event_clock_launch_is_the_streams_time_at_the_launch() -> None:
 
 
 # ------------------------------------------------------------------ a real calibration, 2 ranks
-WIDTH, LAYERS = 128, 16  # 1 MiB of gradients: 1-2 buckets at 1 MiB, several at 0.25 MiB
-
-
-class _ForwardOnTheStream(torch.nn.Module):
-    """An MLP whose forward also queues DELAY_MS of work on the test backend's stream and
-    returns at once: a GPU forward's kernels, which the host launches and leaves behind. So
-    the stream reaches backward's start well after the host did, as on a GPU."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from tests import async_backend as ab
-        ab.group_of().barrier()  # an op of DELAY_MS on the stream, not waited for
-        return self.body(x)
-
-
 def stream_workload() -> Any:
     """``--model tests.write.training.test_calibration_clock:stream_workload``."""
     from dpcore.write.training.workload import Workload
@@ -97,72 +73,36 @@ def stream_workload() -> Any:
     def batch(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.randn(n, WIDTH, generator=g), torch.randn(n, WIDTH, generator=g)
 
-    return Workload(_ForwardOnTheStream(), batch, torch.nn.functional.mse_loss)
+    return Workload(ForwardOnTheStream(), batch, torch.nn.functional.mse_loss)
 
 
-def _worker(rank: int, n: int, tmp: str) -> None:
-    import torch.distributed as dist
-
+def _profile_calibration(rank: int, n: int) -> dict:
+    """A real ``calibrate`` of a torch_ddp job, recorder and phase timer on the stream's clock."""
+    from dpcore.contract.config import TrainConfig
+    from dpcore.write.capture.comm_log import PhaseTimer, Recorder
+    from dpcore.write.runtime.context import DistContext
+    from dpcore.write.training.calibration import calibrate
+    from dpcore.write.training.trainer import make_trainer
     from tests import async_backend as ab
-    report: dict[str, Any] = {}
-    try:
-        ab.register()
-        ab.configure(DELAY_MS, "blocking")
-        dist.init_process_group(ab.BACKEND, init_method=f"file://{tmp}/store", rank=rank, world_size=n)
-        from dpcore.contract.calibration import CAL_STEP_BASE
-        from dpcore.contract.config import TrainConfig
-        from dpcore.write.capture.comm_log import PhaseTimer, Recorder
-        from dpcore.write.runtime.context import DistContext
-        from dpcore.write.training.calibration import calibrate
-        from dpcore.write.training.trainer import make_trainer
 
-        world = ab.group_of()
-        ctx = DistContext(rank=rank, world_size=n, local_rank=rank, backend=ab.BACKEND,
-                          device=torch.device("cpu"), threads=1)
-        cfg = TrainConfig(model=f"{__name__}:stream_workload", batch_size=8, steps=1, warmup=0,
-                          profile_steps=0)
-        rec = Recorder("t", rank, clock=ab.StreamEventClock(world))
-        timer = PhaseTimer(ctx.device, 0, clock=ab.StreamEventClock(world))
-        own = make_trainer("torch_ddp", ctx, cfg, recorder=rec, bucket_mb=1.0)
-        world.synchronize()
-        rec.clear()
-        cal = calibrate(ctx, "torch_ddp", 1.0, cfg, rec, timer, own, n, steps=2)
-        world.synchronize()
-        host: dict[str, list[float]] = {}
-        for c in rec.collective_rows():
-            if c["step"] >= CAL_STEP_BASE and c["op"] == "all_reduce":
-                host.setdefault(str(c["step"]), []).append(round(int(c["t_launch_ns"]) / 1e6, 4))
-        report = {"cal": cal, "host_launch_ms": host}
-    except Exception:  # noqa: BLE001 - reported to the test
-        report["error"] = traceback.format_exc()
-    (Path(tmp) / f"rank{rank}.json").write_text(json.dumps(report))
-    # leave without the interpreter's teardown: a second DDP trainer's reducer and gloo's threads
-    # abort the process there ("terminate called without an active exception") after the report
-    os._exit(0)
+    world = ab.group_of()
+    ctx = DistContext(rank=rank, world_size=n, local_rank=rank, backend=ab.BACKEND,
+                      device=torch.device("cpu"), threads=1)
+    cfg = TrainConfig(model=f"{__name__}:stream_workload", batch_size=8, steps=1, warmup=0,
+                      profile_steps=0)
+    rec = Recorder("t", rank, clock=ab.StreamEventClock(world))
+    timer = PhaseTimer(ctx.device, 0, clock=ab.StreamEventClock(world))
+    own = make_trainer("torch_ddp", ctx, cfg, recorder=rec, bucket_mb=1.0)
+    world.synchronize()
+    rec.clear()
+    cal = calibrate(ctx, "torch_ddp", 1.0, cfg, rec, timer, own, n, steps=2)
+    world.synchronize()
+    return {"cal": cal, "host_launch_ms": host_launches(rec.collective_rows())}
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    tmp = tmp_path_factory.mktemp("calibration-clock")
-    ctx = mp.start_processes(_worker, args=(2, str(tmp)), nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    try:
-        while not ctx.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                pytest.fail(f"ranks did not finish in {SPAWN_TIMEOUT_S}s")
-    finally:
-        for p in ctx.processes:  # only the processes this fixture started
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-    out = [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(2)]
-    for r, rep in enumerate(out):
-        assert "error" not in rep, f"rank {r}:\n{rep['error']}"
-    return out
-
-
-def _steps(rep: dict) -> list[dict]:
-    return [st for plan in rep["cal"]["plans"] for st in plan["steps"]]
+    return rank_reports(_profile_calibration, tmp_path_factory.mktemp("calibration-clock"))
 
 
 @pytest.mark.slow
@@ -172,28 +112,12 @@ def test_calibration_launches_lie_inside_backward_and_before_their_ends(reports:
     earlier than the previous one's end). On today's stream each op takes DELAY_MS, so a launch
     on the host clock reads up to DELAY_MS before backward began on the stream."""
     for rep in reports:
-        steps = _steps(rep)
-        assert len(steps) == 4 and all(st["launch_ms"] for st in steps), rep
-        assert max(len(st["launch_ms"]) for st in steps) >= 2, rep  # the small plan: several buckets
-        for st in steps:
-            launch, end = st["launch_ms"], st["end_ms"]
-            assert len(launch) == len(end) == len(st["bytes"]) and None not in end, st
-            for i, (s, e) in enumerate(zip(launch, end)):
-                assert st["bwd_start_ms"] - TOL_MS <= s <= st["bwd_end_ms"] + TOL_MS, st
-                assert s <= e + TOL_MS, st
-                assert e - s >= DELAY_MS - TOL_MS, st  # the stream spent the delay on it
-                if i:
-                    assert s >= end[i - 1] - TOL_MS, st
+        assert_one_scale(rep["cal"])
 
 
 @pytest.mark.slow
 def test_the_host_clock_launch_would_precede_backward(reports: list[dict]) -> None:
     """The same run's host times of the calls (what launch_ms held before): the first launch of a
     step reads well before backward began on the stream, the inconsistent order the fix removes."""
-    early = []
-    for rep in reports:
-        for st in _steps(rep):
-            host = rep["host_launch_ms"][str(st["step"])]
-            assert len(host) == len(st["launch_ms"]), rep
-            early.append(st["bwd_start_ms"] - host[0])
+    early = [ms for rep in reports for ms in host_launch_lead_ms(rep["cal"], rep["host_launch_ms"])]
     assert max(early) >= DELAY_MS / 2, early
