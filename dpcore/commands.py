@@ -153,7 +153,7 @@ def run_verify_command(opts: VerifyOptions) -> int:
     """``verify``: the table, exit 1 when a variant differs. A user's MODULE:FUNCTION is loaded
     once here first (a mistake in it is one line), and sizes the buckets."""
     from dpcore.contract.config import is_model_spec
-    from dpcore.write.commands.verify import format_table, run_verify, spec_bucket_mb, verify_config
+    from dpcore.write.commands.verify import format_table, spec_bucket_mb, verify, verify_config
 
     given: dict[str, Any] = {k: getattr(opts, k) for k in ("batch_size", "lr") if getattr(opts, k) is not None}
     if is_model_spec(opts.model):
@@ -163,9 +163,7 @@ def run_verify_command(opts: VerifyOptions) -> int:
         given["bucket_mb"] = spec_bucket_mb(workload.model)
     cfg = verify_config(opts.model, opts.steps, size=opts.size, width=opts.width, seed=opts.seed,
                         optimizer=opts.optimizer, **given)
-    rows, ok = run_verify(opts.world_size, model=opts.model, steps=opts.steps, variants=list(opts.variants),
-                          backend=opts.backend, timeout_s=opts.timeout_s, cfg=cfg, comm_hooks=list(opts.comm_hooks),
-                          device=opts.device, dtype=opts.dtype)
+    rows, ok = verify(opts, cfg)
     print(format_table(rows))
     return 0 if ok else 1
 
