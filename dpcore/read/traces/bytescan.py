@@ -400,10 +400,10 @@ class Scanner:
         return out
 
     def _numbers(self, vs: np.ndarray, ve: np.ndarray, dtype: type, repeats: bool) -> np.ndarray:
-        """Values of number spans: one numpy cast over the short ones (their text, right-aligned
-        after spaces: numpy reads text like Python's float(), correctly rounded), the others
-        (long, strings, null, ...) one by one with the reference conversion. ``repeats``: the
-        values repeat (durations, streams): cast each distinct text once."""
+        """Values of number spans: the short ones at once by :func:`decimals` (their text,
+        right-aligned after spaces, read as numpy's cast reads it: like Python's float(),
+        correctly rounded), the others (long, strings, null, ...) one by one with the reference
+        conversion. ``repeats``: the values repeat (durations, streams): read each distinct text once."""
         is_float = dtype is np.float64
         out: np.ndarray = np.zeros(len(vs), dtype) if is_float else np.full(len(vs), -1, dtype)
         n = ve - vs  # ints: at most 15 characters, so at most 15 digits: exact as a float64

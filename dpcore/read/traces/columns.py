@@ -8,7 +8,9 @@ the collective metadata of a few events: bytescan.META_KEYS). So the bytes that
 xor gives the string interiors, the structural characters outside strings get a nesting depth,
 keys are told apart by the 8 bytes that end them (and the bytes before, for keys that share
 those; a key that holds a backslash is decoded, since JSON lets ``"t\\u0073"`` spell ``"ts"``),
-and each needed value is read from its byte span: numbers by one vectorised cast, strings
+and each needed value is read from its byte span: numbers at once (plain decimals, such as every
+trace time, by integer arithmetic on the text's 8-byte words, N / 10**k, which is bit for bit
+numpy's correctly rounded cast; the rest by that cast: ``bytescan.decimals``), strings
 and ids by decoding only the distinct spans. The values are those of a full JSON parse
 (``x_event_fields`` and :func:`meta_event_fields`, the references the tests compare with);
 anything the scanner does not expect (entries that are not objects, duplicate keys,
