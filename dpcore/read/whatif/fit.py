@@ -9,7 +9,9 @@ the CLI and the view can say where a number came from:
   optimizer, each gradient's ready time from grads.csv relative to backward's start, and the
   comm intervals in flight. A run without grads.csv falls back to the buckets' launch times in
   collectives.csv: each bucket's bytes are spread evenly (in pieces of at most 1 MiB) over the
-  time since the previous bucket launched, so other bucket sizes can still be re-packed.
+  time since the previous bucket launched, so other bucket sizes can still be re-packed. A GPU
+  job timed with CUDA events is read on the stream's scale (its launches from ``t_start_ns``;
+  grads.csv's host ready times give way to the same fallback, :func:`job_timelines`).
 * **kappa** (:func:`fit_kappa`): the fraction of compute speed lost while comm is in flight.
   Within the job: the median backward interval ending at gradients of one size with comm in
   flight vs without (equal-sized gradients of a stack of equal layers cost the same work).
@@ -30,6 +32,7 @@ import pandas as pd
 
 from dpcore.contract.buckets import pack_reverse, rule_for
 from dpcore.contract.calibration import fit as calibration_fit
+from dpcore.contract.intervals import comm_start
 from dpcore.contract.units import ranks_text
 from dpcore.read.whatif.model import alpha_beta_from_line, fit_line, inflight_before, line_from_alpha_beta
 
@@ -37,6 +40,9 @@ MS = 1e6
 MIB = 1024 * 1024
 #: How a fit to the job's own collectives names its source (whatif.py keys the comm streams on it).
 JOB_FIT = "job's collectives"
+#: ``Source.grads_source`` of a GPU job recorded with events: grads.csv's ready times are host
+#: times there, so the buckets' stream launches stand in for them (:func:`job_timelines`).
+GRADS_FROM_STREAM = "collectives.csv (fallback: grads.csv ready times are host times on a GPU job)"
 #: Fewest backward intervals with and without comm in flight for a within-job kappa.
 MIN_SAMPLES = 8
 #: α (µs) for a job whose buckets all have one size and no allreduce run: a stated default, the
@@ -107,10 +113,36 @@ def _pieces(coll: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return np.array(sizes[::-1]), np.array(ready[::-1])
 
 
+def stream_timed(collectives: pd.DataFrame) -> bool:
+    """Whether a job's collectives were timed on the device's stream (a CUDA job recorded with
+    events): its rows carry ``t_start_ns``, the stream's time at the launch. The recorder fills
+    that column only with an event clock; a CPU job, and a GPU job written before dpcore timed
+    GPUs with events (all host times then), leave it empty. Recognised from the rows rather than
+    run.json's ``device``, because such an older GPU run is on the host clock throughout."""
+    if "t_start_ns" not in collectives or collectives.empty:
+        return False
+    start = pd.to_numeric(collectives["t_start_ns"], errors="coerce").to_numpy(float)
+    return bool((np.isfinite(start) & (start >= 0)).any())
+
+
 def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.DataFrame,
                   job_id: str) -> Source:
     """The source job's timed steps as :class:`Timeline` rows (see the module docstring).
-    ValueError naming what is missing when the job has neither grads nor bucket collectives."""
+    ValueError naming what is missing when the job has neither grads nor bucket collectives.
+
+    Every time of a timeline is measured from the step's start on one scale. On a CPU job that
+    is the host clock throughout. On a GPU job recorded with events (:func:`stream_timed`) the
+    step's start and phases and the collectives' ends are the stream's times, so a collective's
+    launch is its ``t_start_ns`` (the stream's time at the call, the rule of
+    :func:`dpcore.contract.calibration.launch_ns`), not ``t_launch_ns``: the host runs ahead of
+    the stream, and the host time of the call can lie before backward began on the device.
+
+    grads.csv's ``t_ready_ns`` is a host time on every device: when autograd on the host handed
+    over the gradient (on a GPU, when its kernels were queued, not when they ran). It compares
+    with ``t_launch_ns`` and comm_calls.csv, never with a GPU job's step start, phases or
+    collective edges, and the run holds no host-side step start to measure it from. So on a GPU
+    job recorded with events the ready times come from the buckets' stream launches instead, as
+    for a run without grads.csv (``grads_source`` says so)."""
     st = steps[(steps["job_id"] == job_id) & ~steps["profiled"].astype(bool)]
     if st.empty:
         st = steps[steps["job_id"] == job_id]
@@ -122,6 +154,10 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
     if gr.empty and co.empty:
         raise ValueError(f"job {job_id!r} has no grads.csv rows and no all-reduce collectives: the what-if "
                          "model needs a bucketed or torch_ddp job of a multi-process run")
+    events = stream_timed(co)
+    host_grads = not gr.empty and events
+    if host_grads:
+        gr = gr.iloc[0:0]
     sizes = (gr.drop_duplicates("param").set_index("param")["bytes"].sort_index().to_numpy(float)
              if not gr.empty else None)
     first_start = st.groupby("step")["t_start_ns"].min()
@@ -132,9 +168,12 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
         key = (int(row.rank), int(row.step))
         t0 = float(row.t_start_ns)
         c = cg.get(key, co.iloc[0:0]).sort_values("seq")
-        cs = (pd.to_numeric(c["t_launch_ns"]).to_numpy(float) - t0) / MS
+        launch = pd.to_numeric(c["t_launch_ns"]).to_numpy(float)
+        if events:
+            launch = comm_start(launch, pd.to_numeric(c["t_start_ns"], errors="coerce").to_numpy(float))
+        cs = (launch - t0) / MS
         ce = (pd.to_numeric(c["t_end_ns"]).to_numpy(float) - t0) / MS
-        if sizes is not None:
+        if not gr.empty and sizes is not None:  # sizes: grads.csv's then
             g = gg.get(key)
             if g is None or len(g) != len(sizes):
                 continue
@@ -144,6 +183,8 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
         else:
             if c.empty:
                 continue
+            # every rank-step from its own buckets (``sizes`` is the first one's, kept as the
+            # job's), so a run without usable ready times keeps all its timed steps
             step_sizes, ready = _pieces(c.assign(launch_ms=cs - float(row.fwd_ms)))
             ready = ready + float(row.fwd_ms)
             if sizes is None:
@@ -160,9 +201,9 @@ def job_timelines(steps: pd.DataFrame, collectives: pd.DataFrame, grads: pd.Data
         for tl in out:
             clamp_to_launch(tl, plan, sizes)
     algo = str(co["algo"].iloc[0]) if not co.empty else "native"
+    grads_source = "grads.csv" if not gr.empty else GRADS_FROM_STREAM if host_grads else "collectives.csv (fallback)"
     return Source(job_id, str(first["variant"]), int(first["world_size"]), float(first["bucket_mb"]),
-                  np.asarray(sizes, float), out, "grads.csv" if not gr.empty else "collectives.csv (fallback)",
-                  algo)
+                  np.asarray(sizes, float), out, grads_source, algo)
 
 
 def clamp_to_launch(tl: Timeline, plan: list[list[int]], sizes: np.ndarray) -> None:
