@@ -201,29 +201,29 @@ COMMANDS: tuple[Command, ...] = (
                                   "(default %(default)s)",
                    "warmup": "untimed all-reduce calls per size before the timed ones (default %(default)s)"}),
     Command("analyze", "overlap per rank of a run or a folder of traces", AnalyzeOptions,
-            "dpcore.read.report.entries:analyze_command"),
+            "dpcore.read.report.analyze:analyze_command"),
     Command("gpu", "GPU time ledger per rank: compute, non-compute, idle and why the GPU idled", GpuOptions,
-            "dpcore.read.report.entries:gpu_command",
+            "dpcore.read.report.gpu:gpu_command",
             description="The GPU time ledger of every rank (HTA's temporal breakdown on exact timestamps): span, "
                         "compute, non-compute, communication, memory and idle time, idle split into host (the CPU "
                         "launched late: what it was doing) and device.",
             helps={"path": "a run directory, a job's traces folder, any folder of GPU traces or one trace",
                    "csv": "CSV rows (job_id first) instead of the text tables"}),
-    Command("summarize", "per-job table of a run", SummarizeOptions, "dpcore.read.report.entries:summarize_command",
+    Command("summarize", "per-job table of a run", SummarizeOptions, "dpcore.read.report.summarize:summarize_command",
             helps={"run": _RUN_HELP}),
     Command("stragglers", "which rank arrives last at the collectives, per job and rank", StragglersOptions,
-            "dpcore.read.report.entries:stragglers_command"),
+            "dpcore.read.report.stragglers:stragglers_command"),
     Command("hang", "why a job hung: every rank's last collectives (PyTorch's flight recorder) and stack, "
-                    "and the verdict", HangOptions, "dpcore.read.report.entries:hang_command",
+                    "and the verdict", HangOptions, "dpcore.read.report.hang:hang_command",
             helps={"path": "a run, a job's hang/<job_id>/ folder, or a folder of flight-recorder dumps written "
                            "by any PyTorch job"}),
     Command("whatif", "predict a bucketed/torch_ddp job's step time at other buckets, world sizes and networks "
-                      "(trace-driven replay)", WhatifOptions, "dpcore.read.report.entries:whatif_command",
+                      "(trace-driven replay)", WhatifOptions, "dpcore.read.report.whatif:whatif_command",
             helps={"csv": "the table as CSV rows (every column, docs/DESIGN.md's whatif columns first) instead of "
                           "the text",
                    "world_sizes": "world sizes to predict for, e.g. 1,2,8 (default: the run's)"}),
     Command("import", "turn a folder of torch.profiler traces into a run directory", ImportOptions,
-            "dpcore.read.report.entries:import_command", kind="import", writes=True),
+            "dpcore.read.report.importer:import_command", kind="import", writes=True),
 )
 
 #: Each command's option groups by name (what the parser and the option tables read).

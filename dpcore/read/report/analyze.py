@@ -11,11 +11,12 @@ from pathlib import Path
 import pandas as pd
 
 from dpcore.contract.intervals import has_peers
+from dpcore.contract.options import AnalyzeOptions
 from dpcore.contract.units import percent_number
 from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
 from dpcore.read.ranks import Scale, folder_tables
-from dpcore.read.report.resolve import load_run_reporting, resolve, trace_steps_reporting
+from dpcore.read.report.resolve import load_run_reporting, resolve, scale_of, trace_steps_reporting
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError
 from dpcore.read.traces.reader import TraceFormatError
@@ -113,3 +114,9 @@ def analyze(path: str, csv: bool = False, scale: Scale | None = None) -> str:
                     "comm from collectives.csv)")
         parts.append(f"{job_id}  (ms per traced step)\n{_text(df)}{note}")
     return "\n\n".join(parts) + f"\n\n{_ANALYZE_NOTE}\n"
+
+
+def analyze_command(options: AnalyzeOptions) -> str:
+    """The ``analyze`` command: exactly what it prints (the text with a blank line after it; a CSV as is)."""
+    out = analyze(options.path, csv=options.csv, scale=scale_of(options))
+    return out if options.csv else out + "\n"

@@ -13,6 +13,7 @@ import sys
 
 import pandas as pd
 
+from dpcore.contract.options import GpuOptions
 from dpcore.contract.units import percent_number
 from dpcore.read.analysis.comm import CALL_COLUMNS, call_bandwidth
 from dpcore.read.analysis.gpu_flops import (
@@ -27,7 +28,7 @@ from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
 from dpcore.read.analysis.stragglers import call_transfer_wait
 from dpcore.read.importer.rows import IMPORT_COMM
 from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
-from dpcore.read.report.resolve import load_run_reporting, resolve, warn
+from dpcore.read.report.resolve import load_run_reporting, resolve, scale_of, warn
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.traces.reader import TraceFormatError
 
@@ -206,3 +207,10 @@ def gpu_tables(path: str, csv: bool = False, per_step: bool = False, kernels: bo
         except ValueError as exc:
             parts.append(f"collectives: {exc}")
     return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
+
+
+def gpu_command(options: GpuOptions) -> str:
+    """The ``gpu`` command: exactly what it prints (the text ends in one newline; a CSV as is)."""
+    out = gpu_tables(options.path, csv=options.csv, per_step=options.per_step, kernels=options.kernels,
+                     collectives=options.collectives, scale=scale_of(options))
+    return out if options.csv else out.rstrip("\n") + "\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcore.contract.options import HangOptions
 from dpcore.contract.units import exact_size
 from dpcore.read.analysis.hang import hang_verdict, rank_table
 from dpcore.read.report.table_text import csv_table, text_table
@@ -39,3 +40,9 @@ def hang_text(path: str | Path, csv: bool = False) -> str:
         parts.append(f"{s.job_id} ({len(s.dumps)} rank dump(s))\n{skipped}{table}\n"
                      f"verdict ({v['kind']}): {v['message']}")
     return "\n\n".join(parts)
+
+
+def hang_command(options: HangOptions) -> str:
+    """The ``hang`` command: exactly what it prints (the text ends in one newline; a CSV as is)."""
+    out = hang_text(options.path, csv=options.csv)
+    return out if options.csv else out.rstrip("\n") + "\n"

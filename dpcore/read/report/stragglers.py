@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpcore.contract.options import StragglersOptions
 from dpcore.read.analysis.gpu_time import GPU_TABLE
 from dpcore.read.analysis.stragglers import (
     KEY,
@@ -28,7 +29,7 @@ from dpcore.read.analysis.stragglers import (
 from dpcore.read.analysis.summary import gpu_job_ids
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.ranks import Scale, folder_tables, run_gpu
-from dpcore.read.report.resolve import PathKind, resolve
+from dpcore.read.report.resolve import PathKind, resolve, scale_of
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
 from dpcore.read.traces.reader import TraceFormatError
@@ -118,3 +119,10 @@ def stragglers_text(path: str, csv: bool = False, scale: Scale | None = None) ->
         shown = rows.drop(columns="job_id").assign(wait_fraction=100 * rows["wait_fraction"])  # percent, as the view
         parts.append(f"{head}\n{text_table(shown.rename(columns={'wait_fraction': 'wait_%'}))}\n  {verdict}")
     return "\n\n".join(parts) + "\n"
+
+
+def stragglers_command(options: StragglersOptions) -> str:
+    """The ``stragglers`` command: exactly what it prints (the text ends in one newline; a CSV
+    without its last one, as it always printed)."""
+    out = stragglers_text(options.path, csv=options.csv, scale=scale_of(options)).rstrip("\n")
+    return out if options.csv else out + "\n"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from dpcore.contract.options import SummarizeOptions
 from dpcore.contract.runformat import is_stale
 from dpcore.contract.units import EMPTY, number, percent, percent_number
 from dpcore.read.analysis.comm_hooks import compression
@@ -24,7 +25,7 @@ from dpcore.read.analysis.summary import gpu_job_ids, job_summary, shared_gpu_li
 from dpcore.read.ranks import Scale, run_steps_gpu
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
-from dpcore.read.report.resolve import load_run_reporting, refuse_empty, trace_steps_reporting, warn
+from dpcore.read.report.resolve import load_run_reporting, refuse_empty, scale_of, trace_steps_reporting, warn
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import Run
 
@@ -211,3 +212,9 @@ def run_end_table(path: str) -> tuple[str, int]:
         if isinstance(job, dict) and isinstance(job.get("notes"), list):
             lines += [f"{job.get('id')}: note - {n}" for n in job["notes"] if isinstance(n, str)]
     return "\n".join(lines), failed
+
+
+def summarize_command(options: SummarizeOptions) -> str:
+    """The ``summarize`` command: exactly what it prints (the text with a blank line after it; a CSV as is)."""
+    out = summarize(options.run, csv=options.csv, scale=scale_of(options))
+    return out if options.csv else out + "\n"

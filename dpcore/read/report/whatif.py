@@ -78,3 +78,9 @@ def whatif_text(options: WhatifOptions) -> str:
                      "(oversubscribed): the model slows their compute evenly (the factor above), but not "
                      "how much slower gloo's all-reduces get in training there.")
     return "\n".join(_header(model) + ["", text_table(view)] + notes + ["", advice]) + "\n"
+
+
+def whatif_command(options: WhatifOptions) -> str:
+    """The ``whatif`` command: exactly what it prints (the text ends in one newline; a CSV as is)."""
+    out = whatif_text(options)
+    return out if options.csv else out.rstrip("\n") + "\n"
