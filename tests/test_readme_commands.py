@@ -74,4 +74,6 @@ def test_every_readme_command_runs(tmp_path: Path, samples: Path) -> None:
         if done.returncode != 0:
             failed.append(f"{cmd}: exit {done.returncode}: {(done.stderr or done.stdout)[-400:]}")
     assert failed == []
-    assert any(p.name.endswith("first") for p in (work / "profiles").iterdir()), "profile --name first wrote no run"
+    # a run id is time, name and a random suffix (dpcore.contract.files.new_run_id)
+    made = [p.name for p in (work / "profiles").iterdir() if re.fullmatch(r"\d{8}-\d{6}-first-[0-9a-f]{4}", p.name)]
+    assert len(made) == 1, f"profile --name first wrote no run: {sorted(p.name for p in (work / 'profiles').iterdir())}"
