@@ -36,7 +36,7 @@ from dpcore.read.analysis.gpu_flops import (
     peak_tflops,
     table_version,
 )
-from dpcore.read.analysis.gpu_time import GPU_CATS
+from dpcore.read.analysis.gpu_time import GPU_CATS, device_name
 from dpcore.read.traces.rank_table import RankTable
 
 __all__ = ["KERNEL_CLASSES", "PEAKS_CSV", "gemm_dtype", "kernel_class", "peak_tflops"]
@@ -125,19 +125,6 @@ def fp32_matmul_note(kernels: pd.DataFrame) -> str:
     return (f"fp32 matrix products: {fp32['total_ms'].sum():.3g} ms ({fp32['share_pct'].sum():.0f} % of GPU time) "
             f"on an {device}, whose tensor cores they leave unused: torch.set_float32_matmul_precision('high') "
             "(TF32) or bf16 autocast runs them there.")
-
-
-def device_name(meta: dict | None, events: pd.DataFrame) -> str:
-    """The name (deviceProperties) of the device that ran the most GPU events of a trace; the
-    first device's name where the ids do not match, "" where the trace names none."""
-    props = (meta or {}).get("deviceProperties")
-    named = {str(p.get("id")): str(p["name"]) for p in props if isinstance(p, dict) and p.get("name")} \
-        if isinstance(props, list) else {}
-    if not named:
-        return ""
-    dev = (events["stream"].to_numpy() >= 0) & events["category"].isin(GPU_CATS).to_numpy()
-    pids = events.loc[dev, "pid"].astype(str).value_counts()
-    return named.get(pids.index[0], next(iter(named.values()))) if len(pids) else next(iter(named.values()))
 
 
 def kernel_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:

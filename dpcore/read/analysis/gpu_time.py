@@ -77,11 +77,22 @@ def gpu_ledger(events: pd.DataFrame, per_step: bool = True, device: str = "") ->
     return ledger, pd.DataFrame(causes, columns=CAUSE_COLUMNS)
 
 
+def device_name(meta: dict | None, events: pd.DataFrame) -> str:
+    """The name (deviceProperties) of the device that ran the most GPU events of a trace; the
+    first device's name where the ids do not match, "" where the trace names none."""
+    props = (meta or {}).get("deviceProperties")
+    named = {str(p.get("id")): str(p["name"]) for p in props if isinstance(p, dict) and p.get("name")} \
+        if isinstance(props, list) else {}
+    if not named:
+        return ""
+    dev = (events["stream"].to_numpy() >= 0) & events["category"].isin(GPU_CATS).to_numpy()
+    pids = events.loc[dev, "pid"].astype(str).value_counts()
+    return named.get(pids.index[0], next(iter(named.values()))) if len(pids) else next(iter(named.values()))
+
+
 def ledger_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
     """The reduction of :data:`GPU_TABLE` and :data:`GPU_CAUSES_TABLE` (one pass makes both):
     :func:`gpu_ledger` of one rank, on the device its metadata names."""
-    from dpcore.read.analysis.gpu_kernels import device_name  # it reads this module's constants
-
     ledger, causes = gpu_ledger(events, device=device_name(meta, events))
     return {"gpu": ledger, "gpu_causes": causes}
 
