@@ -79,6 +79,15 @@ def field_default(f: Field[Any]) -> Any:
     raise KeyError(f"field {f.name!r} has no default")
 
 
+def value_text(value: Any) -> str:
+    """A value as an option's text: a float as short as reads back the same (25.0 -> '25',
+    0.0123456789 -> '0.0123456789'), anything else as str()."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
 def option_argv(obj: Any, keep: tuple[str, ...] = ()) -> list[str]:
     """The command-line arguments that give the option fields of ``obj`` (a dataclass) its values:
     a field at its default is left out (``keep``: given anyway), a ``--no-X`` switch is given when
@@ -100,8 +109,7 @@ def option_argv(obj: Any, keep: tuple[str, ...] = ()) -> list[str]:
         elif value is None:
             continue
         else:
-            text = spec.text(value) if spec.text is not None else (repr(value) if isinstance(value, float)
-                                                                     else str(value))
+            text = spec.text(value) if spec.text is not None else value_text(value)
             argv += [text] if spec.positional else [spec.flag, text]
     return argv
 

@@ -60,14 +60,21 @@ from dpcore.contract.limits import (
     check_world_sizes,
     param_count,
 )
-from dpcore.contract.option_fields import OptionSpec, option, option_argv, option_fields, option_values
+from dpcore.contract.option_fields import (
+    OptionSpec,
+    option,
+    option_argv,
+    option_fields,
+    option_values,
+    value_text,
+)
 
 T = TypeVar("T", bound="CommandOptions")
 
 
 def list_text(values: tuple[Any, ...], every: tuple[str, ...] | None = None) -> str:
     """A tuple as an option's text: '1,2'; 'all' when it names every choice."""
-    return "all" if every is not None and tuple(values) == tuple(every) else ",".join(map(str, values))
+    return "all" if every is not None and tuple(values) == tuple(every) else ",".join(map(value_text, values))
 
 
 #: The help of the options that profile, allreduce and verify share (one text each).
@@ -237,7 +244,7 @@ class ProfileOptions(VariantOptions, RunOptions):
     #: (:class:`dpcore.write.capture.inject.Injections`).
     inject_delay: tuple[int, float] | None = option(
         None, flag="--inject-delay", metavar="RANK:MS", parse=parse_delay,
-        text=lambda delay: f"{delay[0]}:{delay[1]!r}",
+        text=lambda delay: f"{delay[0]}:{value_text(delay[1])}",
         help="rank RANK sleeps MS ms in its forward every step: what a straggler looks like")
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -391,7 +398,7 @@ class VerifyOptions(VariantOptions, JobOptions):
         flags = {f.name: spec.flag for f, spec in option_fields(TrainConfig)}
         train = [(flags[name], getattr(self, name)) for name in VERIFY_TRAIN
                  if name in keep or getattr(self, name) != default_of(type(self), name)]
-        return [*(text for flag, value in train for text in (flag, str(value))), *option_argv(self, keep=keep)]
+        return [*(text for flag, value in train for text in (flag, value_text(value))), *option_argv(self, keep=keep)]
 
     def __post_init__(self) -> None:
         super().__post_init__()
