@@ -4,7 +4,7 @@ Why: an option written in three places (the argparse call, the options dataclass
 copies one into the other) drifts; its help says one default and the dataclass holds another.
 Here the field carries its flag, help, metavar, choices and how its text becomes a value, and
 the CLI's parser (:func:`dpcore.cli.add_options`), the namespace-to-options step
-(:func:`option_values`) and the README's option tables (``scripts/option_tables.py``) are all
+(:func:`option_values`) and docs/cli.md's option tables (``scripts/option_tables.py``) are all
 generated from the fields. Torch-free, like the rest of the contract.
 """
 from __future__ import annotations

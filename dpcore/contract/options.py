@@ -2,7 +2,7 @@
 dataclasses that refuse bad values when they are built.
 
 Why here, torch-free: each field is also its command-line option (:func:`option`: flag, help,
-metavar, how its text is parsed), so the CLI's parser and the README's option tables are
+metavar, how its text is parsed), so the CLI's parser and docs/cli.md's option tables are
 generated from these classes and must stay cheap to import; the commands take the same objects.
 Cross-option rules (a trace needs ``--profile-steps`` within ``--steps``; strong scaling needs a
 batch every world size divides; an ``--inject-delay`` rank must exist) need the options and the

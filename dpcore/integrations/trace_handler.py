@@ -30,7 +30,7 @@ gloo's worker thread closes the collective's profiler range (``Work::finish`` ru
 end after ``markCompleted``). A ``prof.step()`` that ends a cycle in that window stops the
 profiler, which frees its event lists while that thread still writes the range's end time into
 one of them: a use-after-free in PyTorch that later aborts the rank ("malloc(): unsorted double
-linked list corrupted", SIGABRT; README, "trace_handler"). ``handler.schedule(...)`` is
+linked list corrupted", SIGABRT; docs/your-code.md, "The SIGABRT over gloo"). ``handler.schedule(...)`` is
 ``torch.profiler.schedule(...)`` plus, on every rank, a ``dist.barrier()`` just before the
 profiler stops: gloo's barrier waits until every earlier collective has finished, range
 included (the same for every rank, as the schedule is).

@@ -12,7 +12,7 @@ compare is **bus bytes** per rank per step = Σ bytes · bus_factor(op, N) with 
 (``dpcore.contract.bandwidth.bus_factor``: all-reduce 2(N−1)/N, all-gather and reduce-scatter
 (N−1)/N, broadcast 1; all 0 at N = 1, no peer): what each rank sends over its link with a
 bandwidth-optimal (ring) algorithm, whatever algorithm actually ran. :func:`expected_volume` is the one place the
-per-variant formulas live (the CLI, the Memory view and the README table come from it).
+per-variant formulas live (the CLI, the Memory view and docs/metrics.md's table come from it).
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def expected_volume(variant: str, world_size: int, param_bytes: float,
 
 def expected_bus_bytes(variant: str, world_size: int, param_bytes: float, replicated_bytes: float = 0.0,
                        param_return: str = "all_gather") -> float:
-    """Σ bus bytes of :func:`expected_volume`: the one number per variant the README tabulates."""
+    """Σ bus bytes of :func:`expected_volume`: the one number per variant docs/metrics.md tabulates."""
     terms = expected_volume(variant, world_size, param_bytes, replicated_bytes, param_return)
     return float(sum(t["bus_bytes"] for t in terms))
 

@@ -1,7 +1,7 @@
 """One definition per metric: rows per (job, rank, step), and one way to aggregate them.
 
 Why: a profiler is worth its numbers only if the same steps always give the same value. Every
-number dpcore shows (``summarize``, ``analyze``, every dashboard view and card, the README) is
+number dpcore shows (``summarize``, ``analyze``, every dashboard view and card, the docs) is
 computed here, from the same rows, by the same functions:
 
 * :func:`step_metrics` gives one row per (job, rank, step) with step time T, the phases, and

@@ -1,6 +1,6 @@
 """Metric formulas exactly as docs/DESIGN.md defines them, shown beside every number in the app.
 
-Why one table: the CLI, the README and the app must explain a number the same way; keeping the
+Why one table: the CLI, the docs and the app must explain a number the same way; keeping the
 wording here makes the help texts consistent across pages.
 """
 from __future__ import annotations

@@ -163,8 +163,8 @@ def planned_runs(runs: pd.DataFrame) -> list[str]:
     written into the session so the pickers open on them. Draws nothing.
 
     Why apart from the widgets: app.py draws the page first and the pickers after it, into
-    their place in the sidebar (issue 34: the first chart after a reload came about 0.9x as late
-    in A/B runs both ways, README, when the select box and toggle bundles were no longer
+    their place in the sidebar (the first chart after a reload came about 0.9x as late
+    in A/B runs both ways, docs/measurements.md, when the select box and toggle bundles were no longer
     evaluated before it); a widget's value is in the session before the script runs, so the page
     gets the same runs the pickers then show."""
     keys = list(run_labels(runs))

@@ -64,9 +64,9 @@ def upright_labels(fig: go.Figure, labels: pd.Series) -> go.Figure:
 
     Why: with the labels' room left to Plotly's automargin, the sample run's 52 upright labels took
     199 px of the figure's 420, leaving a 136 px plot (its y-axis title cut), and the chart was laid
-    out twice (once to measure the labels, once with the margins they pushed; issue 34: with their
+    out twice (once to measure the labels, once with the margins they pushed; with their
     room made first, the browser's main thread spent 491 instead of 597 ms of CPU from the page's
-    commit to the first chart, README). Here the bottom margin is the longest
+    commit to the first chart, docs/measurements.md). Here the bottom margin is the longest
     label's width (:data:`LABEL_PX_PER_CHAR` per character, an upper bound) plus the axis title,
     the figure grows by it so that the plot keeps :data:`PLOT_AREA_PX`, and the left margin fits
     the y-axis title. Automargin stays on: a label wider than the estimate still gets its room

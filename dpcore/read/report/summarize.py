@@ -119,7 +119,7 @@ def summarize(path: str, csv: bool = False, scale: Scale | None = None) -> str:
              + COMPUTE_NOTE
              + (" peak_mib: peak memory per rank (MiB, mean over ranks; memory.csv)." if "peak_mib" in s else "")
              + (" bus_MiB: Σ bytes · bus factor of the collectives per rank per step; expected_MiB: what the "
-                "variant's algorithm should move (README 'Memory and communication volume')."
+                "variant's algorithm should move (docs/metrics.md, 'Memory and communication volume')."
                 if "bus_mib_per_step" in s else "")
              + (" gpu_idle_%: the GPU's idle share over its traces (mean over ranks; `gpu` has the ledger); "
                 "host_bound: the GPU waited for the CPU over half of it." if "gpu_idle_%" in view else "")

@@ -40,7 +40,7 @@ from dpcore.contract.units import ranks_text
 #: transformer tiny, bucketed and torch_ddp, 0.25-64 MiB at 2 ranks) on a heavily loaded shared
 #: 2-core box: 42.0 %, where two jobs with the *same* bucket plan differed by 30.6 % on average.
 #: On a quiet machine the same benchmark measured 13.0 %; 98 % of its cells fall inside bands of
-#: 42 %, 75 % inside bands of 13 % (README). The loaded figure is kept: shared machines are where
+#: 42 %, 75 % inside bands of 13 % (docs/whatif.md). The loaded figure is kept: shared machines are where
 #: people run this, and a band must hold there.
 MODEL_ERROR_PCT = 42.0
 #: Bands and recommendation columns ``whatif --csv`` adds (docs/DESIGN.md).
@@ -83,7 +83,7 @@ def cell_errors(table: pd.DataFrame, variant: str, src_mb: float, src_ws: int,
             r = errors.loc[(variant, b, n)]
             pct.append(float(r["half_width_pct"]))
             # "when calibrated": the 90 % is in sample (the cells the error was fitted on); the
-            # README's held-out section gives how these bands held on rounds measured after
+            # docs/whatif.md's held-out section gives how these bands held on rounds measured after
             where.append(f"family {name}: the error that, with the source's doubt added, held 90 % of its "
                          f"{int(r['cells'])} held-out cells when calibrated")
         else:

@@ -56,7 +56,7 @@ DEFAULT_ALPHA_US = 100.0
 #: machine gave 0.95, the old clip), and replaying with it is not even an identity on the source
 #: job: the replay takes kappa x the comm in flight out of the measured backward and puts back
 #: only what its own comm overlaps (-4.5 % on the source's own cell against -0.9 % with kappa 0,
-#: on a loaded run). Quiet-machine fits were 0.29-0.53 (README).
+#: on a loaded run). Quiet-machine fits were 0.29-0.53 (docs/whatif.md).
 KAPPA_RANGE = (0.0, 2.0 / 3.0)
 #: Plausible range of kappa from the in-job calibration (dpcore.contract.calibration): the same
 #: backward, alternating two bucket plans step by step in one process, so no other job's load

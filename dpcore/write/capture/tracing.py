@@ -121,7 +121,7 @@ class TraceCapture:
         begin = self.first if self.warmup_step is None else self.warmup_step
         # Shapes (each op's Input Dims / Input type) give a GEMM's FLOPs, so achieved TFLOP/s and MFU:
         # recorded on a GPU only, where MFU is measured. On a CPU job they buy nothing and cost the
-        # traced steps 4-14 % more (a small op-bound MLP, interleaved medians: README, "GPU time").
+        # traced steps 4-14 % more (a small op-bound MLP, interleaved medians: docs/gpus.md, "GPU time").
         prof = torch.profiler.profile(activities=acts, schedule=self._schedule,
                                       on_trace_ready=self._export, record_shapes=self.cuda)
         # Start numbering at `begin` so trace steps and steps.csv rows share one index.

@@ -280,7 +280,7 @@ class Recording:
         """Before the profiler stops (after the last traced step, or at a clean exit before it):
         every rank meets in a gloo barrier, so no collective's profiler range is still open on
         gloo's thread when the profiler frees its event lists (the use-after-free behind the
-        SIGABRT over gloo: README; :func:`settle_collectives`). Only after a step that ended
+        SIGABRT over gloo: docs/your-code.md; :func:`settle_collectives`). Only after a step that ended
         well: a rank whose step raised may be alone, and the others may never come."""
         if self._step_ok and self.ctx.world_size > 1:
             settle_collectives()

@@ -140,7 +140,7 @@ def settle_collectives() -> None:
     gloo's worker thread closes the collective's profiler range (``Work::finish`` runs the
     range's end after ``markCompleted``). Stopping the profiler in that window frees its event
     lists while that thread still writes into one of them: a use-after-free in PyTorch that
-    later aborts the rank (README, "The SIGABRT over gloo"). gloo's barrier is waited on through
+    later aborts the rank (docs/your-code.md, "The SIGABRT over gloo"). gloo's barrier is waited on through
     ``Work::wait``, which returns only after ``Work::finish``, and it runs after every earlier
     collective of the group has finished, ranges included (and so their futures' Python
     callbacks, which ``markCompleted`` runs before ``Work::finish``)."""

@@ -107,7 +107,7 @@ def render(run: Run) -> None:
     sizes_of = dict(zip(run.jobs["job_id"], run.jobs["world_size"]))
     multi = [j for j in jobs if (sizes_of.get(j) or 0) >= 2] or jobs
     # start from the biggest buckets (DDP's usual setting): their comm is the least dominated by
-    # per-message stalls that one job cannot calibrate (README, "How well it predicts")
+    # per-message stalls that one job cannot calibrate (docs/whatif.md)
     buckets_of = dict(zip(run.jobs["job_id"], pd.to_numeric(run.jobs["bucket_mb"], errors="coerce")))
     multi = sorted(multi, key=lambda j: -(buckets_of.get(j) or 0.0))
     job = st.selectbox("Measured job to start from", jobs, index=jobs.index(multi[0]), key=f"wi-job-{run.path}")
