@@ -1,5 +1,5 @@
 """The Hang and Live pages on the re-probe's hostile files, in AppTest: a dump that is a pickle
-bomb gives one problem box (not a hang), a symlinked stack outside the profiles folder is not
+bomb is refused and its rank unknown (not a hang), a symlinked stack outside the profiles folder is not
 shown, and a killed run is shown ended (stale), not refreshed as running."""
 from __future__ import annotations
 
@@ -17,14 +17,19 @@ from tests.read.dashboard.test_live_hang_pages import add_live_and_hang
 from tests.read.rundir.test_hostile_reprobe import _bomb
 
 
-def test_a_pickle_bomb_in_hang_gives_a_problem_box(tmp_path, monkeypatch):
+def test_a_pickle_bomb_in_hang_is_refused_and_its_rank_is_unknown(tmp_path, monkeypatch):
+    """A bomb as rank 1's dump: refused and named, its rank unknown in the verdict (never read as a
+    rank that did not enter), and the other ranks' dumps still shown; no exception, no hang."""
     run = make_run(tmp_path, "20250101-120000-mlp")
     add_live_and_hang(run)
     (rf.hang_dir(run, "flat-ws2") / "rank1.fr.json").write_bytes(_bomb())
     at = open_page(start(tmp_path, monkeypatch), "Hang")
     assert not at.exception, at.exception
-    errors = [e.value for e in at.error]
-    assert len(errors) == 1 and "Cannot show this run's hang" in errors[0] and "refused" in errors[0]
+    assert [e.value for e in at.error] == []
+    skipped = [c.value for c in at.caption if "rank1.fr.json" in c.value]
+    assert len(skipped) == 1 and "refused" in skipped[0] and "elements" in skipped[0]
+    verdict = " ".join(i.value for i in at.info)
+    assert "rank 1\\: dump unreadable, unknown" in verdict and "never entered" not in verdict
 
 
 def test_a_symlinked_stack_outside_the_profiles_folder_is_not_shown(tmp_path, monkeypatch):
