@@ -38,10 +38,6 @@ ALLOWED = {"conftest.py", "read/dashboard/gpu_runs.py", "test_checkout_untouched
 PENDING: dict[str, str] = {
     "read/traces/test_columns.py": "globs every run's traces in the checkout's profiles/ (the user's too)",
     "read/traces/test_hostile_traces.py": "reads sample-train's flat-ws2 trace from the checkout",
-    "read/ranks/test_lanes.py": "reads sample-train from the checkout",
-    "read/rundir/test_damaged_runs.py": "loads sample-train from the checkout",
-    "read/rundir/test_malformed_runs.py": "reads sample-train from the checkout",
-    "test_cli_bad_input.py": "runs whatif on the checkout's first sample run, sample-train and sample-allreduce",
 }
 
 

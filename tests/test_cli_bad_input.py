@@ -298,27 +298,23 @@ def test_the_world_size_bound_is_what_the_machine_holds(monkeypatch) -> None:
     (["--bucket-mb", "1,,4"], "empty item in --bucket-mb '1,,4'"),
     (["--algo", ""], "unknown algorithm ''"),
 ])
-def test_whatif_refuses_what_it_cannot_model(argv, needle, capsys):
-    from pathlib import Path
-    sample = next(p for p in sorted((Path(__file__).parents[1] / "profiles").iterdir())
-                  if (p / "run.json").exists() and "bucketed-ws2-b25" in (p / "run.json").read_text())
+def test_whatif_refuses_what_it_cannot_model(argv, needle, capsys, samples):
+    sample = samples / "sample-train"  # its bucketed-ws2-b25 is the job refused
     rc = main(["whatif", str(sample), "--job", "bucketed-ws2-b25", *argv])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error: ") and needle in err and err.count("\n") == 1, err
 
 
-def test_whatif_without_a_job_names_the_jobs_to_choose_from(capsys):
+def test_whatif_without_a_job_names_the_jobs_to_choose_from(capsys, samples):
     """No --job: one line that lists the run's completed bucketed and torch_ddp jobs (or says it
     has none), not only what kind of job to give."""
-    from pathlib import Path
-    profiles = Path(__file__).parents[1] / "profiles"
-    assert main(["whatif", str(profiles / "sample-train")]) == 2
+    assert main(["whatif", str(samples / "sample-train")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "whatif needs --job" in err
     choices = err.split("valid choices: ")[1].strip().split(", ")
     assert len(choices) == 20 and "bucketed-ws2-b25" in choices and "torch_ddp-ws1-b1" in choices
     assert not any(c.startswith(("single", "ring", "zero1")) for c in choices)  # not replayable
-    assert main(["whatif", str(profiles / "sample-allreduce")]) == 2
+    assert main(["whatif", str(samples / "sample-allreduce")]) == 2
     assert capsys.readouterr().err.endswith("valid choices: (none in this run)\n")
 
 

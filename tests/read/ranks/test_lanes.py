@@ -22,8 +22,6 @@ from tests.app_pages import APP, open_page, problems
 from tests.events_path import job_trace_events, lanes_of
 from tests.fixtures_run import make_run
 
-SAMPLE = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
-
 
 def _by_rank(df: pd.DataFrame) -> pd.DataFrame:
     """A lanes table in rank order (job_lanes concatenates in the files' order, rank10 before rank2)."""
@@ -54,8 +52,8 @@ def _same_lanes(run_path: Path, ranks: dict[str, tuple[int, ...]] | None = None)
     return rows
 
 
-def test_lanes_from_the_cache_are_the_raw_events_lanes_on_the_sample() -> None:
-    assert _same_lanes(SAMPLE) > 1000
+def test_lanes_from_the_cache_are_the_raw_events_lanes_on_the_sample(samples: Path) -> None:
+    assert _same_lanes(samples / "sample-train") > 1000
 
 
 def test_lanes_from_the_cache_are_the_raw_events_lanes_on_a_test_run(tmp_path: Path) -> None:
@@ -68,10 +66,10 @@ def test_lanes_from_the_cache_are_the_raw_events_lanes_on_a_test_run(tmp_path: P
     assert set(job_lanes(r, "ring-ws4", (0, 3))["rank"]) == {0, 3}
 
 
-def test_the_lanes_table_is_rank_by_rank() -> None:
+def test_the_lanes_table_is_rank_by_rank(samples: Path) -> None:
     """Ranks reduced one at a time concatenate to all of them at once (what lets a worker hold
     one rank), with a 'rank' and 'step' row per rank and traced step, and the sync markers."""
-    run = load_run(SAMPLE)
+    run = load_run(samples / "sample-train")
     events = job_trace_events(run, "bucketed-ws2-b1")
     whole = trace_lanes(events)
     parts = pd.concat([trace_lanes(events[events["rank"] == r]) for r in (0, 1)], ignore_index=True)

@@ -168,9 +168,9 @@ def test_a_job_id_listed_twice_is_listed_once(template, tmp_path):
     assert table["job_id"].is_unique
 
 
-def test_an_intact_run_has_no_warning(template):
+def test_an_intact_run_has_no_warning(template, samples):
     assert load_run(template).warnings == ()
-    assert load_run(ROOT / "profiles" / "sample-train").warnings == ()
+    assert load_run(samples / "sample-train").warnings == ()
 
 
 # --- item 9: job ids that leave the run --------------------------------------------------------

@@ -289,7 +289,7 @@ def test_a_run_whose_writer_died_is_listed_stale(tmp_path, monkeypatch):
     assert status == {"20250101-000000-dead": "stale", "20250102-000000-live": "running"}, (status, warnings)
 
 
-def test_a_damaged_cell_skips_its_row_with_a_warning_not_the_run(tmp_path, capsys):
+def test_a_damaged_cell_skips_its_row_with_a_warning_not_the_run(tmp_path, capsys, samples):
     """One unreadable number in steps.csv (and garbage rows in grads.csv / memory.csv, files
     written by hand) used to fail every command on the run ('invalid literal for int()'); now
     that row is skipped, named by line, and everything else is read."""
@@ -298,7 +298,7 @@ def test_a_damaged_cell_skips_its_row_with_a_warning_not_the_run(tmp_path, capsy
     from dpcore.cli import main
     from dpcore.read.rundir import load_run
 
-    sample = Path(__file__).resolve().parents[3] / "profiles" / "sample-train"
+    sample = samples / "sample-train"
     if not sample.is_dir():
         pytest.skip("no committed sample run")
     run = tmp_path / "damaged"
