@@ -35,10 +35,7 @@ ALLOWED = {"conftest.py", "read/dashboard/gpu_runs.py", "test_checkout_untouched
 #: Test modules owned by other work at the time this guard was written, still reading the checkout's
 #: samples; each must be converted to the ``samples`` fixture and then removed from here (a listed
 #: module that no longer names the folder fails :func:`test_the_pending_list_is_not_stale`).
-PENDING: dict[str, str] = {
-    "read/traces/test_columns.py": "globs every run's traces in the checkout's profiles/ (the user's too)",
-    "read/traces/test_hostile_traces.py": "reads sample-train's flat-ws2 trace from the checkout",
-}
+PENDING: dict[str, str] = {}
 
 
 def offending_lines(text: str) -> list[str]:

@@ -23,7 +23,6 @@ from tests.synthetic import gpu_trace, write_gpu_trace_dir
 pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 
 DATA = Path(__file__).resolve().parents[2] / "data"
-PROFILES = Path(__file__).resolve().parents[3] / "profiles"
 DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel",
           "Kernel", "Memcpy", "Memset"}  # and the legacy (pre-1.10 kineto) names
 
@@ -175,8 +174,8 @@ def test_random_traces_match_json_load(tmp_path, seed):
     check(path, window=rng.choice([300, 4096, tf.WINDOW_BYTES]), fast=fast)
 
 
-def test_real_traces_take_the_fast_path():
-    files = sorted(DATA.glob("*.json.gz")) + sorted(PROFILES.glob("*/traces/*/*.json.gz"))[:12]
+def test_real_traces_take_the_fast_path(samples):
+    files = sorted(DATA.glob("*.json.gz")) + sorted(samples.glob("*/traces/*/*.json.gz"))[:12]
     assert files
     for f in files:
         check(f)

@@ -70,9 +70,9 @@ def test_gzip_bomb_of_valid_events_is_refused_by_its_ratio(tmp_path):
         read_trace(f)
 
 
-def test_a_real_trace_is_within_every_bound():
+def test_a_real_trace_is_within_every_bound(samples):
     """The committed sample traces compress 9:1 to 15:1 and read as before."""
-    f = ROOT / "profiles" / "sample-train" / "traces" / "flat-ws2" / "rank0.json.gz"
+    f = samples / "sample-train" / "traces" / "flat-ws2" / "rank0.json.gz"
     inflated = len(gzip.decompress(f.read_bytes()))
     assert inflated / f.stat().st_size < tf.MAX_GZIP_RATIO / 10
     assert len(read_trace(f)) > 1000
