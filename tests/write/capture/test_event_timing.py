@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from dpcore.write.capture import comm_log
 from dpcore.write.capture.comm_log import EventClock, PhaseTimer, Recorder
+from tests.write.dp.test_comm_algorithms import comm_spawn
 
 DELAY_MS = 200.0
 #: what "~0" means for a host stamp of a call that returns at enqueue, and how far an event end
@@ -307,19 +307,7 @@ def _worker(rank: int, n: int, tmp: str) -> None:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    tmp = tmp_path_factory.mktemp("event-timing")
-    ctx = mp.start_processes(_worker, args=(2, str(tmp)), nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    try:
-        while not ctx.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                pytest.fail(f"ranks did not finish in {SPAWN_TIMEOUT_S}s")
-    finally:
-        for p in ctx.processes:  # only the processes this fixture started
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-    out = [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(2)]
+    out = comm_spawn(_worker, 2, tmp_path_factory.mktemp("event-timing"))
     for r, rep in enumerate(out):
         assert "error" not in rep, f"rank {r}:\n{rep['error']}"
     return out

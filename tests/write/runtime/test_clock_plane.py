@@ -11,17 +11,16 @@ alone on one host and ranks 1 and 2 on another.
 from __future__ import annotations
 
 import json
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from dpcore.write.runtime import clock
 from dpcore.write.runtime.clock import best_offset, measurers
+from tests.write.dp.test_comm_algorithms import comm_spawn
 
 SPAWN_TIMEOUT_S = 240
 
@@ -94,19 +93,7 @@ def _worker(rank: int, n: int, tmp: str) -> None:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    tmp = tmp_path_factory.mktemp("clock-plane")
-    ctx = mp.start_processes(_worker, args=(3, str(tmp)), nprocs=3, join=False, start_method="spawn")
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    try:
-        while not ctx.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                pytest.fail(f"ranks did not finish in {SPAWN_TIMEOUT_S}s")
-    finally:
-        for p in ctx.processes:  # only the processes this fixture started
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-    out = [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(3)]
+    out = comm_spawn(_worker, 3, tmp_path_factory.mktemp("clock-plane"))
     for r, rep in enumerate(out):
         assert "error" not in rep, f"rank {r}:\n{rep['error']}"
     return out
