@@ -119,7 +119,9 @@ def peak_tflops(device: str, dtype: str) -> float:
 
 
 def peak_device(device: str) -> str:
-    """The peaks.csv row (its ``device`` column) that the GPU named ``device`` matches, "" none."""
+    """The peaks.csv row (its ``device`` column) that the GPU named ``device`` matches, "" none:
+    the matching rule :func:`peak_tflops` applies, named, so a test can check it against the
+    device names real traces carry."""
     if not device:
         return ""
     for row in _peaks().itertuples():
@@ -134,7 +136,9 @@ def run_tf32(meta: dict | None) -> bool:
     return bool(cfg.get("tf32")) if isinstance(cfg, dict) else False
 
 
-def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
+def codes(col: pd.Series) -> tuple[np.ndarray, list]:
+    """(codes, categories) of a column (the events frame's text columns are categoricals: reading
+    the codes is what keeps a 250k-event rank from building 250k Python strings)."""
     c = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
     return c.cat.codes.to_numpy(np.int64), list(c.cat.categories)
 
@@ -157,8 +161,8 @@ def event_flops(g: pd.DataFrame, device: str) -> EventFlops:
     """The FLOPs accounting of GPU events ``g`` (an events frame's device rows, durations >= 0) on
     the GPU named ``device`` (module docstring)."""
     n = len(g)
-    name, names = _codes(g["name"])
-    kind, kinds = _codes(g["kind"])
+    name, names = codes(g["name"])
+    kind, kinds = codes(g["kind"])
     pair = name * (len(kinds) + 1) + kind  # each distinct (name, kind) classified once
     uniq, inv = np.unique(pair, return_inverse=True)
     c = [kernel_class(str(names[u // (len(kinds) + 1)]), str(kinds[u % (len(kinds) + 1)])) for u in uniq]

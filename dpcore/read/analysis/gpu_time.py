@@ -36,7 +36,14 @@ import numpy as np
 import pandas as pd
 
 from dpcore.contract.intervals import subtract, union_length
-from dpcore.read.analysis.gpu_flops import FLOPS_COLUMNS, event_flops, rank_efficiency, table_version, window_flops
+from dpcore.read.analysis.gpu_flops import (
+    FLOPS_COLUMNS,
+    codes,
+    event_flops,
+    rank_efficiency,
+    table_version,
+    window_flops,
+)
 from dpcore.read.traces.kinds import STEP_RE
 from dpcore.read.traces.rank_table import RankTable
 
@@ -105,13 +112,6 @@ GPU_TABLE = RankTable("gpu", {c: (object if c in ("window", "top_idle_cause") el
 GPU_CAUSES_TABLE = RankTable("gpu_causes", {c: (object if c in ("window", "cause")
                                                 else np.int64 if c in ("rank", "step") else np.float64)
                                             for c in CAUSE_COLUMNS}, ledger_tables, version=table_version(3))
-
-
-def codes(col: pd.Series) -> tuple[np.ndarray, list]:
-    """(codes, categories) of a column (the events frame's text columns are categoricals: reading
-    the codes is what keeps a 250k-event rank from building 250k Python strings)."""
-    c = col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
-    return c.cat.codes.to_numpy(np.int64), list(c.cat.categories)
 
 
 def _threads(ev: pd.DataFrame) -> np.ndarray:

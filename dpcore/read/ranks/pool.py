@@ -280,7 +280,7 @@ def _with_job(frames: list[tuple[str, pd.DataFrame]], table: RankTable) -> pd.Da
 def run_gpu(run: Run, scale: Scale | None = None,
             problems: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(ledger, causes, kernels) of the GPU time ledger (:func:`dpcore.read.analysis.gpu_time.gpu_ledger`)
-    and the kernel classes (:func:`dpcore.read.analysis.gpu_kernels.kernel_classes`) of every traced
+    and the kernel counts (:func:`dpcore.read.analysis.gpu_kernels.kernel_counts`, unrated) of every traced
     job of a run, a leading job_id column, from the cache (the lazy ``gpu``, ``gpu_causes`` and
     ``gpu_kernels`` tables). Jobs without GPU events have no rows; ``problems``: as
     :func:`job_rank_tables`."""

@@ -126,7 +126,8 @@ def _cards(row: pd.Series, eff: pd.Series | None) -> None:
                 help=f"{host:.3f} ms the GPU waited for the CPU to launch work")
     if eff is not None:
         c[1].metric("step MFU", _pct_text(float(eff["step_mfu_pct"])),
-                    help="Model FLOPs / (step time × the GPU's dense peak), over the traced steps.")
+                    help="Model FLOPs / (step time × the GPU's dense peak), over the traced steps, "
+                         "else the whole trace.")
         c[2].metric("GEMM efficiency", _pct_text(float(eff["gemm_eff_pct"])),
                     help="The GEMM kernels' FLOPs / their own time × peak: not how busy the GPU was.")
         c[3].metric("FLOPs coverage", _pct_text(float(eff["flops_coverage_pct"])),
