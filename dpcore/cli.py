@@ -136,11 +136,6 @@ def _quiet_library_warnings() -> None:
             warnings.filterwarnings("ignore", category=category)
 
 
-#: The commands that write a run (an unexpected error may end them with jobs already on disk);
-#: the read commands write none, so their errors do not speak of kept jobs.
-WRITING = tuple(c.name for c in COMMANDS if c.writes)
-
-
 def main(argv: list[str] | None = None, commands: tuple[Command, ...] | None = None) -> int:
     """Run one command; SIGTERM interrupts it like Ctrl-C (:class:`_InterruptOnce`) while it runs.
 

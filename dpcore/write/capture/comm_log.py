@@ -20,6 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from numbers import Integral
 from typing import Any
 
 import torch
@@ -38,8 +39,10 @@ WAIT_RANGE = CALL_RANGE + "wait"
 
 
 def row_interval(row: list[Any]) -> tuple[int, int, int]:
-    """(t_launch, t_start, t_end) ns of a collective row (-1: not known / not ended yet)."""
-    return row[5], row[6], row[7]
+    """(t_launch, t_start, t_end) ns of a collective row (-1: not known / not ended yet). On a
+    device job an edge stamped after the last :meth:`Recorder.resolve` is still an event, not ns:
+    read as -1 (not ended yet), so the live channel waits for it instead of failing on it."""
+    return tuple(v if isinstance(v, Integral) else -1 for v in (row[5], row[6], row[7]))  # type: ignore[return-value]
 
 
 # -- where the times of a device job come from ---------------------------------------------

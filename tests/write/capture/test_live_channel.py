@@ -73,3 +73,26 @@ def test_watchdog_stands_down_after_the_last_step_and_fires_otherwise(tmp_path):
     verdict = json.loads((rf.hang_dir(tmp_path, "b") / rf.VERDICT_FILE).read_text())
     assert verdict["kind"] == "missing" and verdict["no_answer"] == []
     assert (rf.hang_dir(tmp_path, "b") / "rank1.stack.txt").exists()
+
+
+def test_an_end_still_an_event_reads_as_not_ended_and_waits(tmp_path):
+    """On a device job an end stamped after the recorder resolved its events is still an event
+    object in the row: the channel reads it as not ended (-1) and keeps the row waiting, where it
+    once compared the event with 0 and lost the thread's rows to a TypeError."""
+    import numpy as np
+
+    from dpcore.write.capture.comm_log import row_interval
+
+    class Event:  # a stand-in for an unresolved torch.cuda.Event
+        pass
+
+    row = ["job", 0, 0, 1, "all_reduce", 10, np.int64(12), Event()]
+    assert row_interval(row) == (10, 12, -1)
+    store = dist.HashStore()
+    ch = RankChannel(store, "job", 0, 2, period_s=3600.0)
+    try:
+        ch.put({"job_id": "job", "rank": 0, "step": 0, "t_end_ns": 2_000_000, "step_ms": 1.0}, [row])
+        ch.flush()
+        assert len(ch._pending) == 1  # waiting for its end, not failed
+    finally:
+        ch.close()
