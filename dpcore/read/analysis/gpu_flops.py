@@ -40,14 +40,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpcore.read.traces.matmuls import MATH_CLASSES, NAME_CLASSES, name_class
+
 PEAKS_CSV = Path(__file__).with_name("peaks.csv")
 
 
 def table_version(base: int) -> int:
     """A rank table's version (:class:`~dpcore.read.traces.rank_table.RankTable`) whose reduction
-    reads the peaks (ideal times, the set-aside bound): ``base`` and peaks.csv's checksum, so an edit
-    of the table misses the cached entries made with the old peaks."""
-    return base * 100_000 + zlib.crc32(PEAKS_CSV.read_bytes()) % 100_000
+    reads the peaks (ideal times, the set-aside bound) and the kernel classes by name: ``base`` and
+    the checksum of peaks.csv and of :data:`~dpcore.read.traces.matmuls.NAME_CLASSES`' patterns, so
+    an edit of either misses the cached entries made with the old one."""
+    names = "\n".join(f"{cls}={p.pattern}/{p.flags}" for cls, p in NAME_CLASSES).encode()
+    return base * 100_000 + zlib.crc32(PEAKS_CSV.read_bytes() + names) % 100_000
 
 #: Above every dense peak a GPU has (B200/GB200 fp8: 4,500-5,000 TFLOP/s): the bound of a call's
 #: rate where the device or its dtype is not in the table.
@@ -56,16 +60,7 @@ KERNEL_CLASSES = ("gemm", "attention", "convolution", "elementwise", "reduction"
                   "other")
 #: The kernel classes whose rows carry a TFLOP/s and an efficiency (the math kernels); FLOPs that an
 #: op shares with its other kernels (a transpose around a convolution) count in step MFU only.
-RATED_CLASSES = ("gemm", "attention", "convolution")
-_CLASS_RE = (("reduction", re.compile(r"^triton_(red|per)_")),
-             ("elementwise", re.compile(r"^triton_poi_")),
-             ("attention", re.compile(r"flash|fmha|attention|attn|sdpa", re.I)),
-             ("convolution", re.compile(r"conv(?!ert)|fprop|dgrad|wgrad|igemm|winograd|miopen", re.I)),
-             ("gemm", re.compile(r"gemm|gemv|cutlass|cublas|xmma|nvjet|wgmma|matmul|Cijk_|^bmm_", re.I)),
-             ("reduction", re.compile(r"reduce|softmax|norm|triton_red|triton_per|welford|argm|nll_loss|"
-                                      r"cross_entropy|cumsum|scan|GammaBeta", re.I)),
-             ("elementwise", re.compile(r"elementwise|vectorized|unrolled|triton_poi|pointwise|fill|copy|"
-                                        r"index|cat_|where|multi_tensor_apply|foreach|rotary|quant", re.I)))
+RATED_CLASSES = MATH_CLASSES
 _DTYPE_RE = (("fp8", re.compile(r"fp8|e4m3|e5m2", re.I)),  # first: an fp8 GEMM's name also states its bf16 output
              ("bf16", re.compile(r"bf16|bfloat16", re.I)),
              ("fp16", re.compile(r"(?<![b])f16|fp16|half|hgemm|h1688|h884|h16816", re.I)),
@@ -86,10 +81,7 @@ def kernel_class(name: str, kind: str) -> str:
         return "communication"
     if kind == "memcpy":
         return "memory"
-    for cls, pattern in _CLASS_RE:
-        if pattern.search(name):
-            return cls
-    return "other"
+    return name_class(name)
 
 
 def gemm_dtype(name: str) -> str:

@@ -27,7 +27,7 @@ A kernel belongs to the innermost such op around the runtime call that launched 
 correlation id, same thread: :func:`dpcore.read.traces.collectives.range_of_launch`); when one
 op launched several kernels (split-K and its reduction), its FLOPs are shared among them in
 proportion to their durations, so a sum over kernels counts the op once and FLOPs / time is the
-op's rate. Only its math kernels share them (:data:`MATH_KERNEL`: GEMM, convolution and attention
+op's rate. Only its math kernels share them (:func:`is_math_kernel`: GEMM, convolution and attention
 kernels by name, cuBLAS's split-K reduction among them) where it launched any: MIOpen's layout
 transposes around a convolution take longer than the convolution itself, and would otherwise read
 as covered work and halve the convolution's rate. An op that holds another counted op
@@ -73,11 +73,40 @@ CONV_BWD = {"aten::convolution_backward": ((0, 1, 2), 2), "aten::cudnn_convoluti
             "aten::miopen_convolution_backward_input": ((1, -1, 2), 1),
             "aten::cudnn_convolution_backward_weight": ((1, 2, -1), 1),
             "aten::miopen_convolution_backward_weight": ((1, 2, -1), 1)}
-#: Kernels that do an op's arithmetic, by name (cuBLAS/CUTLASS/rocBLAS GEMMs, cuDNN/MIOpen/CK
-#: convolutions, flash and fused attention); an op's other kernels (transposes, casts) get none of
-#: its FLOPs where it launched one of these.
-MATH_KERNEL = re.compile(r"gemm|gemv|cublas|cutlass|xmma|nvjet|wgmma|matmul|Cijk_|^bmm_|conv(?!ert)|fprop|dgrad|"
-                         r"wgrad|igemm|winograd|miopen|_ZN2ck|flash|fmha|attention|attn|sdpa", re.I)
+#: Kernel classes by name, tried in order (the first match wins; "other" where none matches): the
+#: one table of what a kernel does, read here (which kernels take an op's FLOPs) and by the kernel
+#: classes of the ``gpu`` command (:func:`dpcore.read.analysis.gpu_flops.kernel_class`). Triton's
+#: generated names come first (``triton_poi_fused_..._convolution_...`` is a pointwise kernel fused
+#: around a convolution, not the convolution); composable kernel's (CK, AMD) mangled names state
+#: their operation (``kernel_grouped_conv_fwd_...``, ``kernel_gemm_xdl_...``, ``fmha_fwd_...``; its
+#: grouped convolution's weight gradient is ``kernel_batched_gemm_xdlops_bwd_weight``), and its
+#: elementwise, normalization and reduction kernels are no math kernels.
+NAME_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("reduction", re.compile(r"^triton_(red|per)_")),
+    ("elementwise", re.compile(r"^triton_poi_")),
+    ("attention", re.compile(r"flash|fmha|attention|attn|sdpa", re.I)),
+    ("convolution", re.compile(r"conv(?!ert)|fprop|dgrad|wgrad|igemm|winograd|miopen|xdlops_bwd_weight", re.I)),
+    ("gemm", re.compile(r"gemm|gemv|cutlass|cublas|xmma|nvjet|wgmma|matmul|Cijk_|^bmm_", re.I)),
+    ("reduction", re.compile(r"reduce|softmax|norm|triton_red|triton_per|welford|argm|nll_loss|"
+                             r"cross_entropy|cumsum|scan|GammaBeta", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|triton_poi|pointwise|fill|copy|"
+                               r"index|cat_|where|multi_tensor_apply|foreach|rotary|quant", re.I)))
+#: The classes of :data:`NAME_CLASSES` that do an op's arithmetic (GEMM, convolution, attention):
+#: an op's other kernels (transposes, casts) get none of its FLOPs where it launched one of these,
+#: and only these carry a TFLOP/s and an efficiency in ``gpu --kernels``.
+MATH_CLASSES = ("gemm", "attention", "convolution")
+
+
+def name_class(name: str) -> str:
+    """The class of a kernel by its name alone (:data:`NAME_CLASSES`), "other" where none matches."""
+    return next((cls for cls, pattern in NAME_CLASSES if pattern.search(name)), "other")
+
+
+def is_math_kernel(name: str) -> bool:
+    """Whether a kernel's name says it does an op's arithmetic (:data:`MATH_CLASSES`)."""
+    return name_class(name) in MATH_CLASSES
+
+
 FLOP_OPS = frozenset((*MATMUL_OPS, *ATTENTION_FWD, *ATTENTION_BWD, *CONV_FWD, *CONV_BWD))
 #: c10 ScalarType names (``Input type``) -> the dtype names of the peak table.
 INPUT_DTYPES = {"c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16",
@@ -244,7 +273,7 @@ def kernel_matmuls(cols: Columns, kernels: np.ndarray) -> tuple[np.ndarray, np.n
     idx, op = idx[found], op[found]
     if not idx.size:
         return flops, codes, list(table)
-    math_k = np.asarray([bool(MATH_KERNEL.search(x)) for x in names] + [False], bool)[cols.codes["name"][idx]]
+    math_k = np.asarray([is_math_kernel(x) for x in names] + [False], bool)[cols.codes["name"][idx]]
     has_math = np.zeros(cols.ts.size, bool)
     has_math[op[math_k]] = True
     sharing = math_k | ~has_math[op]  # an op's math kernels, or all of its kernels where it launched none
