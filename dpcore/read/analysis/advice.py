@@ -1,5 +1,5 @@
 """What to do about an idle GPU, by its cause: the recommendation of the ``gpu`` command and the
-GPU page (:func:`dpcore.read.analysis.gpu_time.advice` reads it from here).
+GPU page (both call :func:`advice`).
 
 Why a table by cause. The GPU time ledger charges each host gap (the GPU idle because the CPU had
 not launched the next kernel yet) to the outermost CPU op the launching thread was in

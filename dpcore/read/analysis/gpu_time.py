@@ -268,12 +268,3 @@ def job_gpu(ledger: pd.DataFrame, tf32: bool = False) -> pd.DataFrame:
     out = out.merge(eff[["job_id", "gpu_step_mfu_pct", "gemm_eff_pct", "flops_coverage_pct"]], on="job_id",
                     how="left")
     return out[JOB_GPU_COLUMNS]
-
-
-def advice(row: pd.Series | dict) -> str:
-    """One plain-language recommendation for a ledger row where one is clear, else "": by the
-    cause of the GPU's idle (:func:`dpcore.read.analysis.advice.advice`, whose table maps each
-    host-idle cause to its remedy and reason)."""
-    from dpcore.read.analysis.advice import advice as by_cause  # beside its table; imports no ledger
-
-    return by_cause(row)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from dpcore.contract.options import GpuOptions
 from dpcore.contract.units import percent_number
+from dpcore.read.analysis.advice import advice
 from dpcore.read.analysis.comm import CALL_COLUMNS, call_bandwidth
 from dpcore.read.analysis.gpu_flops import (
     EFFICIENCY_COLUMNS,
@@ -24,7 +25,7 @@ from dpcore.read.analysis.gpu_flops import (
     with_efficiency,
 )
 from dpcore.read.analysis.gpu_kernels import KERNEL_CSV_COLUMNS, fp32_matmul_note, kernel_rows
-from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP, advice
+from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP
 from dpcore.read.analysis.stragglers import call_transfer_wait
 from dpcore.read.importer.rows import IMPORT_COMM
 from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
@@ -90,9 +91,13 @@ def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale 
     ``per_step``; CSV rows are GPU_COLUMNS (one per job, rank and window). ``kernels``: the GPU
     time by kernel class instead (KERNEL_COLUMNS). Raises ValueError (RunLoadError for a broken
     run) with a one-line message."""
-    ledger, causes, classes, tf32 = load_gpu(path, scale)
-    if kernels:
-        return _kernels_text(kernel_rows(classes, tf32), csv)
+    loaded = load_gpu(path, scale)
+    return _kernels_text(loaded, csv) if kernels else _ledger_text(loaded, csv, per_step)
+
+
+def _ledger_text(loaded: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, bool], csv: bool, per_step: bool) -> str:
+    """The ledger of :func:`load_gpu`'s tables (see :func:`gpu_text`)."""
+    ledger, causes, _, tf32 = loaded
     headline = rank_efficiency(ledger, tf32)
     ledger = with_efficiency(ledger, tf32)
     if not per_step:
@@ -120,10 +125,11 @@ def gpu_text(path: str, csv: bool = False, per_step: bool = False, scale: Scale 
     return "\n\n".join(parts) + f"\n\n{_NOTE}\n"
 
 
-def _kernels_text(classes: pd.DataFrame, csv: bool) -> str:
-    """`gpu --kernels`: per rank the GPU time by kernel class (:func:`kernel_rows`' rows) with the
-    math classes' achieved TFLOP/s and efficiency over the calls whose FLOPs are known (flops_calls
-    of calls), and the fp32-GEMM line where it applies."""
+def _kernels_text(loaded: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, bool], csv: bool) -> str:
+    """`gpu --kernels` of :func:`load_gpu`'s tables: per rank the GPU time by kernel class
+    (:func:`kernel_rows`' rows) with the math classes' achieved TFLOP/s and efficiency over the
+    calls whose FLOPs are known (flops_calls of calls), and the fp32-GEMM line where it applies."""
+    classes = kernel_rows(loaded[2], loaded[3])
     if csv:
         return csv_table(classes[KERNEL_COLUMNS])
     parts = []
@@ -199,8 +205,9 @@ def gpu_tables(path: str, csv: bool = False, per_step: bool = False, kernels: bo
                 else gpu_text(path, csv=csv, per_step=per_step, scale=scale, kernels=kernels))
     if not (per_step or kernels):
         return collectives_text(path, scale=scale)
-    parts = ([gpu_text(path, per_step=True, scale=scale)] if per_step else []) + (
-        [gpu_text(path, kernels=True, scale=scale)] if kernels else [])
+    loaded = load_gpu(path, scale)  # one read serves the ledger and the kernel classes
+    parts = ([_ledger_text(loaded, csv=False, per_step=True)] if per_step else []) + (
+        [_kernels_text(loaded, csv=False)] if kernels else [])
     if collectives:
         try:
             parts.append(collectives_text(path, scale=scale))

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from dpcore.read.analysis import gpu_time
 from dpcore.read.analysis.advice import DEVICE_REMEDIES, HOST_REMEDIES, LAUNCH_REMEDY, advice, remedy_for
 from dpcore.read.analysis.gpu_time import TRACE_STEP
-from dpcore.read.analysis.gpu_time import advice as gpu_advice
+from dpcore.read.dashboard.pages import gpu as gpu_page
 from dpcore.read.ranks import folder_gpu
+from dpcore.read.report import gpu as gpu_report
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 
@@ -44,7 +46,9 @@ def test_each_cause_has_its_remedy(cause: str, what: str, says: str) -> None:
     tip = advice(row(cause, 60.0, 80.0))
     assert tip == (f"host-bound: the GPU waited 80 ms (80 % of the span) for the CPU; the top cause is {cause} "
                    f"(60 ms), {what}: {r.remedy}. Why: {r.reason}.")
-    assert gpu_advice(row(cause, 60.0, 80.0)) == tip  # the gpu command and page read this one function
+    # the gpu command and page call this one function, with no pass-through in between
+    assert gpu_report.advice is advice and gpu_page.advice is advice
+    assert not hasattr(gpu_time, "advice")
 
 
 def test_a_large_cause_is_named_below_host_bound_and_noise_is_not() -> None:

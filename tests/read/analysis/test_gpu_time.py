@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, advice, gpu_ledger
+from dpcore.read.analysis.advice import advice
+from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, gpu_ledger
 from dpcore.read.traces.reader import read_trace
 
 TRACE = Path(__file__).resolve().parents[2] / "data" / "gpu_ledger_rank0.json.gz"

@@ -7,7 +7,7 @@ Why its own page: on a GPU the first question is not how long a step takes but h
 GPU worked; Overview's "other" hides a GPU waiting for its launching thread. The numbers are the
 ``gpu`` command's (`dpcore.read.ranks.run_gpu` over `dpcore.read.analysis.gpu_time.gpu_ledger`,
 read once per run through `dpcore.read.dashboard.data.cached_gpu`); the figures come from
-`dpcore.read.plots.gpu`; the recommendation is `gpu_time.advice`, the CLI's.
+`dpcore.read.plots.gpu`; the recommendation is `dpcore.read.analysis.advice.advice`, the CLI's.
 """
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dpcore.contract.units import EMPTY
+from dpcore.read.analysis.advice import advice
 from dpcore.read.analysis.gpu_flops import efficiency_text, rank_efficiency, run_tf32, with_efficiency
 from dpcore.read.analysis.gpu_kernels import fp32_matmul_note, kernel_rows
-from dpcore.read.analysis.gpu_time import HOST_BOUND_SHARE, TRACE_STEP, advice
+from dpcore.read.analysis.gpu_time import HOST_BOUND_SHARE, TRACE_STEP
 from dpcore.read.analysis.metrics import INFLATION_LIMIT
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.table_cells import table_height
