@@ -236,7 +236,8 @@ def rank_efficiency(ledger: pd.DataFrame, tf32: bool = False, by: tuple[str, ...
     """Per group ``by`` of ledger rows (gpu_time's, with job_id): step MFU and FLOPs coverage over
     the traced steps pooled (Σ ideal / Σ span; the whole trace where no step has GPU events),
     GEMM efficiency over the whole trace, model TFLOP per window, which windows (``steps`` or
-    ``trace``) and the set-aside counts of the whole trace."""
+    ``trace``) and the set-aside counts of the whole trace. The percentages are
+    :func:`with_efficiency`'s of one row of those sums: one set of formulas for a window and a rank."""
     cols = [*by, *RANK_EFFICIENCY_COLUMNS[2:]]
     if ledger.empty:
         return pd.DataFrame(columns=cols)
@@ -249,15 +250,12 @@ def rank_efficiency(ledger: pd.DataFrame, tf32: bool = False, by: tuple[str, ...
         s = win[[f"ideal_ms{sfx}", "span_ms", "flops_ms", "kernel_ms", "model_tflop"]].sum()
         g = trace[[f"gemm_ideal_ms{sfx}", "gemm_ms", "flops_set_aside", "set_aside_events"]].sum()
         k = key if isinstance(key, tuple) else (key,)
-        rows.append({**dict(zip(by, k)),
-                     "step_mfu_pct": 100 * s[f"ideal_ms{sfx}"] / s["span_ms"]
-                     if s["flops_ms"] > 0 and s["span_ms"] > 0 else np.nan,
-                     "gemm_eff_pct": 100 * g[f"gemm_ideal_ms{sfx}"] / g["gemm_ms"] if g["gemm_ms"] > 0 else np.nan,
-                     "flops_coverage_pct": 100 * s["flops_ms"] / s["kernel_ms"] if s["kernel_ms"] > 0 else np.nan,
+        rows.append({**dict(zip(by, k)), **s.to_dict(), **g.to_dict(),
                      "model_tflop_per_step": s["model_tflop"] / len(win) if len(win) else np.nan,
-                     "mfu_windows": "steps" if len(steps) else "trace",
-                     "flops_set_aside": int(g["flops_set_aside"]), "set_aside_events": int(g["set_aside_events"])})
-    return pd.DataFrame(rows, columns=cols)
+                     "mfu_windows": "steps" if len(steps) else "trace"})
+    out = with_efficiency(pd.DataFrame(rows), tf32)
+    out[["flops_set_aside", "set_aside_events"]] = out[["flops_set_aside", "set_aside_events"]].astype(int)
+    return out[cols]
 
 
 def efficiency_text(row: pd.Series | dict, tf32: bool = False) -> str:
