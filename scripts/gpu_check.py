@@ -38,9 +38,12 @@ check asserts (with ``--device cpu`` the GPU is the CPU and NCCL is gloo):
 
 Every dpcore command runs in a child process that cannot import streamlit or plotly (they are
 set to None in ``sys.modules``), so a command path that imports them fails here, on the CPU
-too. At most four files are written under ``--out`` (default ``$OUT``): ``gpu_check.txt`` (what
-was printed), ``checks.json``, ``logs.tar.gz`` (each command's output) and ``runs.tar.gz``
-(run.json, steps.csv and collectives.csv of every run; no traces).
+too. At most five files are written under ``--out`` (default ``$OUT``): ``gpu_check.txt`` (what
+was printed), ``checks.json``, ``logs.tar.gz`` (each command's output), ``runs.tar.gz``
+(run.json, steps.csv and collectives.csv of every run; no traces) and ``measured.jsonl``: one
+JSON line per probe outcome (each collective of the gloo probes, as each rank learns it) and per
+check verdict, appended and flushed as each is known, so a crash (of a probe's rank, or of the
+whole call when its time is up) loses nothing measured before it.
 """
 from __future__ import annotations
 
@@ -99,6 +102,8 @@ class Env:
     runs: list[Path] = field(default_factory=list)
     #: what the checks measured, printed after the verdicts
     notes: list[str] = field(default_factory=list)
+    #: ``measured.jsonl`` under --out: every probe outcome and check verdict, appended as known
+    measured: Path | None = None
 
     def __post_init__(self) -> None:
         (self.work / "dpcore_guarded.py").write_text(GUARD)
@@ -300,24 +305,66 @@ def find_runs(out: Path) -> list[Path]:
 
 # -- the probes, run as their own processes ------------------------------------------------------
 
-def merge_ranks(per_rank: dict[int, dict[str, str]]) -> dict[str, str]:
+def merge_ranks(per_rank: dict[int, dict[str, str]], world: int = 0,
+                keys: list[str] | None = None) -> dict[str, str]:
     """One outcome per collective from every rank's: 'ok' only where each rank got the known
     answer, else the first rank's that did not, naming it (a receiving rank's wrong values are
-    the collective's: a send that returned proves nothing about what arrived)."""
-    out: dict[str, str] = {}
+    the collective's: a send that returned proves nothing about what arrived). A rank (of
+    ``world``, else of those up to the highest seen) without an outcome for a collective (of
+    ``keys``, else of those seen) makes it 'rank r: no result': it crashed or hung before."""
+    out: dict[str, str] = {k: "ok" for k in keys or []}
     for rank in sorted(per_rank):
         for key, outcome in per_rank[rank].items():
             if out.get(key, "ok") == "ok":
                 out[key] = outcome if outcome == "ok" else f"rank {rank}: {outcome}"
-    missing = [r for r in range(max(per_rank, default=-1) + 1) if r not in per_rank]
-    if missing:
-        out = {k: v if v != "ok" else f"rank {missing[0]}: no result" for k, v in out.items()}
+    ranks = range(max(world, max(per_rank, default=-1) + 1))
+    for key, outcome in out.items():
+        lacking = [r for r in ranks if key not in per_rank.get(r, {})]
+        if outcome == "ok" and lacking:
+            out[key] = f"rank {lacking[0]}: no result"
     return out
 
 
-def _probe_rank(rank: int, world: int, store: str, device: str, what: str, results: Any) -> None:
-    """One rank of a gloo group over ``device`` tensors: each collective of ``what`` once,
-    its outcome ('ok', 'wrong values', or the error) in ``results[rank]``."""
+#: the file under --out that every probe outcome and check verdict is appended to as it is known
+MEASURED = "measured.jsonl"
+
+#: fault injection for the tests: ``<rank>:<key>`` makes that rank abort as it reaches that
+#: collective (a crash, as gloo's SIGABRT), to show that what was measured before it is kept
+CRASH_ENV = "DPCORE_GPU_CHECK_CRASH"
+
+
+def probe_keys(what: str) -> list[str]:
+    """The collectives a probe runs, in order: ``<name>[<dtype>]``."""
+    if what == "send_recv":
+        return ["send_recv[float32]"]
+    return [f"{name}[{dtype}]" for dtype in ("float32", "bfloat16") for name in COLLECTIVES]
+
+
+def append_line(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line to ``path`` and flush it to the OS at once: a process that crashes
+    (or is killed) after this call has lost nothing of it."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of ``path`` (none when it is absent); a line cut off by a crash is skipped."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def _probe_rank(rank: int, world: int, store: str, device: str, what: str, log: str) -> None:
+    """One rank of a gloo group over ``device`` tensors: each collective of ``what`` once, its
+    outcome ('ok', 'wrong values', or the error) appended to ``log`` as it is known (a JSON
+    line: probe, rank, key, outcome), so a crash in a later collective loses none of them."""
     import datetime as dt
 
     import torch
@@ -328,19 +375,21 @@ def _probe_rank(rank: int, world: int, store: str, device: str, what: str, resul
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=dt.timedelta(seconds=60))
     dev = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
-    out: dict[str, str] = {}
+    crash = os.environ.get(CRASH_ENV, "")
     names = ("send_recv",) if what == "send_recv" else COLLECTIVES
     for dtype in ((torch.float32,) if what == "send_recv" else (torch.float32, torch.bfloat16)):
         for name in names:
             key = f"{name}[{str(dtype).removeprefix('torch.')}]"
+            if crash == f"{rank}:{key}":
+                os.abort()
             try:
                 ok = _one_collective(name, rank, world, dev, dtype)
                 if device == "cuda":  # an asynchronous CUDA error is this collective's
                     torch.cuda.synchronize()
-                out[key] = "ok" if ok else "wrong values"
+                outcome = "ok" if ok else "wrong values"
             except Exception as exc:  # noqa: BLE001 - the outcome is what is reported
-                out[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-    results[rank] = out
+                outcome = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+            append_line(Path(log), {"probe": what, "rank": rank, "key": key, "outcome": outcome})
     dist.destroy_process_group()
 
 
@@ -406,16 +455,35 @@ def _one_collective(name: str, rank: int, world: int, dev: Any, dtype: Any) -> b
     raise ValueError(name)
 
 
-def probe_main(device: str, what: str, result_file: str) -> int:
-    """``--probe``: spawn two ranks that share the GPU over gloo and write their outcomes,
-    merged (:func:`merge_ranks`)."""
+def probe_outcomes(log: Path, what: str) -> dict[str, str]:
+    """The merged outcomes of probe ``what`` from the lines its ranks appended to ``log``."""
+    per_rank: dict[int, dict[str, str]] = {}
+    for line in read_lines(log):
+        if line.get("probe") == what:
+            per_rank.setdefault(int(line["rank"]), {})[str(line["key"])] = str(line["outcome"])
+    return merge_ranks(per_rank, world=2, keys=probe_keys(what)) if per_rank else {}
+
+
+def probe_main(device: str, what: str, result_file: str, log: str | None = None) -> int:
+    """``--probe``: spawn two ranks that share the GPU over gloo; each appends every outcome to
+    ``log`` as it is known (:func:`_probe_rank`; default: a file beside ``result_file``).
+    ``result_file`` gets them merged (:func:`merge_ranks`) also when a rank crashed: the
+    collectives measured before the crash keep their outcomes, the rest read 'no result'.
+    Exit 1 when a rank crashed."""
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory() as tmp, mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(_probe_rank, args=(2, str(Path(tmp) / "store"), device, what, results), nprocs=2)
-        Path(result_file).write_text(json.dumps(merge_ranks(dict(results)), indent=1))
-    return 0
+    log_path = Path(log) if log else Path(f"{result_file}.jsonl")
+    crashed = ""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            mp.spawn(_probe_rank, args=(2, str(Path(tmp) / "store"), device, what, str(log_path)), nprocs=2)
+        except Exception as exc:  # noqa: BLE001 - a crashed rank is an outcome, said below
+            crashed = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    merged = probe_outcomes(log_path, what)
+    if crashed:
+        merged = {k: f"{v} ({crashed})" if v.endswith(": no result") else v for k, v in merged.items()}
+    Path(result_file).write_text(json.dumps(merged, indent=1))
+    return 1 if crashed else 0
 
 
 # -- the checks ----------------------------------------------------------------------------------
@@ -454,10 +522,14 @@ def check_host(env: Env) -> list[str]:
 
 
 def _probe(env: Env, name: str, what: str, timeout: float) -> tuple[int, dict[str, str]]:
+    """Run probe ``what``: its ranks append each outcome to ``measured.jsonl`` under --out as
+    they go, so a probe cut short (a crashed rank, its time up) still gives what it measured."""
     result = env.work / f"{name}.json"
+    log = env.measured or env.work / f"{name}.jsonl"
     rc, _ = env.run(name, [sys.executable, str(Path(__file__).resolve()), "--probe", what,
-                           "--device", env.device, "--probe-out", str(result)], timeout)
-    return rc, (json.loads(result.read_text()) if result.is_file() else {})
+                           "--device", env.device, "--probe-out", str(result), "--probe-log", str(log)],
+                    timeout)
+    return rc, (json.loads(result.read_text()) if result.is_file() else probe_outcomes(log, what))
 
 
 def check_gloo_collectives(env: Env) -> list[str]:
@@ -710,18 +782,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=3, help="checks run at once")
     ap.add_argument("--probe", choices=("collectives", "send_recv"), help=argparse.SUPPRESS)
     ap.add_argument("--probe-out", help=argparse.SUPPRESS)
+    ap.add_argument("--probe-log", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.probe:
-        return probe_main(args.device, args.probe, args.probe_out)
+        return probe_main(args.device, args.probe, args.probe_out, args.probe_log)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(CHECKS)
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         print(f"gpu_check: unknown check {', '.join(unknown)}; valid: {', '.join(CHECKS)}", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
+    measured = out / MEASURED
     try:  # a folder that cannot be written is said before eight minutes of checks, not after
         out.mkdir(parents=True, exist_ok=True)
         (out / "gpu_check.txt").write_text("gpu_check: running\n")
+        measured.write_text("")  # this call's lines only
     except OSError as exc:
         print(f"gpu_check: cannot write the results under --out {out}: {exc.strerror or exc}; "
               "give a writable folder (--out or OUT)", file=sys.stderr)
@@ -730,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     printed: list[str] = []
     results: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="dpcore-gpu-check-") as tmp:
-        env = Env(args.device, Path(tmp), start + args.budget_s)
+        env = Env(args.device, Path(tmp), start + args.budget_s, measured=measured)
 
         def one(name: str) -> tuple[str, list[str], float]:
             t0 = time.monotonic()
@@ -748,6 +823,7 @@ def main(argv: list[str] | None = None) -> int:
             for fut in as_completed([pool.submit(one, n) for n in names]):
                 name, bad, took = fut.result()
                 results[name] = bad
+                append_line(measured, {"check": name, "ok": not bad, "failures": bad, "seconds": round(took, 1)})
                 line = f"{name:22s} {'ok' if not bad else 'FAILED':7s} {took:5.0f} s"
                 print(line, flush=True)
                 printed.append(line)

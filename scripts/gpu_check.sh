@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The acceptance test of a lent GPU (one NVIDIA GPU, torch 2.11+ with CUDA, no streamlit/plotly
 # needed): scripts/gpu_check.py runs every check in one call of about 8 minutes and exits 1 with
-# one "FAIL: <check>: <why>" line per failed check; it writes at most four files under $OUT
+# one "FAIL: <check>: <why>" line per failed check; it writes at most five files under $OUT
 # (default /tmp/dpcore-gpu-check), rewritten as each check finishes.
 # Its docstring lists the checks. Arguments are passed on, e.g. --device cpu for a dry run on
 # this machine's CPU, --only gloo-collectives,fsdp-allgather-bytes for a few checks.

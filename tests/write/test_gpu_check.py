@@ -134,8 +134,11 @@ def test_dry_run_on_cpu_passes_and_writes_little(tmp_path: Path) -> None:
     assert "gpu_check on cpu: 6 of 6 checks passed" in p.stdout
     assert "all-gathered MiB per step (rank 0): fsdp-ws2 fp32" in p.stdout
     files = sorted(f.name for f in out.iterdir())
-    assert files == ["checks.json", "gpu_check.txt", "logs.tar.gz", "runs.tar.gz"]
+    assert files == ["checks.json", "gpu_check.txt", "logs.tar.gz", "measured.jsonl", "runs.tar.gz"]
     assert json.loads((out / "checks.json").read_text())["failures"] == {n: [] for n in only.split(",")}
+    lines = gc.read_lines(out / "measured.jsonl")
+    assert sorted(x["check"] for x in lines if "check" in x) == sorted(only.split(","))
+    assert gc.probe_outcomes(out / "measured.jsonl", "collectives") == {k: "ok" for k in gc.probe_keys("collectives")}
 
 
 @pytest.mark.slow
@@ -194,6 +197,36 @@ def test_a_probes_outcome_is_every_ranks() -> None:
     assert got == {"x": "rank 0: RuntimeError: boom"}
     assert gc.merge_ranks({1: {"x": "ok"}}) == {"x": "rank 0: no result"}
     assert gc.merge_ranks({}) == {}
+    # a rank that crashed after x: y, which it never reported, and z, which nobody reached
+    got = gc.merge_ranks({0: {"x": "ok", "y": "ok"}, 1: {"x": "ok"}}, world=2, keys=["x", "y", "z"])
+    assert got == {"x": "ok", "y": "rank 1: no result", "z": "rank 0: no result"}
+
+
+@pytest.mark.slow
+def test_a_rank_crash_keeps_what_was_measured_before_it(tmp_path: Path) -> None:
+    """Rank 1 of the collectives probe aborts as it reaches all_gather (the crash a CUDA tensor
+    can give gloo): every outcome measured before it is in measured.jsonl under --out, as each
+    rank learnt it, and in the check's verdict; the crashed collective fails, naming the
+    crash. The old probe kept its outcomes in memory until the end, so a crash lost all of them."""
+    out = tmp_path / "out"
+    env = {**os.environ, gc.CRASH_ENV: "1:all_gather[float32]"}
+    p = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--only", "gloo-collectives",
+                        "--out", str(out), "--budget-s", "300"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
+    lines = gc.read_lines(out / "measured.jsonl")
+    before = ["broadcast[float32]", "all_reduce[float32]", "reduce[float32]"]
+    for rank in (0, 1):
+        mine = {x["key"]: x["outcome"] for x in lines if x.get("probe") == "collectives" and x["rank"] == rank}
+        assert all(mine.get(k) == "ok" for k in before), (rank, mine)
+    assert not any(x.get("rank") == 1 and x.get("key") == "all_gather[float32]" for x in lines)
+    (verdict,) = [x for x in lines if x.get("check") == "gloo-collectives"]
+    assert not verdict["ok"]
+    why = "\n".join(verdict["failures"])
+    # the crashed collective fails (rank 0 may have met the crash first, or been ended by it)
+    assert "all_gather[float32]: rank " in why and "signal SIGABRT" in why, why
+    assert not any(k in why for k in before), why  # measured before the crash: ok, not lost
+    assert json.loads((out / "checks.json").read_text())["failures"]["gloo-collectives"] == verdict["failures"]
 
 
 @pytest.mark.slow
@@ -205,7 +238,7 @@ def test_a_relative_out_is_where_the_shell_script_was_called(tmp_path: Path) -> 
                         "--budget-s", "1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "FAIL: host: not run: the 1 s budget was spent" in p.stdout, p.stdout + p.stderr
     assert sorted(f.name for f in (tmp_path / "rel").iterdir()) == [
-        "checks.json", "gpu_check.txt", "logs.tar.gz", "runs.tar.gz"]
+        "checks.json", "gpu_check.txt", "logs.tar.gz", "measured.jsonl", "runs.tar.gz"]
     assert not (ROOT / "rel").exists()
 
 
