@@ -285,6 +285,12 @@ class StreamEventClock(EventClock):
     def event(self) -> StreamEvent:
         return self.pg.record_event()
 
+    def drain(self) -> bool:
+        """Wait until the group's stream (and the current stream) ran everything issued, as
+        ``torch.cuda.synchronize`` does for :class:`CudaEventClock`."""
+        self.pg.synchronize()
+        return True
+
 
 def group_of(group: Any = None) -> AsyncTestProcessGroup:
     """The :class:`AsyncTestProcessGroup` behind ``group`` (default: the world)."""

@@ -80,25 +80,51 @@ class EventClock:
         ``elapsed_time(other)`` in ms, as ``torch.cuda.Event``)."""
         raise NotImplementedError
 
+    #: how many marks were made (a mark counts once its event is recorded)
+    _marks = 0
+    #: the last anchor that later batches may reuse: (host ns, anchor event, marks before it)
+    _last: tuple[int, Any, int] | None = None
+
     def mark(self) -> Any:
-        return self.event()
+        ev = self.event()
+        self._marks += 1
+        return ev
 
     def anchor(self) -> Any:
         """The anchor event, recorded now where nothing is queued before it (so it executes
         between the two host reads around it)."""
         return self.event()
 
+    def drain(self) -> bool:
+        """Wait until the device ran everything queued so far, on every stream; True when it
+        did. Then every event marked before the anchor that follows has executed before it, and
+        a later batch of such events may be placed with the same anchor. The base class cannot
+        drain (False: each batch gets its own anchor)."""
+        return False
+
     def resolve(self, events: list[Any]) -> list[int]:
-        """``perf_counter_ns`` of each event (waits for them; see the scheme above)."""
+        """``perf_counter_ns`` of each event (waits for them; see the scheme above).
+
+        Batches resolved with no mark made in between share one anchor (where the clock can
+        :meth:`drain`): a step's phase marks (the phase timer) and its collectives' edges (the
+        recorder), resolved one after the other on the job's one clock, are then placed by the
+        same host reading, so the anchor's error (up to half the two host reads around it)
+        cannot shift one against the other."""
         if not events:
             return []
         for ev in events:
             ev.synchronize()
-        t0 = _perf_ns()
-        anchor = self.anchor()
-        anchor.synchronize()
-        t1 = _perf_ns()
-        host = (t0 + t1) // 2
+        last = self._last
+        if last is None or last[2] != self._marks:
+            marks = self._marks  # read before the anchor: a mark counted here precedes it
+            drained = self.drain()
+            t0 = _perf_ns()
+            anchor = self.anchor()
+            anchor.synchronize()
+            t1 = _perf_ns()
+            last = ((t0 + t1) // 2, anchor, marks)
+            self._last = last if drained else None
+        host, anchor = last[0], last[1]
         return [host - round(ev.elapsed_time(anchor) * 1e6) for ev in events]
 
 
@@ -123,6 +149,10 @@ class CudaEventClock(EventClock):
         ev = torch.cuda.Event(enable_timing=True)
         ev.record(self._idle)
         return ev
+
+    def drain(self) -> bool:
+        torch.cuda.synchronize(self.device)
+        return True
 
 
 def clock_for(device: Any) -> EventClock | None:
@@ -192,6 +222,12 @@ class Recorder:
     def clock(self) -> EventClock | None:
         """The event clock edges are timed with (None: the host clock)."""
         return self._clock
+
+    def phase_timer(self) -> PhaseTimer:
+        """The job's :class:`PhaseTimer`, on this recorder's clock and offset (call it after
+        :meth:`time_on`): the step's phases and its collectives' edges are then marks of one
+        clock, resolved with one anchor, so a step window clips the collectives on one scale."""
+        return PhaseTimer(offset_ns=self.offset_ns, clock=self._clock)
 
     def mark(self) -> Any:
         """An edge of a message, now: the shared-clock ns on the host clock, else an event on
@@ -584,7 +620,9 @@ class PhaseTimer:
     unless a ``clock`` is given) and resolves them once at :meth:`finish`, so timing never
     inserts a device synchronisation inside the step (which would change what is measured).
     There ``t_start_ns`` is the start event's time on the shared clock, the same scale as the
-    recorder's collective and message edges, so a step window clips them consistently.
+    recorder's collective and message edges, so a step window clips them consistently: a job
+    makes its timer with :meth:`Recorder.phase_timer`, on the recorder's own clock, so both are
+    placed by one anchor (:meth:`EventClock.resolve`).
     """
 
     PHASES = ("fwd", "bwd", "sync", "opt")
@@ -603,13 +641,14 @@ class PhaseTimer:
         if self.clock is not None:
             self._marks.append(("start", self.clock.mark()))
 
-    def mark(self, phase: str, at_ns: int | None = None) -> None:
-        """End of ``phase`` (one of PHASES), i.e. start of the next one. ``at_ns`` (CPU only):
-        a ``perf_counter_ns`` reading taken earlier, when the phase really ended."""
-        if self.clock is not None:
-            self._marks.append((phase, self.clock.mark()))
-        else:
-            self._marks.append((phase, at_ns if at_ns else _perf_ns()))
+    def mark(self, phase: str, at: Any = None) -> None:
+        """End of ``phase`` (one of PHASES), i.e. start of the next one. ``at``: when the phase
+        really ended, taken earlier on this timer's clock (a ``perf_counter_ns`` reading on the
+        host clock, an event of :attr:`clock` on an event clock; None: now), e.g.
+        :meth:`dpcore.write.capture.backward_end.BackwardEnd.take`."""
+        if at is None or (isinstance(at, int) and at <= 0):
+            at = self.clock.mark() if self.clock is not None else _perf_ns()
+        self._marks.append((phase, at))
 
     def finish(self) -> dict[str, float]:
         """Phase durations in ms plus ``step_ms`` and ``t_start_ns``."""

@@ -17,7 +17,7 @@ from typing import Any
 import torch.distributed as dist
 
 from dpcore.contract.config import TrainConfig
-from dpcore.write.capture.comm_log import PhaseTimer, Recorder
+from dpcore.write.capture.comm_log import Recorder
 from dpcore.write.capture.inject import HangInjection, Injections, missed_note
 from dpcore.write.capture.rank_channel import RankChannel, connect, live_row
 from dpcore.write.capture.run_lifecycle import JobSpec, steps_row
@@ -61,7 +61,9 @@ def _profile_job(ctx: DistContext, spec: JobSpec, cfg: TrainConfig, injections: 
     inject = injections.hang or NO_INJECTION
     if trainer.skip_reason:
         return {"skip_reason": trainer.skip_reason}
-    timer = PhaseTimer(ctx.device, offset)
+    # the phases on the recorder's clock (the trainer set it): one clock, one anchor for the
+    # step's phases and its collectives' edges
+    timer = rec.phase_timer()
     profile_steps = cfg.profile_steps if spec.trace_dir else 0
     rows: list[dict] = []
     losses: dict[int, float] = {}  # kept step -> this rank's loss (run.json's loss after K steps)

@@ -67,7 +67,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dpcore.contract import runformat
 from dpcore.contract.calibration import CAL_STEPS
-from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
+from dpcore.write.capture.backward_end import BackwardEnd
+from dpcore.write.capture.comm_log import NULL_RECORDER, Recorder
 from dpcore.write.capture.job_monitor import JobMonitor
 from dpcore.write.capture.rank_channel import RankChannel, live_row
 from dpcore.write.capture.run_lifecycle import JobSpec, RunLife, steps_row, train_job_entry, write_job
@@ -154,6 +155,8 @@ class _Phase:
         r._phase = self.name
         r._timer.mark("sync")  # time since the last mark: grad sync / other
         self._t0 = time.perf_counter_ns()
+        if self.key == "bwd" and r._bwd_end is not None:
+            r._bwd_end.take()  # an end left by a backward outside this phase is not this one's
         if r._tracing:
             self._rf = torch.profiler.record_function(self.name)
             self._rf.__enter__()
@@ -164,9 +167,10 @@ class _Phase:
         if self._rf is not None:
             self._rf.__exit__(exc_type, exc, tb)
             self._rf = None
-        if self.key == "bwd" and r._split_backward and r._last_grad_ns > self._t0:
-            # DDP waits for its buckets inside backward(): backward ends at the last gradient
-            r._timer.mark("bwd", at_ns=r._last_grad_ns)
+        end = r._bwd_end.take(self._t0) if self.key == "bwd" and r._bwd_end is not None else None
+        if end is not None:
+            # DDP waits for its buckets inside backward(): backward's computation ended earlier
+            r._timer.mark("bwd", at=end)
             r._timer.mark("sync")
         else:
             r._timer.mark(self.key)
@@ -194,8 +198,8 @@ class Recording:
         self._step_obj = _Step(self)
         self._capture: TraceCapture | None = None
         self._undo: list[Any] = []
-        self._last_grad_ns = 0
-        self._split_backward = False
+        #: where backward's computation ended, when grad sync waits inside backward() (DDP)
+        self._bwd_end: BackwardEnd | None = None
         self._note = ""
         self.comm_hook: str | None = None  # the user's own DDP comm hook, kept, if any
         self.calibrate, self.calibration_steps = calibrate, calibration_steps
@@ -245,15 +249,16 @@ class Recording:
         self._poller = (MonitorThread(JobMonitor(self.job_id, ws, self.run_dir, watch=False, store_key=store_key),
                                       store) if self._life.writer is not None else None)
         self._mark = 0
-        self._attach(self.model)
-        if self.model is not None:  # the precision the loop computes in, seen at its forward
-            hook = self.model.register_forward_pre_hook(self._saw_forward)
-            self._undo.append(hook.remove)
         dev = next((p.device for p in self.model.parameters()), ctx.device) if self.model \
             is not None else ctx.device
         # a CUDA loop's collectives end when the stream says so, not when NCCL queued them
         self.rec.time_on(dev)
-        self._timer = PhaseTimer(dev, offset)
+        # the phases on the recorder's clock: one clock, one anchor for phases and collectives
+        self._timer = self.rec.phase_timer()
+        self._attach(self.model)
+        if self.model is not None:  # the precision the loop computes in, seen at its forward
+            hook = self.model.register_forward_pre_hook(self._saw_forward)
+            self._undo.append(hook.remove)
         if tdir is not None:
             first = self.warmup
             self._capture = TraceCapture(
@@ -316,14 +321,13 @@ class Recording:
             model.recorder = self.rec
             self._undo.append(lambda: setattr(model, "recorder", old))
         inner = getattr(model, "module", model)
-        if (model is not None and getattr(model, "grad_sync_in_backward", False)
-                or isinstance(model, DistributedDataParallel)) and self.ctx.device.type == "cpu":
-            # as in train.Trainer: the last gradient's accumulation ends backward computation
-            self._split_backward = True
-            for p in inner.parameters():
-                if p.requires_grad:
-                    h = p.register_post_accumulate_grad_hook(self._grad_ready)
-                    self._undo.append(h.remove)
+        ddp = isinstance(model, DistributedDataParallel)
+        in_backward = ddp or model is not None and getattr(model, "grad_sync_in_backward", False)
+        if in_backward and (self.rec.clock is None or ddp):
+            # as in train.Trainer: backward's computation ends before DDP's wait for its buckets
+            # (on an event clock for DDP only: FSDP2's own final callback runs first there)
+            self._bwd_end = BackwardEnd(self.rec.clock)
+            self._undo.extend(h.remove for h in self._bwd_end.attach(inner.parameters()))
 
     def _saw_forward(self, _module: nn.Module, _args: Any) -> None:
         """Read the autocast state as the user's forward runs (inside their ``torch.autocast``,
@@ -332,9 +336,6 @@ class Recording:
         seen = autocast_precision(self._world.device)
         if seen != "fp32" or self.precision is None:
             self.precision = seen
-
-    def _grad_ready(self, _param: torch.Tensor) -> None:
-        self._last_grad_ns = time.perf_counter_ns()
 
     # -- steps --------------------------------------------------------------------------
     def _begin_step(self) -> None:

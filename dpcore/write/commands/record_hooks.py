@@ -32,6 +32,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dpcore.contract.calibration import CAL_STEP_BASE, end_ms, second_plan_mb, step_entry
+from dpcore.write.capture.backward_end import BackwardEnd
 from dpcore.write.capture.collective_tap import CollectiveTap
 from dpcore.write.dp.variants.base import Wrapper
 
@@ -121,9 +122,10 @@ def calibrate_recording(recording: Any, model: DistributedDataParallel, loss_fn:
     clock (a CPU job) the window is from the call of ``backward()`` to the last gradient's
     accumulation and a launch is the host time of the call, as ever. With an event clock (a
     CUDA job, :meth:`Recorder.time_on`) the ends are the stream's times and the host runs ahead
-    of the stream, so the window is two marks on the stream around ``backward()`` (the stream
-    reaches the second once backward's kernels ran) and a launch is the stream's time at the
-    call (:func:`dpcore.contract.calibration.launch_ns`)."""
+    of the stream, so the window is two marks on the stream: one before ``backward()``, one where
+    backward's computation ended, before DDP's wait for the buckets (the stream reaches it once
+    backward's kernels ran: :class:`~dpcore.write.capture.backward_end.BackwardEnd`), and a
+    launch is the stream's time at the call (:func:`dpcore.contract.calibration.launch_ns`)."""
     t0 = time.perf_counter()
     rec, ctx = recording.rec, recording.ctx
     events = rec.clock is not None
@@ -133,6 +135,10 @@ def calibrate_recording(recording: Any, model: DistributedDataParallel, loss_fn:
     plans = [(model, bucket_mb), (second_ddp(model, mb2, recording), mb2)]
     order = [(1, -1)] + [(k, s) for s in range(steps) for k in (0, 1)]  # a warm-up of the new plan first
     marks: dict[int, tuple[Any, Any]] = {}
+    # backward's end is where its computation ended, before DDP's wait for the buckets inside
+    # backward() (on CUDA that wait makes the stream wait for the all-reduces): BackwardEnd
+    bwd_end = BackwardEnd(rec.clock)
+    handles = bwd_end.attach(params)
     try:
         for k, s in order:
             ddp = plans[k][0]
@@ -142,15 +148,14 @@ def calibrate_recording(recording: Any, model: DistributedDataParallel, loss_fn:
             dist.barrier(group=model.process_group)
             rec.step = idx
             loss = loss_fn(ddp)
-            recording._last_grad_ns = 0
+            bwd_end.take()
             start = rec.mark() if events else time.perf_counter_ns()
             loss.backward()
-            if events:
-                end = rec.mark()
-            else:
-                if ctx.device.type == "cuda":
+            end = bwd_end.take(0 if events else start)
+            if end is None:  # no gradient became ready: backward() is all there is
+                if not events and ctx.device.type == "cuda":
                     torch.cuda.synchronize()
-                end = recording._last_grad_ns if recording._last_grad_ns > start else time.perf_counter_ns()
+                end = rec.mark() if events else time.perf_counter_ns()
             rec.step = -1
             if s >= 0:
                 marks[idx] = (start, end)
@@ -158,6 +163,8 @@ def calibrate_recording(recording: Any, model: DistributedDataParallel, loss_fn:
         coll = _collectives(rec, windows)
     finally:
         rec.step = -1
+        for h in handles:
+            h.remove()
         for p, g in zip(params, saved):
             p.grad = g
     out = []

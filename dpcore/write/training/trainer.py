@@ -38,7 +38,8 @@ from dpcore.contract.config import (
     is_model_spec,
 )
 from dpcore.contract.errors import UsageError, choices_error
-from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder
+from dpcore.write.capture.backward_end import BackwardEnd
+from dpcore.write.capture.comm_log import NULL_RECORDER, PhaseTimer, Recorder, clock_for
 from dpcore.write.dp.variants import REGISTRY, VARIANTS, Wrapper, optimizer_class, wrap
 from dpcore.write.runtime.context import DistContext
 from dpcore.write.training.models import build_module, loss_fn, make_batch
@@ -81,16 +82,21 @@ class Trainer:
                                           if is_model_spec(cfg.model) else None)
         module = (TupleInputs(self.workload.model).to(ctx.device) if self.workload
                   else build_module(cfg, device=ctx.device))
-        # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
-        # callback), so "backward" would swallow the wait. On CPU, stamp the last gradient's
-        # accumulation and end the bwd phase there: the rest of backward() is grad sync.
-        self._last_grad_ns = 0
-        self._split_backward = REGISTRY[variant].grad_sync_in_backward and ctx.device.type == "cpu"
         self._recorder = recorder
         # A CUDA job's collectives and messages are timed by events on the stream (NCCL returns
         # at enqueue, so a host clock read after a call or in its callback is the launch time);
         # a CPU job keeps the host clock. Set before the variant's first (init) collective.
         recorder.time_on(ctx.device)
+        # DDP waits for its buckets *inside* loss.backward() (the reducer's final autograd
+        # callback), so "backward" would swallow the wait: the bwd phase ends where backward's
+        # computation did (BackwardEnd: the last gradient's accumulation on the host clock, a
+        # final callback queued ahead of DDP's on the stream's), the rest of backward() is grad
+        # sync. On CUDA for DDP only: FSDP2 queues its own final callback first.
+        split = REGISTRY[variant].grad_sync_in_backward and (ctx.device.type == "cpu" or variant == "torch_ddp")
+        self._bwd_end: BackwardEnd | None = (
+            BackwardEnd(recorder.clock if recorder.clock is not None else clock_for(ctx.device))
+            if split else None)
+        self._split_backward = split
         # grads.csv: when each gradient became ready (one clock read per gradient), for the
         # multi-process variants that a profile records; the what-if model re-packs these.
         log_grads = recorder.enabled and not self.single_process
@@ -135,11 +141,11 @@ class Trainer:
                 for i, p in enumerate(q for q in module.parameters() if q.requires_grad)]
 
     def _make_grad_hook(self, index: int, log: bool):
-        rec, split = self._recorder, self._split_backward
+        rec, end = self._recorder, self._bwd_end
 
-        def hook(_param: torch.Tensor) -> None:
-            if split:
-                self._last_grad_ns = time.perf_counter_ns()
+        def hook(param: torch.Tensor) -> None:
+            if end is not None:
+                end(param)
             if log:
                 rec.grad_ready(index)
         return hook
@@ -190,9 +196,12 @@ class Trainer:
         if probe:
             probe.sample("forward")
         scaler = self.scaler
+        end = self._bwd_end
+        if end is not None:
+            end.take()  # a backward outside this step (none should be) is not this one's
         with record_function("backward"):
             (scaler.scale(loss) if scaler is not None else loss).backward()
-        timer.mark("bwd", at_ns=self._last_grad_ns if self._split_backward else None)
+        timer.mark("bwd", at=end.take() if end is not None else None)
         if probe:
             probe.sample("backward")
         with record_function("grad_sync"):
