@@ -105,14 +105,20 @@ def unique_rows(df: pd.DataFrame, key: tuple[str, ...], f: Path) -> tuple[pd.Dat
              f"skipped, the first kept (job {_some(jobs)})"])
 
 
-def _expected_ranks(job: pd.Series) -> list[int] | None:
+def _expected_ranks(job: pd.Series, imported: bool = False) -> list[int] | None:
+    """The ranks a job's rows should cover: every rank of its world, or for an imported job the
+    ranks whose traces were imported (run.json's ``ranks``: one rank of an 8-rank job is a
+    world of 8 with one rank's rows, as the import's note says)."""
+    ranks = job.get("ranks")
+    if imported and isinstance(ranks, list) and ranks and all(isinstance(r, int) for r in ranks):
+        return sorted(ranks)
     ws = pd.to_numeric(pd.Series([job.get("world_size")]), errors="coerce").iloc[0]
     if pd.isna(ws) or not 0 < ws <= 1 << 16 or ws != int(ws):
         return None
     return [0] if job.get("variant") in SINGLE_PROCESS else list(range(int(ws)))
 
 
-def complete_ranks(steps: pd.DataFrame, jobs: pd.DataFrame, f: Path) -> list[str]:
+def complete_ranks(steps: pd.DataFrame, jobs: pd.DataFrame, f: Path, imported: bool = False) -> list[str]:
     """Complete jobs whose steps.csv rows lack a rank, or whose ranks have different steps:
     their numbers then cover only some ranks or steps, and the line says which."""
     out: list[str] = []
@@ -127,7 +133,7 @@ def complete_ranks(steps: pd.DataFrame, jobs: pd.DataFrame, f: Path) -> list[str
                    "their step numbers are unknown (the table holds no data for them)")
     for _, job in jobs.iterrows():
         rows = by_job.get(str(job["job_id"]))
-        expected = _expected_ranks(job)
+        expected = _expected_ranks(job, imported)
         if rows is None or expected is None or job.get("status") not in ("complete", None):
             continue
         have = set(pd.to_numeric(rows["rank"], errors="coerce").dropna().astype(int))
@@ -146,10 +152,11 @@ def complete_ranks(steps: pd.DataFrame, jobs: pd.DataFrame, f: Path) -> list[str
     return out
 
 
-def check_content(run_dir: Path, jobs: pd.DataFrame, tables: dict[str, pd.DataFrame]
+def check_content(run_dir: Path, jobs: pd.DataFrame, tables: dict[str, pd.DataFrame], imported: bool = False
                   ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], list[str]]:
     """(jobs, tables, warnings): every check above, on a loaded run's tables (returned with the
-    rows that hold)."""
+    rows that hold). ``imported``: the run is an ``import``, whose jobs' rows cover the ranks
+    imported (run.json's ``ranks``), not every rank of the world the traces name."""
     jobs, out = unique_jobs(jobs, run_dir / rf.RUN_JSON)
     jobs, w = valid_world_sizes(jobs, run_dir / rf.RUN_JSON)
     out += w
@@ -160,4 +167,4 @@ def check_content(run_dir: Path, jobs: pd.DataFrame, tables: dict[str, pd.DataFr
     for table, key in KEYS.items():
         tables[table], w = unique_rows(tables[table], key, run_dir / rf.table_file(table))
         out += w
-    return jobs, tables, [*out, *complete_ranks(tables["steps"], jobs, f)]
+    return jobs, tables, [*out, *complete_ranks(tables["steps"], jobs, f, imported)]

@@ -261,7 +261,8 @@ def load_run(path: str | Path, root: str | Path | None = None) -> Run:
     meta = _read_meta(p, r)
     warnings: list[str] = []
     tables = {t: _read_csv(p, t, r, warnings) for t in COLUMNS}
-    jobs, tables, found = check_content(p, _jobs_frame(meta), tables)
+    # an import of some ranks of a larger job has rows for those ranks only: no warning for the rest
+    jobs, tables, found = check_content(p, _jobs_frame(meta), tables, imported=meta.get("kind") == "import")
     return Run(path=p, meta=meta, jobs=jobs, root=r, warnings=(*warnings, *found), **tables)
 
 
