@@ -84,17 +84,34 @@ def gpu_ledger(events: pd.DataFrame, per_step: bool = True, device: str = "") ->
     return ledger, pd.DataFrame(causes, columns=CAUSE_COLUMNS)
 
 
+def device_events(events: pd.DataFrame) -> np.ndarray:
+    """Which events are the GPU events (kernels, copies and sets on a stream) of the trace's
+    device that ran the most of them: the one device the ledger reads, whose name rates the
+    FLOPs (:func:`device_name`) and whose id the import records (``import_facts.gpu_device``).
+    All False without GPU events."""
+    dev = (events["stream"].to_numpy() >= 0) & events["category"].isin(GPU_CATS).to_numpy()
+    if not dev.any():
+        return dev
+    pid, _ = codes(events["pid"])
+    return dev & (pid == np.bincount(pid[dev] + 1).argmax() - 1)  # code -1 (no pid) counts at 0
+
+
+def device_pid(events: pd.DataFrame) -> str:
+    """The pid (the device id, as text) of :func:`device_events`' device, "" without GPU events."""
+    on = device_events(events)
+    return str(events["pid"].to_numpy()[on][0]) if on.any() else ""
+
+
 def device_name(meta: dict | None, events: pd.DataFrame) -> str:
-    """The name (deviceProperties) of the device that ran the most GPU events of a trace; the
-    first device's name where the ids do not match, "" where the trace names none."""
+    """The name (deviceProperties) of the device that ran the most GPU events of a trace
+    (:func:`device_pid`); the first device's name where the ids do not match, "" where the trace
+    names none."""
     props = (meta or {}).get("deviceProperties")
     named = {str(p.get("id")): str(p["name"]) for p in props if isinstance(p, dict) and p.get("name")} \
         if isinstance(props, list) else {}
     if not named:
         return ""
-    dev = (events["stream"].to_numpy() >= 0) & events["category"].isin(GPU_CATS).to_numpy()
-    pids = events.loc[dev, "pid"].astype(str).value_counts()
-    return named.get(pids.index[0], next(iter(named.values()))) if len(pids) else next(iter(named.values()))
+    return named.get(device_pid(events), next(iter(named.values())))
 
 
 def ledger_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
@@ -124,11 +141,9 @@ def _threads(ev: pd.DataFrame) -> np.ndarray:
 def _rank_ledger(ev: pd.DataFrame, rank: int, per_step: bool, rows: list[dict], causes: list[dict],
                  device: str = "") -> None:
     """Append the ledger rows and cause rows of one rank's events (see :func:`gpu_ledger`)."""
-    dev = (ev["stream"].to_numpy() >= 0) & ev["category"].isin(GPU_CATS).to_numpy()
+    dev = device_events(ev)  # one device: the one with most GPU events
     if not dev.any():  # a CPU trace: nothing more to look at
         return
-    pid, _ = codes(ev["pid"])
-    dev &= pid == np.bincount(pid[dev] + 1).argmax() - 1  # one device: the one with most GPU events
     bad = dev & ~(ev["dur"].to_numpy(np.float64) >= 0)  # negative or missing: set aside
     bad_steps = ev["step"].to_numpy(np.int64)[bad]
     dev &= ~bad

@@ -50,6 +50,7 @@ import pandas as pd
 from dpcore.contract.config import IMPORTED
 from dpcore.contract.intervals import comm_start, union_length
 from dpcore.read.analysis.comm_overlap import by_name, gpu_window
+from dpcore.read.analysis.gpu_time import device_pid
 from dpcore.read.analysis.trace_arrivals import trace_comm_rows
 from dpcore.read.traces.kinds import AUTOGRAD_NODE, FOREIGN_PHASES, PHASE_CATEGORY
 from dpcore.read.traces.rank_table import RankTable
@@ -277,11 +278,9 @@ def _comm_backend(events: pd.DataFrame) -> str:
 
 
 def _gpu_device(events: pd.DataFrame) -> int:
-    """The device (the GPU events' pid) with the most GPU events, -1 without GPU events or a number."""
-    dev = events.loc[events["stream"].to_numpy() >= 0, "pid"] if len(events) else None
-    if dev is None or dev.empty:
-        return -1
-    top = str(dev.astype(str).value_counts().idxmax())
+    """The device id the GPU time ledger reads (:func:`~dpcore.read.analysis.gpu_time.device_pid`:
+    the device with the most GPU events), -1 without GPU events or a number."""
+    top = device_pid(events) if len(events) else ""
     return int(top) if top.lstrip("-").isdigit() else -1
 
 
@@ -312,7 +311,7 @@ IMPORT_FACTS = RankTable("import_facts", {"host": object, "ts_min": np.float64, 
                                           "device_names": object, "gpu": bool, "comm_backend": object,
                                           "gpu_device": np.int64, "dtype": object, "dtype_from": object,
                                           "bare": bool},
-                         import_tables, version=2)  # 2: comm_backend, gpu_device, dtype(_from), bare
+                         import_tables, version=3)  # 3: gpu_device is the GPU time ledger's device
 IMPORT_TABLES = (IMPORT_STEPS, IMPORT_COMM, IMPORT_FACTS)
 
 

@@ -188,6 +188,13 @@ def job_world_size(env: dict, ranks: list[int]) -> int:
     return max(len(ranks), said if isinstance(said, int) and not isinstance(said, bool) and said > 0 else 0)
 
 
+def _job_world(traces: list[_Trace]) -> tuple[dict, int]:
+    """(run.json's environment, the job's world size) of the traces (:func:`_environment`,
+    :func:`job_world_size`)."""
+    env = _environment(traces)
+    return env, job_world_size(env, _ranks(traces))
+
+
 def _ranks(traces: list[_Trace]) -> list[int]:
     """Every rank the traces hold (a merged trace holds several)."""
     return sorted({int(r) for t in traces for r in json.loads(t.facts["ranks"])})
@@ -277,7 +284,8 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         raise UsageError(str(exc).splitlines()[0]) from None
     run_id, tmp = _staging(Path(out), name)
     try:
-        job = f"{VARIANT}-ws{job_world_size(_environment(traces), _ranks(traces))}"
+        env, ws = _job_world(traces)  # once: the job's name and its run.json say the same
+        job = f"{VARIANT}-ws{ws}"
         names, tdir = {}, rf.trace_dir(tmp, job)
         tdir.mkdir(parents=True)
         for r, f in by_rank.items():  # the originals, byte for byte, under the run format's names
@@ -287,7 +295,7 @@ def import_traces(src: str | Path, out: str | Path = "profiles", name: str | Non
         config = {"source": str(src.resolve()),
                   "iteration": iteration if iteration is not None else max(iters) if iters else None}
         result = _write_tables(tmp, run_id, name, "import", traces, by_rank, align, config,
-                               command or [], {"trace_sources": names})
+                               command or [], {"trace_sources": names}, job=job, world=(env, ws))
         os.rename(tmp, Path(out) / run_id)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -321,13 +329,14 @@ def index_run(run_dir: str | Path, *, name: str | None = None, kind: str = "trac
 
 def _write_tables(run_dir: Path, run_id: str, name: str | None, kind: str, traces: list[_Trace],
                   by_rank: dict[int, Path], align: str, config: dict,
-                  command: list[str], job_extra: dict, job: str | None = None) -> Imported:
+                  command: list[str], job_extra: dict, job: str | None = None,
+                  world: tuple[dict, int] | None = None) -> Imported:
     """The tables and run.json of one imported job, from its traces' compact tables (import and
-    trace_handler): only these, all ranks' rows at once, are ever concatenated."""
+    trace_handler): only these, all ranks' rows at once, are ever concatenated. ``world``:
+    :func:`_job_world` of the traces where the caller has it already."""
     notes = [n for t in traces for n in t.tables.notes]
     ranks = sorted(by_rank)
-    env = _environment(traces)
-    ws = job_world_size(env, _ranks(traces))
+    env, ws = world or _job_world(traces)
     if ws > len(_ranks(traces)):
         here = len(_ranks(traces))
         notes.append(f"{here} of the job's {ws} ranks {'is' if here == 1 else 'are'} here (the traces' "
