@@ -205,7 +205,9 @@ def median_over_rounds(df: pd.DataFrame) -> pd.DataFrame:
     Why medians: on a shared machine the same cell measured in two quiet runs differs by ~16 %
     on average (the three held-out sets of 2026-11-26/27), more than the model's own error; a
     median over rounds is the step a user would see again, which is what the model predicts."""
-    num = ["step_ms", "step_ms_lo", "step_ms_hi", "measured_step_ms", "model_error_pct",
+    if "model_error_lo_pct" not in df:          # rounds evaluated before bands had two sides
+        df = df.assign(model_error_lo_pct=df["model_error_pct"], model_error_hi_pct=df["model_error_pct"])
+    num = ["step_ms", "step_ms_lo", "step_ms_hi", "measured_step_ms", "model_error_lo_pct", "model_error_hi_pct",
            *[c for c in df.columns if c.startswith("step_") and c not in ("step_ms", "step_ms_lo", "step_ms_hi")]]
     g = df.groupby(CELL_KEY, sort=False)
     med = g[num].median().reset_index()
@@ -213,17 +215,19 @@ def median_over_rounds(df: pd.DataFrame) -> pd.DataFrame:
                   meas_max=("measured_step_ms", "max"), meas_min=("measured_step_ms", "min")).reset_index()
     med = med.merge(extra, on=CELL_KEY)
     doubt = df.assign(**source_doubt(df)).groupby(CELL_KEY, sort=False)[["u_dn_pct", "u_up_pct"]].median()
+    med = med.drop(columns=[c for c in ("u_dn_pct", "u_up_pct") if c in med])
     med = med.merge(doubt.reset_index(), on=CELL_KEY)
     med["spread_pct"] = 100 * (med.pop("meas_max") - med.pop("meas_min")) / med["measured_step_ms"]
     med["error_pct"] = 100 * (med["step_ms"] - med["measured_step_ms"]) / med["measured_step_ms"]
     # the band drawn around the median prediction by whatif's own add_bands, from the family error and
     # the median doubt: the one needed_error calibrates, so in_band and the calibration agree cell by cell
-    return add_bands(med, (med["u_dn_pct"] / 100.0, med["u_up_pct"] / 100.0), med["model_error_pct"].to_numpy())
+    return add_bands(med, (med["u_dn_pct"] / 100.0, med["u_up_pct"] / 100.0), med["model_error_lo_pct"].to_numpy(),
+                     med["model_error_hi_pct"].to_numpy())
 
 
-def evaluate_rounds(rounds: list[tuple[dict[str, Path], Path | None]]) -> pd.DataFrame:
+def evaluate_rounds(rounds: list[tuple[dict[str, Path], Path | None]], ablation: bool = True) -> pd.DataFrame:
     """:func:`evaluate_held_out` of every round, its rows marked ``round`` (1, 2, ...)."""
-    return pd.concat([evaluate_held_out(runs, ar).assign(round=k) for k, (runs, ar) in enumerate(rounds, 1)],
+    return pd.concat([evaluate_held_out(runs, ar, ablation).assign(round=k) for k, (runs, ar) in enumerate(rounds, 1)],
                      ignore_index=True)
 
 
@@ -312,10 +316,14 @@ def direction(src_mb: float, mb: float) -> str:
 def source_doubt(df: pd.DataFrame) -> dict[str, pd.Series]:
     """``u_dn_pct``/``u_up_pct``: the source median's doubt (%, down and up) the band of each row
     added to its family error (``whatif.advice.add_bands``: half-width sqrt(e² + u²)), taken back
-    out of the row's band (``step_ms_lo``/``step_ms_hi``) and family error (``model_error_pct``)."""
-    e = df["model_error_pct"] / 100.0
-    return {"u_dn_pct": 100.0 * np.sqrt(np.maximum((1.0 - df["step_ms_lo"] / df["step_ms"]) ** 2 - e ** 2, 0.0)),
-            "u_up_pct": 100.0 * np.sqrt(np.maximum((df["step_ms_hi"] / df["step_ms"] - 1.0) ** 2 - e ** 2, 0.0))}
+    out of the row's band (``step_ms_lo``/``step_ms_hi``) and family errors (``model_error_lo_pct``/
+    ``model_error_hi_pct``, else ``model_error_pct`` both ways); as they are where ``df`` has them."""
+    if {"u_dn_pct", "u_up_pct"} <= set(df.columns):
+        return {"u_dn_pct": df["u_dn_pct"], "u_up_pct": df["u_up_pct"]}
+    e_lo = df.get("model_error_lo_pct", df["model_error_pct"]) / 100.0
+    e_hi = df.get("model_error_hi_pct", df["model_error_pct"]) / 100.0
+    return {"u_dn_pct": 100.0 * np.sqrt(np.maximum((1.0 - df["step_ms_lo"] / df["step_ms"]) ** 2 - e_lo ** 2, 0.0)),
+            "u_up_pct": 100.0 * np.sqrt(np.maximum((df["step_ms_hi"] / df["step_ms"] - 1.0) ** 2 - e_hi ** 2, 0.0))}
 
 
 def needed_error(df: pd.DataFrame) -> pd.Series:
@@ -362,37 +370,113 @@ def family_bands(df: pd.DataFrame, q: float = 0.9) -> pd.DataFrame:
                                     ).reset_index()
 
 
+def _families(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``buckets``/``ranks``: each cell's family (``whatif.advice.family_of``)."""
+    from dpcore.read.whatif.advice import family_of
+
+    fam = [family_of(s, n0, b, n) for s, n0, b, n in
+           zip(df["source_bucket_mb"], df["source_world_size"], df["bucket_mb"], df["world_size"])]
+    return df.assign(buckets=[f[0] for f in fam], ranks=[f[1] for f in fam])
+
+
+def _needs(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(down, up) in %: what each cell's band needs below and above its prediction with its
+    source's doubt on that side (``whatif.bandfit.side_needs``; u 0 where ``df`` lacks it)."""
+    from dpcore.read.whatif.bandfit import side_needs
+
+    ratio = 1.0 / (1.0 + df["error_pct"].to_numpy(float) / 100.0) - 1.0      # measured / predicted - 1
+    zero = pd.Series(0.0, index=df.index)
+    down, up = side_needs(ratio, df.get("u_dn_pct", zero).to_numpy(float) / 100.0,
+                          df.get("u_up_pct", zero).to_numpy(float) / 100.0)
+    return 100.0 * down, 100.0 * up
+
+
 def bands_table(df: pd.DataFrame, where: str, q: float = 0.9) -> pd.DataFrame:
     """The table ``advice.py`` reads (dpcore/read/whatif/bands.csv, :data:`BAND_COLUMNS`): per
     family (variant x direction of extrapolation in bucket size and in world size, the families
-    :func:`dpcore.read.whatif.advice.family_of` gives a predicted cell), the cells, their mean
-    |error|, the family error the band takes (``half_width_pct``: the ``q`` quantile of their
-    :func:`needed_error`, so that the band as ``whatif`` draws it, this error and the source's own
-    doubt in quadrature, holds ``q`` of them), the share of cells inside it when
-    each source's cells get the half-width of the OTHER sources' (leave one source out: how
-    well the band holds on cells it was not taken from), and ``where``."""
-    from dpcore.read.whatif.advice import family_of
+    :func:`dpcore.read.whatif.advice.family_of` gives a predicted cell, a 1-rank source's cells
+    at more ranks apart), the cells, their mean |error|, the model errors the band takes below and
+    above the prediction (``lower_pct``/``upper_pct``: ``whatif.bandfit.fit_family`` of what each
+    cell needs with its own source's doubt, :func:`_needs`: the narrowest pair at the lowest level
+    at which, each source's cells left out of the fit in turn, the band holds ``q`` of them), their
+    mean (``half_width_pct``), that held-out share (``inside_held_out_pct``) and ``where``.
+
+    ``df``: held-out cells, one row per prediction; rows of several rounds (single runs, each
+    with its own source's doubt) are each a cell, so the band is one for a single run, as a user
+    runs it. A source is its model and job: its cells of every round are left out together."""
+    from dpcore.read.whatif.bandfit import fit_family
 
     # the errors as the per-cell table prints them, so a table taken again from the printed cells
     # (--cells-from) is this one
     df = df.assign(**{c: df[c].round(1) for c in ("error_pct", "u_dn_pct", "u_up_pct") if c in df})
-    fam = [family_of(s, n0, b, n) for s, n0, b, n in
-           zip(df["source_bucket_mb"], df["source_world_size"], df["bucket_mb"], df["world_size"])]
-    df = df.assign(buckets=[f[0] for f in fam], ranks=[f[1] for f in fam])
-    df = df.assign(key=df["variant"] + "|" + df["buckets"] + "|" + df["ranks"])
-    df = _loso_half(df, "key", q)
+    df = _families(df)
     rows = []
     for (v, b, n), g in df.groupby(["variant", "buckets", "ranks"], sort=True):
+        down, up = _needs(g)
+        groups = (g["model"].astype(str) + "|" if "model" in g else "") + g["source"].astype(str)
+        fit = fit_family(down, up, groups.to_numpy(), q)
+        lo, hi = round(fit.lower, 1), round(fit.upper, 1)
         rows.append({"variant": v, "buckets": b, "ranks": n, "cells": len(g),
-                     "mae_pct": round(g["error_pct"].abs().mean(), 1),
-                     "half_width_pct": round(float(np.quantile(g["band_err"], q)), 1),
-                     "inside_held_out_pct": round(100 * g["inside"].dropna().astype(float).mean(), 0),
+                     "mae_pct": round(g["error_pct"].abs().mean(), 1), "lower_pct": lo, "upper_pct": hi,
+                     "half_width_pct": round((lo + hi) / 2, 2),
+                     "inside_held_out_pct": round(100 * fit.held_out, 0) if np.isfinite(fit.held_out) else np.nan,
                      "where": where})
     return pd.DataFrame(rows, columns=BAND_COLUMNS)
 
 
-#: bands.csv's columns (docs/DESIGN.md).
-BAND_COLUMNS = ["variant", "buckets", "ranks", "cells", "mae_pct", "half_width_pct", "inside_held_out_pct", "where"]
+def apply_bands(df: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (held-out cells with ``u_dn_pct``/``u_up_pct``) with the band the family table
+    ``table`` (:func:`bands_table`) draws, as ``whatif`` draws it
+    (``whatif.advice.add_family_bands``: a family without a row takes its stand-in's, else the
+    global error): ``step_ms_lo``/``step_ms_hi``, the errors and ``in_band``."""
+    from dpcore.read.whatif.advice import add_family_bands
+
+    errors = table.set_index(["variant", "buckets", "ranks"])
+    parts = []
+    for (v, smb, sws), g in df.groupby(["variant", "source_bucket_mb", "source_world_size"], sort=False):
+        parts.append(add_family_bands(g, (g["u_dn_pct"] / 100.0, g["u_up_pct"] / 100.0), str(v), float(smb),
+                                      int(sws), errors))
+    return pd.concat(parts).loc[df.index]
+
+
+def out_of_sample(per_round: pd.DataFrame, q: float = 0.9) -> pd.DataFrame:
+    """Each round's single-run cells inside bands fitted (:func:`bands_table`) on the OTHER rounds'
+    single-run cells: the band as applied to a user's single run, checked on runs it never saw.
+    Rows of ``per_round`` with ``in_band`` and the band of that rotation (``fit_rounds`` says which)."""
+    parts = []
+    for k, g in per_round.groupby("round"):
+        rest = per_round[per_round["round"] != k]
+        table = bands_table(rest, "rotation", q)
+        parts.append(apply_bands(g, table).assign(fit_rounds=",".join(str(r) for r in sorted(set(rest["round"])))))
+    return pd.concat(parts)
+
+
+def _share(g: pd.DataFrame) -> str:
+    return (f"MAE {g['error_pct'].abs().mean():.1f} %, {100 * g['in_band'].astype(bool).mean():.0f} % inside "
+            f"({int(g['in_band'].astype(bool).sum())} of {len(g)}), {half_width_pct(g):.1f} % wide")
+
+
+def out_of_sample_lines(oos: pd.DataFrame) -> str:
+    """Per held-out round and over them: 2 from 2 and 2 from 1, single runs in bands fitted on
+    the other rounds (:func:`out_of_sample`)."""
+    lines = ["| held-out round | fitted on rounds | ranks | cells | MAE | inside band | half-width |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for (k, same), g in oos.assign(same=oos["world_size"] == oos["source_world_size"]).groupby(["round", "same"]):
+        lines.append(f"| {k} | {g['fit_rounds'].iloc[0]} | {'2 from 2' if same else '2 from 1'} | {len(g)} | "
+                     f"{g['error_pct'].abs().mean():.1f} % | {100 * g['in_band'].astype(bool).mean():.0f} % | "
+                     f"{half_width_pct(g):.1f} % |")
+    same = oos["world_size"] == oos["source_world_size"]
+    lines += ["", f"Out of sample, single runs, 2 from 2: {_share(oos[same])}; 2 from 1: {_share(oos[~same])}."]
+    return "\n".join(lines)
+
+
+#: bands.csv's columns (docs/DESIGN.md): ``lower_pct``/``upper_pct`` the model errors below and
+#: above the prediction, ``half_width_pct`` their mean (a table with it alone is read symmetric).
+BAND_COLUMNS = ["variant", "buckets", "ranks", "cells", "mae_pct", "lower_pct", "upper_pct", "half_width_pct",
+                "inside_held_out_pct", "where"]
+#: The held-out cells the committed bands are fitted on (``--cells-out``), one row per single run's cell.
+CELL_COLUMNS = ["round", "model", "variant", "source", "source_bucket_mb", "source_world_size", "bucket_mb",
+                "world_size", "step_ms", "measured_step_ms", "error_pct", "u_dn_pct", "u_up_pct"]
 _JOB = re.compile(r"-ws(\d+)-b([0-9.]+)$")
 _AT = re.compile(r" at (\d+) ranks")
 
@@ -418,7 +502,15 @@ def cells_from_markdown(text: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def evaluate_held_out(runs: dict[str, Path], allreduce: Path | None = None) -> pd.DataFrame:
+def read_cells(path: str) -> pd.DataFrame:
+    """Held-out cells to take the bands again from: a CSV of :data:`CELL_COLUMNS` (``--cells-out``),
+    else a per-cell table this benchmark printed (:func:`cells_from_markdown`)."""
+    if path.endswith(".csv"):
+        return pd.read_csv(path)
+    return cells_from_markdown(Path(path).read_text())
+
+
+def evaluate_held_out(runs: dict[str, Path], allreduce: Path | None = None, ablation: bool = True) -> pd.DataFrame:
     """Every measured 2-rank cell predicted from every OTHER 2-rank job of the same model and
     variant (the source's in-job calibration never ran the predicted cell's plan, except where
     its second plan happens to be that bucket size: ``cal_saw`` says so), with its band; and,
@@ -442,8 +534,9 @@ def evaluate_held_out(runs: dict[str, Path], allreduce: Path | None = None) -> p
                 cells = meas[meas["job_id"] != src.job_id]
                 pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
                 table, _ = banded(model, with_measured(pred, cells), summary)
-                table = table.dropna(subset=["measured_step_ms"])
-                abl = [ablate(run, model, str(j), float(b), summary)
+                table = table.dropna(subset=["measured_step_ms"]).assign(**_doubt(summary, src.job_id))
+                nan = dict.fromkeys(TERMS + OFF, np.nan)
+                abl = [ablate(run, model, str(j), float(b), summary) if ablation else nan
                        for j, b in zip(table["measured_job"], table["bucket_mb"])]
                 for t in TERMS + OFF:
                     table[f"step_{t}"] = [a[t] for a in abl]
@@ -462,11 +555,20 @@ def _one_to_two(run, summary: pd.DataFrame, name: str, variant: str, src, cells:
     model = build_model(run, src.job_id, allreduce=ar, summary=summary)
     pred = predict(model, sorted(set(cells["bucket_mb"])), [2])
     table, _ = banded(model, with_measured(pred, cells), summary)
-    table = table.dropna(subset=["measured_step_ms"])
+    table = table.dropna(subset=["measured_step_ms"]).assign(**_doubt(summary, src.job_id))
     for t in TERMS + OFF:
         table[f"step_{t}"] = np.nan
     return table.assign(model=name, variant=variant, source=src.job_id, source_bucket_mb=src.bucket_mb,
                         source_world_size=1, kappa_src=model.kappa_source[:40], cal_saw=False)
+
+
+def _doubt(summary: pd.DataFrame, job_id: str) -> dict[str, float]:
+    """``u_dn_pct``/``u_up_pct``: the doubt (%) of the source job's median step, down and up, as the
+    band of its cells adds it (``whatif.advice.source_spread``): one run's, as a user's run has."""
+    from dpcore.read.whatif.advice import source_spread
+
+    dn, up = source_spread(summary, job_id)
+    return {"u_dn_pct": 100.0 * dn, "u_up_pct": 100.0 * up}
 
 
 def _cell(r) -> str:
@@ -527,13 +629,14 @@ def committed_coverage(df: pd.DataFrame) -> str:
 def write_bands(df: pd.DataFrame, out: str | None, where: str) -> None:
     """Print the per-family band table (:func:`bands_table`) and write it as CSV to ``out``."""
     table = bands_table(df, where)
-    print("\n**Bands per family** (variant x direction in bucket size and world size; half-width: the family "
-          "error e, the 90th percentile of what each cell needs with its source's doubt in the band "
-          "(needed_error); inside: leave one source out):\n")
-    print("| variant | buckets | ranks | cells | MAE | half-width | inside |\n|---|---|---|---:|---:|---:|---:|")
+    print("\n**Bands per family** (variant x direction in bucket size and world size; below/above: the model "
+          "errors e the band takes each side of the prediction, fitted on single held-out runs with each "
+          "source's doubt in the band; inside: leave one source out):\n")
+    print("| variant | buckets | ranks | cells | MAE | below | above | inside |\n"
+          "|---|---|---|---:|---:|---:|---:|---:|")
     for r in table.itertuples():
-        print(f"| {r.variant} | {r.buckets} | {r.ranks} | {r.cells} | {r.mae_pct:.1f} % | {r.half_width_pct:.1f} % | "
-              f"{r.inside_held_out_pct:.0f} % |")
+        print(f"| {r.variant} | {r.buckets} | {r.ranks} | {r.cells} | {r.mae_pct:.1f} % | {r.lower_pct:.1f} % | "
+              f"{r.upper_pct:.1f} % | {r.inside_held_out_pct:.0f} % |")
     if out:
         table.to_csv(out, index=False)
 
@@ -555,15 +658,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models", default=",".join(n for n, _ in MODELS), help="with --held-out: which models")
     ap.add_argument("--bands-out", default=None, help="with --held-out: write the per-family band table here "
                     "(dpcore/read/whatif/bands.csv is the one whatif reads)")
-    ap.add_argument("--cells-from", default=None, help="with --held-out: take the cells from a per-cell table "
-                    "this benchmark printed (a Markdown file, e.g. README.md) instead of profiling")
+    ap.add_argument("--cells-from", default=None, help="with --held-out: take the cells from the CSV --cells-out "
+                    "wrote (dpcore/read/whatif/bands_cells.csv), or a per-cell Markdown table this benchmark printed, "
+                    "instead of profiling")
+    ap.add_argument("--cells-out", default=None, help="with --held-out: write every single run's held-out cell "
+                    "here as CSV (the cells --bands-out fits on; --cells-from takes them again)")
+    ap.add_argument("--skip-ablation", action="store_true", help="with --held-out: leave out the term-by-term "
+                    "ablation (the slowest part of the evaluation); the bands do not use it")
     ap.add_argument("--where", default="", help="with --bands-out: the run the bands come from (machine, date)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     if a.held_out and a.cells_from:
-        df = cells_from_markdown(Path(a.cells_from).read_text())
+        if not Path(a.cells_from).is_file():
+            ap.error(f"--cells-from {a.cells_from}: no such file (a CSV --cells-out wrote, or a Markdown table)")
+        df = read_cells(a.cells_from)
         if df.empty:
-            ap.error(f"--cells-from {a.cells_from}: no held-out cell rows (| model | variant | source job | ... |)")
+            ap.error(f"--cells-from {a.cells_from}: no held-out cell rows (a CSV of {', '.join(CELL_COLUMNS)}, "
+                     "or a Markdown table | model | variant | source job | ... |)")
         write_bands(df, a.bands_out, a.where or f"cells of {a.cells_from}")
         return
     if a.held_out:
@@ -577,23 +688,31 @@ def main(argv: list[str] | None = None) -> None:
             root = Path(a.keep or tempfile.mkdtemp())
             ar = root / "allreduce"
             held = [(r, ar) for r in measure_held_out(root, a.steps, models, a.rounds)]
-        per_round = evaluate_rounds(held)
+        per_round = evaluate_rounds(held, not a.skip_ablation)
         df = median_over_rounds(per_round)
         print(markdown_held_out(df))
         print("\n" + committed_coverage(df))
         same = df[df["world_size"] == df["source_world_size"]]
         print("\n**Find the term**: each held-out cell predicted again with one modelled term replaced by the "
               "predicted job's measured value.\n")
-        print(ablation_table(same))
+        print(ablation_table(same) if not a.skip_ablation else "(skipped: --skip-ablation)")
         fam = family_bands(same)
         print("\n**Bands per family** (model, variant, direction of extrapolation; the family error: 90th "
               "percentile of needed_error of the family's cells from other sources):\n")
         print("| family | cells | mean half-width | inside |\n|---|---:|---:|---:|")
         for r in fam.itertuples():
             print(f"| {r.family} | {r.cells} | {r.half_width_pct:.1f} % | {r.inside_pct:.0f} % |")
+        if len(held) > 1:
+            print("\n**Out of sample, single runs**: each round's cells, as one run gives them (its own source's "
+                  "doubt), inside the bands fitted on the other rounds' single-run cells:\n")
+            print(out_of_sample_lines(out_of_sample(per_round)))
+        cells = per_round.assign(**source_doubt(per_round))[CELL_COLUMNS]
+        if a.cells_out:
+            cells.round(2).to_csv(a.cells_out, index=False)
         if a.bands_out:
-            write_bands(df, a.bands_out, a.where or f"bench_whatif --held-out, load {os.getloadavg()[0]:.1f} "
-                        f"on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+            write_bands(cells.round(2), a.bands_out, a.where or f"bench_whatif --held-out, single runs of "
+                        f"{len(held)} round(s), load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, "
+                        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
         print(f"\n_load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores_")
         if len(held) > 1:
             print("\n" + round_lines(per_round))

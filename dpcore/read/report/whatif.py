@@ -14,7 +14,15 @@ from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import load_run
 from dpcore.read.whatif.fabrics import fabrics_text, parse_fabric
-from dpcore.read.whatif.predict import WHATIF_COLUMNS, Model, build_model, scale_factors, whatif_jobs, whatif_report
+from dpcore.read.whatif.predict import (
+    WHATIF_COLUMNS,
+    Model,
+    build_model,
+    error_text,
+    scale_factors,
+    whatif_jobs,
+    whatif_report,
+)
 
 
 def _header(model: Model) -> list[str]:
@@ -58,20 +66,26 @@ def whatif_text(options: WhatifOptions) -> str:
     table, advice = whatif_report(model, run, summary, buckets, sizes)
     if csv:
         return csv_table(table[WHATIF_COLUMNS])
-    view = table.drop(columns=["kappa", "algo", "recommended", "band_from"]).rename(columns={
+    view = table.drop(columns=["kappa", "algo", "recommended", "band_from", "model_error_pct"])
+    # the band's model error below/above the prediction, one figure when both sides agree
+    view.insert(list(view.columns).index("model_error_lo_pct"), "band_err_%",
+                [error_text(lo, hi).removesuffix(" %") for lo, hi in
+                 zip(view.pop("model_error_lo_pct"), view.pop("model_error_hi_pct"))])
+    view = view.rename(columns={
         "bandwidth_gbps": "B_gbps", "latency_us": "alpha_us", "exposed_comm_ms": "exposed_ms",
         "hidden_comm_ms": "hidden_ms", "measured_step_ms": "measured_ms", "error_pct": "error_%",
-        "step_ms_lo": "band_lo", "step_ms_hi": "band_hi", "model_error_pct": "band_err_%"})
+        "step_ms_lo": "band_lo", "step_ms_hi": "band_hi"})
     view["bucket_mb"] = view["bucket_mb"].map(lambda b: f"{b:g}")  # MiB, as everywhere in dpcore
     view = view.rename(columns={"bucket_mb": "bucket_MiB"})
     cores = (run.meta.get("environment") or {}).get("cpu_cores")
     notes = ["", "step = forward + max(backward end, last all-reduce end) + bookkeeping + optimizer; "
              "measured_ms: summarize's median step of the same cell (error_% = predicted vs measured).",
-             "band_lo-band_hi: the model's held-out error (band_err_%: its family's, dpcore/read/whatif/bands.csv) "
-             "and the doubt of the source job's median step (its p10-p90 over the root of its steps), in quadrature; "
-             "in_band: the measured cell inside it."]
-    notes += [f"band_err_% {e:g}: {w}" for e, w in
-              table[["model_error_pct", "band_from"]].drop_duplicates().itertuples(index=False)]
+             "band_lo-band_hi: the model's held-out error below/above the prediction (band_err_%: its family's, "
+             "dpcore/read/whatif/bands.csv) and the doubt of the source job's median step (its p10-p90 over the root "
+             "of its steps), in quadrature on each side; in_band: the measured cell inside it."]
+    notes += [f"band_err_% {error_text(lo, hi).removesuffix(' %')}: {w}" for lo, hi, w in
+              table[["model_error_lo_pct", "model_error_hi_pct", "band_from"]].drop_duplicates()
+              .itertuples(index=False)]
     if cores and int(table["world_size"].max()) > int(cores) and \
             (run.meta.get("environment") or {}).get("device", "cpu") == "cpu":
         notes.append(f"caveat: this run's machine has {cores} cores; more ranks than that share cores "

@@ -10,15 +10,18 @@ the band multiplies both in:
   spread of its single steps: from its p10/p50/p90 and its number of timed steps n
   (:func:`source_spread`), about 1.6 x (p90 - p50) / sqrt(n) up and the same of p50 - p10 down;
 * the **model's error where it errs**: the held-out error of cells like this one, its family
-  (variant x direction of extrapolation in bucket size and in world size, :func:`family_of`),
-  from ``bands.csv`` next to this module (written by ``benchmarks/bench_whatif.py --held-out
-  --bands-out``). A family without held-out cells takes the global :data:`MODEL_ERROR_PCT`, and
-  its ``band_from`` says so.
+  (variant x direction of extrapolation in bucket size and in world size, :func:`family_of`; a
+  1-rank source predicted at more ranks is a family of its own), from ``bands.csv`` next to this
+  module (written by ``benchmarks/bench_whatif.py --held-out --bands-out``), one error below the
+  prediction and one above: a family the model predicts low gets a band reaching mostly upward.
+  A family without held-out cells takes its stand-in's (:data:`STAND_IN`), else the global
+  :data:`MODEL_ERROR_PCT`, and its ``band_from`` says so.
 
-The two are independent, so they add in quadrature (:func:`add_bands`). The family error is
-calibrated with the band as it is drawn: the smallest error that, with each held-out cell's own
-source doubt added this way, holds 90 % of the family's cells (``bench_whatif.needed_error``);
-an error that held 90 % alone would, once the doubt is added, hold more than the 90 % it claims.
+The two are independent, so they add in quadrature on each side (:func:`add_bands`). The family
+errors are calibrated with the band as it is drawn, on single held-out runs (each round's cells
+as one run gives them, with that run's source doubt: a user's run is one run) by
+:func:`dpcore.read.whatif.bandfit.fit_family`: the narrowest pair that holds 90 % of the
+family's cells when each source's cells are held out of the fit.
 
 Why the recommendation compares against the model's error only: the source median's doubt moves every
 predicted cell of one source together (they replay the same steps), so it cancels in a
@@ -45,51 +48,98 @@ from dpcore.contract.units import ranks_text
 MODEL_ERROR_PCT = 42.0
 #: Bands and recommendation columns ``whatif --csv`` adds (docs/DESIGN.md).
 BAND_COLUMNS = ["step_ms_lo", "step_ms_hi"]
-#: The held-out error per family (columns variant, buckets, ranks, cells, mae_pct, half_width_pct,
-#: inside_held_out_pct, where; docs/DESIGN.md), written by ``bench_whatif --held-out --bands-out``.
+#: The held-out error per family (columns variant, buckets, ranks, cells, mae_pct, lower_pct,
+#: upper_pct, half_width_pct, inside_held_out_pct, where; docs/DESIGN.md), written by
+#: ``bench_whatif --held-out --bands-out``. Older tables have ``half_width_pct`` alone: read as a
+#: symmetric band (lower = upper = half-width).
 BANDS_CSV = Path(__file__).with_name("bands.csv")
+#: The ``ranks`` family of a world-size-1 source predicted at more ranks. Kept apart from ``more``
+#: (2+ ranks to more) because it errs one way: a single rank cannot see how much slower its
+#: all-reduces run in training, nor its compute slow down when a second rank shares the machine,
+#: so its predictions come out low (97 % of the held-out 1 -> 2 cells of 2026-11-27).
+ONE_TO_MORE = "one_to_more"
+#: Where a family has no row of its own, the family whose held-out cells stand in for it, said so
+#: in ``band_from``: tables written before :data:`ONE_TO_MORE` existed keyed the 1 -> 2 cells as
+#: ``more`` (they were its only cells), and a 2+ -> more cell has no held-out cells of its own
+#: (the benchmark's machine cannot run more ranks than cores without oversubscribing them).
+STAND_IN = {ONE_TO_MORE: "more", "more": ONE_TO_MORE}
+_RANKS_TEXT = {ONE_TO_MORE: "more ranks from one rank"}
 
 
 def family_of(src_mb: float, src_ws: int, mb: float, ws: int) -> tuple[str, str]:
     """(buckets, ranks): which way a cell extrapolates from its source job, in bucket size
-    (``larger``, ``smaller``, ``same``) and in world size (``more``, ``fewer``, ``same``). The
-    model errs differently each way (re-packing into fewer, larger buckets loses overlap that
-    the source had; more ranks add messages the source never sent)."""
+    (``larger``, ``smaller``, ``same``) and in world size (``more``, ``fewer``, ``same``, or
+    :data:`ONE_TO_MORE` from a 1-rank source). The model errs differently each way (re-packing into
+    fewer, larger buckets loses overlap that the source had; more ranks add messages the source
+    never sent; a single rank never sent any)."""
     b = "same" if np.isclose(mb, src_mb) else "larger" if mb > src_mb else "smaller"
-    n = "same" if ws == src_ws else "more" if ws > src_ws else "fewer"
+    n = "same" if ws == src_ws else ("more" if src_ws > 1 else ONE_TO_MORE) if ws > src_ws else "fewer"
     return b, n
 
 
 @lru_cache(maxsize=4)
 def family_errors(path: Path = BANDS_CSV) -> pd.DataFrame:
-    """``bands.csv`` indexed by (variant, buckets, ranks); empty when the file is missing."""
+    """``bands.csv`` indexed by (variant, buckets, ranks), with ``lower_pct``/``upper_pct`` (a
+    table with ``half_width_pct`` alone gets both from it: symmetric); empty when the file is missing."""
     if not path.is_file():
-        return pd.DataFrame(columns=["half_width_pct", "cells", "where"])
-    return pd.read_csv(path).set_index(["variant", "buckets", "ranks"])
+        return pd.DataFrame(columns=["lower_pct", "upper_pct", "half_width_pct", "cells", "where"])
+    return with_sides(pd.read_csv(path)).set_index(["variant", "buckets", "ranks"])
+
+
+def with_sides(errors: pd.DataFrame) -> pd.DataFrame:
+    """``errors`` (bands.csv rows) with ``lower_pct``/``upper_pct``: as written, else both the
+    symmetric ``half_width_pct`` of a table written before bands had two sides."""
+    out = errors.copy()
+    for side in ("lower_pct", "upper_pct"):
+        if side not in out:
+            out[side] = out["half_width_pct"]
+        else:
+            out[side] = out[side].fillna(out["half_width_pct"]) if "half_width_pct" in out else out[side]
+    return out
+
+
+def family_row(errors: pd.DataFrame, variant: str, b: str, n: str) -> tuple[pd.Series | None, str]:
+    """(the ``errors`` row of family (variant, b, n), else of its :data:`STAND_IN`, else None;
+    the ranks key of the row taken)."""
+    for key in (n, STAND_IN.get(n)):
+        if key is not None and (variant, b, key) in errors.index:
+            return errors.loc[(variant, b, key)], key
+    return None, n
+
+
+def _family_name(variant: str, b: str, n: str) -> str:
+    return f"{variant}, {b} buckets, {_RANKS_TEXT.get(n, n + ' ranks')}"
 
 
 def cell_errors(table: pd.DataFrame, variant: str, src_mb: float, src_ws: int,
-                errors: pd.DataFrame | None = None) -> tuple[np.ndarray, list[str]]:
+                errors: pd.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per row of ``table`` (WHATIF rows of a source job of ``variant`` at ``src_mb`` MiB and
-    ``src_ws`` ranks): the model error (%) its band takes, and where it comes from: its family's
-    held-out half-width (``errors``: :func:`family_errors`), else the global
-    :data:`MODEL_ERROR_PCT` with the reason."""
-    errors = family_errors() if errors is None else errors
-    pct, where = [], []
+    ``src_ws`` ranks): the model error (%) its band takes below and above the prediction, and
+    where it comes from: its family's held-out ``lower_pct``/``upper_pct`` (``errors``:
+    :func:`family_errors`; a table with one ``half_width_pct`` gives both), else its stand-in
+    family's (:data:`STAND_IN`), else the global :data:`MODEL_ERROR_PCT` both ways, with the reason."""
+    errors = family_errors() if errors is None else with_sides(errors.reset_index()).set_index(errors.index.names)
+    lo, hi, where = [], [], []
     for mb, ws in zip(table["bucket_mb"], table["world_size"]):
         b, n = family_of(src_mb, src_ws, float(mb), int(ws))
-        name = f"{variant}, {b} buckets, {n} ranks"
-        if (variant, b, n) in errors.index:
-            r = errors.loc[(variant, b, n)]
-            pct.append(float(r["half_width_pct"]))
-            # "when calibrated": the 90 % is in sample (the cells the error was fitted on); the
-            # docs/whatif.md's held-out section gives how these bands held on rounds measured after
-            where.append(f"family {name}: the error that, with the source's doubt added, held 90 % of its "
-                         f"{int(r['cells'])} held-out cells when calibrated")
+        name = _family_name(variant, b, n)
+        r, key = family_row(errors, variant, b, n)
+        if r is not None:
+            lo.append(float(r["lower_pct"]))
+            hi.append(float(r["upper_pct"]))
+            instead = "" if key == n else f" (no held-out cells of family {name}: {_family_name(variant, b, key)}'s)"
+            # the share is the leave-one-source-out one (cells the fit did not see); docs/whatif.md's
+            # held-out section gives how these bands held on rounds measured after
+            held = r.get("inside_held_out_pct", np.nan)
+            held_text = f", {float(held):g} % of them inside with each source left out" if np.isfinite(held) else ""
+            where.append(f"family {_family_name(variant, b, key)}{instead}: errors -{float(r['lower_pct']):g}/"
+                         f"+{float(r['upper_pct']):g} % below/above the prediction, with the source's doubt added, "
+                         f"from its {int(r['cells'])} held-out cells{held_text}")
         else:
-            pct.append(MODEL_ERROR_PCT)
+            lo.append(MODEL_ERROR_PCT)
+            hi.append(MODEL_ERROR_PCT)
             where.append(f"global {MODEL_ERROR_PCT:g} % (no held-out cells of family {name})")
-    return np.array(pct, float), where
+    return np.array(lo, float), np.array(hi, float), where
 
 
 #: The 90 % two-sided interval of the median of n normal samples, in units of (p90 - p50) / sqrt(n):
@@ -115,18 +165,27 @@ def source_spread(summary: pd.DataFrame, job_id: str) -> tuple[float, float]:
 
 
 def add_bands(table: pd.DataFrame, spread: tuple[float | pd.Series, float | pd.Series],
-              model_error_pct: float | np.ndarray = MODEL_ERROR_PCT) -> pd.DataFrame:
+              model_error_pct: float | np.ndarray | pd.Series = MODEL_ERROR_PCT,
+              model_error_hi_pct: float | np.ndarray | pd.Series | None = None) -> pd.DataFrame:
     """``table`` (WHATIF rows) with ``step_ms_lo``/``step_ms_hi``: the prediction times
-    1 -/+ sqrt(e^2 + u^2), e the model's error (``model_error_pct``: one figure, or one per row,
-    :func:`cell_errors`) and u the source median's uncertainty down/up (``spread``,
-    :func:`source_spread`; or one per row, as the held-out benchmark's medians over rounds
-    have); ``model_error_pct``; and ``in_band`` (the measured cell inside its
-    band; NaN where the run has no such cell)."""
+    1 - sqrt(e_lo^2 + u_dn^2) and 1 + sqrt(e_hi^2 + u_up^2), e the model's error below and above
+    the prediction (``model_error_pct`` and ``model_error_hi_pct``: one figure, or one per row,
+    :func:`cell_errors`; ``model_error_hi_pct`` None: the same both ways) and u the source
+    median's uncertainty down/up (``spread``, :func:`source_spread`; or one per row, as the
+    held-out benchmark's medians over rounds have); ``model_error_lo_pct``/``model_error_hi_pct``
+    and ``model_error_pct``, the larger of the two (the error a recommendation's gain must clear);
+    and ``in_band`` (the measured cell inside its band; NaN where the run has no such cell).
+
+    Why two sides: where the model errs one way (a 1-rank source predicts 2 ranks low), a
+    symmetric band pays for that bias on both sides and still misses on the side it errs."""
     out = table.copy()
-    out["model_error_pct"] = np.broadcast_to(np.asarray(model_error_pct, float), len(out))
-    e = out["model_error_pct"] / 100.0
-    out["step_ms_lo"] = out["step_ms"] * np.maximum(1.0 - np.sqrt(e ** 2 + spread[0] ** 2), 0.0)
-    out["step_ms_hi"] = out["step_ms"] * (1.0 + np.sqrt(e ** 2 + spread[1] ** 2))
+    lo = np.broadcast_to(np.asarray(model_error_pct, float), len(out))
+    hi = lo if model_error_hi_pct is None else np.broadcast_to(np.asarray(model_error_hi_pct, float), len(out))
+    out["model_error_lo_pct"], out["model_error_hi_pct"] = lo, hi
+    out["model_error_pct"] = np.maximum(lo, hi)
+    e_lo, e_hi = out["model_error_lo_pct"] / 100.0, out["model_error_hi_pct"] / 100.0
+    out["step_ms_lo"] = out["step_ms"] * np.maximum(1.0 - np.sqrt(e_lo ** 2 + spread[0] ** 2), 0.0)
+    out["step_ms_hi"] = out["step_ms"] * (1.0 + np.sqrt(e_hi ** 2 + spread[1] ** 2))
     if "measured_step_ms" in out:
         m = out["measured_step_ms"]
         inside = (m >= out["step_ms_lo"]) & (m <= out["step_ms_hi"])
@@ -136,10 +195,15 @@ def add_bands(table: pd.DataFrame, spread: tuple[float | pd.Series, float | pd.S
 
 def add_family_bands(table: pd.DataFrame, spread: tuple[float, float], variant: str, src_mb: float, src_ws: int,
                      errors: pd.DataFrame | None = None) -> pd.DataFrame:
-    """:func:`add_bands` with each cell's family error (:func:`cell_errors`), and ``band_from``
-    saying where that error comes from: what ``whatif`` and the What-if page both draw."""
-    pct, where = cell_errors(table, variant, src_mb, src_ws, errors)
-    return add_bands(table, spread, pct).assign(band_from=where)
+    """:func:`add_bands` with each cell's family errors below and above (:func:`cell_errors`), and
+    ``band_from`` saying where they come from: what ``whatif`` and the What-if page both draw."""
+    lo, hi, where = cell_errors(table, variant, src_mb, src_ws, errors)
+    return add_bands(table, spread, lo, hi).assign(band_from=where)
+
+
+def error_text(lo: float, hi: float) -> str:
+    """A band's model error as printed: ``20 %`` both ways, ``-5/+40 %`` when the sides differ."""
+    return f"{hi:g} %" if np.isclose(lo, hi) else f"-{lo:g}/+{hi:g} %"
 
 
 def knob_text(mb: float) -> str:
@@ -155,11 +219,12 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
 
     Among the predicted cells at ``world_size`` (the source job's), the fastest bucket size; its
     gain against the job's own setting ``own_mb`` (predicted; the measured step when the table
-    lacks that cell) in ms and %, with the band of the gain. The error is the fastest cell's
-    ``model_error_pct`` (its family's, :func:`add_bands`), else ``model_error_pct``. When the
-    gain is within it the line says the bucket size does not matter and the own cell is the
-    recommended one: the own cell replays the measured job, whose noise is the source's spread
-    and cancels."""
+    lacks that cell) in ms and %, with the band of the gain. The errors are the fastest cell's
+    ``model_error_lo_pct``/``model_error_hi_pct`` (its family's, :func:`add_bands`), else its
+    ``model_error_pct`` both ways, else ``model_error_pct``. When the gain is within the upper one
+    (the fastest cell may come out that much slower than predicted) the line says the bucket size
+    does not matter and the own cell is the recommended one: the own cell replays the measured
+    job, whose noise is the source's spread and cancels."""
     out = table.assign(recommended=False)
     at = out[out["world_size"] == world_size]
     if at.empty:
@@ -172,11 +237,15 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
         return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {ranks_text(world_size)} (predicted "
                      f"{best['step_ms']:.1f} ms, band {best['step_ms_lo']:.1f}-{best['step_ms_hi']:.1f}): "
                      + knob_text(best["bucket_mb"]))
-    pct = float(best["model_error_pct"]) if "model_error_pct" in best.index else model_error_pct
-    e = pct / 100.0
+    # the step may come out above its prediction by the band's upper error and below by its lower
+    both = float(best["model_error_pct"]) if "model_error_pct" in best.index else model_error_pct
+    e_lo, e_hi = ((float(best[c]) if c in best.index and np.isfinite(best[c]) else both) / 100.0
+                  for c in ("model_error_lo_pct", "model_error_hi_pct"))
+    pct = error_text(100 * e_lo, 100 * e_hi)
+    e = e_hi
     gain = 100.0 * (own_ms - best["step_ms"]) / own_ms
-    lo = 100.0 * (own_ms - best["step_ms"] * (1 + e)) / own_ms
-    hi = 100.0 * (own_ms - best["step_ms"] * (1 - e)) / own_ms
+    lo = 100.0 * (own_ms - best["step_ms"] * (1 + e_hi)) / own_ms
+    hi = 100.0 * (own_ms - best["step_ms"] * (1 - e_lo)) / own_ms
     if np.isclose(best["bucket_mb"], own_mb):
         out.loc[best.name, "recommended"] = True
         return out, (f"recommendation: keep bucket_cap_mb={own_mb:g}: the job's own {own_mb:g} MiB buckets are "
@@ -186,13 +255,13 @@ def recommend(table: pd.DataFrame, world_size: int, own_mb: float, own_measured_
         out.loc[keep, "recommended"] = True
         return out, (f"recommendation: the bucket size does not matter for this job at {ranks_text(world_size)}: the "
                      f"fastest predicted, {best['bucket_mb']:g} MiB ({best['step_ms']:.1f} ms), is within the "
-                     f"model's {pct:g} % error of the job's own {own_mb:g} MiB ({own_ms:.1f} ms); "
+                     f"model's {pct} error of the job's own {own_mb:g} MiB ({own_ms:.1f} ms); "
                      f"keep bucket_cap_mb={own_mb:g}")
     out.loc[best.name, "recommended"] = True
     return out, (f"recommendation: {best['bucket_mb']:g} MiB buckets at {ranks_text(world_size)}: predicted "
                  f"{best['step_ms']:.1f} ms against {own_ms:.1f} ms at the job's {own_mb:g} MiB, "
                  f"{own_ms - best['step_ms']:.1f} ms ({gain:.0f} %) faster (band {lo:.0f} to {hi:.0f} %, the "
-                 f"model's {pct:g} % error); set " + knob_text(best["bucket_mb"]))
+                 f"model's {pct} error); set " + knob_text(best["bucket_mb"]))
 
 
 #: Measured variants the recommendation weighs against the replayed DDP cells: ZeRO-1 averages

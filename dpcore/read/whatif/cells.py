@@ -23,18 +23,21 @@ from dpcore.read.whatif.model import RankStep, Replay, allreduce_parts, rebucket
 #: docs/DESIGN.md's `whatif --csv` columns first, then the breakdown, the measurement and the model.
 #: ``step_ms_lo``/``step_ms_hi``: the band (:mod:`dpcore.read.whatif.advice`); ``in_band``: the
 #: measured cell inside it; ``recommended``: the cell the recommendation line names;
-#: ``model_error_pct``/``band_from``: the model error in the band and where it comes from;
+#: ``model_error_pct``/``band_from``: the model error in the band (the larger of its two sides,
+#: ``model_error_lo_pct`` below the prediction and ``model_error_hi_pct`` above) and where it comes from;
 #: ``unexplained_ms``: what the anchor adds to the cell's replayed step (the replay times
 #: :attr:`Model.anchor_ratio` minus the replay: the share of the source's measured step that the
 #: replay of its own plan does not account for, at this cell's size).
 WHATIF_COLUMNS = ["world_size", "bucket_mb", "bandwidth_gbps", "latency_us", "step_ms", "comm_ms",
                   "exposed_comm_ms", "step_ms_lo", "step_ms_hi", "hidden_comm_ms", "compute_ms", "other_ms",
                   "buckets", "measured_step_ms", "error_pct", "in_band", "measured_job", "recommended", "kappa",
-                  "algo", "model_error_pct", "band_from", "unexplained_ms"]
+                  "algo", "model_error_pct", "band_from", "unexplained_ms", "model_error_lo_pct",
+                  "model_error_hi_pct"]
 
 
 _MEASURED_COLUMNS = [c for c in WHATIF_COLUMNS if c not in ("step_ms_lo", "step_ms_hi", "in_band", "recommended",
-                                                            "model_error_pct", "band_from")]
+                                                            "model_error_pct", "band_from",
+                                                            "model_error_lo_pct", "model_error_hi_pct")]
 
 
 @dataclass

@@ -22,7 +22,14 @@ import pandas as pd
 
 from dpcore.contract.units import mib_size, ranks_text
 from dpcore.read.rundir.load import Run
-from dpcore.read.whatif.advice import add_family_bands, recommend, recommend_variant, source_spread, zero1_rivals
+from dpcore.read.whatif.advice import (
+    add_family_bands,
+    error_text,
+    recommend,
+    recommend_variant,
+    source_spread,
+    zero1_rivals,
+)
 from dpcore.read.whatif.build import (
     ASSUMED_KAPPA,
     ASSUMED_KAPPA_BAND,
@@ -51,7 +58,8 @@ from dpcore.read.whatif.model import Replay
 #: The what-if API in one place (callers import from here; the modules above hold the code).
 __all__ = ["ASSUMED_KAPPA", "ASSUMED_KAPPA_BAND", "BANDWIDTH_GBPS_RANGE", "DEFAULT_SWEEP_MB", "KAPPA_COMM_MAX",
            "KINDS", "LANE_COLUMNS", "LATENCY_US_RANGE", "STREAMS", "WHATIF_COLUMNS", "WHATIF_VARIANTS", "Model",
-           "banded", "build_model", "calibrate_comm", "check_network", "default_cells", "kind_of", "measured_cells",
+           "banded", "build_model", "calibrate_comm", "check_network", "default_cells", "error_text", "kind_of",
+           "measured_cells",
            "predict", "replay_cell", "replay_lanes", "scale_factors", "target_world_size", "whatif_jobs",
            "whatif_report", "whatif_table", "widen_by_kappa", "with_measured", "MISS_FACTOR", "measured_misses"]
 

@@ -138,7 +138,8 @@ def test_recommendation_weighs_measured_zero1_against_the_predicted_ddp_band() -
     assert "30.0 ms (50 %) faster (band 40 to 60 %, the model's 20 % error)" in line
     t = table.set_index("bucket_mb")
     assert t["model_error_pct"].tolist() == [42.0, 42.0, 20.0]
-    assert t.loc[32.0, "band_from"].startswith("family torch_ddp, larger buckets, same ranks: the error that")
+    assert t.loc[32.0, "band_from"].startswith("family torch_ddp, larger buckets, same ranks: errors -20/+20 % "
+                                               "below/above")
     assert t.loc[1.0, "band_from"] == "global 42 % (no held-out cells of family torch_ddp, smaller buckets, same ranks)"
     assert (t.loc[32.0, "step_ms_lo"], t.loc[32.0, "step_ms_hi"]) == pytest.approx((24.0, 36.0))
     # ZeRO-1 measured at 12 ms: below the band: it wins, against the own predicted 60 ms (band

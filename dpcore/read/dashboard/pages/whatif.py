@@ -174,9 +174,11 @@ def render(run: Run) -> None:
                              src.world_size)
     st.plotly_chart(sweep_figure(sweep, meas), key=f"wi-sw-{run.path}-{job}")
     st.caption(FORMULA + " Measured points use the fitted network; move B or α and only the lines move. "
-               "Bands: the held-out error of the cell's family (variant, direction in bucket size and world "
-               "size; dpcore/read/whatif/bands.csv) and the doubt of the source job's median step, in quadrature; a "
-               "measured point outside its band is a red x. Fabrics: several nodes form one flat ring whose "
+               "Bands: the held-out error of the cell's family below and above the prediction (variant, direction "
+               "in bucket size and world size, a 1-rank source at more ranks a family of its own; "
+               "dpcore/read/whatif/bands.csv) and the doubt of the source job's median step, in quadrature on each "
+               "side: a family the model predicts low reaches mostly upward; a measured point outside its band is a "
+               "red x. Fabrics: several nodes form one flat ring whose "
                "slower link sets its pace (dpcore/read/whatif/fabrics.py).")
 
 
