@@ -20,6 +20,8 @@ writes a run, and the New run page starts a profile that writes one.)
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import pandas as pd
@@ -129,28 +131,46 @@ def key(run: Run) -> tuple:
     return str(run.path), _stamp(Path(run.path))
 
 
-#: Cache keys of the runs whose traces this server process has read (:func:`cached_trace_steps`).
-_traces_read: set[tuple] = set()
+#: How many runs' per-step trace tables the server keeps (the least recently used goes first).
+TRACE_STEPS_ENTRIES = 16
+#: run_key -> :func:`cached_trace_steps`' frame: the cache itself, and so the one record of which
+#: runs' traces are read (a separate "read" set drifted from an evicting cache: it said "read"
+#: after the entry was gone, and the page then blocked on a cold read without its steps-first view).
+_trace_steps: OrderedDict[tuple, pd.DataFrame] = OrderedDict()
+_trace_steps_lock = threading.Lock()
 
 
-@st.cache_data(show_spinner="Reading the run's traces…", max_entries=16)
 def cached_trace_steps(_run: Run, run_key: tuple) -> pd.DataFrame:
     """Per-step overlap of every job's traces (`trace_step_metrics`' rows, from the per-rank tables
     in the run's cache/, :mod:`dpcore.read.ranks`): read once per run, shared by the pages (the
     per-job summary, the Timeline's step cards). ``attrs["problems"]``: one line per job whose rank
-    traces were missing, unreadable or refused (:func:`trace_problems`)."""
+    traces were missing, unreadable or refused (:func:`trace_problems`). Kept in
+    :data:`_trace_steps` (TRACE_STEPS_ENTRIES runs, least recently used out first; the caller
+    gets a copy, as ``st.cache_data`` hands out), so :func:`traces_read` asks the cache itself."""
+    with _trace_steps_lock:
+        hit = _trace_steps.get(run_key)
+        if hit is not None:
+            _trace_steps.move_to_end(run_key)
+            return hit.copy()
     problems: list[str] = []
-    out = run_trace_steps(_run, problems=problems)
+    with st.spinner("Reading the run's traces…"):
+        out = run_trace_steps(_run, problems=problems)
     out.attrs["problems"] = problems
-    _traces_read.add(run_key)
-    return out
+    with _trace_steps_lock:
+        _trace_steps[run_key] = out
+        _trace_steps.move_to_end(run_key)
+        while len(_trace_steps) > TRACE_STEPS_ENTRIES:
+            _trace_steps.popitem(last=False)
+    return out.copy()
 
 
 def traces_read(run: Run) -> bool:
-    """Whether this server has read the run's traces already (then :func:`cached_trace_steps` is a
-    cache hit): False on a cold first visit, where the read takes seconds (9-16 s on the samples
-    on a busy 2-core machine) and :func:`frame.steps_while_traces_are_read` shows steps.csv first."""
-    return key(run) in _traces_read
+    """Whether :func:`cached_trace_steps` holds the run's traces now (then reading them is a cache
+    hit): False on a cold first visit, or after the run's entry made room for others, where the
+    read takes seconds (9-16 s on the samples on a busy 2-core machine) and
+    :func:`frame.steps_while_traces_are_read` shows steps.csv first."""
+    with _trace_steps_lock:
+        return key(run) in _trace_steps
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
