@@ -646,7 +646,8 @@ class PhaseTimer:
         really ended, taken earlier on this timer's clock (a ``perf_counter_ns`` reading on the
         host clock, an event of :attr:`clock` on an event clock; None: now), e.g.
         :meth:`dpcore.write.capture.backward_end.BackwardEnd.take`."""
-        if at is None or (isinstance(at, int) and at <= 0):
+        host = isinstance(at, int)
+        if at is None or (host and at <= 0) or host != (self.clock is None):  # none, or another clock's
             at = self.clock.mark() if self.clock is not None else _perf_ns()
         self._marks.append((phase, at))
 

@@ -148,6 +148,30 @@ def test_batches_without_a_mark_between_share_one_anchor() -> None:
     assert lone.anchors == 3
 
 
+def test_phase_timer_takes_an_earlier_end_of_its_own_clock_only() -> None:
+    """``mark(at=...)`` ends the phase at an earlier reading of the timer's own clock; a value of
+    the other kind (an event on the host clock, ns on an event clock) or none marks now."""
+    from dpcore.write.capture.comm_log import PhaseTimer
+
+    host = PhaseTimer()
+    host.start()
+    t0 = host.t_start_ns
+    time.sleep(0.002)
+    host.mark("fwd", at=t0 + 1_000)
+    host.mark("bwd", at=_HostEvent())  # not this clock's: now
+    got = host.finish()
+    assert got["fwd_ms"] == 0.001 and got["bwd_ms"] >= 1.5, got
+    clock = _HostEventClock()
+    ev = PhaseTimer(clock=clock)
+    ev.start()
+    early = clock.mark()
+    time.sleep(0.02)
+    ev.mark("fwd", at=early)
+    ev.mark("bwd", at=123)  # ns on an event clock: now
+    got = ev.finish()
+    assert got["fwd_ms"] < 10.0 and got["bwd_ms"] >= 15.0, got
+
+
 def test_record_times_its_phases_on_the_recorders_clock(monkeypatch: pytest.MonkeyPatch,
                                                          tmp_path: Any) -> None:
     """``dpcore.record`` on an event clock (the clock a CUDA device gets, faked here on the

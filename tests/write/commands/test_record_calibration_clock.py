@@ -42,7 +42,7 @@ def _calibrate(rank: int, clock: Any) -> dict:
     torch.manual_seed(0)
     rec = Recorder("t", rank, clock=clock)
     recording = SimpleNamespace(rec=rec, ctx=SimpleNamespace(rank=rank, device=torch.device("cpu")),
-                                _last_grad_ns=0, _tracing=False)
+                                _tracing=False)
     model = DistributedDataParallel(ForwardOnTheStream(), bucket_cap_mb=1.0)
     model.register_comm_hook(HookState(model.process_group, recording), recording_allreduce_hook)
     x = torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(rank))
