@@ -35,6 +35,9 @@ check asserts (with ``--device cpu`` the GPU is the CPU and NCCL is gloo):
   run whose environment says device cuda.
 - ``trace-handler``: ``dpcore.trace_handler`` in a bf16 CUDA loop writes a run on device cuda.
 - ``torchrun-profile``: ``profile`` under torchrun, one rank on NCCL, completes.
+- ``backward-end``: one rank of DDP whose comm hook's future completes 1 s late (DDP waits
+  for it inside ``backward()``): backward's phase, marked by ``BackwardEnd`` on the recorder's
+  clock (CUDA events), leaves the wait out (under 1 s) and grad sync holds it (0.75 s or more).
 
 Every dpcore command runs in a child process that cannot import streamlit or plotly (they are
 set to None in ``sys.modules``), so a command path that imports them fails here, on the CPU
@@ -732,6 +735,73 @@ def check_torchrun_profile(env: Env) -> list[str]:
         out / name, env.device, env.one_rank_backend)
 
 
+#: the wait a ``backward-end`` comm hook puts inside backward(), seconds
+BWD_WAIT_S = 1.0
+
+
+def check_backward_end(env: Env) -> list[str]:
+    """One rank of DDP (NCCL on the GPU, gloo on the CPU) whose comm hook's future completes
+    BWD_WAIT_S after the call, so DDP's final callback waits that long inside ``backward()``:
+    with the phase timer on the recorder's clock and backward's end marked by ``BackwardEnd``
+    (an event in a final callback queued ahead of DDP's on CUDA), every step's bwd phase must
+    leave the wait out and sync must hold it."""
+    store = env.work / "backward-end.store"
+    code = textwrap.dedent(f"""\
+        import json, sys, threading, time
+        sys.modules.update({{"streamlit": None, "plotly": None}})
+        import torch, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        from dpcore.write.capture.backward_end import BackwardEnd
+        from dpcore.write.capture.comm_log import Recorder
+        cuda = {env.device == "cuda"!r}
+        dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(0)
+        dist.init_process_group("nccl" if cuda else "gloo", init_method="file://{store}", rank=0, world_size=1)
+        net = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512)).to(dev)
+        ddp = DistributedDataParallel(net, device_ids=[0] if cuda else None)
+
+        def hook(state, bucket):
+            fut = torch.futures.Future(devices=[dev]) if cuda else torch.futures.Future()
+            buf = bucket.buffer()
+            def later():
+                time.sleep({BWD_WAIT_S})
+                fut.set_result(buf)
+            threading.Thread(target=later).start()
+            return fut
+
+        ddp.register_comm_hook(None, hook)
+        rec = Recorder("backward-end", 0)
+        rec.time_on(dev)
+        timer = rec.phase_timer()
+        end = BackwardEnd(rec.clock)
+        end.attach(net.parameters())
+        out = {{"same_clock": timer.clock is rec.clock, "steps": []}}
+        for step in range(3):
+            loss = ddp(torch.randn(64, 512, device=dev)).square().mean()
+            timer.start()
+            t0 = time.perf_counter_ns()
+            loss.backward()
+            timer.mark("bwd", at=end.take(t0))
+            timer.mark("sync")
+            t = timer.finish()
+            out["steps"].append([round(t["bwd_ms"], 3), round(t["sync_ms"], 3)])
+        print(json.dumps(out))
+        dist.destroy_process_group()
+    """)
+    rc, log = env.run("backward-end", [sys.executable, "-c", code], 90)
+    if rc != 0:
+        return [f"rc {rc}: {_last_line(log)}"]
+    got = json.loads(log.strip().splitlines()[-1])
+    steps = got["steps"][1:]  # the first step builds DDP's buckets
+    env.note(f"backward-end on {env.device}: [bwd_ms, sync_ms] per step {steps} (wait {BWD_WAIT_S * 1e3:.0f} ms)")
+    wait_ms = BWD_WAIT_S * 1e3
+    bad = [] if got["same_clock"] else ["the phase timer is not on the recorder's clock"]
+    bad += [f"step {i + 1}: bwd {b} ms holds DDP's wait ({wait_ms:.0f} ms) or sync {s} ms lacks it"
+            for i, (b, s) in enumerate(steps) if not (s >= 0.75 * wait_ms and b < wait_ms)]
+    return bad
+
+
 #: name -> check, longest first (they run three at a time)
 CHECKS: dict[str, Callable[[Env], list[str]]] = {
     "profile-gloo-shared": check_profile_gloo_shared,
@@ -746,6 +816,7 @@ CHECKS: dict[str, Callable[[Env], list[str]]] = {
     "trace-handler": check_trace_handler,
     "gloo-collectives": check_gloo_collectives,
     "gloo-send-recv": check_gloo_send_recv,
+    "backward-end": check_backward_end,
     "host": check_host,
 }
 

@@ -126,12 +126,13 @@ def test_dry_run_on_cpu_passes_and_writes_little(tmp_path: Path) -> None:
     """The same checks on gloo and the CPU; every dpcore command in it runs where streamlit and
     plotly cannot be imported, so these paths are shown not to import them."""
     out = tmp_path / "out"
-    only = "host,gloo-collectives,fsdp-allgather-bytes,calibration-clock,trace-handler,torchrun-profile"
+    only = "host,gloo-collectives,fsdp-allgather-bytes,calibration-clock,trace-handler,torchrun-profile,backward-end"
     p = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--only", only, "--out", str(out),
                         "--workers", "2", "--budget-s", "900"], capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "FAIL:" not in p.stdout
-    assert "gpu_check on cpu: 6 of 6 checks passed" in p.stdout
+    assert "gpu_check on cpu: 7 of 7 checks passed" in p.stdout
+    assert "backward-end on cpu: [bwd_ms, sync_ms] per step" in p.stdout
     assert "all-gathered MiB per step (rank 0): fsdp-ws2 fp32" in p.stdout
     files = sorted(f.name for f in out.iterdir())
     assert files == ["checks.json", "gpu_check.txt", "logs.tar.gz", "measured.jsonl", "runs.tar.gz"]
