@@ -75,7 +75,11 @@ def step_entry(rank: int, idx: int, bwd_start_ms: float, bwd_end_ms: float, coll
     """One calibration rank-step as :func:`fit` takes it: backward's window, each all-reduce's
     bytes, launch (:func:`launch_ns`) and end, ms on the run's one clock, in launch order.
     ``events``: the recorder timed with an event clock; then backward's window must be the
-    stream's too (the phase timer's events in ``profile``, the recorder's marks in ``record``)."""
+    stream's too (the phase timer's events in ``profile``, the recorder's marks in ``record``).
+    The window ends where backward's computation did, before DDP's wait for its buckets inside
+    ``backward()`` (:class:`dpcore.write.capture.backward_end.BackwardEnd`): with that wait in
+    it, Δ backward between the plans would hold a difference of communication, not of compute
+    slowed by it, and kappa would read it as slowdown."""
     cs = sorted(colls, key=lambda c: c["seq"])
     return {"rank": rank, "step": idx, "bwd_start_ms": round(bwd_start_ms, 4),
             "bwd_end_ms": round(bwd_end_ms, 4),
