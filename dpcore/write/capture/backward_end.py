@@ -71,8 +71,10 @@ class BackwardEnd:
     def take(self, since_ns: int = 0) -> Any:
         """The last backward's end and forget it: ``perf_counter_ns`` (host clock; None when no
         gradient was ready after ``since_ns``) or the event (event clock; None when no backward
-        ran a hook since the last take)."""
+        ran a hook since the last take). Call it before each backward too (no stale end, and a
+        backward that raised before its final callback leaves nothing queued behind)."""
         value, self._value = self._value, None
+        self._queued = False  # a backward that raised never ran its callback: queue afresh
         if self.clock is None and (value is None or value <= since_ns):
             return None
         return value

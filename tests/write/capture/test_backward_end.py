@@ -110,6 +110,25 @@ def test_the_event_mark_comes_before_ddps_final_callback() -> None:
     assert nodes
 
 
+def test_a_backward_that_raised_leaves_the_next_one_marked() -> None:
+    """A backward that raises after the first gradient queued the callback never runs it; the
+    take before the next backward clears that, so the next one is marked again."""
+    net = torch.nn.Linear(4, 1)
+    end = BackwardEnd(_HostEventClock())
+    end.attach(net.parameters())
+
+    def boom(_p: torch.Tensor) -> None:
+        raise RuntimeError("boom")
+
+    h = net.bias.register_post_accumulate_grad_hook(boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        net(torch.randn(2, 4)).sum().backward()
+    h.remove()
+    assert end.take() is None
+    net(torch.randn(2, 4)).sum().backward()
+    assert isinstance(end.take(), _HostEvent)
+
+
 def test_host_clock_end_is_the_last_gradient() -> None:
     """CPU jobs: the last gradient's accumulation, after ``since``; None when none came after it."""
     net = torch.nn.Linear(4, 1)
