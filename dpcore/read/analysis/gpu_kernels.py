@@ -137,4 +137,4 @@ def kernel_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
 KERNELS_TABLE = RankTable("gpu_kernels", {c: (object if c in ("kernel_class", "dtype", "device") else bool
                                               if c == "named" else np.int64
                                               if c in ("rank", "calls", "flops_calls", "set_aside") else np.float64)
-                                          for c in KERNEL_COLUMNS}, kernel_table, version=table_version(3))
+                                          for c in KERNEL_COLUMNS}, kernel_table, version=table_version(4))

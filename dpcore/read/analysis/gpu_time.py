@@ -125,10 +125,10 @@ def ledger_tables(events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
 GPU_TABLE = RankTable("gpu", {c: (object if c in ("window", "top_idle_cause") else bool if c == "host_bound"
                                   else np.int64 if c in ("rank", "step", "set_aside_events", "flops_set_aside")
                   else np.float64) for c in LEDGER_COLUMNS},
-                      ledger_tables, version=table_version(3))
+                      ledger_tables, version=table_version(4))
 GPU_CAUSES_TABLE = RankTable("gpu_causes", {c: (object if c in ("window", "cause")
                                                 else np.int64 if c in ("rank", "step") else np.float64)
-                                            for c in CAUSE_COLUMNS}, ledger_tables, version=table_version(3))
+                                            for c in CAUSE_COLUMNS}, ledger_tables, version=table_version(4))
 
 
 def _threads(ev: pd.DataFrame) -> np.ndarray:

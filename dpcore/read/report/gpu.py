@@ -56,8 +56,10 @@ _NOTE = ("ms of the window; span = compute + non_compute + idle. compute = time 
          "model FLOPs (matrix products, attention, convolutions from the recorded shapes) / (its span × the "
          "GPU's dense peak for each dtype, peaks.csv); flops_cov_% = the share of compute-kernel time whose "
          "FLOPs are known: MFU counts only that part. GEMM efficiency = the GEMM kernels' FLOPs / their own "
-         "time × peak: how well the matrix kernels ran, not how busy the GPU was. GPU events with a negative "
-         "duration and calls whose FLOPs would exceed the peak are set aside and counted.")
+         "time × peak: how well the matrix kernels ran, not how busy the GPU was. Attention counts half where "
+         "the trace records the call's is_causal (Concrete Inputs), else unmasked: for a causal model without "
+         "them its FLOPs and the MFU are an upper bound (at most 2x). GPU events with a negative duration and "
+         "calls whose FLOPs would exceed the peak are set aside and counted.")
 
 
 def load_gpu(path: str, scale: Scale | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, bool]:

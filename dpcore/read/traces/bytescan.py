@@ -39,12 +39,13 @@ _EVENT_KEYS = (b'"ph"', b'"ts"', b'"dur"', b'"name"', b'"cat"', b'"pid"', b'"tid
 #: ``name`` ("" when absent), the others like ``correlation`` (int, -1 when absent or not a number).
 #: With ``record_shapes=True`` every CPU op also carries its inputs' shapes and types (``Input Dims``,
 #: ``Input type``; kept as text, as Python prints the lists): what a matrix product's FLOPs are
-#: computed from (:mod:`dpcore.read.traces.matmuls`).
+#: computed from (:mod:`dpcore.read.traces.matmuls`); ``Concrete Inputs`` (the scalar arguments, where
+#: the profiler writes them) says whether an attention call was causal.
 META_KEYS = (("coll", b'"Collective name"'), ("in_nelems", b'"In msg nelems"'),
              ("out_nelems", b'"Out msg nelems"'), ("dtype", b'"dtype"'), ("group_size", b'"Group size"'),
-             ("in_dims", b'"Input Dims"'), ("in_types", b'"Input type"'))
+             ("in_dims", b'"Input Dims"'), ("in_types", b'"Input type"'), ("in_concrete", b'"Concrete Inputs"'))
 META_FIELDS = tuple(f for f, _ in META_KEYS)
-META_TEXT = ("coll", "dtype", "in_dims", "in_types")
+META_TEXT = ("coll", "dtype", "in_dims", "in_types", "in_concrete")
 _ARG_KEYS = (b'"correlation"', b'"stream"') + tuple(k for _, k in META_KEYS)
 #: Every field the scan keeps: X_FIELDS (= _EVENT_KEYS[1:7] + the first two _ARG_KEYS), then META_FIELDS.
 FIELDS = X_FIELDS + META_FIELDS

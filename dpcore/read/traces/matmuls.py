@@ -12,9 +12,10 @@ them (multiply-add = 2 FLOPs; elementwise work is not counted, as in MFU's usual
 * attention (``scaled_dot_product_attention`` and its flash, memory-efficient, cuDNN and fused
   forms; inputs B·H·S·D): forward 4·B·H·Sq·Sk·D (Q·Kᵀ and P·V, 2·B·H·Sq·Sk·D each; with V's own
   head size Dv: 2·B·H·Sq·Sk·(D + Dv)); backward 2.5 × the forward (five products of the same
-  size: dV, dP, dQ, dK and the recomputed scores). A causal mask halves both (:func:`attention_flops`'s
-  ``causal``); the scan does not keep the op's ``Concrete Inputs`` where ``is_causal`` is written, so a
-  trace's attention is counted unmasked: an upper bound for a causal model, at most 2×.
+  size: dV, dP, dQ, dK and the recomputed scores). A causal mask halves both: where the trace
+  records the op's ``Concrete Inputs`` (torch writes them with ``record_shapes``; dpcore's own H200
+  traces have none), their ``is_causal`` says so (:func:`is_causal`); else the call is counted
+  unmasked: an upper bound for a causal model, at most 2×.
 * convolution: 2·N·Cout·(output positions)·(Cin/groups)·(kernel positions), which is 2 ×
   (the weight's size) × N × (output positions), from the output's shape; its transposed form the
   same over the input's positions. The backward ops (``aten::convolution_backward``, cuDNN's and
@@ -60,6 +61,19 @@ ATTENTION_BWD = {"aten::_scaled_dot_product_flash_attention_backward": 1,
                  "aten::_scaled_dot_product_fused_attention_overrideable_backward": 1}
 #: The backward's FLOPs per forward FLOP (module docstring).
 ATTENTION_BACKWARD_FACTOR = 2.5
+#: Attention ops -> (the position of ``is_causal`` in the op's arguments, how many arguments it
+#: has): where the profiler wrote ``Concrete Inputs`` (one entry per argument, scalars as text), a
+#: list of that length with "True" there is a causal call. Another length (another torch's
+#: signature) or no such entry leaves the call unmasked.
+ATTENTION_CAUSAL = {"aten::scaled_dot_product_attention": (5, 8),
+                    "aten::_scaled_dot_product_flash_attention": (4, 7),
+                    "aten::_scaled_dot_product_efficient_attention": (6, 8),
+                    "aten::_scaled_dot_product_cudnn_attention": (6, 9),
+                    "aten::_scaled_dot_product_fused_attention_overrideable": (5, 8),
+                    "aten::_scaled_dot_product_flash_attention_backward": (11, 15),
+                    "aten::_scaled_dot_product_efficient_attention_backward": (11, 13),
+                    "aten::_scaled_dot_product_cudnn_attention_backward": (14, 16),
+                    "aten::_scaled_dot_product_fused_attention_overrideable_backward": (13, 17)}
 #: Forward convolutions: input first, weight second.
 CONV_FWD = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
             "aten::cudnn_convolution", "aten::miopen_convolution", "aten::cudnn_convolution_transpose",
@@ -183,9 +197,20 @@ def conv_flops(x: list[int] | None, w: list[int] | None, y: list[int] | None) ->
     return 2.0 * math.prod(w) * side[0] * math.prod(side[2:])
 
 
-def op_flops(op: str, dims: list, conv_out: dict[tuple, list[int]] | None = None) -> float:
+def is_causal(op: str, concrete: list) -> bool | None:
+    """Whether an attention call was causal, from its ``Concrete Inputs`` (:data:`ATTENTION_CAUSAL`);
+    None where they do not say (not written, another signature)."""
+    at = ATTENTION_CAUSAL.get(op)
+    if at is None or len(concrete) != at[1] or concrete[at[0]] not in ("True", "False"):
+        return None
+    return concrete[at[0]] == "True"
+
+
+def op_flops(op: str, dims: list, conv_out: dict[tuple, list[int]] | None = None,
+             concrete: list | None = None) -> float:
     """FLOPs of one op with recorded shapes (module docstring); NaN where unknown. ``conv_out``:
-    {(input, weight) shapes: output shape} learnt from the trace's backward convolutions."""
+    {(input, weight) shapes: output shape} learnt from the trace's backward convolutions;
+    ``concrete``: the op's ``Concrete Inputs`` (an attention call's causal mask halves it)."""
     if op in MATMUL_OPS:
         return matmul_flops(op, dims)
     shapes = [_shape(d) for d in dims]
@@ -194,7 +219,7 @@ def op_flops(op: str, dims: list, conv_out: dict[tuple, list[int]] | None = None
         if len(shapes) < at + 2:
             return float("nan")
         return attention_flops(shapes[at], shapes[at + 1], shapes[at + 2] if len(shapes) > at + 2 else None,
-                               backward=op in ATTENTION_BWD)
+                               causal=bool(is_causal(op, concrete or [])), backward=op in ATTENTION_BWD)
     if op in CONV_BWD:
         (iy, ix, iw), times = CONV_BWD[op]
         y, x, w = (shapes[i] if 0 <= i < len(shapes) else None for i in (iy, ix, iw))
@@ -281,12 +306,16 @@ def kernel_matmuls(cols: Columns, kernels: np.ndarray) -> tuple[np.ndarray, np.n
     conv_out = _conv_outputs(names, dims_t, cols.codes["name"], cols.codes["in_dims"])
     holders = _holders(cols, np.unique(op), is_op & has_dims)
     per_op: dict[int, tuple[float, str]] = {}
-    parsed: dict[tuple[int, int, int], tuple[float, str]] = {}  # each distinct (op, shapes, types) parsed once
+    concrete_t = cols.tables.get("in_concrete") or [""]
+    concrete_c = cols.codes["in_concrete"] if "in_concrete" in cols.codes else np.zeros(n, np.int64)
+    parsed: dict[tuple[int, int, int, int], tuple[float, str]] = {}  # each distinct (op, shapes, types) once
     for o in np.unique(op).tolist():
-        key = (int(cols.codes["name"][o]), int(cols.codes["in_dims"][o]), int(cols.codes["in_types"][o]))
+        key = (int(cols.codes["name"][o]), int(cols.codes["in_dims"][o]), int(cols.codes["in_types"][o]),
+               int(concrete_c[o]) if names[int(cols.codes["name"][o])] in ATTENTION_CAUSAL else -1)
         if key not in parsed:
             name = names[key[0]]
-            parsed[key] = (op_flops(name, _dims(dims_t[key[1]]), conv_out),
+            concrete = _dims(concrete_t[key[3]]) if key[3] >= 0 else []
+            parsed[key] = (op_flops(name, _dims(dims_t[key[1]]), conv_out, concrete),
                            input_dtype(_dims(types_t[key[2]]), name))
         f, dt = parsed[key]
         per_op[o] = (float("nan") if o in holders else f, dt)

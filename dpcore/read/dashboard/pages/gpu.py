@@ -54,7 +54,8 @@ LEDGER_CONFIG = {
                         "dtype): how much of the GPU's time did model work.", format="%.1f%%"),
     "flops_coverage_pct": NUM("FLOPs coverage %", help="Share of the window's compute-kernel time whose FLOPs are "
                               "known (matrix products, attention, convolutions with recorded shapes): MFU counts "
-                              "only that part.", format="%.0f%%"),
+                              "only that part. Attention is counted unmasked where the trace records no "
+                              "is_causal (Concrete Inputs): an upper bound for a causal model.", format="%.0f%%"),
     "set_aside_events": NUM("set aside", help="GPU events with a negative duration, left out of every number.",
                             format="%d"),
 }
@@ -88,7 +89,9 @@ MEANING = (
     "(matrix products, attention forward and backward, convolutions, from the recorded shapes) / (its span × "
     "the GPU's dense peak for each dtype); **GEMM efficiency**: the GEMM kernels' FLOPs / their own time × peak "
     "(how well the matrix kernels ran, not how busy the GPU was); **FLOPs coverage**: the share of compute-"
-    "kernel time whose FLOPs are known, which both numbers stand on."
+    "kernel time whose FLOPs are known, which both numbers stand on. A causal attention call counts half "
+    "where the trace records its is_causal (Concrete Inputs), else it is counted unmasked (for a causal "
+    "model an upper bound, at most 2×)."
 )
 
 
