@@ -8,6 +8,9 @@ its files' mtimes and sizes, so a run still being written is recomputed when a f
 Figures are cached the same way (unpickling a figure costs a fraction of building it), except the
 first chart a reload draws (Overview's breakdown): ``st.cache_resource`` with the same arguments,
 which hands back the one figure without unpickling it, since only ``st.plotly_chart`` reads it.
+One exception, the per-step traces (:func:`cached_trace_steps`): a bounded cache of its own, the
+same arguments, because the pages ask whether a run's traces are read yet (:func:`traces_read`)
+and only a cache that can be asked answers that without a second record that drifts from it.
 Why: every script rerun must be cheap (page switches < 1 s on a busy 2-core box).
 
 Why the path checks: the profiles folder is the trust boundary; a symlink or a crafted name must
