@@ -89,7 +89,10 @@ def test_absurd_network_values_are_refused_with_the_range(capsys: pytest.Capture
 def test_many_ranks_and_tiny_buckets_cost_what_the_source_ranks_do(capsys: pytest.CaptureFixture,
                                                                     samples: Path) -> None:
     import time
-    t0 = time.perf_counter()
+    # CPU seconds of this process, not wall time: the cost is the prediction's own work (the
+    # cells of 65,536 ranks x tiny buckets), which a loaded machine does not change; on this 2-core
+    # machine at load 20 the same call took 136 s of wall time for 5.6 s of CPU
+    t0 = time.process_time()
     code, out, err = _cli("whatif", str(samples / "sample-train"), "--job", "torch_ddp-ws2-b25",
                           "--world-sizes", "65536", "--bucket-mb", "0.001", "--csv", capsys=capsys)
     assert code == 0, err
@@ -97,7 +100,7 @@ def test_many_ranks_and_tiny_buckets_cost_what_the_source_ranks_do(capsys: pytes
     # DDP's rule (add the tensor, then close) pairs each 1 KiB bias with the next weight: 16 of
     # 32 gradients; each a ring of 2·65535 messages of alpha, so comm >= 16 x 13.1 s
     assert row["buckets"] == 16 and row["comm_ms"] >= 16 * 2 * 65535 * row["latency_us"] / 1e3 - 1e-6
-    assert np.isfinite(row["step_ms"]) and time.perf_counter() - t0 < 120   # was > 300 s
+    assert np.isfinite(row["step_ms"]) and time.process_time() - t0 < 120   # was > 300 s
 
 
 def test_bench_find_the_term_and_family_bands_on_known_errors(sample) -> None:
