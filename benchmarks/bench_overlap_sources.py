@@ -30,7 +30,7 @@ def gaps(run_dir: Path) -> dict[tuple[str, int], tuple[float, float]]:
     """(job, rank) -> (overlap % from intervals, overlap % from the trace), over the traced steps."""
     from dpcore.read.analysis import overlap_from_trace, step_breakdown
     from dpcore.read.rundir import load_run
-    from dpcore.read.traces import read_trace_dir
+    from tests.trace_helpers import read_trace_dir
     run = load_run(run_dir)
     iv = step_breakdown(run.steps, run.collectives, profiled=True, calls=run.comm_calls)
     out: dict[tuple[str, int], tuple[float, float]] = {}

@@ -17,7 +17,8 @@ from dpcore.read.analysis.comm_overlap import TRACE_COLUMNS, overlap_from_trace
 from dpcore.read.analysis.lanes import trace_lanes
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
-from dpcore.read.traces.reader import TraceFormatError, read_trace_files
+from dpcore.read.traces.reader import TraceFormatError
+from tests.trace_helpers import read_trace_files
 
 
 def job_trace_events(run: Run, job_id: str, problems: list[str] | None = None,

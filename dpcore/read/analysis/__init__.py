@@ -14,20 +14,19 @@ from dpcore.read.analysis.comm import (
                    chunk_matrix,
                    message_counts,
                    message_pairs,
-                   number_pieces,
                    ring_step_times,
 )
 from dpcore.read.analysis.comm_hooks import compression
-from dpcore.read.analysis.comm_overlap import overlap_by_rank, overlap_from_trace, step_breakdown
+from dpcore.read.analysis.comm_overlap import overlap_from_trace, step_breakdown
 from dpcore.read.analysis.metrics import job_metrics, rank_metrics, step_metrics, step_ranks
-from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, stragglers_from_traces
+from dpcore.read.analysis.stragglers import collective_waits, straggler_summary
 from dpcore.read.analysis.summary import bucket_sweep, job_summary, scaling
 from dpcore.read.analysis.timeline import timeline
 
 __all__ = ["step_metrics", "rank_metrics", "job_metrics", "step_ranks",
            "union_length", "intersect_length", "merge", "intersect", "subtract", "clip",
-           "step_breakdown", "overlap_from_trace", "overlap_by_rank", "job_summary", "scaling", "bucket_sweep",
+           "step_breakdown", "overlap_from_trace", "job_summary", "scaling", "bucket_sweep",
            "compression",
            "allreduce_bandwidth", "bus_factor", "ring_step_times", "chunk_matrix",
-           "message_counts", "message_pairs", "number_pieces", "timeline",
-           "collective_waits", "straggler_summary", "stragglers_from_traces"]
+           "message_counts", "message_pairs", "timeline",
+           "collective_waits", "straggler_summary"]

@@ -36,18 +36,6 @@ def allreduce_bandwidth(allreduce: pd.DataFrame) -> pd.DataFrame:
     return df[cols].sort_values(["algo", "world_size", "bytes"]).reset_index(drop=True)
 
 
-def number_pieces(messages: pd.DataFrame) -> pd.DataFrame:
-    """Add ``piece``: the n-th message with the same key on the same side, in posting order.
-
-    (key, piece) names one message on both sides; the rule is
-    :func:`dpcore.contract.messages.piece_numbers`, shared with the merged trace's arrows.
-    """
-    if messages is None or messages.empty:
-        return messages.assign(piece=pd.Series(dtype="int64")) if messages is not None else messages
-    pieces = piece_numbers(_keys(messages), messages["side"].tolist(), messages["t_post_ns"].tolist())
-    return messages.assign(piece=np.asarray(pieces, dtype=np.int64))
-
-
 def _keys(messages: pd.DataFrame) -> list[tuple]:
     return list(messages[[k for k in MESSAGE_KEY if k in messages.columns]].astype(str).itertuples(index=False))
 

@@ -44,7 +44,6 @@ BREAKDOWN_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "rank", "st
                      "comm_ms", "overlapped_ms", "exposed_ms", "other_ms", "overlap_pct", "comm_fraction",
                      "comm_ops", "comm_bytes", "samples"]
 TRACE_COLUMNS = ["rank", "step", "step_ms", "compute_ms", "comm_ms", "overlapped_ms", "exposed_ms", "overlap_pct"]
-RANK_COLUMNS = ["rank", "overlap_pct", "comm_ms", "exposed_comm_ms", "compute_ms"]
 #: Communication calls in a trace of dpcore's: the recorder's ``comm_call#<op>`` (launching a
 #: collective, or a blocking one) and ``comm_call#wait`` ranges, comm_calls.csv's rows as the
 #: profiler saw them. Never compute, even inside an operator (a gradient hook's launch inside a
@@ -402,13 +401,3 @@ def overlap_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
 #: analyze, summarize and the overview read of a trace).
 OVERLAP_TABLE = RankTable("overlap", {c: (np.int64 if c in ("rank", "step") else np.float64) for c in TRACE_COLUMNS},
                           overlap_table, columns=BASE)
-
-
-def overlap_by_rank(events: pd.DataFrame) -> pd.DataFrame:
-    """Per rank over the whole trace (what `dpcore analyze` prints; comparable to HTA per rank)."""
-    rows = []
-    for rank, ev in _ranks(events):
-        r = _row(rank, -1, _Events.of(ev))
-        rows.append({"rank": int(rank), "overlap_pct": r["overlap_pct"], "comm_ms": r["comm_ms"],
-                     "exposed_comm_ms": r["exposed_ms"], "compute_ms": r["compute_ms"]})
-    return pd.DataFrame(rows, columns=RANK_COLUMNS)

@@ -83,13 +83,6 @@ def expected_volume(variant: str, world_size: int, param_bytes: float,
     return [{"op": op, "bytes": b, "bus_bytes": b * bus_factor(op, n)} for op, b in terms]
 
 
-def expected_bus_bytes(variant: str, world_size: int, param_bytes: float, replicated_bytes: float = 0.0,
-                       param_return: str = "all_gather") -> float:
-    """Σ bus bytes of :func:`expected_volume`: the one number per variant docs/metrics.md tabulates."""
-    terms = expected_volume(variant, world_size, param_bytes, replicated_bytes, param_return)
-    return float(sum(t["bus_bytes"] for t in terms))
-
-
 def memory_table(memory: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     """Per (job, rank): memory.csv's bytes, ``held_bytes`` (= params + grads + optim + other),
     ``activation_bytes`` and the job's step time T (median, p10, p90) from ``summary`` (:func:`job_summary`).

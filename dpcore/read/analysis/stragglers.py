@@ -38,7 +38,6 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.comm_overlap import MS_NS, comm_start_ns
-from dpcore.read.analysis.trace_arrivals import trace_comm_rows
 
 KEY = ["job_id", "step", "seq"]
 WAIT_COLUMNS = ["job_id", "step", "seq", "rank", "op", "bytes", "arrival_ns", "end_ns", "wait_ms", "last",
@@ -120,15 +119,17 @@ def straggler_summary(waits: pd.DataFrame) -> pd.DataFrame:
     return s[SUMMARY_COLUMNS].reset_index(drop=True)
 
 
-def stragglers_from_traces(events: pd.DataFrame, job_id: str = "") -> pd.DataFrame:
-    """:func:`collective_waits` of a folder of torch.profiler traces (``read_trace_dir``'s events).
+def stragglers_from_rows(rows: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
+    """:func:`collective_waits` of torch.profiler traces, from their comm rows
+    (:func:`~dpcore.read.analysis.trace_arrivals.trace_comm_rows`, per rank or all at once: the
+    same rows; what the per-rank tables keep instead of the events) and the ranks traced.
 
     Comm events (kind ``comm``: NCCL kernels on GPU, ``gloo:*`` spans on a gloo worker thread on
-    CPU) become rows by :func:`~dpcore.read.analysis.trace_arrivals.trace_comm_rows`; the
-    point-to-point ones (send/recv) are left out, and the rest are matched by order: the n-th
-    of every rank within one ProfilerStep (step −1 outside every step) is the same collective,
-    because data-parallel ranks issue their collectives in the same order. A step in which the
-    ranks saw different numbers of them cannot be matched by order and is dropped whole.
+    CPU) are the rows; the point-to-point ones (send/recv) are left out, and the rest are matched
+    by order: the n-th of every rank within one ProfilerStep (step −1 outside every step) is the
+    same collective, because data-parallel ranks issue their collectives in the same order. A
+    step in which the ranks saw different numbers of them cannot be matched by order and is
+    dropped whole.
 
     Arrival: on gloo, when the rank enqueued the collective (its ``c10d::*`` op on the calling
     thread, linked in queue order to the gloo span; the span's start where no enqueue links);
@@ -137,14 +138,6 @@ def stragglers_from_traces(events: pd.DataFrame, job_id: str = "") -> pd.DataFra
     traces of several hosts need a clock shift first. ``bytes`` is unknown in traces (NaN);
     start is the event's start (the gloo thread's pick-up, the kernel's start).
     """
-    ranks = sorted(int(r) for r in events["rank"].unique()) if events is not None and len(events) else []
-    return stragglers_from_rows(trace_comm_rows(events, job_id), ranks)
-
-
-def stragglers_from_rows(rows: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
-    """:func:`stragglers_from_traces` on the comm rows of the traces
-    (:func:`~dpcore.read.analysis.trace_arrivals.trace_comm_rows`, per rank or all at once: the
-    same rows) and the ranks traced: what the per-rank cache keeps instead of the events."""
     rows = rows[~rows["p2p"].astype(bool)]
     if rows.empty:
         return pd.DataFrame(columns=WAIT_COLUMNS)
@@ -208,19 +201,11 @@ def wait_notes(waits: pd.DataFrame) -> list[str]:
             "for one collective on one clock: clocks or matching are off); its wait is capped at its comm time"]
 
 
-def arrival_notes(events: pd.DataFrame, world_size: int | None = None) -> list[str]:
-    """What a reader of :func:`stragglers_from_traces` on these events must know, one line each:
-    a partial rank set (``world_size``, e.g. the traces' ``distributedInfo.world_size``, larger
-    than the ranks present), point-to-point events left out, gloo spans whose arrival is the
-    worker's start (no enqueue linked), comm events of steps that could not be matched."""
-    if events is None or events.empty:
-        return []
-    return arrival_notes_from_rows(trace_comm_rows(events), sorted(int(r) for r in events["rank"].unique()),
-                                 world_size)
-
-
 def arrival_notes_from_rows(rows: pd.DataFrame, ranks: list[int], world_size: int | None = None) -> list[str]:
-    """:func:`arrival_notes` from the traces' comm rows and ranks (see :func:`stragglers_from_rows`)."""
+    """What a reader of :func:`stragglers_from_rows` on these comm rows and ranks must know, one
+    line each: a partial rank set (``world_size``, e.g. the traces' ``distributedInfo.world_size``,
+    larger than the ranks present), point-to-point events left out, gloo spans whose arrival is
+    the worker's start (no enqueue linked), comm events of steps that could not be matched."""
     notes: list[str] = []
     if not ranks:
         return notes

@@ -17,7 +17,7 @@ a number the views show must be one the trace measured. So
 * collectives are the comm events of the traced steps (kind ``comm``: gloo spans on a gloo
   thread, NCCL kernels counted in the step that launched them; a kernel launched before the
   trace began is in no step and not a row), numbered by order within (rank, step) as
-  :func:`stragglers_from_traces` matches them; the op comes from the profiler's collective
+  :func:`stragglers_from_rows` matches them; the op comes from the profiler's collective
   metadata where the trace has it (``Collective name``), else from the kernel/span name; bytes
   from the metadata's element counts and dtype, empty where the trace does not say;
 * ``comm_ms`` is the union of the step's comm events, as ``analyze`` measures a step's comm (a

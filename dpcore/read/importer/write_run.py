@@ -39,7 +39,8 @@ from dpcore.read.importer.rows import (
     step_rows,
 )
 from dpcore.read.ranks import RankTables, Scale, rank_tables
-from dpcore.read.traces.reader import check_one_world, iteration_dirs, trace_files
+from dpcore.read.traces.files import iteration_dirs, trace_files
+from dpcore.read.traces.world import check_one_world
 
 #: steps.csv / collectives.csv columns a torch.profiler trace never carries.
 NEVER_IN_TRACES = ["sync_ms", "samples", "bucket"]
@@ -83,7 +84,7 @@ def _read(files: list[Path], root: Path, scale: Scale | None) -> tuple[list[_Tra
     :mod:`dpcore.read.ranks`), and which file is which rank. Refused by name (a
     TraceFormatError), in file order as they are found: a trace without events (an empty or
     metadata-only file, a JSON list of numbers), a rank beyond its world size or
-    :data:`~dpcore.read.traces.reader.MAX_RANK`, two traces of one rank, and traces that cannot
+    :data:`~dpcore.read.traces.world.MAX_RANK`, two traces of one rank, and traces that cannot
     be one job (different world sizes, or times that never overlap). ``root``: the folder the cache belongs to."""
     try:
         got = rank_tables(files, root, scale, only=len(files) == 1, need=IMPORT_TABLES)

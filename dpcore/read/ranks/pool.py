@@ -29,15 +29,11 @@ from dpcore.read.ranks import cache
 from dpcore.read.ranks.reduce import RankTables, reduce_trace
 from dpcore.read.rundir.job_traces import FALLBACK, missing_traces_noted, note_problem, untraced_noted
 from dpcore.read.rundir.load import Run
+from dpcore.read.traces.files import json_bytes, trace_files
 from dpcore.read.traces.rank_table import RankTable
-from dpcore.read.traces.reader import (
-    PARALLEL_MIN_BYTES,
-    TraceFormatError,
-    check_one_world,
-    fork_map,
-    json_bytes,
-    trace_files,
-)
+from dpcore.read.traces.reader import TraceFormatError
+from dpcore.read.traces.workers import PARALLEL_MIN_BYTES, fork_map
+from dpcore.read.traces.world import check_one_world
 
 #: What a rank's read gives: its tables, or the error that names the file.
 Result = RankTables | TraceFormatError

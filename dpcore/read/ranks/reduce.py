@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from dpcore.read.traces.rank_table import RankTable, columns_read, reduce_tables
-from dpcore.read.traces.reader import rank_of, read_trace_meta, trace_notes
+from dpcore.read.traces.reader import read_trace_meta, trace_notes
+from dpcore.read.traces.world import rank_of
 
 
 @dataclass

@@ -28,7 +28,8 @@ from dpcore.read.analysis.lanes import trace_lanes
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics
 from dpcore.read.report.summarize import run_job_summary
 from dpcore.read.rundir import load_run
-from dpcore.read.traces import read_trace, read_trace_dir
+from dpcore.read.traces import read_trace
+from tests.trace_helpers import read_trace_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 MS = 1_000_000  # ns per ms

@@ -19,11 +19,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.read.analysis import collective_waits, straggler_summary, stragglers_from_traces
+from dpcore.read.analysis import collective_waits, straggler_summary
 from dpcore.read.analysis.stragglers import SUMMARY_COLUMNS, WAIT_COLUMNS, straggler_threshold_pct
 from dpcore.read.plots.stragglers import last_arrival_figure, wait_transfer_by_rank_figure
 from dpcore.read.report.stragglers import straggler_verdict, stragglers_text
 from tests.conftest import samples_in_checkout
+from tests.trace_helpers import stragglers_from_traces
 
 MS = 1_000_000
 HEAD = ["job_id", "rank", "collectives", "last_arrival_pct", "mean_wait_ms"]
@@ -185,7 +186,7 @@ def trace_dir(tmp_path: Path) -> Path:
 
 
 def test_traces_folder(trace_dir: Path) -> None:
-    from dpcore.read.traces import read_trace_dir
+    from tests.trace_helpers import read_trace_dir
     w = stragglers_from_traces(read_trace_dir(trace_dir), job_id="j")
     assert len(w) == 10 and set(w["op"]) == {"gloo:all_reduce"} and (w["step"] == 1).all()
     s = straggler_summary(w).set_index("rank")
@@ -211,8 +212,7 @@ def test_busy_gloo_worker_does_not_hide_the_late_rank(tmp_path: Path) -> None:
     ends = {0: [28_500.0, 29_500.0], 1: [28_000.0, 29_000.0]}  # ~3 ms after rank 1 arrived
     for r in (0, 1):
         (d / f"rank{r}.json").write_text(json.dumps(_trace(r, [a + 20_000 * r for a in arrivals], ends[r])))
-    from dpcore.read.analysis.stragglers import arrival_notes
-    from dpcore.read.traces import read_trace_dir
+    from tests.trace_helpers import arrival_notes, read_trace_dir
     ev = read_trace_dir(d)
     s = straggler_summary(stragglers_from_traces(ev)).set_index("rank")
     assert s.loc[1, "last_arrival_pct"] == 100.0
@@ -231,7 +231,7 @@ def test_busy_gloo_worker_does_not_hide_the_late_rank(tmp_path: Path) -> None:
 
 
 def test_trace_steps_with_different_counts_are_not_matched(trace_dir: Path) -> None:
-    from dpcore.read.traces import read_trace_dir
+    from tests.trace_helpers import read_trace_dir
     ev = read_trace_dir(trace_dir)
     extra = ev[(ev["rank"] == 1) & (ev["kind"] == "comm")].iloc[[0]]
     assert stragglers_from_traces(pd.concat([ev, extra], ignore_index=True)).empty

@@ -17,16 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.read.analysis.stragglers import (
-    arrival_notes,
-    collective_waits,
-    straggler_summary,
-    stragglers_from_traces,
-    wait_notes,
-)
+from dpcore.read.analysis.stragglers import collective_waits, straggler_summary, wait_notes
 from dpcore.read.analysis.trace_arrivals import fifo_offset, trace_comm_rows
 from dpcore.read.report.stragglers import straggler_verdict, stragglers_text
-from dpcore.read.traces.reader import read_trace_dir
+from tests.trace_helpers import arrival_notes, read_trace_dir, stragglers_from_traces
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 DDP = DATA / "ddp_gloo_delay_rank1"

@@ -26,7 +26,7 @@ from dpcore.read.ranks import job_lanes
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.rundir import load_run
-from dpcore.read.traces.reader import trace_files
+from dpcore.read.traces.files import trace_files
 from tests.app_pages import open_page
 from tests.events_path import step_trace_lanes, trace_step_metrics, traced_job_events
 from tests.synthetic import write_gpu_trace_dir

@@ -23,9 +23,11 @@ import pytest
 
 from dpcore.read.importer.rows import IMPORT_TABLES, profiler_steps
 from dpcore.read.ranks import EAGER
-from dpcore.read.traces import reader
-from dpcore.read.traces.reader import read_trace_files, step_ranges, trace_files
+from dpcore.read.traces import workers
+from dpcore.read.traces.files import trace_files
+from dpcore.read.traces.reader import step_ranges
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
+from tests.trace_helpers import read_trace_files
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data"
@@ -94,15 +96,15 @@ def test_two_workers_really_parse_in_a_pool(sets: dict[str, Path], tmp_path: Pat
     """The 2-worker import above compares equal; here, that it took the worker-pool path."""
     from dpcore.read.importer.write_run import import_traces
     from dpcore.read.ranks import Scale
-    if not reader.can_fork():
+    if not workers.can_fork():
         pytest.skip("no fork here (threads running): the pool path is not taken")
     pools = []
-    real = reader.worker_pool
+    real = workers.worker_pool
 
     def counting(n: int):
         pools.append(n)
         return real(n)
-    monkeypatch.setattr(reader, "worker_pool", counting)
+    monkeypatch.setattr(workers, "worker_pool", counting)
     two = import_traces(sets["hosts"], tmp_path / "two", "p", scale=Scale(workers=2, cache=False))
     assert pools == [2]
     one = import_traces(sets["hosts"], tmp_path / "one", "p", scale=Scale(workers=1, cache=False))
@@ -163,14 +165,15 @@ from dpcore.read.ranks import Scale
 warm, many, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 import_traces(warm, tempfile.mkdtemp(), "w", scale=Scale(workers=1, cache=False))  # libraries loaded, warm
 if mode == "events":  # the old import's first step: every rank's events in one frame, in this process
-    import dpcore.read.traces.reader as reader  # (a worker pool's threads would abort, not raise)
-    reader.PARALLEL_MIN_BYTES = 1 << 62
-    reader.read_trace_dir(warm)
+    import dpcore.read.traces.workers as workers  # (a worker pool's threads would abort, not raise)
+    workers.PARALLEL_MIN_BYTES = 1 << 62
+    from tests.trace_helpers import read_trace_dir
+    read_trace_dir(warm)
 from tests.memlimit import limit_address_space
 limit_address_space(int(sys.argv[4]))
 try:
     if mode == "events":
-        print(len(reader.read_trace_dir(many)))
+        print(len(read_trace_dir(many)))
     else:
         print(import_traces(many, tempfile.mkdtemp(), "m", scale=Scale(workers=1, cache=False)).steps)
 except MemoryError:

@@ -14,8 +14,9 @@ import pytest
 from dpcore.read.importer.rows import trace_dtype
 from dpcore.read.importer.write_run import import_traces, index_run
 from dpcore.read.report.summarize import summarize
-from dpcore.read.traces.reader import read_trace_files, trace_files
+from dpcore.read.traces.files import trace_files
 from tests.synthetic import gpu_trace
+from tests.trace_helpers import read_trace_files
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 GLOO_CUDA = SHARED / "gpu" / "traces" / "h200_ddp_gloo_cuda_2r"

@@ -14,8 +14,10 @@ from dpcore.read.analysis.comm_overlap import overlap_from_trace
 from dpcore.read.importer.write_run import import_traces
 from dpcore.read.report.summarize import summary_table
 from dpcore.read.rundir.load import load_run
-from dpcore.read.traces.reader import read_trace_files, step_ranges, trace_files
+from dpcore.read.traces.files import trace_files
+from dpcore.read.traces.reader import step_ranges
 from tests.synthetic import gpu_trace
+from tests.trace_helpers import read_trace_files
 
 OWL = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "tl_h100_owlv2_1r"
 

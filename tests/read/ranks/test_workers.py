@@ -13,7 +13,7 @@ import pytest
 from dpcore.cli import main
 from dpcore.read.ranks import Scale, folder_tables
 from dpcore.read.report.analyze import analyze
-from dpcore.read.traces import reader
+from dpcore.read.traces import workers
 from tests.synthetic import write_gpu_trace_dir
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,13 +35,13 @@ def _same(a: list, b: list) -> None:
 
 def test_one_and_several_workers_give_the_same_tables(traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pools = []
-    real = reader.worker_pool
+    real = workers.worker_pool
 
     def counting(n: int):  # the pool really runs (fork is available to a single-threaded pytest)
         pools.append(n)
         return real(n)
-    monkeypatch.setattr(reader, "worker_pool", counting)
-    if not reader.can_fork():
+    monkeypatch.setattr(workers, "worker_pool", counting)
+    if not workers.can_fork():
         pytest.skip("no fork here (threads running): the pool path is not taken")
     one = folder_tables(traces, Scale(workers=1, cache=False))
     assert pools == []
@@ -85,9 +85,9 @@ from dpcore.read.report.analyze import analyze
 warm, many, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 analyze(str(warm), csv=True, scale=Scale(workers=1, cache=False))  # every library loaded and warmed up
 if mode == "events":  # the old way: every rank's events in one frame, read in this process (a
-    import dpcore.read.traces.reader as reader  # worker pool's threads would abort, not raise, at the limit)
-    reader.PARALLEL_MIN_BYTES = 1 << 62
-    from dpcore.read.traces.reader import read_trace_dir
+    import dpcore.read.traces.workers as workers  # worker pool's threads would abort, not raise, at the limit)
+    workers.PARALLEL_MIN_BYTES = 1 << 62
+    from tests.trace_helpers import read_trace_dir
     read_trace_dir(warm)
 from tests.memlimit import limit_address_space
 limit_address_space(int(sys.argv[4]))

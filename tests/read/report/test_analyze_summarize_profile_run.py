@@ -6,12 +6,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpcore.read.analysis import job_summary, overlap_by_rank
+from dpcore.read.analysis import job_summary
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.summarize import summarize
 from dpcore.read.rundir import list_runs, load_run
-from dpcore.read.traces import read_trace_dir
 from tests.events_path import trace_step_metrics, traced_job_events
+from tests.trace_helpers import overlap_by_rank, read_trace_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,5 +1,5 @@
 """``analyze`` and ``stragglers`` on a folder of traces refuse, by file, what cannot be one job's
-ranks, by the rule ``import`` uses (:func:`dpcore.read.traces.reader.check_one_world`): a rank of
+ranks, by the rule ``import`` uses (:func:`dpcore.read.traces.world.check_one_world`): a rank of
 10**12, ranks of different world sizes, two traces of one rank. Exit 2, one line, nothing
 averaged."""
 from __future__ import annotations

@@ -17,8 +17,9 @@ import pytest
 from dpcore.contract import tracefile as contract
 from dpcore.read import traces
 from dpcore.read.traces import columns as tf
-from dpcore.read.traces import read_trace, read_trace_dir
+from dpcore.read.traces import read_trace
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
+from tests.trace_helpers import read_trace_dir
 
 pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 

@@ -18,7 +18,7 @@ from dpcore.read.importer.write_run import import_traces
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.rundir import load_run
-from dpcore.read.traces.reader import read_trace_dir
+from tests.trace_helpers import read_trace_dir
 
 pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dpcore.read.traces.reader import merged_ranks, read_trace, trace_notes
+from dpcore.read.traces.reader import read_trace, trace_notes
+from dpcore.read.traces.world import merged_ranks
 
 
 def _trace(path: Path, names: dict[int, str], args_first: bool) -> Path:

@@ -1,5 +1,5 @@
 """Every reader of rank traces refuses the same things by one rule
-(:func:`dpcore.read.traces.reader.check_one_world`): the events reader, ``import`` and
+(:func:`dpcore.read.traces.world.check_one_world`): the events reader, ``import`` and
 ``analyze`` agree on two traces of one rank and on a world size that is no world size."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from dpcore.cli import main
-from dpcore.read.traces import TraceFormatError, read_trace_files
+from dpcore.read.traces import TraceFormatError
 from tests.synthetic import gpu_trace
+from tests.trace_helpers import read_trace_files
 
 
 def _write(path: Path, doc: dict) -> Path:

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.read.analysis import overlap_by_rank, overlap_from_trace
+from dpcore.read.analysis import overlap_from_trace
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.summarize import summarize
 from dpcore.read.rundir import RunLoadError, list_runs, load_run
-from dpcore.read.traces import TraceFormatError, read_trace, read_trace_dir
+from dpcore.read.traces import TraceFormatError, read_trace
 from dpcore.read.traces.columns import read_columns
 from dpcore.read.traces.reader import trace_notes
 from tests.synthetic import gpu_trace, write_gpu_trace_dir
+from tests.trace_helpers import overlap_by_rank, read_trace_dir
 
 pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 

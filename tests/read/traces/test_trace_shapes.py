@@ -21,8 +21,9 @@ from dpcore.read.report.analyze import analyze
 from dpcore.read.report.importer import import_text
 from dpcore.read.report.summarize import summarize
 from dpcore.read.rundir import load_run
-from dpcore.read.traces.reader import read_trace, read_trace_dir, step_ranges, trace_notes
+from dpcore.read.traces.reader import read_trace, step_ranges, trace_notes
 from tests.data import make_shapes
+from tests.trace_helpers import read_trace_dir
 
 pytestmark = pytest.mark.usefixtures("scan_path")  # each test: a cache of its own
 

@@ -27,7 +27,6 @@ from dpcore.contract.config import TrainConfig
 from dpcore.read.analysis import job_summary
 from dpcore.read.analysis.memory import (
     comm_volume,
-    expected_bus_bytes,
     expected_volume,
     job_memory,
     memory_table,
@@ -129,6 +128,13 @@ def test_profile_writes_memory_csv_with_the_model_bytes(tmp_path: Path) -> None:
 
 
 # -- expected communication volume ------------------------------------------------------------
+
+def expected_bus_bytes(variant: str, world_size: int, param_bytes: float, replicated_bytes: float = 0.0,
+                       param_return: str = "all_gather") -> float:
+    """Σ bus bytes of :func:`expected_volume`: the one number per variant docs/metrics.md tabulates."""
+    terms = expected_volume(variant, world_size, param_bytes, replicated_bytes, param_return)
+    return float(sum(t["bus_bytes"] for t in terms))
+
 
 def test_expected_volume_formulas() -> None:
     p, n = 1000.0, 4
