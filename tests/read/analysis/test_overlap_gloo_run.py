@@ -32,11 +32,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from dpcore.read.analysis import overlap_from_trace, step_breakdown  # noqa: E402
-
-try:  # the suite's all-ranks reader, moving from the package to the tests (tests/trace_helpers.py)
-    from tests.trace_helpers import read_trace_dir
-except ImportError:
-    from dpcore.read.traces import read_trace_dir  # type: ignore[attr-defined,no-redef]
+from tests.trace_helpers import read_trace_dir  # noqa: E402
 
 STEPS = 4  # ProfilerStep#1..3 are recorded (schedule: warmup 1, active 3)
 
