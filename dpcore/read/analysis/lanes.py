@@ -1,12 +1,18 @@
 """One rank's lanes: what the Timeline draws of each rank in each traced step, on the trace's own
-clock (:func:`trace_lanes`), declared as the per-rank table :data:`LANES_TABLE`. Placing the lanes
-on the shared clock and drawing them is :mod:`dpcore.read.analysis.timeline`'s.
+clock (:func:`trace_lanes`), from the per-rank table :data:`LANE_EVENTS_TABLE` (the few columns of
+the events the lanes read). Placing the lanes on the shared clock and drawing them is
+:mod:`dpcore.read.analysis.timeline`'s.
 
-Why a lanes table between the events and the drawn rows: a rank's trace is parsed once and kept
-as compact tables (:mod:`dpcore.read.ranks`); the lanes are per-rank data, so they are one of
-them, and a view draws a step of 8 of 1,024 ranks without parsing a trace. Only placing them on
-the shared clock needs the run (run.json's clock-sync samples), so that step stays here, after
-the table.
+Why the cached table is the lanes' events and not the lanes: a rank's trace is parsed once and
+kept as compact tables (:mod:`dpcore.read.ranks`), so a view draws a step of 8 of 1,024 ranks
+without parsing a trace. But the Timeline shows one step at a time, and reducing every traced
+step to lanes at the first read cost ~0.15 s a step on a GPU rank (75 min for a 30,000-step
+trace) for steps nobody looks at. So the cache keeps what the lanes are made from (the events of
+the traced steps, the clock-sync markers and the rank's first and last event, ten columns) and
+the lanes are reduced for the steps asked (:func:`trace_lanes` with ``steps``): a first read
+costs one parse plus the steps drawn, and another step reads the table again, never the JSON.
+Only placing the lanes on the shared clock needs the run (run.json's clock-sync samples), so
+that step stays here, after the table.
 
 Why GPU ranks get other lanes: on a GPU the question is what each CUDA stream runs and whether
 the CPU thread that launches the kernels keeps up; a "compute" lane that merges every stream
@@ -72,10 +78,9 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
         add(rank, -1, "rank", "", ts.min(keepdims=True), end.max(keepdims=True))
         marks = by_name(all_ev["name"], lambda n: n.startswith(SYNC_MARKER))
         add(rank, -1, "sync", all_ev["name"][marks], ts[marks], end[marks])
-        traced = all_ev[all_ev["step"] >= 0]
+        # the steps asked picked first: iterating 30,000 steps' groups to skip them costs seconds
+        traced = all_ev[all_ev["step"] >= 0] if want is None else all_ev[all_ev["step"].isin(list(want))]
         for step, ev in traced.groupby("step", sort=True):
-            if want is not None and int(step) not in want:
-                continue
             ts, end = ev["ts"].to_numpy(np.float64), (ev["ts"] + ev["dur"]).to_numpy(np.float64)
             add(rank, int(step), "step", "", ts.min(keepdims=True), end.max(keepdims=True))
             # the comm spans as the overlap numbers measure them (a DDP all-reduce ends with the
@@ -87,19 +92,36 @@ def trace_lanes(events: pd.DataFrame, steps: Iterable[int] | None = None) -> pd.
             add(rank, int(step), "comm", ev["name"][comm], c_s, c_e, "comm")
             for lane, names, start, stop, kind in gpu_lanes(ev):
                 add(rank, int(step), lane, names, start, stop, kind)
-    empty = {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,
-             "start_us": np.float64, "end_us": np.float64}
-    return pd.DataFrame({c: np.concatenate(v) if v else np.empty(0, empty[c]) for c, v in cols.items()})
+    return pd.DataFrame({c: np.concatenate(v) if v else np.empty(0, LANE_DTYPES[c]) for c, v in cols.items()})
 
 
-def lanes_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
-    """:data:`LANES_TABLE`'s reduction: :func:`trace_lanes` of one rank."""
-    return trace_lanes(events)
+#: The lanes table's columns and dtypes (:data:`LANE_COLUMNS`).
+LANE_DTYPES = {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,
+               "start_us": np.float64, "end_us": np.float64}
+#: The events frame's columns :func:`trace_lanes` reads, and their dtypes in :data:`LANE_EVENTS_TABLE`.
+LANE_EVENT_DTYPES = {"rank": np.int64, "step": np.int64, "ts": np.float64, "dur": np.float64, "name": object,
+                     "category": object, "pid": object, "tid": object, "stream": np.int64, "kind": object}
 
 
-#: The per-rank lanes table (LANE_COLUMNS): what the Timeline draws of the rank.
-LANES_TABLE = RankTable("lanes", {"rank": np.int64, "step": np.int64, "lane": object, "name": object, "kind": object,
-                                  "start_us": np.float64, "end_us": np.float64}, lanes_table)
+def lane_events(events: pd.DataFrame, meta: dict | None = None) -> pd.DataFrame:
+    """:data:`LANE_EVENTS_TABLE`'s reduction: the events of one rank that :func:`trace_lanes`
+    reads, in their order: every event of a traced step (``step`` >= 0), the clock-sync markers,
+    and the rank's first-starting and last-ending event (its "rank" row), so that
+    ``trace_lanes(lane_events(ev), steps)`` is ``trace_lanes(ev, steps)`` row for row."""
+    cols = list(LANE_EVENT_DTYPES)
+    if events.empty:
+        return events.reindex(columns=cols)
+    keep = (events["step"] >= 0).to_numpy() | by_name(events["name"], lambda n: n.startswith(SYNC_MARKER))
+    ts = events["ts"].to_numpy(np.float64)
+    end = (events["ts"] + events["dur"]).to_numpy(np.float64)
+    keep[int(np.argmin(ts))] = keep[int(np.argmax(end))] = True
+    return events.loc[keep, cols]
+
+
+#: The per-rank table the Timeline's lanes are reduced from (:func:`lane_events`): what the cache
+#: keeps of a rank for the Timeline, the lanes of the steps shown reduced from it on demand.
+LANE_EVENTS_TABLE = RankTable("lane_events", LANE_EVENT_DTYPES, lane_events,
+                              columns=frozenset(LANE_EVENT_DTYPES))
 
 
 def gpu_lanes(ev: pd.DataFrame) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, str | np.ndarray]]:

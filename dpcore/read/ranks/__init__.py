@@ -12,6 +12,7 @@ from dpcore.read.ranks.pool import (
     Scale,
     folder_gpu,
     folder_tables,
+    job_lane_events,
     job_lanes,
     job_rank_tables,
     rank_tables,
@@ -21,5 +22,5 @@ from dpcore.read.ranks.pool import (
 )
 from dpcore.read.ranks.reduce import RankTables, reduce_trace
 
-__all__ = ["EAGER", "GPU_TABLES", "RankTables", "Scale", "folder_gpu", "folder_tables", "job_lanes",
-           "job_rank_tables", "rank_tables", "reduce_trace", "run_gpu", "run_steps_gpu", "run_trace_steps"]
+__all__ = ["EAGER", "GPU_TABLES", "RankTables", "Scale", "folder_gpu", "folder_tables", "job_lane_events",
+           "job_lanes", "job_rank_tables", "rank_tables", "reduce_trace", "run_gpu", "run_steps_gpu", "run_trace_steps"]

@@ -352,6 +352,28 @@ def load(root: Path, traces: list[Path], only: bool, need: tuple[RankTable, ...]
     return out
 
 
+def held(root: Path, traces: list[Path], only: bool, table: RankTable) -> set[int]:
+    """Positions in ``traces`` whose entry of ``table`` in ``root``'s cache matches the trace as it
+    is now (:func:`stat_key`, :func:`table_key`): a read that misses another table need not build
+    this one again (the overlap of a 30,000-step trace costs a first read more than its parse)."""
+    mods = _pa()
+    if mods is None or not traces:
+        return set()
+    _, pq = mods
+    entries, _ = _read(pq, root, "ranks")
+    got, _ = _read(pq, root, table.name)
+    out = set()
+    for i, f in enumerate(traces):
+        try:
+            k = stat_key(f, only)
+        except OSError:
+            continue
+        n = _name(root, f)
+        if entries.get(n) == k and got.get(n) == table_key(k, table):
+            out.add(i)
+    return out
+
+
 def _notes(raw: object) -> list[str] | None:
     """A cache entry's notes (a JSON list of strings), None when they are anything else
     (nested lists deep enough to exhaust the parser's recursion included)."""

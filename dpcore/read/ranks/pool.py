@@ -23,7 +23,7 @@ from dpcore.contract.limits import usable_cpus
 from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE, TRACE_COLUMNS
 from dpcore.read.analysis.gpu_kernels import KERNELS_TABLE
 from dpcore.read.analysis.gpu_time import GPU_CAUSES_TABLE, GPU_TABLE
-from dpcore.read.analysis.lanes import LANES_TABLE
+from dpcore.read.analysis.lanes import LANE_EVENTS_TABLE, trace_lanes
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.ranks import cache
 from dpcore.read.ranks.reduce import RankTables, reduce_trace
@@ -142,6 +142,10 @@ def rank_tables(files: list[Path], root: Path, scale: Scale | None = None,
                 pass
         todo = [files[i] for i in miss]
         tables = built(need)
+        if scale.cache:  # an eager table the cache holds for every trace read is not built again
+            asked = {t.name for t in need}
+            tables = tuple(t for t in tables if t.name in asked
+                           or len(cache.held(root, todo, only, t)) < len(todo))
         got = (_dask(todo, only, scale.scheduler, tables) if scale.scheduler
                else _local(todo, only, scale.workers, tables))
         for i, r in zip(miss, got):
@@ -203,20 +207,20 @@ def job_rank_tables(run: Run, scale: Scale | None = None, need: tuple[RankTable,
         yield job_id, ok
 
 
-def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: Scale | None = None,
-              problems: list[str] | None = None) -> pd.DataFrame | None:
-    """The lanes tables of a job's rank traces (only those of ``ranks`` when given: a view
-    draws a few of 1,024 ranks), one frame: the ``lanes`` argument of
-    :func:`dpcore.read.analysis.timeline.timeline`, from the cache (a hit reads the ``lanes``
-    table only, and parses no trace). None where the job has no rank trace, lacks one of its
-    ranks' traces, or one is unreadable or two are of one rank (a line naming the file goes to
-    ``problems``); or its traces hold no event."""
+def job_lane_events(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: Scale | None = None,
+                    problems: list[str] | None = None) -> list[pd.DataFrame] | None:
+    """The ``lane_events`` tables (:data:`dpcore.read.analysis.lanes.LANE_EVENTS_TABLE`) of a job's
+    rank traces (only those of ``ranks`` when given: a view draws a few of 1,024 ranks), one frame
+    per trace in the files' order, from the cache (a hit reads that table only, and parses no
+    trace): what the lanes of any step are reduced from. None where the job has no rank trace,
+    lacks one of its ranks' traces, or one is unreadable or two are of one rank (a line naming
+    the file goes to ``problems``); or its traces hold no event."""
     want = None if ranks is None else {f"rank{int(r)}" for r in ranks}
     files = [v for k, v in sorted(run.trace_files(job_id).items())
              if rf.is_rank_trace(k) and (want is None or k in want)]
     if not files or missing_traces_noted(run, job_id, problems):
         return None
-    got = rank_tables(files, Path(run.path), scale, only=False, need=(LANES_TABLE,))
+    got = rank_tables(files, Path(run.path), scale, only=False, need=(LANE_EVENTS_TABLE,))
     try:
         for r in got:
             if isinstance(r, TraceFormatError):
@@ -229,7 +233,21 @@ def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: 
     ok = cast(list[RankTables], got)  # an error returned above
     if not sum(r.events for r in ok):
         return None
-    return pd.concat([r[LANES_TABLE] for r in ok], ignore_index=True)
+    return [r[LANE_EVENTS_TABLE] for r in ok]
+
+
+def job_lanes(run: Run, job_id: str, ranks: Iterable[int] | None = None, scale: Scale | None = None,
+              problems: list[str] | None = None, steps: Iterable[int] | None = None) -> pd.DataFrame | None:
+    """The lanes table (:func:`dpcore.read.analysis.lanes.trace_lanes`) of a job's rank traces
+    (only those of ``ranks`` when given), of the traced ``steps`` only when given (the Timeline
+    draws one: a 30,000-step trace's other steps are never reduced), one frame: the ``lanes``
+    argument of :func:`dpcore.read.analysis.timeline.timeline`. Reduced from
+    :func:`job_lane_events` (the cache; None where that is None)."""
+    events = job_lane_events(run, job_id, ranks, scale, problems)
+    if events is None:
+        return None
+    wanted = None if steps is None else [int(s) for s in steps]
+    return pd.concat([trace_lanes(ev, wanted) for ev in events], ignore_index=True)
 
 
 def run_trace_steps(run: Run, scale: Scale | None = None, problems: list[str] | None = None) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import pytest
 from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE
 from dpcore.read.analysis.gpu_kernels import KERNELS_TABLE
 from dpcore.read.analysis.gpu_time import GPU_CAUSES_TABLE, GPU_TABLE
-from dpcore.read.analysis.lanes import LANES_TABLE
+from dpcore.read.analysis.lanes import LANE_EVENTS_TABLE
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.importer.rows import IMPORT_COMM, IMPORT_FACTS, IMPORT_STEPS, IMPORT_TABLES
 from dpcore.read.ranks import EAGER, GPU_TABLES, Scale, cache, folder_tables, run_trace_steps
@@ -76,16 +76,16 @@ def test_a_tables_version_misses_only_that_table(traces: Path, reads: list[str])
     """A declaration whose reduction changed (its version bumped) misses its own table's
     entries; the other tables' entries still hit."""
     one = Scale(workers=1)
-    folder_tables(traces, one, need=(LANES_TABLE,))
+    folder_tables(traces, one, need=(LANE_EVENTS_TABLE,))
     reads.clear()
-    lanes2 = dataclasses.replace(LANES_TABLE, version=LANES_TABLE.version + 1)
+    lanes2 = dataclasses.replace(LANE_EVENTS_TABLE, version=LANE_EVENTS_TABLE.version + 1)
     got = folder_tables(traces, one, need=(lanes2,))
-    assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)] and all(len(t.lanes) for t in got)
+    assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)] and all(len(t.lane_events) for t in got)
     reads.clear()
     folder_tables(traces, one, need=(OVERLAP_TABLE, COMM_TABLE))  # stored with the old key, kept
     folder_tables(traces, one, need=(lanes2,))  # stored with the new key
     assert reads == []
-    folder_tables(traces, one, need=(LANES_TABLE,))  # the old version's entries were replaced
+    folder_tables(traces, one, need=(LANE_EVENTS_TABLE,))  # the old version's entries were replaced
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
 
 
@@ -95,33 +95,34 @@ def test_lazy_tables_are_built_when_asked_and_kept(traces: Path, reads: list[str
     them, keeping the eager entries; from then on both kinds hit."""
     one = Scale(workers=1)
     first = folder_tables(traces, one, need=(OVERLAP_TABLE,))
-    assert all(t.built == ("overlap", "comm") and t[LANES_TABLE].empty and t[IMPORT_STEPS].empty for t in first)
+    assert all(t.built == ("overlap", "comm") and t[LANE_EVENTS_TABLE].empty and t[IMPORT_STEPS].empty for t in first)
     assert sorted(p.name for p in cache.cache_dir(traces).iterdir()) == FILES
     reads.clear()
-    lanes = folder_tables(traces, one, need=(LANES_TABLE,))
+    lanes = folder_tables(traces, one, need=(LANE_EVENTS_TABLE,))
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]  # the lanes were not there
-    assert all(len(t.lanes) and t[IMPORT_STEPS].empty and "import_steps" not in t.built for t in lanes)
-    assert "lanes.parquet" in {p.name for p in cache.cache_dir(traces).iterdir()}
+    assert all(len(t.lane_events) and t[IMPORT_STEPS].empty and "import_steps" not in t.built for t in lanes)
+    assert "lane_events.parquet" in {p.name for p in cache.cache_dir(traces).iterdir()}
     reads.clear()
-    again = folder_tables(traces, one, need=(OVERLAP_TABLE, COMM_TABLE, LANES_TABLE))
+    again = folder_tables(traces, one, need=(OVERLAP_TABLE, COMM_TABLE, LANE_EVENTS_TABLE))
     assert reads == []  # overlap, comm and lanes all hit now
     for a, b in zip(first, again):
         pd.testing.assert_frame_equal(a.overlap, b.overlap)
     for a, b in zip(lanes, again):
-        pd.testing.assert_frame_equal(a.lanes, b.lanes)
+        pd.testing.assert_frame_equal(a.lane_events, b.lane_events)
     imp = folder_tables(traces, one, need=IMPORT_TABLES)
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
     assert all({"import_steps", "import_comm", "import_facts"} <= set(t.built) and len(t.import_facts) == 1
-               and "gpu" not in t.built and "lanes" not in t.built for t in imp)
+               and "gpu" not in t.built and "lane_events" not in t.built for t in imp)
     reads.clear()
-    folder_tables(traces, one, need=(LANES_TABLE, IMPORT_STEPS, IMPORT_COMM, COMM_TABLE))
+    folder_tables(traces, one, need=(LANE_EVENTS_TABLE, IMPORT_STEPS, IMPORT_COMM, COMM_TABLE))
     assert reads == []
     gpu = folder_tables(traces, one, need=GPU_TABLES)
     assert sorted(reads) == [f"rank{r}.json.gz" for r in range(4)]
     assert all({"gpu", "gpu_causes", "gpu_kernels"} <= set(t.built) and len(t.gpu) and len(t.gpu_causes)
                and len(t.gpu_kernels) for t in gpu)
     reads.clear()
-    again = folder_tables(traces, one, need=(GPU_CAUSES_TABLE, GPU_TABLE, KERNELS_TABLE, LANES_TABLE, IMPORT_FACTS))
+    again = folder_tables(traces, one,
+                          need=(GPU_CAUSES_TABLE, GPU_TABLE, KERNELS_TABLE, LANE_EVENTS_TABLE, IMPORT_FACTS))
     assert reads == []
     for a, b in zip(gpu, again):
         pd.testing.assert_frame_equal(a.gpu, b.gpu)

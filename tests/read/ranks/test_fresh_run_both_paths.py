@@ -19,7 +19,7 @@ import pytest
 
 from dpcore.contract.config import VARIANTS
 from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE, overlap_from_trace
-from dpcore.read.analysis.lanes import LANES_TABLE, trace_lanes
+from dpcore.read.analysis.lanes import LANE_EVENTS_TABLE, trace_lanes
 from dpcore.read.analysis.timeline import timeline
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE, trace_comm_rows
 from dpcore.read.importer.rows import IMPORT_TABLES, rank_rows
@@ -53,16 +53,18 @@ def test_every_table_is_its_reduction_of_all_events(run_dir: Path, scale: Scale)
     pairs = list(traced_job_events(run))
     assert len({job.split("-ws")[0] for job, _ in pairs}) >= len(VARIANTS) - 2  # (almost) every variant traced
     pd.testing.assert_frame_equal(run_trace_steps(run, scale), trace_step_metrics(pairs))
-    need = (OVERLAP_TABLE, COMM_TABLE, LANES_TABLE, *IMPORT_TABLES, *GPU_TABLES)
+    need = (OVERLAP_TABLE, COMM_TABLE, LANE_EVENTS_TABLE, *IMPORT_TABLES, *GPU_TABLES)
     events = dict(pairs)
     compared = 0
     for job, tables in job_rank_tables(run, scale, need):
         ev = events[job]
         whole = {"overlap": OVERLAP_TABLE.typed(overlap_from_trace(ev)),
                  "comm": COMM_TABLE.typed(trace_comm_rows(ev).drop(columns="job_id")),
-                 "lanes": LANES_TABLE.typed(trace_lanes(ev))}
+                 "lanes": trace_lanes(ev)}
         for name, want in whole.items():
-            got = pd.concat([t.frames[name] for t in sorted(tables, key=lambda t: t.rank)], ignore_index=True)
+            # the lanes: reduced from each rank's cached lane events (every step)
+            got = pd.concat([trace_lanes(t.frames["lane_events"]) if name == "lanes" else t.frames[name]
+                             for t in sorted(tables, key=lambda t: t.rank)], ignore_index=True)
             pd.testing.assert_frame_equal(_by_rank(got), _by_rank(want), check_exact=True, obj=f"{job} {name}")
             compared += len(want)
         for t in tables:
@@ -90,5 +92,7 @@ def test_every_traced_step_draws_the_same_timeline(run_dir: Path) -> None:
         for step in steps:
             want = timeline(run, job, step, from_events)
             pd.testing.assert_frame_equal(timeline(run, job, step, from_tables), want, check_exact=True)
+            one = job_lanes(run, job, steps=[step])  # the Timeline's read: the drawn step only
+            pd.testing.assert_frame_equal(timeline(run, job, step, one), want, check_exact=True)
             drawn += len(want)
     assert drawn > 100

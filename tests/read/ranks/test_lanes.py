@@ -1,7 +1,8 @@
 """The Timeline's lanes from the rank cache (issue 23: every view reads through the cache).
 
 Why these tests: the Timeline page used to parse the drawn ranks' traces on every first open;
-it now reads their ``lanes`` tables (dpcore.read.ranks.job_lanes). The drawn frame must be the
+it now reads their ``lane_events`` tables and reduces the lanes (dpcore.read.ranks.job_lanes; the
+bound on the steps reduced: test_lanes_bounded.py). The drawn frame must be the
 one the raw events give (their lanes read whole, tests/events_path.py), on the
 committed sample run and on a synthetic run, for all ranks and for a picked few, on the miss
 and on the hit; and a hit must parse no trace (the reader is made to raise).
@@ -15,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dpcore.read.analysis import timeline
-from dpcore.read.analysis.lanes import LANES_TABLE, trace_lanes
+from dpcore.read.analysis.lanes import trace_lanes
 from dpcore.read.ranks import Scale, job_lanes, reduce, run_trace_steps
 from dpcore.read.rundir import load_run
 from tests.app_pages import APP, open_page, problems
@@ -41,7 +42,7 @@ def _same_lanes(run_path: Path, ranks: dict[str, tuple[int, ...]] | None = None)
         events = job_trace_events(run, job, ranks=picked)
         assert events is not None and len(events), job
         pd.testing.assert_frame_equal(_by_rank(job_lanes(run, job, picked, Scale(cache=False))),
-                                      _by_rank(LANES_TABLE.typed(trace_lanes(events))), check_exact=True)
+                                      _by_rank(trace_lanes(events)), check_exact=True)
         for _ in ("miss", "hit"):
             lanes = job_lanes(run, job, picked)
             for step in steps:

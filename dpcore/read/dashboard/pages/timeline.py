@@ -4,8 +4,9 @@ Why a job and a step picker with the step's own numbers beside the picture: a ti
 *where* a step's time goes; the cards say how far that step is from the job's median, so an
 outlier step is not mistaken for the job. Lanes come from `dpcore.read.analysis.timeline` (the
 trace of a profiled step, else steps.csv and collectives.csv), the figure from
-`dpcore.read.plots.timeline`. The traces reach it as the drawn ranks' lanes tables from the rank
-cache (`dpcore.read.ranks.job_lanes`): a cache hit parses no trace.
+`dpcore.read.plots.timeline`. The traces reach it as the drawn ranks' lane events from the rank
+cache (`dpcore.read.ranks.job_lane_events`): a cache hit parses no trace, and only the step drawn
+is reduced to lanes (a trace may hold 30,000 steps).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import streamlit as st
 
 from dpcore.contract.units import EMPTY
 from dpcore.read import analysis
+from dpcore.read.analysis.lanes import trace_lanes
 from dpcore.read.analysis.rank_pick import MAX_RANK_LANES, default_ranks, rank_step_matrix
 from dpcore.read.dashboard import data, frame
 from dpcore.read.dashboard.columns import SUMMARY_CONFIG
@@ -23,7 +25,7 @@ from dpcore.read.dashboard.picker import featured_job
 from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.style import esc
 from dpcore.read.plots.timeline import timeline_figure
-from dpcore.read.ranks import job_lanes
+from dpcore.read.ranks import job_lane_events
 from dpcore.read.rundir.load import Run
 
 INTRO = "What every rank does during one step: compute above, communication below, on one clock."
@@ -35,19 +37,24 @@ def step_metrics(_run: Run, run_key: tuple) -> pd.DataFrame:
     return analysis.step_metrics(_run.steps, _run.collectives, data.cached_trace_steps(_run, run_key), _run.comm_calls)
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
-def cached_job_lanes(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> pd.DataFrame | None:
-    """The drawn ranks' lanes tables of one job (every traced step), read once per job and rank
-    set (not once per step), from the rank cache (`dpcore.read.ranks.job_lanes`): a few hundred
-    rows per rank and step instead of the ranks' events."""
-    return job_lanes(_run, job_id, ranks=ranks)
+@st.cache_resource(show_spinner=False, max_entries=4)
+def cached_lane_events(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> list[pd.DataFrame] | None:
+    """The drawn ranks' ``lane_events`` tables of one job, read once per job and rank set (not
+    once per step) from the rank cache (`dpcore.read.ranks.job_lane_events`): each step's lanes
+    are reduced from them, so another step reads no trace and no cache file. A resource (held,
+    not copied per rerun): a 30,000-step trace's table is ten columns of all its events, and
+    nothing here changes it."""
+    return job_lane_events(_run, job_id, ranks=ranks)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def lanes(_run: Run, run_key: tuple, job_id: str, step: int, ranks: tuple[int, ...]) -> pd.DataFrame:
-    """The step's compute and comm lanes of the drawn ranks (`timeline`); their lanes tables are
-    read only for a traced step."""
-    trace = cached_job_lanes(_run, run_key, job_id, ranks) if step in _run.traced_steps(job_id) else None
+    """The step's lanes of the drawn ranks (`timeline`); for a traced step reduced from their
+    lane events for this step only (`trace_lanes`), never for the trace's other steps."""
+    trace = None
+    if step in _run.traced_steps(job_id):
+        events = cached_lane_events(_run, run_key, job_id, ranks)
+        trace = None if events is None else pd.concat([trace_lanes(ev, [step]) for ev in events], ignore_index=True)
     df = analysis.timeline(_run, job_id, step, lanes=trace)
     df = df[df["rank"].isin(ranks)]
     if world_size(_run, job_id) == 1:  # no peer: comm is 0 on every card and table, and so here
