@@ -44,7 +44,7 @@ def test_per_step_and_kernels_read_the_trace_once(reads: list[str]) -> None:
 def test_per_step_and_kernels_of_a_run_read_it_once(reads: list[str], samples: Path) -> None:
     run = samples / "sample-gpu"
     if not (run / "run.json").is_file():
-        pytest.skip("profiles/sample-gpu is not in the checkout")
+        pytest.skip("the sample-gpu run is not in the checkout")
     out = gpu_tables(str(run), per_step=True, kernels=True)
     assert reads == ["run"]
     assert "kernel_class" in out and "mfu_%" in out
