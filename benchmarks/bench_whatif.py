@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from dpcore.read.analysis.summary import job_summary
-from dpcore.read.ranks import run_trace_steps
 from dpcore.read.rundir.load import load_run
+from dpcore.read.tables import run_trace_steps
 from dpcore.read.whatif.advice import add_bands
 from dpcore.read.whatif.fit import Source, service_times
 from dpcore.read.whatif.predict import build_model, measured_cells, predict, with_measured
@@ -526,6 +526,8 @@ def evaluate_held_out(runs: dict[str, Path], allreduce: Path | None = None, abla
         for variant in ("bucketed", "torch_ddp"):
             every = measured_cells(summary, variant)
             meas = every[every["world_size"] == 2]
+            if meas.empty:      # no completed 2-rank job of this variant (a run cut short): nothing to predict
+                continue
             if allreduce is not None:
                 rows += [_one_to_two(run, summary, name, variant, src, meas, load_run(allreduce).allreduce)
                          for src in every[every["world_size"] == 1].itertuples()]

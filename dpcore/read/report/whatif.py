@@ -66,11 +66,12 @@ def whatif_text(options: WhatifOptions) -> str:
     table, advice = whatif_report(model, run, summary, buckets, sizes)
     if csv:
         return csv_table(table[WHATIF_COLUMNS])
-    view = table.drop(columns=["kappa", "algo", "recommended", "band_from", "model_error_pct"])
+    view = table.drop(columns=["kappa", "algo", "recommended", "band_from"])
     # the band's model error below/above the prediction, one figure when both sides agree
-    view.insert(list(view.columns).index("model_error_lo_pct"), "band_err_%",
+    view.insert(list(view.columns).index("model_error_pct"), "band_err_%",
                 [error_text(lo, hi).removesuffix(" %") for lo, hi in
                  zip(view.pop("model_error_lo_pct"), view.pop("model_error_hi_pct"))])
+    view = view.drop(columns=["model_error_pct"])
     view = view.rename(columns={
         "bandwidth_gbps": "B_gbps", "latency_us": "alpha_us", "exposed_comm_ms": "exposed_ms",
         "hidden_comm_ms": "hidden_ms", "measured_step_ms": "measured_ms", "error_pct": "error_%",

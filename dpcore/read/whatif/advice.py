@@ -127,7 +127,7 @@ def cell_errors(table: pd.DataFrame, variant: str, src_mb: float, src_ws: int,
         if r is not None:
             lo.append(float(r["lower_pct"]))
             hi.append(float(r["upper_pct"]))
-            instead = "" if key == n else f" (no held-out cells of family {name}: {_family_name(variant, b, key)}'s)"
+            instead = "" if key == n else f" (no held-out cells of family {name}; its stand-in)"
             # the share is the leave-one-source-out one (cells the fit did not see); docs/whatif.md's
             # held-out section gives how these bands held on rounds measured after
             held = r.get("inside_held_out_pct", np.nan)

@@ -194,5 +194,8 @@ def test_the_committed_family_table_is_read() -> None:
 
     fam = family_errors(BANDS_CSV)
     assert fam.index.names == ["variant", "buckets", "ranks"] and len(fam) >= 4
-    assert ((fam["half_width_pct"] > 0) & (fam["half_width_pct"] < 100) & (fam["cells"] >= 10)).all()
-    assert ("bucketed", "larger", "same") in fam.index
+    # two sides, each a finite error; the half-width their mean
+    assert ((fam["lower_pct"] >= 0) & (fam["upper_pct"] > 0) & (fam["cells"] >= 10)).all()
+    assert np.isfinite(fam[["lower_pct", "upper_pct"]].to_numpy()).all()
+    assert (fam["half_width_pct"] - (fam["lower_pct"] + fam["upper_pct"]) / 2).abs().max() < 0.01
+    assert ("bucketed", "larger", "same") in fam.index and ("torch_ddp", "larger", "one_to_more") in fam.index
