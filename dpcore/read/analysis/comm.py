@@ -6,6 +6,8 @@ broadcast/reduce: busbw is comparable to the link speed whatever N is.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -73,8 +75,8 @@ def ring_step_times(messages: pd.DataFrame) -> pd.DataFrame:
     # A link's transfer time in a step is the union of its messages' send-posted -> received
     # intervals (a pipelined chunk's sub-messages overlap in flight); the step's transfer is
     # the fastest link's.
-    link = pairs.groupby(_GROUP + ["src", "dst"], dropna=False).apply(
-        lambda g: union_length(g["t_post_ns_send"], g["t_done_ns_recv"]) / 1e6, include_groups=False)
+    by_link: Any = pairs.groupby(_GROUP + ["src", "dst"], dropna=False)  # pandas-stubs lack include_groups
+    link = by_link.apply(lambda g: union_length(g["t_post_ns_send"], g["t_done_ns_recv"]) / 1e6, include_groups=False)
     transfer = link.groupby(level=list(range(len(_GROUP))), dropna=False).min().rename("transfer_ms")
     per = m.groupby(_GROUP + ["rank"], dropna=False).agg(t0=("t_post_ns", "min"), t1=("t_done_ns", "max"))
     per["duration_ms"] = (per["t1"] - per["t0"]) / 1e6

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from typing import Any, SupportsInt, cast
 
 import numpy as np
 import pandas as pd
@@ -364,7 +365,7 @@ def _ranks(events: pd.DataFrame) -> Iterator[tuple[int, pd.DataFrame]]:
         yield int(r[0]), events
         return
     for rank, ev in events.groupby("rank", sort=True):
-        yield int(rank), ev
+        yield int(cast(SupportsInt, rank)), ev
 
 
 def overlap_from_trace(events: pd.DataFrame) -> pd.DataFrame:
@@ -392,7 +393,7 @@ def overlap_from_trace(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TRACE_COLUMNS)
 
 
-def overlap_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+def overlap_table(events: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
     """:data:`OVERLAP_TABLE`'s reduction: :func:`overlap_from_trace` of one rank (``meta`` unused)."""
     return overlap_from_trace(events)
 

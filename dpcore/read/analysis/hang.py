@@ -3,6 +3,8 @@ verdict (the rule itself is :func:`dpcore.contract.flightrec.verdict`, shared wi
 so the page, the command and verdict.json agree)."""
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from dpcore.contract import flightrec
@@ -32,6 +34,6 @@ def rank_table(dumps: dict[int, dict], stacks: dict[int, str] | None = None) -> 
     return pd.DataFrame(rows, columns=STATE_COLUMNS)
 
 
-def hang_verdict(dumps: dict[int, dict], world_size: int | None = None) -> dict:
+def hang_verdict(dumps: dict[int, dict[str, Any]], world_size: int | None = None) -> dict[str, Any]:
     """The verdict as a dict (verdict.json's fields)."""
     return flightrec.verdict(dumps, world_size).to_dict()

@@ -10,6 +10,7 @@ straggler.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 #: steps the Live page summarises (the last ones)
@@ -24,8 +25,9 @@ def latest_job(live: pd.DataFrame) -> str | None:
     """The job whose row arrived last (the one running now, or the last one that ran)."""
     if live.empty:
         return None
-    return str(live.loc[live["wall_time"].idxmax(), "job_id"]) if live["wall_time"].notna().any() \
-        else str(live["job_id"].iloc[-1])
+    wall = pd.to_numeric(live["wall_time"], errors="coerce").to_numpy(dtype=float)
+    at = int(np.nanargmax(wall)) if (~np.isnan(wall)).any() else -1  # the latest row, else the last one
+    return str(live["job_id"].iloc[at])
 
 
 def job_rows(live: pd.DataFrame, job_id: str, last: int | None = WINDOW) -> pd.DataFrame:

@@ -190,7 +190,7 @@ def job_metrics(rows: pd.DataFrame, timed_split: Iterable[str] = ()) -> pd.DataF
     df["noisy"] = ((p10 > 0) & (p90 / p10 > NOISY_SPREAD)).fillna(False).astype(bool)
     trace = _mean_over_ranks(rank_metrics(rows, "trace"))
     ivals = _mean_over_ranks(rank_metrics(rows, "intervals"))
-    trace = trace[trace_is_source(trace["any_comm"], ivals["any_comm"].reindex(trace.index))]
+    trace = trace[np.asarray(trace_is_source(trace["any_comm"], ivals["any_comm"].reindex(trace.index)), dtype=bool)]
     chosen = pd.concat([trace.assign(comm_source="trace"),
                         ivals[~ivals.index.isin(trace.index)].assign(comm_source="intervals")])
     traced_t = rows[rows["traced"]].groupby("job_id")["step_ms"].median()
@@ -218,7 +218,7 @@ def job_metrics(rows: pd.DataFrame, timed_split: Iterable[str] = ()) -> pd.DataF
                    ).reset_index(drop=True)
 
 
-def trace_is_source(trace_comm: pd.Series | float, interval_comm: pd.Series | float) -> pd.Series | bool:
+def trace_is_source(trace_comm: pd.Series | float, interval_comm: pd.Series | float) -> np.ndarray | np.bool_:
     """Whether C, E and overlap come from the trace, given the most comm (ms) each method saw in
     the steps a trace covers: the trace unless it misses communication the recorded intervals saw
     (gloo runs the from-scratch algorithms' point-to-point transfers off any traced thread). Where

@@ -31,7 +31,8 @@ def default_ranks(ranks: list[int], steps: pd.DataFrame | None = None,
     if steps is not None and len(steps) and {"rank", "step_ms"} <= set(steps.columns):
         med = pd.to_numeric(steps["step_ms"], errors="coerce").groupby(steps["rank"]).median().dropna()
         if len(med):
-            out.append(int(med.sort_index().idxmax()))
+            med = med.sort_index()
+            out.append(int(med.index.to_numpy()[int(np.argmax(med.to_numpy(dtype=float)))]))  # idxmax, as a number
     if stragglers is not None and len(stragglers) and {"rank", "last_arrival_pct"} <= set(stragglers.columns):
         s = stragglers.sort_values(["last_arrival_pct", "rank"], ascending=[False, True])
         out.append(int(s["rank"].iloc[0]))

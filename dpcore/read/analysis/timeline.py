@@ -13,6 +13,8 @@ colours by the column and never re-reads event names.
 """
 from __future__ import annotations
 
+from typing import SupportsInt, cast
+
 import numpy as np
 import pandas as pd
 
@@ -51,11 +53,12 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
     # each rank's shift instead (0 on one host, minus the estimated offset across hosts)
     shifts = job["clock_shift_us"].iloc[0] if "clock_shift_us" in job and len(job) else None
     cols: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", "lane", "name", "kind", "start_ms", "end_ms")}
-    for rank, mine in lanes.groupby("rank", sort=True):
+    for key, mine in lanes.groupby("rank", sort=True):
+        rank = int(cast(SupportsInt, key))
         rows = mine[mine["step"] == step]
         if not (rows["lane"] == "step").any():
             return None
-        shift_us = _sync_shift_us(mine[mine["lane"] == "sync"], sync, int(rank))
+        shift_us = _sync_shift_us(mine[mine["lane"] == "sync"], sync, rank)
         if shift_us is None and isinstance(shifts, dict) and shifts.get(str(rank)) is not None:
             shift_us = float(shifts[str(rank)])
         if shift_us is None:
@@ -70,7 +73,7 @@ def _from_trace(run: Run, job_id: str, step: int, t0_ns: float,
         else:
             drawn = rows[lane.isin(["compute", "comm"])]
         kind = kind.loc[drawn.index]
-        for c, v in (("rank", np.full(len(drawn), int(rank), np.int64)), ("lane", drawn["lane"].to_numpy(object)),
+        for c, v in (("rank", np.full(len(drawn), rank, np.int64)), ("lane", drawn["lane"].to_numpy(object)),
                      ("name", drawn["name"].to_numpy(object)), ("kind", kind.to_numpy(object)),
                      ("start_ms", to_ms(drawn["start_us"])), ("end_ms", to_ms(drawn["end_us"]))):
             cols[c].append(v)

@@ -36,6 +36,8 @@ kernel names only, those are left out too.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,7 +54,7 @@ _P2P_ENQUEUE_RE = re.compile(r"^c10d::(send|recv)")
 _TOL_US = 1.0  # an enqueue and its span are stamped by one clock; 1 µs absorbs the rounding of ts
 
 
-def _name_mask(names: pd.Series, test) -> np.ndarray:
+def _name_mask(names: pd.Series, test: Callable[[str], object]) -> np.ndarray:
     """``test(name)`` of every name, evaluated once per category when the column is categorical."""
     if isinstance(names.dtype, pd.CategoricalDtype):
         lut = np.asarray([bool(test(str(c))) for c in names.cat.categories] + [False], dtype=bool)
@@ -167,7 +169,7 @@ def trace_comm_rows(events: pd.DataFrame, job_id: str = "") -> pd.DataFrame:
     return rows.sort_values(["rank", "step", "t_launch_ns"], kind="stable").reset_index(drop=True)
 
 
-def comm_table(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+def comm_table(events: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
     """:data:`COMM_TABLE`'s reduction: :func:`trace_comm_rows` of one rank, without job_id (the
     reader of many jobs sets it)."""
     return trace_comm_rows(events).drop(columns="job_id")

@@ -2,13 +2,15 @@
 divergence marked (the verdict's seq)."""
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import plotly.graph_objects as go
 
 from dpcore.contract.units import exact_size
 
 
-def hang_figure(colls: pd.DataFrame, verdict: dict) -> go.Figure:
+def hang_figure(colls: pd.DataFrame, verdict: dict[str, Any]) -> go.Figure:
     """One marker per (rank, collective): filled when it completed, open while waiting; colour
     by op; a dashed line at the verdict's sequence number, the lagging ranks' row labels in red."""
     fig = go.Figure()

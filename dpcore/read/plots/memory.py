@@ -58,7 +58,8 @@ def memory_tradeoff_figure(jobs: pd.DataFrame, title: str | None = None) -> go.F
     right = df["step_ms_p90"].astype(float).fillna(t_all) if "step_ms_p90" in df else t_all
     x_range = (0.0, 1.08 * float(np.nanmax([right.max(), t_all.max(), 1e-9])))
     y_range = (0.0, 1.18 * float(np.nanmax([peak_all.max(), 1e-9])))
-    shown = pd.Series(spaced_labels(t_all, peak_all, names.tolist(), x_range, y_range, TRADE_PLOT_PX), index=df.index)
+    shown = pd.Series(spaced_labels(t_all.tolist(), peak_all.tolist(), names.tolist(), x_range, y_range,
+                                    TRADE_PLOT_PX), index=df.index)
     fig = go.Figure()
     for variant, part in df.groupby("variant", sort=False):
         t = part["step_ms"].astype(float)

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -271,7 +272,7 @@ def _join(values: pd.Series) -> str:
     return ",".join(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in vals)
 
 
-def run_row(run: Run) -> dict:
+def run_row(run: Run) -> dict[str, Any]:
     """The list_runs row of one loaded run."""
     m, env, cfg = run.meta, run.meta.get("environment") or {}, run.meta.get("config") or {}
     jobs = run.jobs

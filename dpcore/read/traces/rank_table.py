@@ -22,7 +22,7 @@ import pandas as pd
 #: ``reduce(events, meta)``: one rank's events frame (:func:`dpcore.read.traces.reader.read_trace_meta`'s)
 #: and its trace's top-level metadata -> the table's rows, or {table name: rows} for tables one
 #: pass makes together (each of them declares the same function).
-Reduce = Callable[[pd.DataFrame, dict], "pd.DataFrame | dict[str, pd.DataFrame]"]
+Reduce = Callable[[pd.DataFrame, dict[str, Any]], "pd.DataFrame | dict[str, pd.DataFrame]"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def columns_read(tables: Iterable[RankTable]) -> frozenset[str] | None:
     return frozenset(out)
 
 
-def reduce_tables(tables: Iterable[RankTable], events: pd.DataFrame, meta: dict) -> dict[str, pd.DataFrame]:
+def reduce_tables(tables: Iterable[RankTable], events: pd.DataFrame, meta: dict[str, Any]) -> dict[str, pd.DataFrame]:
     """{name: typed rows} of ``tables`` for one rank: each distinct ``reduce`` called once."""
     made: dict[Reduce, pd.DataFrame | dict[str, pd.DataFrame]] = {}
     out = {}

@@ -75,7 +75,7 @@ def events_frame(meta: dict[str, Any], cols: Columns, rank: int, columns: frozen
         "pid": _codes_to_cat(cols.codes["pid"], cols.tables["pid"]),
         "tid": _codes_to_cat(cols.codes["tid"], cols.tables["tid"]),
         "stream": stream, "corr": cols.corr, "rank": np.full(ts.size, rank, dtype=np.int64),
-        "kind": pd.Categorical.from_codes(kind, categories=list(KINDS)),
+        "kind": pd.Categorical.from_codes(kind, categories=pd.Index(list(KINDS))),
         "step": step, **derived,
     }, copy=False)
     df.attrs["notes"] = notes
@@ -147,8 +147,8 @@ def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
     names = host["name"]
     if isinstance(names.dtype, pd.CategoricalDtype):  # once per distinct name, then by the codes
         per = pd.Series([str(c) for c in names.cat.categories] + ["nan"], dtype=object)  # -1: "nan"
-        per = per.str.extract("^" + STEP_RE.pattern, expand=False).to_numpy(dtype=object)
-        num = pd.Series(per[names.cat.codes.to_numpy()], index=host.index, dtype=object)
+        per_num = per.str.extract("^" + STEP_RE.pattern, expand=False).to_numpy(dtype=object)
+        num = pd.Series(per_num[names.cat.codes.to_numpy()], index=host.index, dtype=object)
     else:
         num = names.astype(str).str.extract("^" + STEP_RE.pattern, expand=False)  # re.match, as kinds
     marked = host.loc[num.notna(), ["rank", "ts", "dur"]].assign(step=num.dropna().astype(np.int64))
