@@ -205,7 +205,7 @@ def start_server(root, log, port: int, options: tuple[str, ...] = (), repo=None)
                              "--browser.gatherUsageStats", "false",
                              *(f"--{o}" for o in options)], cwd=repo,
                             env={**os.environ, "DPCORE_PROFILES": str(root)}, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a process start: generous on a loaded 2-core machine
     while time.monotonic() < deadline:
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).status == 200:
@@ -214,7 +214,7 @@ def start_server(root, log, port: int, options: tuple[str, ...] = (), repo=None)
             time.sleep(0.3)
     proc.terminate()
     log.seek(0)
-    pytest.fail("streamlit did not start within 60 s:\n" + log.read())
+    pytest.fail("streamlit did not start within 180 s:\n" + log.read())
 
 
 def serving(root, log_dir):
