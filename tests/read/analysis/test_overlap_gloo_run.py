@@ -205,8 +205,8 @@ def test_blocking_vs_async_overlap(gloo_run):
         assert (ranges[:, 1] - end).max() < 1e6, (ranges[:, 1] - end) / 1e6
     # With the backend's stamps, the two instruments measure the same comm, and with the calls marked
     # (by dpcore's recorder) the same compute: phases minus the communication calls. What is left to
-    # differ is a few µs at each edge (a stamp beside its range's edge): measured 0.0-0.1 points in
-    # 24 runs with two busy loops beside them. Before the calls were marked the trace's compute was
+    # differ is a few µs at each edge (a stamp beside its range's edge): measured 0.00-0.01 points in
+    # 8 runs with two busy loops beside them (load 16-20). Before the calls were marked the trace's compute was
     # the union of the operators, whose gaps grow with the machine's load (CI: 90.0 vs 96.9); while
     # the job stamped its calls inside their ranges, a stall there made 6.8 points in CI.
     backend = _pct(_interval_overlap(gloo_run / "async", backend_stamps=True))
