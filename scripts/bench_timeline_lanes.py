@@ -21,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dpcore.read.analysis.lanes import LANE_EVENTS_TABLE, trace_lanes  # noqa: E402
-from dpcore.read.ranks import Scale, job_lanes, run_trace_steps  # noqa: E402
+from dpcore.read.ranks import Scale  # noqa: E402
 from dpcore.read.ranks.reduce import reduce_trace  # noqa: E402
 from dpcore.read.rundir import load_run  # noqa: E402
+from dpcore.read.tables import job_lanes, run_trace_steps  # noqa: E402
 from dpcore.read.traces.reader import read_trace  # noqa: E402
 from tests.read.ranks.long_trace import write_long_trace  # noqa: E402
 

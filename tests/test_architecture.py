@@ -15,7 +15,7 @@ lower ones, so a reader can understand each layer from the ones below it alone:
 
 - write: runtime -> capture -> dp -> training -> commands (and no command imports another
   command, only its own parts: profile's per-rank body, record's hooks);
-- read: traces, rundir -> analysis -> ranks, whatif, importer, report -> plots -> dashboard, and plots
+- read: traces, rundir -> analysis -> ranks, tables, whatif, importer, report -> plots -> dashboard, and plots
   import only contract and plots (a figure never recomputes a metric).
 
 And no module uses another module's private (``_name``) names: what is shared is public.
@@ -170,8 +170,8 @@ def test_wing_loads_without_the_other_sides_libraries(wing: str, banned: tuple[s
 #: Sub-packages of each wing, lowest layer first; same-rank layers may import each other.
 LAYERS: dict[str, dict[str, int]] = {
     "write": {"runtime": 0, "capture": 1, "dp": 2, "training": 3, "commands": 4},
-    "read": {"traces": 0, "rundir": 0, "analysis": 1, "ranks": 2, "whatif": 2, "importer": 2, "report": 2,
-             "plots": 3, "dashboard": 4},
+    "read": {"traces": 0, "rundir": 0, "analysis": 1, "ranks": 2, "tables": 2, "whatif": 2, "importer": 2,
+             "report": 2, "plots": 3, "dashboard": 4},
 }
 #: Layers that may import only the listed sub-packages of their wing (besides contract).
 ONLY: dict[tuple[str, str], tuple[str, ...]] = {("read", "plots"): ("plots",)}

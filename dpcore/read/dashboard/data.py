@@ -35,9 +35,9 @@ from dpcore.contract.tracefile import MAX_TRACE_FILE_BYTES, open_regular
 from dpcore.read.analysis import job_summary
 from dpcore.read.analysis.gpu_kernels import KERNEL_COLUMNS
 from dpcore.read.analysis.gpu_time import CAUSE_COLUMNS, LEDGER_COLUMNS
-from dpcore.read.ranks import run_gpu, run_trace_steps
 from dpcore.read.rundir import Run, RunLoadError, list_runs, load_run
 from dpcore.read.rundir.load import printable
+from dpcore.read.tables import run_gpu, run_trace_steps
 
 APP_DIR = Path(__file__).resolve().parents[3]  # the repository root, where app.py lives
 
@@ -201,7 +201,7 @@ def may_have_gpu(run: Run) -> bool:
 
 @st.cache_data(show_spinner="Reading the GPU time ledger…", max_entries=16)
 def cached_gpu(_run: Run, run_key: tuple) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(ledger, causes, kernel classes) of every traced job (`dpcore.read.ranks.run_gpu`, what the
+    """(ledger, causes, kernel classes) of every traced job (`dpcore.read.tables.run_gpu`, what the
     ``gpu`` command prints), from the rank cache: the GPU page and Overview's GPU column. Jobs
     without GPU events have no rows; a run whose machine had no GPU (:func:`may_have_gpu`) has none
     and is not read."""

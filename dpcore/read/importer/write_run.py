@@ -38,7 +38,8 @@ from dpcore.read.importer.rows import (
     collective_rows,
     step_rows,
 )
-from dpcore.read.ranks import RankTables, Scale, rank_tables
+from dpcore.read.ranks import RankTables, Scale
+from dpcore.read.tables import rank_tables
 from dpcore.read.traces.files import iteration_dirs, trace_files
 from dpcore.read.traces.world import check_one_world
 

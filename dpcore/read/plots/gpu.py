@@ -1,4 +1,4 @@
-"""GPU time pictures (input: `dpcore.read.analysis.gpu_time` rows, as `dpcore.read.ranks.run_gpu`
+"""GPU time pictures (input: `dpcore.read.analysis.gpu_time` rows, as `dpcore.read.tables.run_gpu`
 returns them): the ledger of each window as one stacked bar, and the host causes of idle time.
 
 Why one bar per window that sums to its span: the ledger's parts are disjoint (compute, then the

@@ -2,14 +2,15 @@
 
 Why: a rank of 20k-250k events is 1-45 MB of JSON and ~45 bytes per event once parsed, but what
 the analysis keeps of it is small: one overlap row per traced step, one row per comm event, the
-lanes the Timeline draws, import's rows, the GPU ledger. Each reader declares its table beside
-its code (``OVERLAP_TABLE`` in comm_overlap, ``COMM_TABLE`` in trace_arrivals, ``LANES_TABLE``
-in timeline, ``GPU_TABLE``/``GPU_CAUSES_TABLE`` in gpu_time, ``KERNELS_TABLE`` in gpu_kernels,
-``IMPORT_TABLES`` in the importer's rows) and passes it to the read; this module reduces a rank
-to whatever it is given, without knowing the names. Every table is computed per rank (each
-groups by rank), so reducing rank by rank and concatenating gives the same rows as reducing all
-ranks' events at once: which is what lets a worker hold one rank at a time, and the cache keep a
-rank's tables instead of its events.
+events the Timeline's lanes are made from, import's rows, the GPU ledger. Each reader declares
+its table beside its code (``OVERLAP_TABLE`` in comm_overlap, ``COMM_TABLE`` in trace_arrivals,
+``LANE_EVENTS_TABLE`` in lanes, ``GPU_TABLE``/``GPU_CAUSES_TABLE`` in gpu_time,
+``KERNELS_TABLE`` in gpu_kernels, ``IMPORT_TABLES`` in the importer's rows;
+:mod:`dpcore.read.tables` hands them to the read); this module reduces a rank to whatever it is
+given, without knowing the names. Every table is computed per rank (each groups by rank), so
+reducing rank by rank and concatenating gives the same rows as reducing all ranks' events at
+once: which is what lets a worker hold one rank at a time, and the cache keep a rank's tables
+instead of its events.
 """
 from __future__ import annotations
 

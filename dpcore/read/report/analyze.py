@@ -15,10 +15,11 @@ from dpcore.contract.options import AnalyzeOptions
 from dpcore.contract.units import percent_number
 from dpcore.read.analysis.comm_overlap import OVERLAP_TABLE
 from dpcore.read.analysis.metrics import rank_metrics, step_metrics, trace_rows
-from dpcore.read.ranks import Scale, folder_tables
+from dpcore.read.ranks import Scale
 from dpcore.read.report.resolve import load_run_reporting, resolve, scale_of, trace_steps_reporting
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError
+from dpcore.read.tables import folder_tables
 from dpcore.read.traces.reader import TraceFormatError
 
 #: docs/DESIGN.md's columns of `analyze --csv` (ms per traced step), then how many steps they cover,

@@ -28,9 +28,10 @@ from dpcore.read.analysis.gpu_kernels import KERNEL_CSV_COLUMNS, fp32_matmul_not
 from dpcore.read.analysis.gpu_time import LEDGER_COLUMNS, TRACE_STEP
 from dpcore.read.analysis.stragglers import call_transfer_wait
 from dpcore.read.importer.rows import IMPORT_COMM
-from dpcore.read.ranks import Scale, folder_gpu, folder_tables, job_rank_tables, run_gpu
+from dpcore.read.ranks import Scale
 from dpcore.read.report.resolve import load_run_reporting, resolve, scale_of, warn
 from dpcore.read.report.table_text import csv_table, text_table
+from dpcore.read.tables import folder_gpu, folder_tables, job_rank_tables, run_gpu
 from dpcore.read.traces.reader import TraceFormatError
 
 #: docs/DESIGN.md's columns of `gpu --csv`: the ledger with its FLOPs, then step MFU, GEMM efficiency and

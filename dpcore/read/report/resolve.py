@@ -17,8 +17,9 @@ import pandas as pd
 from dpcore.contract.errors import UsageError
 from dpcore.contract.options import ScaleOptions
 from dpcore.contract.runformat import RUN_JSON
-from dpcore.read.ranks import Scale, run_trace_steps
+from dpcore.read.ranks import Scale
 from dpcore.read.rundir.load import Run, load_run
+from dpcore.read.tables import run_trace_steps
 
 #: What :func:`resolve` says a path is.
 PathKind = Literal["run", "traces"]
@@ -59,7 +60,7 @@ def warn(lines: Iterable[str]) -> None:
 
 
 def trace_steps_reporting(run: Run, scale: Scale | None = None) -> pd.DataFrame:
-    """:func:`dpcore.read.ranks.run_trace_steps` for the CLI (the per-rank tables from the
+    """:func:`dpcore.read.tables.run_trace_steps` for the CLI (the per-rank tables from the
     cache): each job whose rank traces were missing, unreadable or refused is named on stderr
     (its numbers then come from the recorded intervals), so no number changes silently."""
     problems: list[str] = []

@@ -28,10 +28,11 @@ from dpcore.read.analysis.stragglers import (
 )
 from dpcore.read.analysis.summary import gpu_job_ids
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
-from dpcore.read.ranks import Scale, folder_tables, run_gpu
+from dpcore.read.ranks import Scale
 from dpcore.read.report.resolve import PathKind, resolve, scale_of
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import RunLoadError, load_run
+from dpcore.read.tables import folder_tables, run_gpu
 from dpcore.read.traces.reader import TraceFormatError
 
 

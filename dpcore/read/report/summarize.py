@@ -22,12 +22,13 @@ from dpcore.read.analysis.gpu_time import job_gpu
 from dpcore.read.analysis.memory import summary_memory_columns, summary_volume_columns
 from dpcore.read.analysis.metrics import INFLATION_LIMIT, NOISY_SPREAD, SOURCE_GAP_POINTS
 from dpcore.read.analysis.summary import gpu_job_ids, job_summary, shared_gpu_line
-from dpcore.read.ranks import Scale, run_steps_gpu
+from dpcore.read.ranks import Scale
 from dpcore.read.report.allreduce import allreduce_text
 from dpcore.read.report.analyze import COMPUTE_NOTE
 from dpcore.read.report.resolve import load_run_reporting, refuse_empty, scale_of, trace_steps_reporting, warn
 from dpcore.read.report.table_text import csv_table, text_table
 from dpcore.read.rundir.load import Run
+from dpcore.read.tables import run_steps_gpu
 
 #: docs/DESIGN.md's columns of `summarize --csv` first, then the spread, the sources and their gap.
 SUMMARIZE_COLUMNS = ["job_id", "variant", "world_size", "bucket_mb", "step_ms", "step_ms_p10", "step_ms_p90",

@@ -12,8 +12,8 @@ from dpcore.read.analysis import gpu_time
 from dpcore.read.analysis.advice import DEVICE_REMEDIES, HOST_REMEDIES, LAUNCH_REMEDY, advice, remedy_for
 from dpcore.read.analysis.gpu_time import TRACE_STEP
 from dpcore.read.dashboard.pages import gpu as gpu_page
-from dpcore.read.ranks import folder_gpu
 from dpcore.read.report import gpu as gpu_report
+from dpcore.read.tables import folder_gpu
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 

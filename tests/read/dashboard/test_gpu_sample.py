@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dpcore.cli import main
-from dpcore.read.ranks import run_gpu
 from dpcore.read.rundir import load_run
+from dpcore.read.tables import run_gpu
 from tests.read.dashboard.gpu_runs import SAMPLE_GPU
 
 pytestmark = pytest.mark.skipif(not (SAMPLE_GPU / "run.json").is_file(), reason=f"{SAMPLE_GPU} is absent")

@@ -188,8 +188,8 @@ def test_ledger_bar_sums_to_the_span_and_causes_are_largest_first() -> None:
 def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch, gpu_runs: Path) -> None:
     """Every GPU run: no problem, the ledger bars sum to each window's span (the gpu
     command's numbers, the same function), the MLP runs get the host-bound recommendation."""
-    from dpcore.read.ranks import run_gpu
     from dpcore.read.rundir.load import load_run
+    from dpcore.read.tables import run_gpu
 
     at = _app(monkeypatch, gpu_runs)
     open_page(at, "GPU")
@@ -224,8 +224,8 @@ def test_gpu_page_on_every_gpu_run(monkeypatch: pytest.MonkeyPatch, gpu_runs: Pa
 
 @shared
 def test_overview_shows_gpu_host_idle_instead_of_other(monkeypatch: pytest.MonkeyPatch, gpu_runs: Path) -> None:
-    from dpcore.read.ranks import run_gpu
     from dpcore.read.rundir.load import load_run
+    from dpcore.read.tables import run_gpu
 
     at = _app(monkeypatch, gpu_runs)
     for run in RUNS:

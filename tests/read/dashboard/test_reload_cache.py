@@ -17,8 +17,8 @@ from dpcore.read.analysis import job_summary
 from dpcore.read.dashboard import data
 from dpcore.read.dashboard.pages import overview
 from dpcore.read.plots.overview import breakdown_figure
-from dpcore.read.ranks import run_trace_steps
 from dpcore.read.rundir import load_run
+from dpcore.read.tables import run_trace_steps
 from tests.app_pages import APP, heading, problems
 from tests.fixtures_run import make_run
 

@@ -22,10 +22,10 @@ from dpcore.cli import main
 from dpcore.contract import runformat as rf
 from dpcore.read.analysis import job_summary, timeline
 from dpcore.read.importer.write_run import import_traces
-from dpcore.read.ranks import job_lanes
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.rundir import load_run
+from dpcore.read.tables import job_lanes
 from dpcore.read.traces.files import trace_files
 from tests.app_pages import open_page
 from tests.events_path import step_trace_lanes, trace_step_metrics, traced_job_events

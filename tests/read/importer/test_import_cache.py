@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from dpcore.read.importer.rows import IMPORT_TABLES, profiler_steps
-from dpcore.read.ranks import EAGER
+from dpcore.read.tables import EAGER
 from dpcore.read.traces import workers
 from dpcore.read.traces.files import trace_files
 from dpcore.read.traces.reader import step_ranges

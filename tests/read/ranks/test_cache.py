@@ -18,11 +18,12 @@ from dpcore.read.analysis.gpu_time import GPU_CAUSES_TABLE, GPU_TABLE
 from dpcore.read.analysis.lanes import LANE_EVENTS_TABLE
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE
 from dpcore.read.importer.rows import IMPORT_COMM, IMPORT_FACTS, IMPORT_STEPS, IMPORT_TABLES
-from dpcore.read.ranks import EAGER, GPU_TABLES, Scale, cache, folder_tables, run_trace_steps
+from dpcore.read.ranks import Scale, cache
 from dpcore.read.report.analyze import analyze
 from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.report.summarize import summarize
 from dpcore.read.rundir import load_run
+from dpcore.read.tables import EAGER, GPU_TABLES, folder_tables, run_trace_steps
 from tests.events_path import trace_step_metrics, traced_job_events
 from tests.fixtures_run import make_run
 from tests.synthetic import write_gpu_trace_dir

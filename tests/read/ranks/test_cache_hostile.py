@@ -11,8 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpcore.read.ranks import Scale, cache, folder_tables
+from dpcore.read.ranks import Scale, cache
 from dpcore.read.report.summarize import summarize
+from dpcore.read.tables import folder_tables
 from tests.fixtures_run import make_run
 from tests.synthetic import write_gpu_trace_dir
 

@@ -23,8 +23,9 @@ from dpcore.read.analysis.lanes import LANE_EVENTS_TABLE, trace_lanes
 from dpcore.read.analysis.timeline import timeline
 from dpcore.read.analysis.trace_arrivals import COMM_TABLE, trace_comm_rows
 from dpcore.read.importer.rows import IMPORT_TABLES, rank_rows
-from dpcore.read.ranks import GPU_TABLES, Scale, job_lanes, job_rank_tables, run_trace_steps
+from dpcore.read.ranks import Scale
 from dpcore.read.rundir import list_runs, load_run
+from dpcore.read.tables import GPU_TABLES, job_lanes, job_rank_tables, run_trace_steps
 from tests.events_path import job_trace_events, lanes_of, trace_step_metrics, traced_job_events
 
 ROOT = Path(__file__).resolve().parents[3]

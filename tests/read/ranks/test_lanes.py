@@ -17,8 +17,9 @@ from streamlit.testing.v1 import AppTest
 
 from dpcore.read.analysis import timeline
 from dpcore.read.analysis.lanes import trace_lanes
-from dpcore.read.ranks import Scale, job_lanes, reduce, run_trace_steps
+from dpcore.read.ranks import Scale, reduce
 from dpcore.read.rundir import load_run
+from dpcore.read.tables import job_lanes, run_trace_steps
 from tests.app_pages import APP, open_page, problems
 from tests.events_path import job_trace_events, lanes_of
 from tests.fixtures_run import make_run

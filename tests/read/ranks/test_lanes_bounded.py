@@ -20,8 +20,9 @@ import pytest
 from dpcore.read.analysis import lanes as lanes_mod
 from dpcore.read.analysis.lanes import LANE_EVENTS_TABLE, lane_events, trace_lanes
 from dpcore.read.analysis.timeline import timeline
-from dpcore.read.ranks import Scale, folder_tables, job_lanes, reduce
+from dpcore.read.ranks import Scale, reduce
 from dpcore.read.rundir import load_run
+from dpcore.read.tables import folder_tables, job_lanes
 from dpcore.read.traces.reader import read_trace
 from tests.events_path import job_trace_events
 from tests.read.ranks.long_trace import PERIOD_US, write_long_trace
@@ -166,7 +167,8 @@ def test_a_lanes_miss_does_not_rebuild_the_eager_tables_the_cache_holds(samples:
     """The dashboard's first page caches every trace's eager tables (the overlap of each step:
     ~1 ms a step, 27 s for 30,000 steps); the Timeline's first read of a job then builds its lane
     events alone, not the eager tables again. A trace without them still gets them."""
-    from dpcore.read.ranks import pool, run_trace_steps
+    from dpcore.read.ranks import pool
+    from dpcore.read.tables import run_trace_steps
 
     run = load_run(shutil.copytree(samples / "sample-train", tmp_path / "sample-train"))
     built: list[tuple[str, ...]] = []

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from dpcore.cli import main
-from dpcore.read.ranks import Scale, folder_tables
+from dpcore.read.ranks import Scale
 from dpcore.read.report.analyze import analyze
+from dpcore.read.tables import folder_tables
 from dpcore.read.traces import workers
 from tests.synthetic import write_gpu_trace_dir
 
@@ -80,7 +81,8 @@ def test_a_local_dask_cluster_gives_the_same_tables(traces: Path) -> None:
 _LIMITED = r"""
 import sys
 from pathlib import Path
-from dpcore.read.ranks import Scale, folder_tables
+from dpcore.read.ranks import Scale
+from dpcore.read.tables import folder_tables
 from dpcore.read.report.analyze import analyze
 warm, many, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 analyze(str(warm), csv=True, scale=Scale(workers=1, cache=False))  # every library loaded and warmed up

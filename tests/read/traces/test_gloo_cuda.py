@@ -97,7 +97,7 @@ def test_the_timeline_draws_gloo_comm_of_both_ranks(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     from dpcore.read import analysis as A
-    from dpcore.read import ranks as K
+    from dpcore.read import tables as K
     from tests.app_pages import ROOT, open_page, problems
     from tests.events_path import trace_step_metrics, traced_job_events
 

@@ -225,7 +225,7 @@ def test_each_two_rank_cell_from_every_other_two_rank_job_on_the_quiet_sample() 
     # the error lived in the per-bucket cost of backward: a 30-bucket source (0.25 MiB) carried
     # its buckets' cost into every cell (+5, +12, +21 % for 1, 2, 25 MiB; MAE of all 12 pairs 10.5 %)
     from dpcore.read.analysis.summary import job_summary
-    from dpcore.read.ranks import run_trace_steps
+    from dpcore.read.tables import run_trace_steps
     from dpcore.read.whatif.predict import measured_cells, with_measured
 
     run = load_run(QUIET / "sample-train")

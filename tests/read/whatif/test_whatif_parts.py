@@ -73,8 +73,8 @@ def test_the_sample_recommends_nothing_where_its_own_jobs_disagree(samples: Path
     The line names that miss instead of saying that bucket size does not matter, and the fp16 jobs
     are not measured points of the plain torch_ddp cells (one row per cell)."""
     from dpcore.read.analysis import job_summary
-    from dpcore.read.ranks import run_trace_steps
     from dpcore.read.rundir import load_run
+    from dpcore.read.tables import run_trace_steps
     from dpcore.read.whatif.predict import build_model, whatif_report
 
     run = load_run(samples / "sample-train")

@@ -5,7 +5,7 @@ doing while the GPU waited, and a recommendation where one is clear.
 
 Why its own page: on a GPU the first question is not how long a step takes but how much of it the
 GPU worked; Overview's "other" hides a GPU waiting for its launching thread. The numbers are the
-``gpu`` command's (`dpcore.read.ranks.run_gpu` over `dpcore.read.analysis.gpu_time.gpu_ledger`,
+``gpu`` command's (`dpcore.read.tables.run_gpu` over `dpcore.read.analysis.gpu_time.gpu_ledger`,
 read once per run through `dpcore.read.dashboard.data.cached_gpu`); the figures come from
 `dpcore.read.plots.gpu`; the recommendation is `dpcore.read.analysis.advice.advice`, the CLI's.
 """

@@ -5,7 +5,7 @@ Why a job and a step picker with the step's own numbers beside the picture: a ti
 outlier step is not mistaken for the job. Lanes come from `dpcore.read.analysis.timeline` (the
 trace of a profiled step, else steps.csv and collectives.csv), the figure from
 `dpcore.read.plots.timeline`. The traces reach it as the drawn ranks' lane events from the rank
-cache (`dpcore.read.ranks.job_lane_events`): a cache hit parses no trace, and only the step drawn
+cache (`dpcore.read.tables.job_lane_events`): a cache hit parses no trace, and only the step drawn
 is reduced to lanes (a trace may hold 30,000 steps).
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dpcore.read.dashboard.picker import featured_job
 from dpcore.read.plots.heat import rank_step_heat_figure
 from dpcore.read.plots.style import esc
 from dpcore.read.plots.timeline import timeline_figure
-from dpcore.read.ranks import job_lane_events
 from dpcore.read.rundir.load import Run
+from dpcore.read.tables import job_lane_events
 
 INTRO = "What every rank does during one step: compute above, communication below, on one clock."
 
@@ -40,7 +40,7 @@ def step_metrics(_run: Run, run_key: tuple) -> pd.DataFrame:
 @st.cache_resource(show_spinner=False, max_entries=4)
 def cached_lane_events(_run: Run, run_key: tuple, job_id: str, ranks: tuple[int, ...]) -> list[pd.DataFrame] | None:
     """The drawn ranks' ``lane_events`` tables of one job, read once per job and rank set (not
-    once per step) from the rank cache (`dpcore.read.ranks.job_lane_events`): each step's lanes
+    once per step) from the rank cache (`dpcore.read.tables.job_lane_events`): each step's lanes
     are reduced from them, so another step reads no trace and no cache file. A resource (held,
     not copied per rerun): a 30,000-step trace's table is ten columns of all its events, and
     nothing here changes it."""
