@@ -68,7 +68,7 @@ def step_trace_events(run: Run, job_id: str, step: int,
 def trace_step_metrics(job_events: Iterable[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     """Per (job, rank, traced step) overlap from every traced job's events, as
     :func:`overlap_from_trace` rows with a ``job_id`` column (what
-    :func:`dpcore.read.ranks.run_trace_steps` gives from the rank tables). ``job_events``:
+    :func:`dpcore.read.tables.run_trace_steps` gives from the rank tables). ``job_events``:
     (job_id, events) pairs, :func:`traced_job_events` of a run."""
     frames = []
     for job_id, events in job_events:

@@ -1,8 +1,8 @@
 """The per-step timeline view: each rank's lanes (compute and comm, or a GPU rank's launch threads
 and streams) of one step of one job, on the shared clock.
 
-From the job's lanes tables (:data:`dpcore.read.analysis.lanes.LANES_TABLE`, what a rank's trace
-reduces to; the rank cache keeps them: :func:`dpcore.read.ranks.pool.job_lanes`) when they hold
+From the job's lanes table (:func:`dpcore.read.analysis.lanes.trace_lanes` of the step, reduced
+from the rank cache's lane events: :func:`dpcore.read.tables.job_lanes`) when it holds
 the step, else from steps.csv phases and collectives.csv rows. Times are ms relative to the
 step's earliest start across ranks on the shared clock. Pure: only placing the lanes on the
 shared clock needs the run (run.json's clock-sync samples), so that step is here.
@@ -110,8 +110,9 @@ def timeline(run: Run, job_id: str, step: int, lanes: pd.DataFrame | None = None
     ``reduce_scatter``, ``broadcast``, ``send_recv`` or ``other``; :func:`comm_op` of its name)
     and "" on compute rows.
 
-    ``lanes``: the job's lanes table (:data:`dpcore.read.analysis.lanes.LANES_TABLE`) when the step
-    is traced, else None: :func:`dpcore.read.ranks.pool.job_lanes` reads it from the rank cache.
+    ``lanes``: the job's lanes table (:func:`dpcore.read.analysis.lanes.trace_lanes`, of this step
+    at least) when the step is traced, else None: :func:`dpcore.read.tables.job_lanes` reduces it
+    from the rank cache.
 
     From the trace when it holds the step; a rank whose trace shows no comm (gloo runs
     point-to-point transfers of the from-scratch ring/central/naive off any traced thread)

@@ -1,7 +1,7 @@
 """The Timeline's lanes from the rank cache (issue 23: every view reads through the cache).
 
 Why these tests: the Timeline page used to parse the drawn ranks' traces on every first open;
-it now reads their ``lane_events`` tables and reduces the lanes (dpcore.read.ranks.job_lanes; the
+it now reads their ``lane_events`` tables and reduces the lanes (dpcore.read.tables.job_lanes; the
 bound on the steps reduced: test_lanes_bounded.py). The drawn frame must be the
 one the raw events give (their lanes read whole, tests/events_path.py), on the
 committed sample run and on a synthetic run, for all ranks and for a picked few, on the miss
