@@ -37,13 +37,16 @@ clock on such a group (the stand-in for CUDA events).
 """
 from __future__ import annotations
 
+import json
 import os
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -298,3 +301,33 @@ def group_of(group: Any = None) -> AsyncTestProcessGroup:
     if not isinstance(pg, AsyncTestProcessGroup):
         raise TypeError(f"not a {BACKEND} group: {type(pg).__name__}")
     return pg
+
+
+def run_rank(rank: int, n: int, tmp: str, delay_ms: float, wait: str,
+             body: Callable[[int, int], dict[str, Any]]) -> NoReturn:
+    """One rank of a test job on this backend: join a ``dpcore_async`` group of ``n`` ranks (each
+    op done ``delay_ms`` after its call, waits as ``wait``), run ``body(rank, n)`` and write what it
+    returns (or the traceback) to ``tmp/rank<r>.json`` for :func:`job_reports`.
+
+    Why it ends with ``os._exit(0)``: once the report is on disk, interpreter teardown can only
+    lose the rank to gloo's threads aborting it (SIGABRT, pytorch#190489) after its work is done."""
+    report: dict[str, Any] = {}
+    try:
+        register()
+        configure(delay_ms, wait)
+        dist.init_process_group(BACKEND, init_method=f"file://{tmp}/store", rank=rank, world_size=n)
+        report = body(rank, n)
+    except Exception:  # noqa: BLE001 - reported to the test
+        report["error"] = traceback.format_exc()
+    (Path(tmp) / f"rank{rank}.json").write_text(json.dumps(report))
+    os._exit(0)
+
+
+def job_reports(worker: Callable[[int, int, str], None], n: int, folder: Path) -> list[dict[str, Any]]:
+    """Spawn ``worker`` (a module-level function that calls :func:`run_rank`) on ``n`` ranks and
+    return their reports, failing the test with the traceback of a rank that raised."""
+    from tests.write.dp.test_comm_algorithms import comm_spawn
+    out = comm_spawn(worker, n, folder)
+    for r, rep in enumerate(out):
+        assert "error" not in rep, f"rank {r}:\n{rep['error']}"
+    return out

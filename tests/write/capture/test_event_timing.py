@@ -13,11 +13,7 @@ One spawn of 2 ranks runs every distributed check; a failing check is reported w
 """
 from __future__ import annotations
 
-import json
-import os
 import time
-import traceback
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +22,6 @@ import torch.distributed as dist
 
 from dpcore.write.capture import comm_log
 from dpcore.write.capture.comm_log import EventClock, PhaseTimer, Recorder
-from tests.write.dp.test_comm_algorithms import comm_spawn
 
 DELAY_MS = 200.0
 #: what "~0" means for a host stamp of a call that returns at enqueue, and how far an event end
@@ -294,27 +289,13 @@ def _checks(rank: int, n: int) -> dict[str, Any]:
 
 def _worker(rank: int, n: int, tmp: str) -> None:
     from tests import async_backend as ab
-    report: dict[str, Any] = {}
-    try:
-        ab.register()
-        ab.configure(DELAY_MS, "blocking")
-        dist.init_process_group(ab.BACKEND, init_method=f"file://{tmp}/store", rank=rank,
-                                world_size=n)
-        report = _checks(rank, n)
-    except Exception:  # noqa: BLE001 - reported to the test
-        report["error"] = traceback.format_exc()
-    (Path(tmp) / f"rank{rank}.json").write_text(json.dumps(report))
-    # the report is on disk: skip interpreter teardown, where gloo's threads can abort the
-    # rank (SIGABRT, pytorch#190489) after the work is done
-    os._exit(0)
+    ab.run_rank(rank, n, tmp, DELAY_MS, "blocking", _checks)
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    out = comm_spawn(_worker, 2, tmp_path_factory.mktemp("event-timing"))
-    for r, rep in enumerate(out):
-        assert "error" not in rep, f"rank {r}:\n{rep['error']}"
-    return out
+    from tests import async_backend as ab
+    return ab.job_reports(_worker, 2, tmp_path_factory.mktemp("event-timing"))
 
 
 def _ends_at_completion(after_ms: float) -> bool:

@@ -10,9 +10,6 @@ alone on one host and ranks 1 and 2 on another.
 """
 from __future__ import annotations
 
-import json
-import os
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +18,6 @@ import torch.distributed as dist
 
 from dpcore.write.runtime import clock
 from dpcore.write.runtime.clock import best_offset, measurers
-from tests.write.dp.test_comm_algorithms import comm_spawn
-
-SPAWN_TIMEOUT_S = 240
 
 
 def test_ranks_on_rank0s_host_need_no_measurement() -> None:
@@ -75,32 +69,23 @@ def _sync(rank: int, hosts: list[str]) -> dict[str, Any]:
     return {"offset": offset, "rtt": rtt, "used": used}
 
 
+def _plane(rank: int, n: int) -> dict[str, Any]:
+    report: dict[str, Any] = {"backend": str(dist.get_backend())}
+    report["one_host"] = _sync(rank, ["a"] * n)
+    report["two_hosts"] = _sync(rank, ["a"] + ["b"] * (n - 1))
+    dist.destroy_process_group()
+    return report
+
+
 def _worker(rank: int, n: int, tmp: str) -> None:
     from tests import async_backend as ab
-    report: dict[str, Any] = {}
-    try:
-        ab.register()
-        ab.configure(5.0, "stream")  # NCCL: an op returns once queued; done 5 ms later
-        dist.init_process_group(ab.BACKEND, init_method=f"file://{tmp}/store", rank=rank,
-                                world_size=n)
-        report["backend"] = str(dist.get_backend())
-        report["one_host"] = _sync(rank, ["a"] * n)
-        report["two_hosts"] = _sync(rank, ["a"] + ["b"] * (n - 1))
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - reported to the test
-        report["error"] = traceback.format_exc()
-    (Path(tmp) / f"rank{rank}.json").write_text(json.dumps(report))
-    # the report is on disk: skip interpreter teardown, where gloo's threads can abort the
-    # rank (SIGABRT, pytorch#190489) after the work is done
-    os._exit(0)
+    ab.run_rank(rank, n, tmp, 5.0, "stream", _plane)  # NCCL: an op returns once queued; done 5 ms later
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    out = comm_spawn(_worker, 3, tmp_path_factory.mktemp("clock-plane"))
-    for r, rep in enumerate(out):
-        assert "error" not in rep, f"rank {r}:\n{rep['error']}"
-    return out
+    from tests import async_backend as ab
+    return ab.job_reports(_worker, 3, tmp_path_factory.mktemp("clock-plane"))
 
 
 @pytest.mark.slow
