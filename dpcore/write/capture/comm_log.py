@@ -555,6 +555,10 @@ class NullRecorder(Recorder):
     def clock(self) -> EventClock | None:
         return None
 
+    def phase_timer(self) -> PhaseTimer:
+        """A host-clock :class:`PhaseTimer` (this recorder has no clock of its own)."""
+        return PhaseTimer(clock=None)
+
     def mark(self) -> Any:
         return _perf_ns()
 
