@@ -13,6 +13,7 @@ import torch
 
 import dpcore
 from dpcore.read.rundir import load_run
+from tests import spawned
 from tests.integrations.helpers import free_port, opens_everywhere
 
 STEPS = 9  # schedule wait 1, warmup 1, active 2, repeat 2: cycles trace steps 2-3 and 6-7
@@ -41,6 +42,7 @@ def _worker(rank: int, port: int, out: str) -> None:
             prof.step()
     assert handler.cycles == 2 and handler.run_dir is not None
     dist.destroy_process_group()
+    spawned.leave()
 
 
 @pytest.fixture(scope="module")

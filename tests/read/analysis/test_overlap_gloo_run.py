@@ -32,6 +32,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from dpcore.read.analysis import overlap_from_trace, step_breakdown  # noqa: E402
+from tests import spawned  # noqa: E402
 from tests.trace_helpers import read_trace_dir  # noqa: E402
 
 STEPS = 4  # ProfilerStep#1..3 are recorded (schedule: warmup 1, active 3)
@@ -104,6 +105,7 @@ def _worker(rank: int, port: int, out: str) -> None:
         (d / f"intervals{rank}.json").write_text(json.dumps(
             dict(steps=rows, collectives=rec.collective_rows(), calls=rec.call_rows())))
     dist.destroy_process_group()
+    spawned.leave()
 
 
 def _record(d: Path, rank: int) -> tuple[list[dict], pd.DataFrame, pd.DataFrame]:

@@ -27,6 +27,7 @@ from dpcore.read.report.stragglers import stragglers_text
 from dpcore.read.rundir import load_run
 from dpcore.read.tables import job_lanes
 from dpcore.read.traces.files import trace_files
+from tests import spawned
 from tests.app_pages import open_page
 from tests.events_path import step_trace_lanes, trace_step_metrics, traced_job_events
 from tests.synthetic import write_gpu_trace_dir
@@ -84,6 +85,7 @@ def _worker(rank: int, port: int, out: str) -> None:
                 opt.step()
                 prof.step()
     dist.destroy_process_group()
+    spawned.leave()
 
 
 @pytest.fixture(scope="module")

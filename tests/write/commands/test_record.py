@@ -14,6 +14,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dpcore.write.commands.record import record
+from tests import spawned
 
 WARMUP, PROFILE, STEPS = 2, 2, 8
 
@@ -66,6 +67,7 @@ def _rank(rank: int, world: int, store: str, out: str, kind: str) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    spawned.leave()
 
 
 def _spawn(tmp_path: Path, kind: str) -> Path:

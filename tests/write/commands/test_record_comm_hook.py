@@ -21,6 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 from torch.nn.parallel import DistributedDataParallel
 
 from dpcore.write.commands.record import record
+from tests import spawned
 
 WARMUP, STEPS = 3, 7
 START_PSGD = 2  # PowerSGD's first compressed step (it all-reduces plainly before: warm-up here)
@@ -75,6 +76,7 @@ def _rank(rank: int, store: str, out: str) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    spawned.leave()
 
 
 @pytest.fixture(scope="module")
