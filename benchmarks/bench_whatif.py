@@ -678,6 +678,10 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"--cells-from {a.cells_from}: no held-out cell rows (a CSV of {', '.join(CELL_COLUMNS)}, "
                      "or a Markdown table | model | variant | source job | ... |)")
         write_bands(df, a.bands_out, a.where or f"cells of {a.cells_from}")
+        if "round" in df and df["round"].nunique() > 1:  # a refit is checked as a measured one is
+            print("\n**Out of sample, single runs** (the cells of each round inside the bands fitted on the "
+                  "other rounds' cells):\n")
+            print(out_of_sample_lines(out_of_sample(df)))
         return
     if a.held_out:
         models = [m for m in a.models.split(",") if m]

@@ -183,6 +183,23 @@ def test_the_committed_bands_are_the_benchmarks_table_of_the_committed_cells() -
     pd.testing.assert_frame_equal(committed, fresh, check_dtype=False)
 
 
+def test_a_refit_from_cells_prints_each_round_held_out(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`--cells-from` with several rounds checks the refit as a measured run is checked: each
+    round's cells inside bands fitted on the other rounds only, every cell counted once."""
+    from benchmarks.bench_whatif import main, read_cells
+    from dpcore.read.whatif.advice import BANDS_CSV
+
+    cells = read_cells(str(BANDS_CSV.with_name("bands_cells.csv")))
+    two = cells[cells["round"] <= 2]
+    two.to_csv(tmp_path / "cells.csv", index=False)
+    main(["--held-out", "--cells-from", str(tmp_path / "cells.csv")])
+    out = capsys.readouterr().out
+    same = int((two["source_world_size"] == 2).sum())
+    assert f"of {same})" in out.split("2 from 2: ")[-1].split(";")[0]
+    assert f"of {len(two) - same})" in out.split("2 from 1: ")[-1]
+    assert "| 1 | 2 | 2 from 2 |" in out and "| 2 | 1 | 2 from 1 |" in out
+
+
 def test_one_rank_to_two_on_cpu_from_an_allreduce_run(capsys: pytest.CaptureFixture) -> None:
     # validation on what this machine can run: the sample's 1-rank bucketed job, alpha and B of the
     # committed stand-alone allreduce run, against the 2-rank jobs the sample measured (70.0, 29.7,
