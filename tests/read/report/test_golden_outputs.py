@@ -21,8 +21,12 @@ SHARED = REPO.parent / "shared"
 
 
 def _record(out: Path, *extra: str) -> None:
-    subprocess.run([sys.executable, str(SCRIPT), str(out), *extra], check=True, cwd=REPO,
-                   capture_output=True, timeout=1800)
+    """Run the recorder; a failure of the script itself is reported with its own last words
+    (one CI-like run here failed this test once without saying whether the script or a
+    comparison failed)."""
+    p = subprocess.run([sys.executable, str(SCRIPT), str(out), *extra], cwd=REPO, capture_output=True,
+                       text=True, timeout=1800)
+    assert p.returncode == 0, f"golden_outputs.py exited {p.returncode}: {p.stderr[-2000:]}"
 
 
 def _differences(want: Path, got: Path, pattern: str) -> list[str]:
