@@ -24,7 +24,11 @@ reproduces those semantics on CPU tensors, where a test can see them:
   (the compute stream of a CUDA rank), and markers go there: they do not wait for the group's ops,
   except where a ``wait()`` made the current stream wait for one (NCCL's ``synchronizeStream``:
   in ``stream`` wait mode a wait queues "wait for this op" on the current stream). A mark taken
-  *before* a wait then reads the launch, one taken after it the completion. (A future's callback
+  *before* a wait then reads the launch, one taken after it the completion. An op does not
+  start on the group's stream before the current stream reached the point where it was issued
+  (NCCL's other ``syncStream``: the NCCL stream waits for an event recorded on the current
+  stream at launch), so a mark taken before a call never reads later than the op's start, even
+  when the current stream's thread waits for the GIL. (A future's callback
   cannot be told apart here, so with 2 streams a mark in a callback does not wait for the op;
   on CUDA it does, see the recorder's notes.) :class:`StreamEvent` has the ``torch.cuda.Event``
   calls the recorder's event clock uses (``record`` happens at creation, ``synchronize``,
@@ -101,10 +105,13 @@ class StreamEvent:
 class _Op:
     """One op on the stream: the inner gloo work (None: a marker only), its end."""
 
-    __slots__ = ("inner", "done", "t_end_ns", "error", "event")
+    __slots__ = ("inner", "done", "t_end_ns", "error", "event", "after")
 
-    def __init__(self, inner: Any, event: StreamEvent | None = None) -> None:
+    def __init__(self, inner: Any, event: StreamEvent | None = None,
+                 after: StreamEvent | None = None) -> None:
         self.inner = inner
+        #: a marker on the current stream this op waits for before it starts (streams=2)
+        self.after = after
         self.done = threading.Event()
         self.t_end_ns = -1
         self.error: BaseException | None = None
@@ -172,6 +179,8 @@ class AsyncTestProcessGroup(dist.ProcessGroup):
     def _stream(self) -> None:
         while True:
             op: _Op = self._queue.get()
+            if op.after is not None and not op.after._done.wait(60):  # its launch, on the current stream
+                op.error = RuntimeError("dpcore_async: the current stream did not reach an op's launch in 60 s")
             if op.inner is not None:
                 try:
                     op.inner.wait()
@@ -193,7 +202,11 @@ class AsyncTestProcessGroup(dist.ProcessGroup):
                 item.done.wait()
 
     def _enqueue(self, start: Callable[[], Any], result: Any) -> AsyncWork:
-        op = _Op(start())
+        after = None
+        if self.streams == 2:
+            after = StreamEvent()
+            self._current.put(after)
+        op = _Op(start(), after=after)
         self._queue.put(op)
         work = AsyncWork(op, result, self.wait_blocks,
                          self._current.put if self.streams == 2 else None)

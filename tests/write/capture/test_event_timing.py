@@ -123,6 +123,29 @@ def test_the_device_picks_the_clock() -> None:
     assert PhaseTimer(torch.device("cpu")).clock is None
 
 
+def test_an_op_starts_only_once_the_current_stream_reached_its_launch() -> None:
+    """The test backend's two streams, as NCCL's: an op waits for the current stream to reach
+    the point where it was issued, so a mark taken before the call is never stamped after the
+    op started (the race behind a 198 ms message under a 200 ms delay, CI of stop 54)."""
+    from datetime import timedelta
+
+    from tests import async_backend as ab
+    delay_s = 0.02
+    pg = ab.AsyncTestProcessGroup(dist.HashStore(), 0, 1, timedelta(seconds=30), delay_s=delay_s,
+                                  wait_blocks=False, streams=2)
+    gate = ab._Op(None)          # the current stream waits for this: it holds the stream
+    pg._current.put(gate)
+    t_post = pg.record_event()   # queued behind the gate, as a mark behind earlier work
+    work = pg.allreduce([torch.ones(4)])
+    time.sleep(10 * delay_s)
+    assert not work.is_completed()  # it would have, 20 ms after the call, without the wait
+    released = time.perf_counter_ns()
+    gate.done.set()
+    pg.synchronize()
+    assert t_post.time_ns >= released
+    assert (work.end_ns - t_post.time_ns) / 1e9 >= delay_s
+
+
 # ------------------------------------------------------------------ distributed checks
 def _dur_ms(t0: Any, t1: Any) -> float:
     return (int(t1) - int(t0)) / 1e6
