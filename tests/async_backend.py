@@ -56,6 +56,7 @@ import torch
 import torch.distributed as dist
 
 from dpcore.write.capture.comm_log import EventClock
+from tests.spawned import leave
 
 BACKEND = "dpcore_async"
 ENV_DELAY_MS = "DPCORE_ASYNC_DELAY_MS"
@@ -322,8 +323,9 @@ def run_rank(rank: int, n: int, tmp: str, delay_ms: float, wait: str,
     op done ``delay_ms`` after its call, waits as ``wait``), run ``body(rank, n)`` and write what it
     returns (or the traceback) to ``tmp/rank<r>.json`` for :func:`job_reports`.
 
-    Why it ends with ``os._exit(0)``: once the report is on disk, interpreter teardown can only
-    lose the rank to gloo's threads aborting it (SIGABRT, pytorch#190489) after its work is done."""
+    Why it ends with :func:`tests.spawned.leave`: once the report (or the traceback) is on disk,
+    interpreter teardown can only lose the rank to gloo's threads aborting it after its work is
+    done (tests/spawned.py says how)."""
     report: dict[str, Any] = {}
     try:
         register()
@@ -333,7 +335,7 @@ def run_rank(rank: int, n: int, tmp: str, delay_ms: float, wait: str,
     except Exception:  # noqa: BLE001 - reported to the test
         report["error"] = traceback.format_exc()
     (Path(tmp) / f"rank{rank}.json").write_text(json.dumps(report))
-    os._exit(0)
+    leave()
 
 
 def job_reports(worker: Callable[[int, int, str], None], n: int, folder: Path) -> list[dict[str, Any]]:

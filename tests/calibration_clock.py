@@ -10,12 +10,9 @@ Importable by spawned ranks (``tests.calibration_clock``), so the model class li
 from __future__ import annotations
 
 import json
-import os
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -48,23 +45,10 @@ class ForwardOnTheStream(torch.nn.Module):
 
 
 def run_rank(rank: int, ranks: int, tmp: str, body: Callable[[int, int], dict]) -> None:
-    """A spawned rank: join a ``dpcore_async`` group (DELAY_MS a op, blocking waits), run
-    ``body(rank, ranks)`` and write its report (or the traceback) for :func:`rank_reports`, then
-    leave without the interpreter's teardown: DDP reducers and gloo's threads may abort the
-    process there ("terminate called without an active exception") after the report."""
-    import torch.distributed as dist
-
+    """A spawned rank: :func:`tests.async_backend.run_rank` with DELAY_MS a op and blocking waits
+    (its report, or the traceback, for :func:`rank_reports`; it leaves without teardown)."""
     from tests import async_backend as ab
-    report: dict[str, Any] = {}
-    try:
-        ab.register()
-        ab.configure(DELAY_MS, "blocking")
-        dist.init_process_group(ab.BACKEND, init_method=f"file://{tmp}/store", rank=rank, world_size=ranks)
-        report = body(rank, ranks)
-    except Exception:  # noqa: BLE001 - reported to the test
-        report["error"] = traceback.format_exc()
-    (Path(tmp) / f"rank{rank}.json").write_text(json.dumps(report))
-    os._exit(0)
+    ab.run_rank(rank, ranks, tmp, DELAY_MS, "blocking", body)
 
 
 def host_launches(rows: list[dict]) -> dict[str, list[float]]:
