@@ -70,7 +70,9 @@ def bind_forkserver_to_launcher() -> None:
     interpreter's teardown after its launcher closes the "alive" pipe; a launcher that waits
     for it (:func:`stop_helpers`) would wait that long, and one that does not leaves it alive
     after the command returned. It has nothing to flush: each rank is its own process.
-    Does nothing in any other process (its parent is not the launcher named in the env)."""
+    Call it only in that forkserver (:mod:`dpcore.write.runtime.forkserver`, which only the
+    forkserver imports, says why); it does nothing where the parent is not the launcher named in
+    the environment."""
     if os.environ.get(LAUNCHER_ENV) != str(os.getppid()):
         return
     atexit.register(os._exit, 0)  # registered after torch's handlers, so it runs first

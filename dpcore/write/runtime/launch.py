@@ -38,7 +38,7 @@ import torch.distributed as dist
 from dpcore.contract.config import check_timeout
 from dpcore.contract.errors import JobFailed, UsageError
 from dpcore.contract.limits import in_torchrun
-from dpcore.contract.procs import LAUNCHER_ENV, bind_forkserver_to_launcher, exit_with
+from dpcore.contract.procs import LAUNCHER_ENV, exit_with
 from dpcore.write.runtime.context import DistContext
 
 # Device placement lives in its own module; these names stay importable from here.
@@ -53,7 +53,8 @@ from dpcore.write.runtime.placement import (  # noqa: F401 - re-exported
 from dpcore.write.runtime.resources import pin_rank, threads_per_rank
 
 #: What the forkserver always imports before forking a rank (the caller adds its own modules).
-BASE_PRELOAD = ("torch", "torch.distributed", "torch.profiler", "dpcore.write.runtime.launch")
+BASE_PRELOAD = ("torch", "torch.distributed", "torch.profiler", "dpcore.write.runtime.launch",
+                "dpcore.write.runtime.forkserver")
 #: After a rank reports an error, how long to look for a rank that died meanwhile: a rank killed
 #: by a signal sends nothing, and its peers' "Connection closed by peer" usually arrives first.
 BLAME_GRACE_S = 1.0
@@ -174,6 +175,9 @@ def gloo_on_loopback() -> None:
 
 _MP_CONTEXT: Any = None
 _PRELOAD: list[str] = []
+#: held while the context, the preload list and the forkserver's start are set up: launches
+#: from several threads (the dashboard, a thread pool) share them
+_CONTEXT_LOCK = threading.Lock()
 
 
 def _mp_context(preload: Sequence[str] = ()) -> Any:
@@ -182,25 +186,29 @@ def _mp_context(preload: Sequence[str] = ()) -> Any:
     ``preload``: dpcore modules the ranks of this launch import (the caller's, e.g. a command's
     per-rank body), added to :data:`BASE_PRELOAD`. The forkserver reads the list when it starts,
     at the first launch of the process; modules named later are imported by each rank instead
-    (correct, only slower)."""
+    (correct, only slower). Thread-safe: one thread at a time sets it up."""
     global _MP_CONTEXT  # process-wide cache of the start method; holds no job state
-    if _MP_CONTEXT is None:
-        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        _MP_CONTEXT = mp.get_context(method)
-    new = [m for m in (*BASE_PRELOAD, *preload) if m not in _PRELOAD]
-    if _MP_CONTEXT.get_start_method() == "forkserver":
-        if new:
-            _PRELOAD.extend(new)
-            _MP_CONTEXT.set_forkserver_preload(list(_PRELOAD))
-        _start_forkserver()
-    return _MP_CONTEXT
+    with _CONTEXT_LOCK:
+        if _MP_CONTEXT is None:
+            method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+            _MP_CONTEXT = mp.get_context(method)
+        new = [m for m in (*BASE_PRELOAD, *preload) if m not in _PRELOAD]
+        if _MP_CONTEXT.get_start_method() == "forkserver":
+            if new:
+                _PRELOAD.extend(new)
+                _MP_CONTEXT.set_forkserver_preload(list(_PRELOAD))
+            _start_forkserver()
+        return _MP_CONTEXT
 
 
 def _start_forkserver() -> None:
     """Start the forkserver now (a no-op when it runs), told that this process is its launcher
-    (:func:`dpcore.contract.procs.bind_forkserver_to_launcher`, which this module runs when the
-    forkserver preloads it). The variable is set only while the server starts, so no later
-    child of this process inherits it."""
+    (:func:`dpcore.contract.procs.bind_forkserver_to_launcher`, which
+    :mod:`dpcore.write.runtime.forkserver` runs when the forkserver preloads it). The variable
+    is set only while the server starts, so no later child of this process inherits it; call
+    it under ``_CONTEXT_LOCK``: two threads saving and restoring the variable around each other
+    left it set for good (the second saved the first's value as "the old one"), and every
+    later ``python -m dpcore`` this process started ended with status 0."""
     from multiprocessing import forkserver
     old = os.environ.get(LAUNCHER_ENV)
     os.environ[LAUNCHER_ENV] = str(os.getpid())
@@ -466,7 +474,3 @@ def _reap(procs: list[Any], grace_s: float) -> None:
         if p.is_alive():
             p.kill()
             p.join(timeout=1.0)
-
-
-# In the forkserver (which preloads this module, see BASE_PRELOAD): end with the launcher.
-bind_forkserver_to_launcher()

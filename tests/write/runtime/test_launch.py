@@ -102,6 +102,50 @@ def test_two_launches_at_once_do_not_collide():
         assert [f.result()[0]["value"] for f in futs] == [3.0, 3.0]
 
 
+def test_two_forkserver_starts_at_once_leave_no_launcher_variable(monkeypatch):
+    """Two threads starting the forkserver together: the launcher's variable is gone after both.
+    Unlocked, the second saved the first's value as the one to restore and left it set, and a
+    later ``python -m dpcore`` child of this process took itself for the forkserver (a fresh-clone
+    CI run: verify's exit status 2 came back as 0, after this file's two launches at once)."""
+    import threading
+    from multiprocessing import forkserver
+
+    from dpcore.contract.procs import LAUNCHER_ENV
+    from dpcore.write.runtime import launch as launch_mod
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)
+    inside = threading.Event()
+
+    def slow_start() -> None:  # a forkserver that takes a while to start, as torch's preload does
+        inside.set()
+        time.sleep(0.3)
+
+    monkeypatch.setattr(forkserver, "ensure_running", slow_start)
+    monkeypatch.setattr(launch_mod, "_PRELOAD", list(launch_mod.BASE_PRELOAD))  # nothing new to set
+    first = threading.Thread(target=launch_mod._mp_context)
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(target=launch_mod._mp_context)
+    second.start()  # enters while the first start still holds the variable
+    first.join(10)
+    second.join(10)
+    assert LAUNCHER_ENV not in os.environ
+
+
+def test_a_command_whose_parent_looks_like_its_launcher_keeps_its_exit_status(tmp_path):
+    """A ``python -m dpcore`` started while its parent named itself the launcher (the variable a
+    forkserver start sets) is no forkserver: bad input still exits 2, not 0."""
+    import subprocess
+    import sys
+
+    from dpcore.contract.procs import LAUNCHER_ENV
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {**os.environ, "PYTHONPATH": root, LAUNCHER_ENV: str(os.getpid())}
+    proc = subprocess.run([sys.executable, "-m", "dpcore", "verify", "--model", "nosuchmod:build"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: --model nosuchmod:build: no module named 'nosuchmod'")
+
+
 def test_bad_backend_and_world_size():
     with pytest.raises(UsageError, match="valid choices: auto, gloo, nccl"):
         resolve_backend("mpi", 2)
